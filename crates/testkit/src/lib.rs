@@ -1,0 +1,4 @@
+//! Test support for countersign: fakes of the platforms on loopback.
+
+pub mod github;
+pub mod telegram;
