@@ -1,0 +1,655 @@
+//! The approval and its state machine.
+//!
+//! Every transition is a method on [`Approval`] that either refuses with an [`Error`] and
+//! leaves the approval untouched, or changes it and names the event to append to the log.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+
+/// Milliseconds since the Unix epoch. The server supplies the clock.
+pub type Millis = i64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Risk {
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum State {
+    Pending,
+    Approved,
+    Rejected,
+    Expired,
+    Cancelled,
+    Consumed,
+}
+
+impl State {
+    pub const ALL: [State; 6] = [
+        State::Pending,
+        State::Approved,
+        State::Rejected,
+        State::Expired,
+        State::Cancelled,
+        State::Consumed,
+    ];
+
+    /// The name used in storage and in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Pending => "PENDING",
+            State::Approved => "APPROVED",
+            State::Rejected => "REJECTED",
+            State::Expired => "EXPIRED",
+            State::Cancelled => "CANCELLED",
+            State::Consumed => "CONSUMED",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<State> {
+        State::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Verdict {
+    Approve,
+    Reject,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Scope {
+    Once,
+    Session,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ResolvedBy {
+    Decision,
+    Rule,
+    Grant,
+    Expiry,
+    Cancellation,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ConsumeOutcome {
+    Succeeded,
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Route {
+    pub channel: String,
+    pub target: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Decider {
+    pub channel: String,
+    pub user_id: String,
+    pub display_name: String,
+}
+
+impl Decider {
+    /// The identity quorum counts when no approver registry maps it to a person.
+    pub fn identity(&self) -> String {
+        format!("{}:{}", self.channel, self.user_id)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    pub verdict: Verdict,
+    pub scope: Scope,
+    pub reason: String,
+    pub decider: Decider,
+    pub idempotency_key: String,
+    pub decided_at: Millis,
+    /// Who this decider is for quorum purposes: a registry approver id, or the decider's
+    /// channel identity. The same person on two channels counts once.
+    pub approver: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resolution {
+    pub verdict: Option<Verdict>,
+    pub resolved_by: ResolvedBy,
+    pub deciders: Vec<Decider>,
+    pub rule: Option<String>,
+    pub grant_id: Option<String>,
+    pub reason: String,
+    pub resolved_at: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    pub channel: String,
+    pub target: String,
+    pub message_ref: String,
+    pub recorded_at: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Consumption {
+    pub outcome: ConsumeOutcome,
+    pub detail: String,
+    pub consumed_at: Millis,
+}
+
+/// A validated request for approval, before policy and storage give it an id and a state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalRequest {
+    pub agent_id: String,
+    pub session_id: String,
+    pub requester: String,
+    pub idempotency_key: String,
+    pub tool_name: String,
+    /// The caller's JSON text, kept as given.
+    pub arguments_json: String,
+    pub args_digest: String,
+    pub action: String,
+    pub reason: String,
+    pub risk: Risk,
+    pub routes: Vec<Route>,
+    pub required_approvals: u32,
+    /// Seconds; `None` means the server default.
+    pub ttl_seconds: Option<u32>,
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approval {
+    pub id: String,
+    pub agent_id: String,
+    pub session_id: String,
+    pub requester: String,
+    pub idempotency_key: String,
+    pub tool_name: String,
+    pub arguments_json: String,
+    pub args_digest: String,
+    pub action: String,
+    pub reason: String,
+    pub risk: Risk,
+    pub routes: Vec<Route>,
+    pub required_approvals: u32,
+    pub labels: BTreeMap<String, String>,
+    pub state: State,
+    pub decisions: Vec<Decision>,
+    pub resolution: Option<Resolution>,
+    pub deliveries: Vec<Delivery>,
+    pub created_at: Millis,
+    pub expires_at: Millis,
+    pub consumption: Option<Consumption>,
+}
+
+/// What a change appends to the event log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EventKind {
+    Requested,
+    DecisionRecorded,
+    DecisionRefused,
+    Resolved,
+    Expired,
+    Cancelled,
+    Consumed,
+    Delivered,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 8] = [
+        EventKind::Requested,
+        EventKind::DecisionRecorded,
+        EventKind::DecisionRefused,
+        EventKind::Resolved,
+        EventKind::Expired,
+        EventKind::Cancelled,
+        EventKind::Consumed,
+        EventKind::Delivered,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Requested => "REQUESTED",
+            EventKind::DecisionRecorded => "DECISION_RECORDED",
+            EventKind::DecisionRefused => "DECISION_REFUSED",
+            EventKind::Resolved => "RESOLVED",
+            EventKind::Expired => "EXPIRED",
+            EventKind::Cancelled => "CANCELLED",
+            EventKind::Consumed => "CONSUMED",
+            EventKind::Delivered => "DELIVERED",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecideOutcome {
+    Recorded,
+    Resolved,
+    AlreadyResolved,
+    Duplicate,
+}
+
+/// The result of [`Approval::decide`]: the answer for the caller and the event to append,
+/// if the approval changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecideEffect {
+    pub outcome: DecideOutcome,
+    pub event: Option<EventKind>,
+    /// Set when this decision resolved the approval as approved for the whole session.
+    pub grants_session: bool,
+}
+
+/// How a new approval starts: waiting for people, or already decided by policy or a grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Disposition {
+    RequireHuman,
+    Resolve {
+        verdict: Verdict,
+        resolved_by: ResolvedBy,
+        rule: Option<String>,
+        grant_id: Option<String>,
+        reason: String,
+    },
+}
+
+impl Approval {
+    /// A new approval from a validated request. `ttl_seconds` is the effective TTL.
+    pub fn new(
+        id: String,
+        request: ApprovalRequest,
+        ttl_seconds: u32,
+        disposition: Disposition,
+        now: Millis,
+    ) -> Approval {
+        let mut approval = Approval {
+            id,
+            agent_id: request.agent_id,
+            session_id: request.session_id,
+            requester: request.requester,
+            idempotency_key: request.idempotency_key,
+            tool_name: request.tool_name,
+            arguments_json: request.arguments_json,
+            args_digest: request.args_digest,
+            action: request.action,
+            reason: request.reason,
+            risk: request.risk,
+            routes: request.routes,
+            required_approvals: request.required_approvals.max(1),
+            labels: request.labels,
+            state: State::Pending,
+            decisions: Vec::new(),
+            resolution: None,
+            deliveries: Vec::new(),
+            created_at: now,
+            expires_at: now + i64::from(ttl_seconds) * 1000,
+            consumption: None,
+        };
+        if let Disposition::Resolve {
+            verdict,
+            resolved_by,
+            rule,
+            grant_id,
+            reason,
+        } = disposition
+        {
+            approval.resolve(
+                Resolution {
+                    verdict: Some(verdict),
+                    resolved_by,
+                    deciders: Vec::new(),
+                    rule,
+                    grant_id,
+                    reason,
+                    resolved_at: now,
+                },
+            );
+        }
+        approval
+    }
+
+    pub fn is_pending(&self) -> bool {
+        self.state == State::Pending
+    }
+
+    /// Whether this approval is shown on `channel`: routed there, or routed nowhere.
+    pub fn is_routed_to(&self, channel: &str) -> bool {
+        channel.is_empty() || self.routes.is_empty() || self.routes.iter().any(|r| r.channel == channel)
+    }
+
+    /// The distinct approvers who approved so far.
+    pub fn approvals_so_far(&self) -> usize {
+        let mut approvers: Vec<&str> = self
+            .decisions
+            .iter()
+            .filter(|d| d.verdict == Verdict::Approve)
+            .map(|d| d.approver.as_str())
+            .collect();
+        approvers.sort_unstable();
+        approvers.dedup();
+        approvers.len()
+    }
+
+    pub fn resolved_at(&self) -> Option<Millis> {
+        self.resolution.as_ref().map(|r| r.resolved_at)
+    }
+
+    fn resolve(&mut self, resolution: Resolution) {
+        self.state = match (resolution.verdict, resolution.resolved_by) {
+            (Some(Verdict::Approve), _) => State::Approved,
+            (Some(Verdict::Reject), _) => State::Rejected,
+            (None, ResolvedBy::Cancellation) => State::Cancelled,
+            (None, _) => State::Expired,
+        };
+        self.resolution = Some(resolution);
+    }
+
+    /// Expires a pending approval whose deadline has passed. Returns whether it changed.
+    pub fn expire_if_due(&mut self, now: Millis) -> bool {
+        if !self.is_pending() || now < self.expires_at {
+            return false;
+        }
+        self.resolve(
+            Resolution {
+                verdict: None,
+                resolved_by: ResolvedBy::Expiry,
+                deciders: Vec::new(),
+                rule: None,
+                grant_id: None,
+                reason: "no decision before the approval expired".to_string(),
+                resolved_at: now,
+            },
+        );
+        true
+    }
+
+    /// Applies a decision. Refusals of the decider (registry, ceiling, four-eyes) happen
+    /// before this, in the caller; here only the approval's own rules apply.
+    pub fn decide(&mut self, decision: Decision, now: Millis) -> Result<DecideEffect, Error> {
+        let unchanged = |outcome| DecideEffect {
+            outcome,
+            event: None,
+            grants_session: false,
+        };
+        if self
+            .decisions
+            .iter()
+            .any(|d| d.idempotency_key == decision.idempotency_key)
+        {
+            return Ok(unchanged(DecideOutcome::Duplicate));
+        }
+        if self.expire_if_due(now) {
+            return Ok(DecideEffect {
+                outcome: DecideOutcome::AlreadyResolved,
+                event: Some(EventKind::Expired),
+                grants_session: false,
+            });
+        }
+        if !self.is_pending() {
+            return Ok(unchanged(DecideOutcome::AlreadyResolved));
+        }
+        if decision.scope == Scope::Session && self.session_id.is_empty() {
+            return Err(Error::invalid(
+                "scope",
+                "SCOPE_SESSION needs an approval with a session_id",
+            ));
+        }
+        let same_vote_again = self
+            .decisions
+            .iter()
+            .any(|d| d.approver == decision.approver && d.verdict == decision.verdict);
+        if same_vote_again {
+            return Ok(unchanged(DecideOutcome::Duplicate));
+        }
+
+        let verdict = decision.verdict;
+        let scope = decision.scope;
+        let reason = decision.reason.clone();
+        self.decisions.push(decision);
+        let resolves = match verdict {
+            Verdict::Reject => true,
+            Verdict::Approve => self.approvals_so_far() >= self.required_approvals as usize,
+        };
+        if !resolves {
+            return Ok(DecideEffect {
+                outcome: DecideOutcome::Recorded,
+                event: Some(EventKind::DecisionRecorded),
+                grants_session: false,
+            });
+        }
+        let deciders = match verdict {
+            Verdict::Reject => self.decisions.last().map(|d| vec![d.decider.clone()]),
+            Verdict::Approve => Some(
+                self.decisions
+                    .iter()
+                    .filter(|d| d.verdict == Verdict::Approve)
+                    .map(|d| d.decider.clone())
+                    .collect(),
+            ),
+        }
+        .unwrap_or_default();
+        self.resolve(
+            Resolution {
+                verdict: Some(verdict),
+                resolved_by: ResolvedBy::Decision,
+                deciders,
+                rule: None,
+                grant_id: None,
+                reason,
+                resolved_at: now,
+            },
+        );
+        Ok(DecideEffect {
+            outcome: DecideOutcome::Resolved,
+            event: Some(EventKind::Resolved),
+            grants_session: verdict == Verdict::Approve && scope == Scope::Session,
+        })
+    }
+
+    /// Cancels a pending approval (the requesting agent changed its mind).
+    pub fn cancel(&mut self, reason: &str, now: Millis) -> Result<EventKind, Error> {
+        if self.expire_if_due(now) {
+            return Ok(EventKind::Expired);
+        }
+        if !self.is_pending() {
+            return Err(Error::FailedPrecondition(format!(
+                "approval {} is {}; only a pending approval can be cancelled",
+                self.id,
+                self.state.as_str()
+            )));
+        }
+        self.resolve(
+            Resolution {
+                verdict: None,
+                resolved_by: ResolvedBy::Cancellation,
+                deciders: Vec::new(),
+                rule: None,
+                grant_id: None,
+                reason: reason.to_string(),
+                resolved_at: now,
+            },
+        );
+        Ok(EventKind::Cancelled)
+    }
+
+    /// Marks an approved call as executed. Exactly once.
+    pub fn consume(
+        &mut self,
+        outcome: ConsumeOutcome,
+        detail: &str,
+        now: Millis,
+    ) -> Result<EventKind, Error> {
+        match self.state {
+            State::Approved => {
+                self.state = State::Consumed;
+                self.consumption = Some(Consumption {
+                    outcome,
+                    detail: detail.to_string(),
+                    consumed_at: now,
+                });
+                Ok(EventKind::Consumed)
+            }
+            State::Consumed => Err(Error::FailedPrecondition(format!(
+                "approval {} was already consumed",
+                self.id
+            ))),
+            other => Err(Error::FailedPrecondition(format!(
+                "approval {} is {}; only an approved call can be consumed",
+                self.id,
+                other.as_str()
+            ))),
+        }
+    }
+
+    /// Stores (or replaces) the platform message a worker created for this approval.
+    pub fn record_delivery(&mut self, delivery: Delivery) -> EventKind {
+        match self
+            .deliveries
+            .iter_mut()
+            .find(|d| d.channel == delivery.channel && d.target == delivery.target)
+        {
+            Some(existing) => *existing = delivery,
+            None => self.deliveries.push(delivery),
+        }
+        EventKind::Delivered
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(required: u32) -> ApprovalRequest {
+        ApprovalRequest {
+            agent_id: "agent".into(),
+            session_id: "s1".into(),
+            requester: "alice".into(),
+            idempotency_key: "call-1".into(),
+            tool_name: "bash".into(),
+            arguments_json: "{}".into(),
+            args_digest: "d".into(),
+            action: "run".into(),
+            reason: String::new(),
+            risk: Risk::High,
+            routes: Vec::new(),
+            required_approvals: required,
+            ttl_seconds: None,
+            labels: BTreeMap::new(),
+        }
+    }
+
+    fn decision(user: &str, verdict: Verdict, key: &str) -> Decision {
+        let decider = Decider {
+            channel: "telegram".into(),
+            user_id: user.into(),
+            display_name: user.into(),
+        };
+        Decision {
+            verdict,
+            scope: Scope::Once,
+            reason: String::new(),
+            approver: decider.identity(),
+            decider,
+            idempotency_key: key.into(),
+            decided_at: 5,
+        }
+    }
+
+    fn pending(required: u32) -> Approval {
+        Approval::new("a1".into(), request(required), 60, Disposition::RequireHuman, 0)
+    }
+
+    #[test]
+    fn quorum_counts_distinct_approvers_and_one_reject_resolves() {
+        let mut a = pending(2);
+        let first = a.decide(decision("u1", Verdict::Approve, "k1"), 1).unwrap();
+        assert_eq!(first.outcome, DecideOutcome::Recorded);
+        assert_eq!(first.event, Some(EventKind::DecisionRecorded));
+        let again = a.decide(decision("u1", Verdict::Approve, "k2"), 2).unwrap();
+        assert_eq!(again.outcome, DecideOutcome::Duplicate);
+        let reject = a.decide(decision("u1", Verdict::Reject, "k3"), 3).unwrap();
+        assert_eq!(reject.outcome, DecideOutcome::Resolved);
+        assert_eq!(a.state, State::Rejected);
+        let late = a.decide(decision("u2", Verdict::Approve, "k4"), 4).unwrap();
+        assert_eq!(late.outcome, DecideOutcome::AlreadyResolved);
+        assert_eq!(late.event, None);
+        assert_eq!(a.decisions.len(), 2);
+    }
+
+    #[test]
+    fn a_repeated_idempotency_key_is_a_duplicate_even_after_resolution() {
+        let mut a = pending(1);
+        assert_eq!(
+            a.decide(decision("u1", Verdict::Approve, "k1"), 1).unwrap().outcome,
+            DecideOutcome::Resolved
+        );
+        assert_eq!(
+            a.decide(decision("u1", Verdict::Approve, "k1"), 2).unwrap().outcome,
+            DecideOutcome::Duplicate
+        );
+    }
+
+    #[test]
+    fn an_approval_past_its_deadline_cannot_be_approved() {
+        let mut a = pending(1);
+        let effect = a.decide(decision("u1", Verdict::Approve, "k1"), 60_000).unwrap();
+        assert_eq!(effect.outcome, DecideOutcome::AlreadyResolved);
+        assert_eq!(effect.event, Some(EventKind::Expired));
+        assert_eq!(a.state, State::Expired);
+        assert!(a.decisions.is_empty());
+    }
+
+    #[test]
+    fn session_scope_needs_a_session_and_grants_on_approval() {
+        let mut a = pending(1);
+        let mut d = decision("u1", Verdict::Approve, "k1");
+        d.scope = Scope::Session;
+        assert!(a.decide(d.clone(), 1).unwrap().grants_session);
+
+        let mut no_session = pending(1);
+        no_session.session_id.clear();
+        let err = no_session.decide(d, 1).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { ref field, .. } if field == "scope"));
+        assert!(no_session.decisions.is_empty());
+    }
+
+    #[test]
+    fn consume_only_once_and_only_after_approval() {
+        let mut a = pending(1);
+        assert!(a.consume(ConsumeOutcome::Succeeded, "", 1).is_err());
+        a.decide(decision("u1", Verdict::Approve, "k1"), 1).unwrap();
+        assert_eq!(
+            a.consume(ConsumeOutcome::Succeeded, "ok", 2).unwrap(),
+            EventKind::Consumed
+        );
+        assert!(matches!(
+            a.consume(ConsumeOutcome::Succeeded, "", 3),
+            Err(Error::FailedPrecondition(_))
+        ));
+    }
+
+    #[test]
+    fn cancel_only_while_pending() {
+        let mut a = pending(1);
+        assert_eq!(a.cancel("changed my mind", 1).unwrap(), EventKind::Cancelled);
+        assert_eq!(a.state, State::Cancelled);
+        assert!(a.cancel("again", 2).is_err());
+    }
+}

@@ -1,0 +1,262 @@
+//! Request validation: every refusal names the field, and nothing is stored.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::digest::args_digest;
+use crate::{ApprovalRequest, Decider, Error, Risk, Route};
+
+/// Bounds on what a request may carry. The server reads them from its configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    pub max_arguments_bytes: usize,
+    pub max_routes: usize,
+    pub max_labels: usize,
+    pub max_required_approvals: u32,
+    pub min_ttl_seconds: u32,
+    pub max_ttl_seconds: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_arguments_bytes: 64 * 1024,
+            max_routes: 16,
+            max_labels: 32,
+            max_required_approvals: 16,
+            min_ttl_seconds: 1,
+            max_ttl_seconds: 7 * 24 * 3600,
+        }
+    }
+}
+
+/// A request as it arrives, before validation. `risk` is `None` when unspecified.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestInput {
+    pub agent_id: String,
+    pub session_id: String,
+    pub requester: String,
+    pub idempotency_key: String,
+    pub tool_name: String,
+    pub arguments_json: String,
+    pub action: String,
+    pub reason: String,
+    pub risk: Option<Risk>,
+    pub routes: Vec<Route>,
+    pub required_approvals: u32,
+    pub ttl_seconds: u32,
+    pub labels: BTreeMap<String, String>,
+}
+
+const MAX_ID_CHARS: usize = 128;
+const MAX_KEY_CHARS: usize = 256;
+const MAX_ACTION_CHARS: usize = 1024;
+const MAX_REASON_CHARS: usize = 4096;
+const MAX_TARGET_CHARS: usize = 256;
+const MAX_LABEL_KEY_CHARS: usize = 64;
+const MAX_LABEL_VALUE_CHARS: usize = 256;
+const MAX_DISPLAY_NAME_CHARS: usize = 256;
+
+pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<ApprovalRequest, Error> {
+    required("agent_id", &input.agent_id, MAX_ID_CHARS)?;
+    optional("session_id", &input.session_id, MAX_ID_CHARS)?;
+    optional("requester", &input.requester, MAX_KEY_CHARS)?;
+    required("idempotency_key", &input.idempotency_key, MAX_KEY_CHARS)?;
+    validate_tool_name(&input.tool_name)?;
+    optional("action", &input.action, MAX_ACTION_CHARS)?;
+    optional("reason", &input.reason, MAX_REASON_CHARS)?;
+    let risk = input.risk.ok_or_else(|| {
+        Error::invalid("risk", "is required (RISK_LOW, RISK_MEDIUM, RISK_HIGH or RISK_CRITICAL)")
+    })?;
+
+    if input.arguments_json.len() > limits.max_arguments_bytes {
+        return Err(Error::invalid(
+            "arguments_json",
+            format!(
+                "is {} bytes, more than the limit of {} bytes",
+                input.arguments_json.len(),
+                limits.max_arguments_bytes
+            ),
+        ));
+    }
+    let arguments: Value = serde_json::from_str(&input.arguments_json)
+        .map_err(|e| Error::invalid("arguments_json", format!("is not valid JSON: {e}")))?;
+    if !arguments.is_object() {
+        return Err(Error::invalid("arguments_json", "must be a JSON object"));
+    }
+
+    if input.routes.len() > limits.max_routes {
+        return Err(Error::invalid(
+            "routes",
+            format!("has {} entries, at most {} are allowed", input.routes.len(), limits.max_routes),
+        ));
+    }
+    for (i, route) in input.routes.iter().enumerate() {
+        validate_channel(&format!("routes[{i}].channel"), &route.channel)?;
+        optional(&format!("routes[{i}].target"), &route.target, MAX_TARGET_CHARS)?;
+    }
+
+    if input.required_approvals > limits.max_required_approvals {
+        return Err(Error::invalid(
+            "required_approvals",
+            format!("must be at most {}", limits.max_required_approvals),
+        ));
+    }
+    let ttl_seconds = match input.ttl_seconds {
+        0 => None,
+        ttl if ttl < limits.min_ttl_seconds || ttl > limits.max_ttl_seconds => {
+            return Err(Error::invalid(
+                "ttl_seconds",
+                format!(
+                    "must be between {} and {} seconds (0 for the server default)",
+                    limits.min_ttl_seconds, limits.max_ttl_seconds
+                ),
+            ))
+        }
+        ttl => Some(ttl),
+    };
+
+    if input.labels.len() > limits.max_labels {
+        return Err(Error::invalid(
+            "labels",
+            format!("has {} entries, at most {} are allowed", input.labels.len(), limits.max_labels),
+        ));
+    }
+    for (key, value) in &input.labels {
+        required("labels key", key, MAX_LABEL_KEY_CHARS)?;
+        optional(&format!("labels[{key}]"), value, MAX_LABEL_VALUE_CHARS)?;
+    }
+
+    Ok(ApprovalRequest {
+        args_digest: args_digest(&arguments),
+        agent_id: input.agent_id,
+        session_id: input.session_id,
+        requester: input.requester,
+        idempotency_key: input.idempotency_key,
+        tool_name: input.tool_name,
+        arguments_json: input.arguments_json,
+        action: input.action,
+        reason: input.reason,
+        risk,
+        routes: input.routes,
+        required_approvals: input.required_approvals.max(1),
+        ttl_seconds,
+        labels: input.labels,
+    })
+}
+
+/// Checks the decider of a `Decide` call and a free-text reason.
+pub fn validate_decider(decider: &Decider, reason: &str, idempotency_key: &str) -> Result<(), Error> {
+    validate_channel("decider.channel", &decider.channel)?;
+    required("decider.user_id", &decider.user_id, MAX_KEY_CHARS)?;
+    optional("decider.display_name", &decider.display_name, MAX_DISPLAY_NAME_CHARS)?;
+    optional("reason", reason, MAX_REASON_CHARS)?;
+    required("idempotency_key", idempotency_key, MAX_KEY_CHARS)
+}
+
+/// A channel name: 1–64 of `[a-z0-9_-]`.
+pub fn validate_channel(field: &str, channel: &str) -> Result<(), Error> {
+    required(field, channel, 64)?;
+    if !channel
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+    {
+        return Err(Error::invalid(field, "may hold only a-z, 0-9, '_' and '-'"));
+    }
+    Ok(())
+}
+
+pub fn validate_tool_name(tool_name: &str) -> Result<(), Error> {
+    required("tool_name", tool_name, 128)?;
+    if !tool_name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '/' | '-'))
+    {
+        return Err(Error::invalid(
+            "tool_name",
+            "may hold only letters, digits and . _ : / -",
+        ));
+    }
+    Ok(())
+}
+
+/// A field that must be present: 1 to `max` characters.
+pub fn required(field: &str, value: &str, max: usize) -> Result<(), Error> {
+    if value.is_empty() {
+        return Err(Error::invalid(field, "is required"));
+    }
+    optional(field, value, max)
+}
+
+/// A field that may be empty: at most `max` characters, no control characters but newline and tab.
+pub fn optional(field: &str, value: &str, max: usize) -> Result<(), Error> {
+    let chars = value.chars().count();
+    if chars > max {
+        return Err(Error::invalid(
+            field,
+            format!("is {chars} characters long, at most {max} are allowed"),
+        ));
+    }
+    if value.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+        return Err(Error::invalid(field, "may not hold control characters"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input() -> RequestInput {
+        RequestInput {
+            agent_id: "agent".into(),
+            idempotency_key: "call-1".into(),
+            tool_name: "bash".into(),
+            arguments_json: r#"{"cmd":"ls"}"#.into(),
+            risk: Some(Risk::Low),
+            ..RequestInput::default()
+        }
+    }
+
+    fn field_of(result: Result<ApprovalRequest, Error>) -> String {
+        match result {
+            Err(Error::InvalidArgument { field, .. }) => field,
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn accepts_a_minimal_request_and_defaults_the_quorum() {
+        let request = validate_request(input(), &Limits::default()).unwrap();
+        assert_eq!(request.required_approvals, 1);
+        assert_eq!(request.ttl_seconds, None);
+        assert_eq!(request.args_digest.len(), 64);
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        let limits = Limits::default();
+        let cases: Vec<(&str, Box<dyn Fn(&mut RequestInput)>)> = vec![
+            ("agent_id", Box::new(|i| i.agent_id.clear())),
+            ("idempotency_key", Box::new(|i| i.idempotency_key.clear())),
+            ("tool_name", Box::new(|i| i.tool_name = "rm -rf".into())),
+            ("tool_name", Box::new(|i| i.tool_name = "x".repeat(129))),
+            ("risk", Box::new(|i| i.risk = None)),
+            ("arguments_json", Box::new(|i| i.arguments_json = "[1]".into())),
+            ("arguments_json", Box::new(|i| i.arguments_json = "{".into())),
+            ("arguments_json", Box::new(|i| i.arguments_json = format!(r#"{{"a":"{}"}}"#, "x".repeat(70_000)))),
+            ("routes", Box::new(|i| i.routes = vec![Route { channel: "cli".into(), target: String::new() }; 17])),
+            ("routes[0].channel", Box::new(|i| i.routes = vec![Route { channel: "Tele gram".into(), target: String::new() }])),
+            ("ttl_seconds", Box::new(|i| i.ttl_seconds = 8 * 24 * 3600)),
+            ("required_approvals", Box::new(|i| i.required_approvals = 17)),
+            ("reason", Box::new(|i| i.reason = "x".repeat(4097))),
+            ("session_id", Box::new(|i| i.session_id = "a\u{0}b".into())),
+        ];
+        for (field, mutate) in cases {
+            let mut bad = input();
+            mutate(&mut bad);
+            assert_eq!(field_of(validate_request(bad, &limits)), field);
+        }
+    }
+}
