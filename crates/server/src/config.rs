@@ -1,0 +1,256 @@
+//! Server configuration: one TOML file, overridden by flags and environment variables.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use countersign_core::validate::Limits;
+use serde::Deserialize;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config: {0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// gRPC listen address.
+    pub listen: SocketAddr,
+    /// SQLite database file; created with its schema when missing.
+    pub database: PathBuf,
+    pub log: LogConfig,
+    pub approvals: ApprovalsConfig,
+    pub watch: WatchConfig,
+    pub storage: StorageConfig,
+    pub limits: LimitsConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 50051)),
+            database: PathBuf::from("./countersign.db"),
+            log: LogConfig::default(),
+            approvals: ApprovalsConfig::default(),
+            watch: WatchConfig::default(),
+            storage: StorageConfig::default(),
+            limits: LimitsConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// A `tracing` filter such as `info` or `countersign_server=debug`; `RUST_LOG` overrides it.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: LogFormat::Text,
+            level: "info".to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApprovalsConfig {
+    /// TTL of a request that does not ask for one.
+    pub default_ttl_seconds: u32,
+    pub min_ttl_seconds: u32,
+    pub max_ttl_seconds: u32,
+    /// Upper bound of one `WaitForDecision` call.
+    pub max_wait_seconds: u32,
+    /// How often the sweeper expires approvals past their deadline.
+    pub sweep_interval_ms: u64,
+}
+
+impl Default for ApprovalsConfig {
+    fn default() -> Self {
+        ApprovalsConfig {
+            default_ttl_seconds: 3600,
+            min_ttl_seconds: 1,
+            max_ttl_seconds: 7 * 24 * 3600,
+            max_wait_seconds: 60,
+            sweep_interval_ms: 1000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WatchConfig {
+    /// A heartbeat is sent on a watch stream idle for this long.
+    pub heartbeat_interval_ms: u64,
+    /// Events a watch stream may have waiting for its consumer; beyond that the stream ends
+    /// with RESOURCE_EXHAUSTED and the consumer resumes from its last seq.
+    pub buffer_events: usize,
+    /// Events older than this are pruned (0: keep forever). A cursor older than the oldest
+    /// retained event gets OUT_OF_RANGE.
+    pub retention_seconds: u64,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        WatchConfig {
+            heartbeat_interval_ms: 15_000,
+            buffer_events: 4096,
+            retention_seconds: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// `synchronous=FULL`: a power loss loses nothing that was acknowledged.
+    Full,
+    /// `synchronous=NORMAL`: a power loss may lose the last commits (a crash does not).
+    Normal,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageConfig {
+    pub durability: Durability,
+    /// Commit every change waiting in the writer's queue in one transaction.
+    pub group_commit: bool,
+    /// The most changes one group commit takes.
+    pub max_batch: usize,
+    /// Connections for reads (WAL lets them run beside the writer).
+    pub read_connections: u32,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            durability: Durability::Full,
+            group_commit: true,
+            max_batch: 512,
+            read_connections: 4,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    pub max_arguments_bytes: usize,
+    pub max_routes: usize,
+    pub max_labels: usize,
+    pub max_required_approvals: u32,
+    /// Largest gRPC message the server accepts.
+    pub max_message_bytes: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let limits = Limits::default();
+        LimitsConfig {
+            max_arguments_bytes: limits.max_arguments_bytes,
+            max_routes: limits.max_routes,
+            max_labels: limits.max_labels,
+            max_required_approvals: limits.max_required_approvals,
+            max_message_bytes: 256 * 1024,
+        }
+    }
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<Config, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// The request limits the domain validates against.
+    pub fn request_limits(&self) -> Limits {
+        Limits {
+            max_arguments_bytes: self.limits.max_arguments_bytes,
+            max_routes: self.limits.max_routes,
+            max_labels: self.limits.max_labels,
+            max_required_approvals: self.limits.max_required_approvals,
+            min_ttl_seconds: self.approvals.min_ttl_seconds,
+            max_ttl_seconds: self.approvals.max_ttl_seconds,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let a = &self.approvals;
+        if a.min_ttl_seconds == 0 || a.min_ttl_seconds > a.max_ttl_seconds {
+            return Err(ConfigError::Invalid(
+                "approvals.min_ttl_seconds must be at least 1 and at most max_ttl_seconds".into(),
+            ));
+        }
+        if a.default_ttl_seconds < a.min_ttl_seconds || a.default_ttl_seconds > a.max_ttl_seconds {
+            return Err(ConfigError::Invalid(
+                "approvals.default_ttl_seconds must lie between min_ttl_seconds and max_ttl_seconds"
+                    .into(),
+            ));
+        }
+        if a.max_wait_seconds == 0 || a.sweep_interval_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "approvals.max_wait_seconds and approvals.sweep_interval_ms must be positive".into(),
+            ));
+        }
+        if self.watch.heartbeat_interval_ms == 0 || self.watch.buffer_events == 0 {
+            return Err(ConfigError::Invalid(
+                "watch.heartbeat_interval_ms and watch.buffer_events must be positive".into(),
+            ));
+        }
+        if self.storage.max_batch == 0 || self.storage.read_connections == 0 {
+            return Err(ConfigError::Invalid(
+                "storage.max_batch and storage.read_connections must be positive".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_file_gives_the_defaults() {
+        let config = Config::parse("").unwrap();
+        assert_eq!(config.listen.to_string(), "127.0.0.1:50051");
+        assert_eq!(config.approvals.default_ttl_seconds, 3600);
+        assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_their_name() {
+        let err = Config::parse("[approvals]\ndefault_ttl = 5\n").unwrap_err();
+        assert!(err.contains("default_ttl"), "{err}");
+    }
+}

@@ -1,0 +1,36 @@
+//! Fan-out of committed events to watch streams and waiters.
+//!
+//! A broadcast ring: publishing never waits for a subscriber. A subscriber that falls more
+//! than the ring's capacity behind learns it (`Lagged`) instead of silently missing events.
+
+use std::sync::Arc;
+
+use tokio::sync::broadcast;
+
+use crate::store::StoredEvent;
+
+#[derive(Clone)]
+pub struct Hub {
+    sender: broadcast::Sender<Arc<StoredEvent>>,
+}
+
+impl Hub {
+    pub fn new(capacity: usize) -> Hub {
+        let (sender, _) = broadcast::channel(capacity.max(1));
+        Hub { sender }
+    }
+
+    /// Called by the store writer after the event's transaction committed.
+    pub fn publish(&self, event: StoredEvent) {
+        // No subscriber is not an error: the event is in the log.
+        let _ = self.sender.send(Arc::new(event));
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
+        self.sender.subscribe()
+    }
+
+    pub fn subscribers(&self) -> usize {
+        self.sender.receiver_count()
+    }
+}

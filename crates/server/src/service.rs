@@ -1,0 +1,321 @@
+//! The gRPC edge: converts wire types to domain types, calls the store, maps errors once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use countersign_core::validate::{required, validate_channel, validate_decider, validate_request, Limits};
+use countersign_core::{Decision, Delivery, Disposition, Error as DomainError};
+use countersign_proto::v1 as pb;
+use countersign_proto::v1::approval_service_server::ApprovalService;
+use tokio::sync::broadcast;
+use tonic::{Request, Response, Status};
+
+use crate::config::Config;
+use crate::convert::{
+    approval_to_pb, consume_outcome_from_pb, decide_outcome_to_pb, decider_from_pb, request_from_pb, scope_from_pb,
+    state_from_pb, verdict_from_pb,
+};
+use crate::error::{status_of, status_of_domain};
+use crate::hub::Hub;
+use crate::store::{now_millis, ListFilter, Store};
+use crate::watch::{Start, WatchSettings, WatchStream};
+
+const DEFAULT_PAGE_SIZE: u32 = 50;
+const MAX_PAGE_SIZE: u32 = 500;
+const MAX_MESSAGE_REF_CHARS: usize = 512;
+const MAX_ID_CHARS: usize = 128;
+
+pub struct ApprovalApi {
+    store: Store,
+    hub: Hub,
+    config: Arc<Config>,
+    limits: Limits,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+impl ApprovalApi {
+    pub fn new(store: Store, hub: Hub, config: Arc<Config>, shutdown: tokio::sync::watch::Receiver<bool>) -> Self {
+        let limits = config.request_limits();
+        ApprovalApi {
+            store,
+            hub,
+            config,
+            limits,
+            shutdown,
+        }
+    }
+
+    fn max_wait(&self) -> Duration {
+        Duration::from_secs(u64::from(self.config.approvals.max_wait_seconds))
+    }
+
+    async fn wait(&self, approval_id: &str, timeout: Duration) -> Result<pb::Approval, Status> {
+        let mut live = self.hub.subscribe();
+        let mut shutdown = self.shutdown.clone();
+        let approval = self.store.get(approval_id).await.map_err(status_of)?;
+        if !approval.is_pending() {
+            return Ok(approval_to_pb(&approval));
+        }
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                _ = &mut deadline => break,
+                _ = shutdown.changed() => break,
+                received = live.recv() => match received {
+                    Ok(event) if event.approval.id == approval_id && !event.approval.is_pending() => {
+                        return Ok(approval_to_pb(&event.approval));
+                    }
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        let approval = self.store.get(approval_id).await.map_err(status_of)?;
+                        if !approval.is_pending() {
+                            return Ok(approval_to_pb(&approval));
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+            }
+        }
+        let approval = self.store.get(approval_id).await.map_err(status_of)?;
+        Ok(approval_to_pb(&approval))
+    }
+}
+
+fn approval_id(value: &str) -> Result<(), Status> {
+    required("approval_id", value, MAX_ID_CHARS).map_err(status_of_domain)
+}
+
+#[tonic::async_trait]
+impl ApprovalService for ApprovalApi {
+    async fn request_approval(
+        &self,
+        request: Request<pb::RequestApprovalRequest>,
+    ) -> Result<Response<pb::RequestApprovalResponse>, Status> {
+        let input = request_from_pb(request.into_inner()).map_err(status_of_domain)?;
+        let request = validate_request(input, &self.limits).map_err(status_of_domain)?;
+        let ttl = request
+            .ttl_seconds
+            .unwrap_or(self.config.approvals.default_ttl_seconds);
+        let requested = self
+            .store
+            .request(request, ttl, Disposition::RequireHuman, now_millis())
+            .await
+            .map_err(status_of)?;
+        if requested.created {
+            tracing::info!(
+                approval_id = %requested.approval.id,
+                agent_id = %requested.approval.agent_id,
+                tool = %requested.approval.tool_name,
+                args_digest = %requested.approval.args_digest,
+                state = requested.approval.state.as_str(),
+                "approval requested"
+            );
+        }
+        Ok(Response::new(pb::RequestApprovalResponse {
+            approval: Some(approval_to_pb(&requested.approval)),
+            created: requested.created,
+        }))
+    }
+
+    async fn get_approval(
+        &self,
+        request: Request<pb::GetApprovalRequest>,
+    ) -> Result<Response<pb::Approval>, Status> {
+        let request = request.into_inner();
+        approval_id(&request.approval_id)?;
+        let approval = self.store.get(&request.approval_id).await.map_err(status_of)?;
+        Ok(Response::new(approval_to_pb(&approval)))
+    }
+
+    async fn wait_for_decision(
+        &self,
+        request: Request<pb::WaitForDecisionRequest>,
+    ) -> Result<Response<pb::Approval>, Status> {
+        let request = request.into_inner();
+        approval_id(&request.approval_id)?;
+        let timeout = match request.timeout_ms {
+            0 => self.max_wait(),
+            ms => Duration::from_millis(u64::from(ms)).min(self.max_wait()),
+        };
+        Ok(Response::new(self.wait(&request.approval_id, timeout).await?))
+    }
+
+    async fn list_approvals(
+        &self,
+        request: Request<pb::ListApprovalsRequest>,
+    ) -> Result<Response<pb::ListApprovalsResponse>, Status> {
+        let request = request.into_inner();
+        if request.page_size > MAX_PAGE_SIZE {
+            return Err(status_of_domain(DomainError::invalid(
+                "page_size",
+                format!("must be at most {MAX_PAGE_SIZE}"),
+            )));
+        }
+        if !request.channel.is_empty() {
+            validate_channel("channel", &request.channel).map_err(status_of_domain)?;
+        }
+        let states = request
+            .states
+            .iter()
+            .map(|s| state_from_pb("states", *s))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(status_of_domain)?;
+        let page_size = match request.page_size {
+            0 => DEFAULT_PAGE_SIZE,
+            n => n,
+        };
+        let filter = ListFilter {
+            states,
+            agent_id: request.agent_id,
+            channel: request.channel,
+            session_id: request.session_id,
+            tool_name: request.tool_name,
+            before_id: request.page_token,
+            limit: page_size + 1,
+        };
+        let mut approvals = self.store.list(&filter).await.map_err(status_of)?;
+        let next_page_token = if approvals.len() > page_size as usize {
+            approvals.truncate(page_size as usize);
+            approvals.last().map(|a| a.id.clone()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(Response::new(pb::ListApprovalsResponse {
+            approvals: approvals.iter().map(approval_to_pb).collect(),
+            next_page_token,
+        }))
+    }
+
+    async fn cancel_approval(
+        &self,
+        request: Request<pb::CancelApprovalRequest>,
+    ) -> Result<Response<pb::Approval>, Status> {
+        let request = request.into_inner();
+        approval_id(&request.approval_id)?;
+        countersign_core::validate::optional("reason", &request.reason, 4096).map_err(status_of_domain)?;
+        let approval = self
+            .store
+            .cancel(&request.approval_id, &request.reason, now_millis())
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(approval_to_pb(&approval)))
+    }
+
+    async fn consume(
+        &self,
+        request: Request<pb::ConsumeRequest>,
+    ) -> Result<Response<pb::Approval>, Status> {
+        let request = request.into_inner();
+        approval_id(&request.approval_id)?;
+        let outcome = consume_outcome_from_pb(request.outcome).map_err(status_of_domain)?;
+        countersign_core::validate::optional("detail", &request.detail, 4096).map_err(status_of_domain)?;
+        let approval = self
+            .store
+            .consume(&request.approval_id, outcome, &request.detail, now_millis())
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(approval_to_pb(&approval)))
+    }
+
+    type WatchApprovalsStream = WatchStream;
+
+    async fn watch_approvals(
+        &self,
+        request: Request<pb::WatchApprovalsRequest>,
+    ) -> Result<Response<Self::WatchApprovalsStream>, Status> {
+        let request = request.into_inner();
+        if !request.channel.is_empty() {
+            validate_channel("channel", &request.channel).map_err(status_of_domain)?;
+        }
+        let after_seq = i64::try_from(request.after_seq).map_err(|_| {
+            status_of_domain(DomainError::invalid("after_seq", "is out of range"))
+        })?;
+        let start = match (request.include_snapshot, after_seq) {
+            (true, 0) => Start::Snapshot,
+            (true, _) => {
+                return Err(status_of_domain(DomainError::invalid(
+                    "include_snapshot",
+                    "cannot be combined with after_seq: a snapshot restarts the stream from the head",
+                )))
+            }
+            (false, 0) => Start::Now,
+            (false, seq) => Start::After(seq),
+        };
+        let settings = WatchSettings {
+            heartbeat: Duration::from_millis(self.config.watch.heartbeat_interval_ms),
+            buffer_events: self.config.watch.buffer_events,
+        };
+        let stream = crate::watch::start(
+            self.store.clone(),
+            &self.hub,
+            request.channel,
+            start,
+            settings,
+            self.shutdown.clone(),
+        )
+        .await?;
+        Ok(Response::new(stream))
+    }
+
+    async fn decide(
+        &self,
+        request: Request<pb::DecideRequest>,
+    ) -> Result<Response<pb::DecideResponse>, Status> {
+        let request = request.into_inner();
+        approval_id(&request.approval_id)?;
+        let verdict = verdict_from_pb(request.verdict).map_err(status_of_domain)?;
+        let scope = scope_from_pb(request.scope).map_err(status_of_domain)?;
+        let decider = decider_from_pb(request.decider);
+        validate_decider(&decider, &request.reason, &request.idempotency_key).map_err(status_of_domain)?;
+        let now = now_millis();
+        let decision = Decision {
+            verdict,
+            scope,
+            reason: request.reason,
+            approver: decider.identity(),
+            decider,
+            idempotency_key: request.idempotency_key,
+            decided_at: now,
+        };
+        let (outcome, approval) = self
+            .store
+            .decide(&request.approval_id, decision, now)
+            .await
+            .map_err(status_of)?;
+        tracing::info!(
+            approval_id = %approval.id,
+            outcome = ?outcome,
+            state = approval.state.as_str(),
+            "decision"
+        );
+        Ok(Response::new(pb::DecideResponse {
+            outcome: decide_outcome_to_pb(outcome) as i32,
+            approval: Some(approval_to_pb(&approval)),
+        }))
+    }
+
+    async fn record_delivery(
+        &self,
+        request: Request<pb::RecordDeliveryRequest>,
+    ) -> Result<Response<pb::Approval>, Status> {
+        let request = request.into_inner();
+        approval_id(&request.approval_id)?;
+        validate_channel("channel", &request.channel).map_err(status_of_domain)?;
+        countersign_core::validate::optional("target", &request.target, 256).map_err(status_of_domain)?;
+        required("message_ref", &request.message_ref, MAX_MESSAGE_REF_CHARS).map_err(status_of_domain)?;
+        let now = now_millis();
+        let delivery = Delivery {
+            channel: request.channel,
+            target: request.target,
+            message_ref: request.message_ref,
+            recorded_at: now,
+        };
+        let approval = self
+            .store
+            .record_delivery(&request.approval_id, delivery, now)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(approval_to_pb(&approval)))
+    }
+}

@@ -1,0 +1,732 @@
+//! Durable storage: SQLite through sqlx, WAL mode, schema from `migrations/`.
+//!
+//! One writer task owns the only writing connection. Every change is applied inside a
+//! transaction that updates the current-state tables and appends to `events`; the writer
+//! takes every change waiting in its queue and commits them together (group commit), answers
+//! each caller only after that commit, and then publishes the events to the hub, so seqs are
+//! assigned in commit order and nothing unpublished is ever visible.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use countersign_core::{
+    Approval, ApprovalRequest, ConsumeOutcome, DecideOutcome, Decision, Delivery, Disposition,
+    Error as DomainError, EventKind, Millis, ResolvedBy, State, Verdict,
+};
+use serde::{Deserialize, Serialize};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
+};
+use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteExecutor};
+use thiserror::Error;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::{Durability, StorageConfig};
+use crate::hub::Hub;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+#[derive(Debug, Error)]
+pub enum StoreError {
+    #[error(transparent)]
+    Domain(#[from] DomainError),
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("database migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("stored data is unreadable: {0}")]
+    Corrupt(String),
+    #[error("the store is shutting down")]
+    Closed,
+}
+
+impl From<serde_json::Error> for StoreError {
+    fn from(e: serde_json::Error) -> Self {
+        StoreError::Corrupt(e.to_string())
+    }
+}
+
+/// One committed entry of the event log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEvent {
+    pub seq: i64,
+    pub kind: EventKind,
+    pub at: Millis,
+    pub approval: Approval,
+    pub decision: Option<Decision>,
+    pub delivery: Option<Delivery>,
+}
+
+/// The JSON stored in `events.body`.
+#[derive(Serialize, Deserialize)]
+struct EventBody {
+    approval: Approval,
+    decision: Option<Decision>,
+    delivery: Option<Delivery>,
+}
+
+/// The answer to a request for approval.
+#[derive(Debug, Clone)]
+pub struct Requested {
+    pub approval: Approval,
+    pub created: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub states: Vec<State>,
+    pub agent_id: String,
+    pub channel: String,
+    pub session_id: String,
+    pub tool_name: String,
+    /// The id the previous page ended with; the list continues with older approvals.
+    pub before_id: String,
+    pub limit: u32,
+}
+
+/// The pending approvals of a channel and the head of the log they are consistent with.
+pub struct Snapshot {
+    pub head_seq: i64,
+    pub pending: Vec<Approval>,
+}
+
+enum Change {
+    Request {
+        request: ApprovalRequest,
+        ttl_seconds: u32,
+        disposition: Disposition,
+    },
+    Decide {
+        approval_id: String,
+        decision: Decision,
+    },
+    Cancel {
+        approval_id: String,
+        reason: String,
+    },
+    Consume {
+        approval_id: String,
+        outcome: ConsumeOutcome,
+        detail: String,
+    },
+    RecordDelivery {
+        approval_id: String,
+        delivery: Delivery,
+    },
+    ExpireDue,
+    PruneEvents {
+        before: Millis,
+    },
+}
+
+enum Reply {
+    Requested(Requested),
+    Decided(DecideOutcome, Approval),
+    Approval(Approval),
+    Count(u64),
+}
+
+struct Job {
+    change: Change,
+    now: Millis,
+    reply: oneshot::Sender<Result<Reply, StoreError>>,
+}
+
+/// What one change produced inside its transaction.
+struct Applied {
+    reply: Reply,
+    events: Vec<StoredEvent>,
+}
+
+/// Commit statistics, observed after every group commit.
+pub trait CommitObserver: Send + Sync {
+    fn committed(&self, batch_size: usize, latency: Duration);
+}
+
+/// The handle the services use; cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    jobs: mpsc::Sender<Job>,
+    reads: SqlitePool,
+}
+
+pub fn now_millis() -> Millis {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(now.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Store {
+    /// Opens (creating if needed) the database, applies migrations and starts the writer.
+    pub async fn open(
+        path: &Path,
+        config: &StorageConfig,
+        hub: Hub,
+        observer: Option<Arc<dyn CommitObserver>>,
+    ) -> Result<Store, StoreError> {
+        let synchronous = match config.durability {
+            Durability::Full => SqliteSynchronous::Full,
+            Durability::Normal => SqliteSynchronous::Normal,
+        };
+        let options = SqliteConnectOptions::from_str("sqlite:")?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(synchronous)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10));
+        let mut writer = SqliteConnection::connect_with(&options).await?;
+        MIGRATOR.run_direct(&mut writer).await?;
+        let reads = SqlitePoolOptions::new()
+            .max_connections(config.read_connections)
+            .connect_with(options.create_if_missing(false).read_only(true))
+            .await?;
+
+        let (jobs, queue) = mpsc::channel(config.max_batch.max(1) * 4);
+        let max_batch = if config.group_commit {
+            config.max_batch
+        } else {
+            1
+        };
+        tokio::spawn(run_writer(writer, queue, max_batch, hub, observer));
+        Ok(Store { jobs, reads })
+    }
+
+    async fn submit(&self, change: Change, now: Millis) -> Result<Reply, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send(Job { change, now, reply })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    pub async fn request(
+        &self,
+        request: ApprovalRequest,
+        ttl_seconds: u32,
+        disposition: Disposition,
+        now: Millis,
+    ) -> Result<Requested, StoreError> {
+        let change = Change::Request {
+            request,
+            ttl_seconds,
+            disposition,
+        };
+        match self.submit(change, now).await? {
+            Reply::Requested(requested) => Ok(requested),
+            _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
+        }
+    }
+
+    pub async fn decide(
+        &self,
+        approval_id: &str,
+        decision: Decision,
+        now: Millis,
+    ) -> Result<(DecideOutcome, Approval), StoreError> {
+        let change = Change::Decide {
+            approval_id: approval_id.to_string(),
+            decision,
+        };
+        match self.submit(change, now).await? {
+            Reply::Decided(outcome, approval) => Ok((outcome, approval)),
+            _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
+        }
+    }
+
+    pub async fn cancel(&self, approval_id: &str, reason: &str, now: Millis) -> Result<Approval, StoreError> {
+        let change = Change::Cancel {
+            approval_id: approval_id.to_string(),
+            reason: reason.to_string(),
+        };
+        self.submit_for_approval(change, now).await
+    }
+
+    pub async fn consume(
+        &self,
+        approval_id: &str,
+        outcome: ConsumeOutcome,
+        detail: &str,
+        now: Millis,
+    ) -> Result<Approval, StoreError> {
+        let change = Change::Consume {
+            approval_id: approval_id.to_string(),
+            outcome,
+            detail: detail.to_string(),
+        };
+        self.submit_for_approval(change, now).await
+    }
+
+    pub async fn record_delivery(
+        &self,
+        approval_id: &str,
+        delivery: Delivery,
+        now: Millis,
+    ) -> Result<Approval, StoreError> {
+        let change = Change::RecordDelivery {
+            approval_id: approval_id.to_string(),
+            delivery,
+        };
+        self.submit_for_approval(change, now).await
+    }
+
+    async fn submit_for_approval(&self, change: Change, now: Millis) -> Result<Approval, StoreError> {
+        match self.submit(change, now).await? {
+            Reply::Approval(approval) => Ok(approval),
+            _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
+        }
+    }
+
+    /// Expires every pending approval past its deadline; returns how many.
+    pub async fn expire_due(&self, now: Millis) -> Result<u64, StoreError> {
+        self.submit_for_count(Change::ExpireDue, now).await
+    }
+
+    /// Deletes events older than `before`; returns how many.
+    pub async fn prune_events(&self, before: Millis, now: Millis) -> Result<u64, StoreError> {
+        self.submit_for_count(Change::PruneEvents { before }, now).await
+    }
+
+    async fn submit_for_count(&self, change: Change, now: Millis) -> Result<u64, StoreError> {
+        match self.submit(change, now).await? {
+            Reply::Count(n) => Ok(n),
+            _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
+        }
+    }
+
+    pub async fn get(&self, approval_id: &str) -> Result<Approval, StoreError> {
+        load_approval(&self.reads, approval_id).await
+    }
+
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<Approval>, StoreError> {
+        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new("SELECT body FROM approvals WHERE 1 = 1");
+        if !filter.states.is_empty() {
+            query.push(" AND state IN (");
+            let mut states = query.separated(", ");
+            for state in &filter.states {
+                states.push_bind(state.as_str());
+            }
+            query.push(")");
+        }
+        if !filter.agent_id.is_empty() {
+            query.push(" AND agent_id = ").push_bind(filter.agent_id.clone());
+        }
+        if !filter.session_id.is_empty() {
+            query.push(" AND session_id = ").push_bind(filter.session_id.clone());
+        }
+        if !filter.tool_name.is_empty() {
+            query.push(" AND tool_name = ").push_bind(filter.tool_name.clone());
+        }
+        if !filter.channel.is_empty() {
+            query
+                .push(" AND (channels = '*' OR instr(channels, ")
+                .push_bind(format!(",{},", filter.channel))
+                .push(") > 0)");
+        }
+        if !filter.before_id.is_empty() {
+            query.push(" AND id < ").push_bind(filter.before_id.clone());
+        }
+        query.push(" ORDER BY id DESC LIMIT ").push_bind(i64::from(filter.limit));
+        let rows = query.build().fetch_all(&self.reads).await?;
+        rows.iter()
+            .map(|row| Ok(serde_json::from_str(row.try_get::<&str, _>("body")?)?))
+            .collect()
+    }
+
+    /// The pending approvals routed to `channel` (all when empty) and the head seq, read in
+    /// one transaction so that the stream can continue exactly after the snapshot.
+    pub async fn snapshot(&self, channel: &str) -> Result<Snapshot, StoreError> {
+        let mut tx = self.reads.begin().await?;
+        let head_seq = head_seq(&mut *tx).await?;
+        let rows = sqlx::query(
+            "SELECT body FROM approvals WHERE state = 'PENDING'
+               AND (?1 = '' OR channels = '*' OR instr(channels, ',' || ?1 || ',') > 0)
+             ORDER BY id",
+        )
+        .bind(channel)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let pending = rows
+            .iter()
+            .map(|row| Ok(serde_json::from_str(row.try_get::<&str, _>("body")?)?))
+            .collect::<Result<Vec<Approval>, StoreError>>()?;
+        Ok(Snapshot { head_seq, pending })
+    }
+
+    /// Stored events with seq greater than `after_seq`, oldest first, at most `limit`.
+    pub async fn events_after(&self, after_seq: i64, limit: u32) -> Result<Vec<StoredEvent>, StoreError> {
+        let rows = sqlx::query("SELECT seq, kind, at_ms, body FROM events WHERE seq > ? ORDER BY seq LIMIT ?")
+            .bind(after_seq)
+            .bind(i64::from(limit))
+            .fetch_all(&self.reads)
+            .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    /// The highest seq ever assigned (0 when none), and the lowest seq still stored (head + 1
+    /// when the log is empty).
+    pub async fn log_bounds(&self) -> Result<(i64, i64), StoreError> {
+        let mut tx = self.reads.begin().await?;
+        let head = head_seq(&mut *tx).await?;
+        let oldest: Option<i64> = sqlx::query_scalar("SELECT MIN(seq) FROM events")
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok((head, oldest.unwrap_or(head + 1)))
+    }
+}
+
+async fn head_seq<'e>(executor: impl SqliteExecutor<'e>) -> Result<i64, StoreError> {
+    let head: Option<i64> = sqlx::query_scalar("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
+        .fetch_optional(executor)
+        .await?;
+    Ok(head.unwrap_or(0))
+}
+
+fn event_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<StoredEvent, StoreError> {
+    let kind_name: &str = row.try_get("kind")?;
+    let kind = EventKind::parse(kind_name)
+        .ok_or_else(|| StoreError::Corrupt(format!("unknown event kind {kind_name}")))?;
+    let body: EventBody = serde_json::from_str(row.try_get::<&str, _>("body")?)?;
+    Ok(StoredEvent {
+        seq: row.try_get("seq")?,
+        kind,
+        at: row.try_get("at_ms")?,
+        approval: body.approval,
+        decision: body.decision,
+        delivery: body.delivery,
+    })
+}
+
+async fn load_approval<'e>(executor: impl SqliteExecutor<'e>, approval_id: &str) -> Result<Approval, StoreError> {
+    let body: Option<String> = sqlx::query_scalar("SELECT body FROM approvals WHERE id = ?")
+        .bind(approval_id)
+        .fetch_optional(executor)
+        .await?;
+    match body {
+        Some(body) => Ok(serde_json::from_str(&body)?),
+        None => Err(DomainError::NotFound(format!("approval {approval_id} not found")).into()),
+    }
+}
+
+/// The `channels` column: where an approval is shown.
+fn channels_column(approval: &Approval) -> String {
+    if approval.routes.is_empty() {
+        return "*".to_string();
+    }
+    let mut channels: Vec<&str> = approval.routes.iter().map(|r| r.channel.as_str()).collect();
+    channels.sort_unstable();
+    channels.dedup();
+    format!(",{},", channels.join(","))
+}
+
+async fn run_writer(
+    mut conn: SqliteConnection,
+    mut queue: mpsc::Receiver<Job>,
+    max_batch: usize,
+    hub: Hub,
+    observer: Option<Arc<dyn CommitObserver>>,
+) {
+    let mut batch: Vec<Job> = Vec::with_capacity(max_batch);
+    while queue.recv_many(&mut batch, max_batch).await > 0 {
+        let started = Instant::now();
+        let size = batch.len();
+        let outcome = commit_batch(&mut conn, &mut batch).await;
+        if let Some(observer) = &observer {
+            observer.committed(size, started.elapsed());
+        }
+        match outcome {
+            Ok(results) => {
+                for (job, result) in batch.drain(..).zip(results) {
+                    let answer = result.map(|applied| {
+                        for event in applied.events {
+                            hub.publish(event);
+                        }
+                        applied.reply
+                    });
+                    // A caller that went away does not undo a committed change.
+                    let _ = job.reply.send(answer);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, batch = size, "group commit failed; every change in it was rolled back");
+                for job in batch.drain(..) {
+                    let _ = job.reply.send(Err(StoreError::Corrupt(format!("commit failed: {e}"))));
+                }
+            }
+        }
+    }
+    tracing::debug!("store writer stopped");
+}
+
+/// Applies each job in one transaction. A job refused by the domain changes nothing (the
+/// domain refuses before any write), so its refusal is its answer and the others still commit.
+async fn commit_batch(
+    conn: &mut SqliteConnection,
+    batch: &mut [Job],
+) -> Result<Vec<Result<Applied, StoreError>>, sqlx::Error> {
+    let mut tx = conn.begin().await?;
+    let mut results = Vec::with_capacity(batch.len());
+    for job in batch.iter_mut() {
+        let change = std::mem::replace(&mut job.change, Change::ExpireDue);
+        match apply(&mut tx, change, job.now).await {
+            Err(StoreError::Database(e)) => return Err(e),
+            other => results.push(other),
+        }
+    }
+    tx.commit().await?;
+    Ok(results)
+}
+
+async fn apply(conn: &mut SqliteConnection, change: Change, now: Millis) -> Result<Applied, StoreError> {
+    match change {
+        Change::Request {
+            request,
+            ttl_seconds,
+            disposition,
+        } => apply_request(conn, request, ttl_seconds, disposition, now).await,
+        Change::Decide { approval_id, decision } => {
+            let mut approval = load_approval(&mut *conn, &approval_id).await?;
+            let effect = approval.decide(decision.clone(), now)?;
+            let mut events = Vec::new();
+            if let Some(kind) = effect.event {
+                let recorded = (kind != EventKind::Expired).then_some(decision.clone());
+                save_approval(conn, &approval).await?;
+                events.push(append_event(conn, kind, now, &approval, recorded, None).await?);
+            }
+            if effect.grants_session {
+                sqlx::query(
+                    "INSERT INTO grants (id, agent_id, session_id, tool_name, approval_id, granted_by, created_at_ms)
+                     VALUES (?, ?, ?, ?, ?, ?, ?)",
+                )
+                .bind(uuid::Uuid::now_v7().to_string())
+                .bind(&approval.agent_id)
+                .bind(&approval.session_id)
+                .bind(&approval.tool_name)
+                .bind(&approval.id)
+                .bind(&decision.approver)
+                .bind(now)
+                .execute(&mut *conn)
+                .await?;
+            }
+            Ok(Applied {
+                reply: Reply::Decided(effect.outcome, approval),
+                events,
+            })
+        }
+        Change::Cancel { approval_id, reason } => {
+            let mut approval = load_approval(&mut *conn, &approval_id).await?;
+            let kind = approval.cancel(&reason, now)?;
+            save_and_log(conn, approval, kind, now, None).await
+        }
+        Change::Consume {
+            approval_id,
+            outcome,
+            detail,
+        } => {
+            let mut approval = load_approval(&mut *conn, &approval_id).await?;
+            if approval.expire_if_due(now) {
+                return save_and_log(conn, approval, EventKind::Expired, now, None).await;
+            }
+            let kind = approval.consume(outcome, &detail, now)?;
+            save_and_log(conn, approval, kind, now, None).await
+        }
+        Change::RecordDelivery { approval_id, delivery } => {
+            let mut approval = load_approval(&mut *conn, &approval_id).await?;
+            let kind = approval.record_delivery(delivery.clone());
+            save_and_log(conn, approval, kind, now, Some(delivery)).await
+        }
+        Change::ExpireDue => {
+            let bodies: Vec<String> = sqlx::query_scalar(
+                "SELECT body FROM approvals WHERE state = 'PENDING' AND expires_at_ms <= ? ORDER BY expires_at_ms LIMIT 1000",
+            )
+            .bind(now)
+            .fetch_all(&mut *conn)
+            .await?;
+            let mut events = Vec::with_capacity(bodies.len());
+            for body in bodies {
+                let mut approval: Approval = serde_json::from_str(&body)?;
+                if approval.expire_if_due(now) {
+                    save_approval(conn, &approval).await?;
+                    events.push(append_event(conn, EventKind::Expired, now, &approval, None, None).await?);
+                }
+            }
+            Ok(Applied {
+                reply: Reply::Count(events.len() as u64),
+                events,
+            })
+        }
+        Change::PruneEvents { before } => {
+            // The newest event always stays, so the log's head is never lost.
+            let pruned = sqlx::query("DELETE FROM events WHERE at_ms < ? AND seq < (SELECT MAX(seq) FROM events)")
+                .bind(before)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+            Ok(Applied {
+                reply: Reply::Count(pruned),
+                events: Vec::new(),
+            })
+        }
+    }
+}
+
+async fn apply_request(
+    conn: &mut SqliteConnection,
+    request: ApprovalRequest,
+    ttl_seconds: u32,
+    disposition: Disposition,
+    now: Millis,
+) -> Result<Applied, StoreError> {
+    let existing: Option<String> = sqlx::query_scalar("SELECT body FROM approvals WHERE agent_id = ? AND idempotency_key = ?")
+        .bind(&request.agent_id)
+        .bind(&request.idempotency_key)
+        .fetch_optional(&mut *conn)
+        .await?;
+    if let Some(body) = existing {
+        let approval: Approval = serde_json::from_str(&body)?;
+        if approval.args_digest != request.args_digest {
+            return Err(DomainError::AlreadyExists(format!(
+                "idempotency_key {:?} of agent {:?} was used for approval {} with different arguments (digest {}); changed arguments need a new idempotency_key",
+                request.idempotency_key, request.agent_id, approval.id, approval.args_digest
+            ))
+            .into());
+        }
+        return Ok(Applied {
+            reply: Reply::Requested(Requested {
+                approval,
+                created: false,
+            }),
+            events: Vec::new(),
+        });
+    }
+
+    let disposition = match disposition {
+        Disposition::RequireHuman if !request.session_id.is_empty() => {
+            match active_grant(conn, &request, now).await? {
+                Some(grant_id) => Disposition::Resolve {
+                    verdict: Verdict::Approve,
+                    resolved_by: ResolvedBy::Grant,
+                    rule: None,
+                    reason: format!("session grant {grant_id}"),
+                    grant_id: Some(grant_id),
+                },
+                None => Disposition::RequireHuman,
+            }
+        }
+        other => other,
+    };
+    let approval = Approval::new(
+        uuid::Uuid::now_v7().to_string(),
+        request,
+        ttl_seconds,
+        disposition,
+        now,
+    );
+    sqlx::query(
+        "INSERT INTO approvals (id, agent_id, idempotency_key, session_id, tool_name, state, channels, created_at_ms, expires_at_ms, body)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&approval.id)
+    .bind(&approval.agent_id)
+    .bind(&approval.idempotency_key)
+    .bind(&approval.session_id)
+    .bind(&approval.tool_name)
+    .bind(approval.state.as_str())
+    .bind(channels_column(&approval))
+    .bind(approval.created_at)
+    .bind(approval.expires_at)
+    .bind(serde_json::to_string(&approval)?)
+    .execute(&mut *conn)
+    .await?;
+    let mut events = vec![append_event(conn, EventKind::Requested, now, &approval, None, None).await?];
+    if !approval.is_pending() {
+        events.push(append_event(conn, EventKind::Resolved, now, &approval, None, None).await?);
+    }
+    Ok(Applied {
+        reply: Reply::Requested(Requested {
+            approval,
+            created: true,
+        }),
+        events,
+    })
+}
+
+async fn active_grant(
+    conn: &mut SqliteConnection,
+    request: &ApprovalRequest,
+    now: Millis,
+) -> Result<Option<String>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT id FROM grants WHERE agent_id = ? AND session_id = ? AND tool_name = ?
+           AND revoked_at_ms IS NULL AND (expires_at_ms IS NULL OR expires_at_ms > ?)
+         ORDER BY created_at_ms LIMIT 1",
+    )
+    .bind(&request.agent_id)
+    .bind(&request.session_id)
+    .bind(&request.tool_name)
+    .bind(now)
+    .fetch_optional(&mut *conn)
+    .await?)
+}
+
+async fn save_and_log(
+    conn: &mut SqliteConnection,
+    approval: Approval,
+    kind: EventKind,
+    now: Millis,
+    delivery: Option<Delivery>,
+) -> Result<Applied, StoreError> {
+    save_approval(conn, &approval).await?;
+    let event = append_event(conn, kind, now, &approval, None, delivery).await?;
+    Ok(Applied {
+        reply: Reply::Approval(approval),
+        events: vec![event],
+    })
+}
+
+async fn save_approval(conn: &mut SqliteConnection, approval: &Approval) -> Result<(), StoreError> {
+    sqlx::query("UPDATE approvals SET state = ?, body = ? WHERE id = ?")
+        .bind(approval.state.as_str())
+        .bind(serde_json::to_string(approval)?)
+        .bind(&approval.id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+async fn append_event(
+    conn: &mut SqliteConnection,
+    kind: EventKind,
+    at: Millis,
+    approval: &Approval,
+    decision: Option<Decision>,
+    delivery: Option<Delivery>,
+) -> Result<StoredEvent, StoreError> {
+    let body = EventBody {
+        approval: approval.clone(),
+        decision,
+        delivery,
+    };
+    let seq: i64 = sqlx::query_scalar("INSERT INTO events (approval_id, kind, at_ms, body) VALUES (?, ?, ?, ?) RETURNING seq")
+        .bind(&approval.id)
+        .bind(kind.as_str())
+        .bind(at)
+        .bind(serde_json::to_string(&body)?)
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(StoredEvent {
+        seq,
+        kind,
+        at,
+        approval: body.approval,
+        decision: body.decision,
+        delivery: body.delivery,
+    })
+}
