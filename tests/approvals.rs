@@ -61,7 +61,10 @@ async fn request_watch_decide_and_wait() {
         .into_inner();
     assert_eq!(decided.outcome, pb::DecideOutcome::Resolved as i32);
 
-    let waited = tokio::time::timeout(PATIENCE, waiter).await.unwrap().unwrap();
+    let waited = tokio::time::timeout(PATIENCE, waiter)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(state(&waited), pb::ApprovalState::Approved);
     let resolution = waited.resolution.unwrap();
     assert_eq!(resolution.resolved_by, pb::ResolvedBy::Decision as i32);
@@ -70,14 +73,21 @@ async fn request_watch_decide_and_wait() {
     let resolved = next_event(&mut events, PATIENCE).await;
     assert_eq!(kind(&resolved), pb::EventKind::Resolved);
     assert_eq!(resolved.seq, requested.seq + 1);
-    assert_eq!(state(resolved.approval.as_ref().unwrap()), pb::ApprovalState::Approved);
+    assert_eq!(
+        state(resolved.approval.as_ref().unwrap()),
+        pb::ApprovalState::Approved
+    );
 }
 
 #[tokio::test]
 async fn idempotent_repeat_and_changed_arguments() {
     let server = TestServer::start().await;
     let mut agent = connect(&server).await;
-    let first = agent.request_approval(request("agent-1", "call-1")).await.unwrap().into_inner();
+    let first = agent
+        .request_approval(request("agent-1", "call-1"))
+        .await
+        .unwrap()
+        .into_inner();
     assert!(first.created);
 
     // Same arguments with other key order and spacing: the same call.
@@ -85,19 +95,30 @@ async fn idempotent_repeat_and_changed_arguments() {
     again.arguments_json = r#"{"cwd":"/srv","command":"rm -rf /tmp/build"}"#.into();
     let repeat = agent.request_approval(again).await.unwrap().into_inner();
     assert!(!repeat.created);
-    assert_eq!(repeat.approval.unwrap().id, first.approval.as_ref().unwrap().id);
+    assert_eq!(
+        repeat.approval.unwrap().id,
+        first.approval.as_ref().unwrap().id
+    );
 
     let events_before = count_rows(&server, "events").await;
     let mut changed = request("agent-1", "call-1");
     changed.arguments_json = r#"{"command": "rm -rf /"}"#.into();
     let err = agent.request_approval(changed).await.unwrap_err();
     assert_eq!(err.code(), Code::AlreadyExists);
-    assert!(err.message().contains("idempotency_key"), "{}", err.message());
+    assert!(
+        err.message().contains("idempotency_key"),
+        "{}",
+        err.message()
+    );
     assert_eq!(count_rows(&server, "approvals").await, 1);
     assert_eq!(count_rows(&server, "events").await, events_before);
 
     // The same key from another agent is another call.
-    let other = agent.request_approval(request("agent-2", "call-1")).await.unwrap().into_inner();
+    let other = agent
+        .request_approval(request("agent-2", "call-1"))
+        .await
+        .unwrap()
+        .into_inner();
     assert!(other.created);
 }
 
@@ -110,9 +131,20 @@ async fn fifty_concurrent_decisions_resolve_once() {
     let mut calls = Vec::new();
     for i in 0..50 {
         let mut client = agent.clone();
-        let verdict = if i % 2 == 0 { pb::Verdict::Approve } else { pb::Verdict::Reject };
-        let req = decide(&approval.id, verdict, &format!("user-{}", i % 10), &format!("key-{i}"));
-        calls.push(tokio::spawn(async move { client.decide(req).await.unwrap().into_inner() }));
+        let verdict = if i % 2 == 0 {
+            pb::Verdict::Approve
+        } else {
+            pb::Verdict::Reject
+        };
+        let req = decide(
+            &approval.id,
+            verdict,
+            &format!("user-{}", i % 10),
+            &format!("key-{i}"),
+        );
+        calls.push(tokio::spawn(async move {
+            client.decide(req).await.unwrap().into_inner()
+        }));
     }
     let mut answers = Vec::new();
     for call in calls {
@@ -141,17 +173,30 @@ async fn fifty_concurrent_decisions_resolve_once() {
         }
     }
     let stored = agent
-        .get_approval(pb::GetApprovalRequest { approval_id: approval.id.clone() })
+        .get_approval(pb::GetApprovalRequest {
+            approval_id: approval.id.clone(),
+        })
         .await
         .unwrap()
         .into_inner();
     assert_eq!(state(&stored), final_state);
     assert_eq!(stored.decisions.len(), 1);
 
-    let mut log = watch(&mut agent, pb::WatchApprovalsRequest { after_seq: 1, ..Default::default() }).await;
+    let mut log = watch(
+        &mut agent,
+        pb::WatchApprovalsRequest {
+            after_seq: 1,
+            ..Default::default()
+        },
+    )
+    .await;
     let only = next_event(&mut log, PATIENCE).await;
     assert_eq!(kind(&only), pb::EventKind::Resolved);
-    assert_eq!(count_rows(&server, "events").await, 2, "one request and one resolution event");
+    assert_eq!(
+        count_rows(&server, "events").await,
+        2,
+        "one request and one resolution event"
+    );
 }
 
 #[tokio::test]
@@ -162,14 +207,29 @@ async fn quorum_of_two_distinct_deciders() {
     req.required_approvals = 2;
     let approval = create(&mut client, req).await;
 
-    let first = client.decide(decide(&approval.id, pb::Verdict::Approve, "u1", "k1")).await.unwrap().into_inner();
+    let first = client
+        .decide(decide(&approval.id, pb::Verdict::Approve, "u1", "k1"))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(first.outcome, pb::DecideOutcome::Recorded as i32);
-    assert_eq!(state(first.approval.as_ref().unwrap()), pb::ApprovalState::Pending);
+    assert_eq!(
+        state(first.approval.as_ref().unwrap()),
+        pb::ApprovalState::Pending
+    );
 
-    let same = client.decide(decide(&approval.id, pb::Verdict::Approve, "u1", "k2")).await.unwrap().into_inner();
+    let same = client
+        .decide(decide(&approval.id, pb::Verdict::Approve, "u1", "k2"))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(same.outcome, pb::DecideOutcome::Duplicate as i32);
 
-    let second = client.decide(decide(&approval.id, pb::Verdict::Approve, "u2", "k3")).await.unwrap().into_inner();
+    let second = client
+        .decide(decide(&approval.id, pb::Verdict::Approve, "u2", "k3"))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(second.outcome, pb::DecideOutcome::Resolved as i32);
     let approved = second.approval.unwrap();
     assert_eq!(state(&approved), pb::ApprovalState::Approved);
@@ -179,10 +239,20 @@ async fn quorum_of_two_distinct_deciders() {
     let mut req = request("agent-1", "call-2");
     req.required_approvals = 2;
     let other = create(&mut client, req).await;
-    client.decide(decide(&other.id, pb::Verdict::Approve, "u1", "k4")).await.unwrap();
-    let rejected = client.decide(decide(&other.id, pb::Verdict::Reject, "u2", "k5")).await.unwrap().into_inner();
+    client
+        .decide(decide(&other.id, pb::Verdict::Approve, "u1", "k4"))
+        .await
+        .unwrap();
+    let rejected = client
+        .decide(decide(&other.id, pb::Verdict::Reject, "u2", "k5"))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(rejected.outcome, pb::DecideOutcome::Resolved as i32);
-    assert_eq!(state(rejected.approval.as_ref().unwrap()), pb::ApprovalState::Rejected);
+    assert_eq!(
+        state(rejected.approval.as_ref().unwrap()),
+        pb::ApprovalState::Rejected
+    );
 }
 
 #[tokio::test]
@@ -204,14 +274,23 @@ async fn session_grant_covers_same_tool_in_same_session_only() {
 
     let mut other_session = request("agent-1", "call-3");
     other_session.session_id = "session-2".into();
-    assert_eq!(state(&create(&mut client, other_session).await), pb::ApprovalState::Pending);
+    assert_eq!(
+        state(&create(&mut client, other_session).await),
+        pb::ApprovalState::Pending
+    );
 
     let mut other_tool = request("agent-1", "call-4");
     other_tool.tool_name = "deploy".into();
-    assert_eq!(state(&create(&mut client, other_tool).await), pb::ApprovalState::Pending);
+    assert_eq!(
+        state(&create(&mut client, other_tool).await),
+        pb::ApprovalState::Pending
+    );
 
     let other_agent = request("agent-2", "call-5");
-    assert_eq!(state(&create(&mut client, other_agent).await), pb::ApprovalState::Pending);
+    assert_eq!(
+        state(&create(&mut client, other_agent).await),
+        pb::ApprovalState::Pending
+    );
 
     // A session grant needs a session.
     let mut sessionless = request("agent-1", "call-6");
@@ -232,7 +311,10 @@ async fn ttl_expiry_reaches_watchers_waiters_and_deciders() {
     let mut req = request("agent-1", "call-1");
     req.ttl_seconds = 1;
     let approval = create(&mut client, req).await;
-    assert_eq!(kind(&next_event(&mut events, PATIENCE).await), pb::EventKind::Requested);
+    assert_eq!(
+        kind(&next_event(&mut events, PATIENCE).await),
+        pb::EventKind::Requested
+    );
 
     let waited = client
         .wait_for_decision(pb::WaitForDecisionRequest {
@@ -243,7 +325,10 @@ async fn ttl_expiry_reaches_watchers_waiters_and_deciders() {
         .unwrap()
         .into_inner();
     assert_eq!(state(&waited), pb::ApprovalState::Expired);
-    assert_eq!(waited.resolution.unwrap().resolved_by, pb::ResolvedBy::Expiry as i32);
+    assert_eq!(
+        waited.resolution.unwrap().resolved_by,
+        pb::ResolvedBy::Expiry as i32
+    );
 
     let expired = next_event(&mut events, PATIENCE).await;
     assert_eq!(kind(&expired), pb::EventKind::Expired);
@@ -254,7 +339,10 @@ async fn ttl_expiry_reaches_watchers_waiters_and_deciders() {
         .unwrap()
         .into_inner();
     assert_eq!(late.outcome, pb::DecideOutcome::AlreadyResolved as i32);
-    assert_eq!(state(late.approval.as_ref().unwrap()), pb::ApprovalState::Expired);
+    assert_eq!(
+        state(late.approval.as_ref().unwrap()),
+        pb::ApprovalState::Expired
+    );
 }
 
 #[tokio::test]
@@ -290,7 +378,10 @@ async fn consume_once_cancel_and_not_found() {
         .unwrap_err();
     assert_eq!(early.code(), Code::FailedPrecondition);
 
-    client.decide(decide(&approval.id, pb::Verdict::Approve, "u1", "k1")).await.unwrap();
+    client
+        .decide(decide(&approval.id, pb::Verdict::Approve, "u1", "k1"))
+        .await
+        .unwrap();
     let consume = pb::ConsumeRequest {
         approval_id: approval.id.clone(),
         outcome: pb::ConsumeOutcome::Succeeded as i32,
@@ -312,16 +403,25 @@ async fn consume_once_cancel_and_not_found() {
         .unwrap()
         .into_inner();
     assert_eq!(state(&cancelled), pb::ApprovalState::Cancelled);
-    let late = client.decide(decide(&other.id, pb::Verdict::Approve, "u1", "k2")).await.unwrap().into_inner();
+    let late = client
+        .decide(decide(&other.id, pb::Verdict::Approve, "u1", "k2"))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(late.outcome, pb::DecideOutcome::AlreadyResolved as i32);
     let again = client
-        .cancel_approval(pb::CancelApprovalRequest { approval_id: other.id.clone(), reason: String::new() })
+        .cancel_approval(pb::CancelApprovalRequest {
+            approval_id: other.id.clone(),
+            reason: String::new(),
+        })
         .await
         .unwrap_err();
     assert_eq!(again.code(), Code::FailedPrecondition);
 
     let missing = client
-        .get_approval(pb::GetApprovalRequest { approval_id: "0190-nope".into() })
+        .get_approval(pb::GetApprovalRequest {
+            approval_id: "0190-nope".into(),
+        })
         .await
         .unwrap_err();
     assert_eq!(missing.code(), Code::NotFound);
@@ -333,15 +433,27 @@ async fn list_filters_and_pages() {
     let mut client = connect(&server).await;
     let mut ids = Vec::new();
     for i in 0..7 {
-        let mut req = request(if i < 5 { "agent-a" } else { "agent-b" }, &format!("call-{i}"));
+        let mut req = request(
+            if i < 5 { "agent-a" } else { "agent-b" },
+            &format!("call-{i}"),
+        );
         if i % 2 == 0 {
-            req.routes = vec![pb::Route { channel: "github".into(), target: "o/r#1".into() }];
+            req.routes = vec![pb::Route {
+                channel: "github".into(),
+                target: "o/r#1".into(),
+            }];
         } else if i != 5 {
-            req.routes = vec![pb::Route { channel: "telegram".into(), target: String::new() }];
+            req.routes = vec![pb::Route {
+                channel: "telegram".into(),
+                target: String::new(),
+            }];
         }
         ids.push(create(&mut client, req).await.id);
     }
-    client.decide(decide(&ids[0], pb::Verdict::Reject, "u", "k")).await.unwrap();
+    client
+        .decide(decide(&ids[0], pb::Verdict::Reject, "u", "k"))
+        .await
+        .unwrap();
 
     let list = |req: pb::ListApprovalsRequest| {
         let mut client = client.clone();
@@ -385,12 +497,20 @@ async fn list_filters_and_pages() {
     .await;
     let mut got: Vec<String> = github.approvals.into_iter().map(|a| a.id).collect();
     got.sort();
-    let mut want = vec![ids[2].clone(), ids[4].clone(), ids[5].clone(), ids[6].clone()];
+    let mut want = vec![
+        ids[2].clone(),
+        ids[4].clone(),
+        ids[5].clone(),
+        ids[6].clone(),
+    ];
     want.sort();
     assert_eq!(got, want);
 
     let bad = client
-        .list_approvals(pb::ListApprovalsRequest { page_size: 10_000, ..Default::default() })
+        .list_approvals(pb::ListApprovalsRequest {
+            page_size: 10_000,
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(bad.code(), Code::InvalidArgument);
@@ -408,25 +528,68 @@ async fn bad_input_is_refused_with_the_field_named_and_stores_nothing() {
         ("tool_name", Box::new(|r| r.tool_name = "rm -rf".into())),
         ("tool_name", Box::new(|r| r.tool_name = "t".repeat(129))),
         ("tool_name", Box::new(|r| r.tool_name.clear())),
-        ("arguments_json", Box::new(|r| r.arguments_json = "not json".into())),
-        ("arguments_json", Box::new(|r| r.arguments_json = "[1,2]".into())),
-        ("arguments_json", Box::new(|r| r.arguments_json = format!(r#"{{"blob":"{}"}}"#, "x".repeat(70 * 1024)))),
+        (
+            "arguments_json",
+            Box::new(|r| r.arguments_json = "not json".into()),
+        ),
+        (
+            "arguments_json",
+            Box::new(|r| r.arguments_json = "[1,2]".into()),
+        ),
+        (
+            "arguments_json",
+            Box::new(|r| r.arguments_json = format!(r#"{{"blob":"{}"}}"#, "x".repeat(70 * 1024))),
+        ),
         ("risk", Box::new(|r| r.risk = pb::Risk::Unspecified as i32)),
         ("risk", Box::new(|r| r.risk = 99)),
-        ("routes", Box::new(|r| r.routes = vec![pb::Route { channel: "cli".into(), target: String::new() }; 17])),
-        ("routes[0].channel", Box::new(|r| r.routes = vec![pb::Route { channel: String::new(), target: "x".into() }])),
+        (
+            "routes",
+            Box::new(|r| {
+                r.routes = vec![
+                    pb::Route {
+                        channel: "cli".into(),
+                        target: String::new()
+                    };
+                    17
+                ]
+            }),
+        ),
+        (
+            "routes[0].channel",
+            Box::new(|r| {
+                r.routes = vec![pb::Route {
+                    channel: String::new(),
+                    target: "x".into(),
+                }]
+            }),
+        ),
         ("ttl_seconds", Box::new(|r| r.ttl_seconds = 30 * 24 * 3600)),
-        ("required_approvals", Box::new(|r| r.required_approvals = 100)),
+        (
+            "required_approvals",
+            Box::new(|r| r.required_approvals = 100),
+        ),
         ("action", Box::new(|r| r.action = "a".repeat(2000))),
         ("session_id", Box::new(|r| r.session_id = "s".repeat(200))),
-        ("labels", Box::new(|r| r.labels = (0..40).map(|i| (format!("k{i}"), "v".into())).collect())),
+        (
+            "labels",
+            Box::new(|r| r.labels = (0..40).map(|i| (format!("k{i}"), "v".into())).collect()),
+        ),
     ];
     for (field, mutate) in cases {
         let mut req = request("agent-1", "call-1");
         mutate(&mut req);
         let err = client.request_approval(req).await.unwrap_err();
-        assert_eq!(err.code(), Code::InvalidArgument, "{field}: {}", err.message());
-        assert!(err.message().starts_with(field), "expected {field}, got: {}", err.message());
+        assert_eq!(
+            err.code(),
+            Code::InvalidArgument,
+            "{field}: {}",
+            err.message()
+        );
+        assert!(
+            err.message().starts_with(field),
+            "expected {field}, got: {}",
+            err.message()
+        );
     }
     assert_eq!(count_rows(&server, "approvals").await, 0);
     assert_eq!(count_rows(&server, "events").await, 0);
@@ -440,14 +603,28 @@ async fn bad_input_is_refused_with_the_field_named_and_stores_nothing() {
     no_decider.decider = None;
     let mut no_key = decide(&approval.id, pb::Verdict::Approve, "u", "k");
     no_key.idempotency_key.clear();
-    for (field, req) in [("verdict", no_verdict), ("decider.channel", no_decider), ("idempotency_key", no_key)] {
+    for (field, req) in [
+        ("verdict", no_verdict),
+        ("decider.channel", no_decider),
+        ("idempotency_key", no_key),
+    ] {
         let err = client.decide(req).await.unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument);
-        assert!(err.message().starts_with(field), "expected {field}, got: {}", err.message());
+        assert!(
+            err.message().starts_with(field),
+            "expected {field}, got: {}",
+            err.message()
+        );
     }
-    let err = client.decide(decide("", pb::Verdict::Approve, "u", "k")).await.unwrap_err();
+    let err = client
+        .decide(decide("", pb::Verdict::Approve, "u", "k"))
+        .await
+        .unwrap_err();
     assert!(err.message().starts_with("approval_id"));
-    let err = client.decide(decide("missing", pb::Verdict::Approve, "u", "k")).await.unwrap_err();
+    let err = client
+        .decide(decide("missing", pb::Verdict::Approve, "u", "k"))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
     let err = client
         .record_delivery(pb::RecordDeliveryRequest {
@@ -460,17 +637,31 @@ async fn bad_input_is_refused_with_the_field_named_and_stores_nothing() {
         .unwrap_err();
     assert!(err.message().starts_with("message_ref"));
     let err = client
-        .consume(pb::ConsumeRequest { approval_id: approval.id.clone(), outcome: 0, detail: String::new() })
+        .consume(pb::ConsumeRequest {
+            approval_id: approval.id.clone(),
+            outcome: 0,
+            detail: String::new(),
+        })
         .await
         .unwrap_err();
     assert!(err.message().starts_with("outcome"));
     let err = client
-        .watch_approvals(pb::WatchApprovalsRequest { after_seq: 1, include_snapshot: true, channel: String::new() })
+        .watch_approvals(pb::WatchApprovalsRequest {
+            after_seq: 1,
+            include_snapshot: true,
+            channel: String::new(),
+        })
         .await
         .unwrap_err();
     assert!(err.message().starts_with("include_snapshot"));
     assert_eq!(count_rows(&server, "events").await, events);
-    let unchanged = client.get_approval(pb::GetApprovalRequest { approval_id: approval.id }).await.unwrap().into_inner();
+    let unchanged = client
+        .get_approval(pb::GetApprovalRequest {
+            approval_id: approval.id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert!(unchanged.decisions.is_empty() && unchanged.deliveries.is_empty());
 }
 
@@ -490,7 +681,13 @@ async fn deliveries_are_recorded_once_per_target() {
             .await
             .unwrap();
     }
-    let stored = client.get_approval(pb::GetApprovalRequest { approval_id: approval.id }).await.unwrap().into_inner();
+    let stored = client
+        .get_approval(pb::GetApprovalRequest {
+            approval_id: approval.id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(stored.deliveries.len(), 1);
     assert_eq!(stored.deliveries[0].message_ref, "chat:2");
 }

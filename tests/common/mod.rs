@@ -11,7 +11,9 @@ use tonic::transport::Channel;
 pub type Client = ApprovalServiceClient<Channel>;
 
 pub async fn connect(server: &TestServer) -> Client {
-    ApprovalServiceClient::connect(server.url()).await.expect("connect to test server")
+    ApprovalServiceClient::connect(server.url())
+        .await
+        .expect("connect to test server")
 }
 
 pub fn request(agent: &str, key: &str) -> pb::RequestApprovalRequest {
@@ -65,7 +67,11 @@ pub fn kind(event: &pb::ApprovalEvent) -> pb::EventKind {
 pub type Events = tonic::Streaming<pb::ApprovalEvent>;
 
 pub async fn watch(client: &mut Client, req: pb::WatchApprovalsRequest) -> Events {
-    client.watch_approvals(req).await.expect("watch").into_inner()
+    client
+        .watch_approvals(req)
+        .await
+        .expect("watch")
+        .into_inner()
 }
 
 /// The next event that is not a heartbeat, within `wait`.
@@ -85,7 +91,9 @@ pub async fn next_event(events: &mut Events, wait: Duration) -> pb::ApprovalEven
 pub async fn count_rows(server: &TestServer, table: &str) -> i64 {
     use sqlx::Connection;
     let url = format!("sqlite://{}?mode=ro", server.database_path().display());
-    let mut conn = sqlx::SqliteConnection::connect(&url).await.expect("open database");
+    let mut conn = sqlx::SqliteConnection::connect(&url)
+        .await
+        .expect("open database");
     sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
         .fetch_one(&mut conn)
         .await

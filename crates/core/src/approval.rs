@@ -310,17 +310,15 @@ impl Approval {
             reason,
         } = disposition
         {
-            approval.resolve(
-                Resolution {
-                    verdict: Some(verdict),
-                    resolved_by,
-                    deciders: Vec::new(),
-                    rule,
-                    grant_id,
-                    reason,
-                    resolved_at: now,
-                },
-            );
+            approval.resolve(Resolution {
+                verdict: Some(verdict),
+                resolved_by,
+                deciders: Vec::new(),
+                rule,
+                grant_id,
+                reason,
+                resolved_at: now,
+            });
         }
         approval
     }
@@ -331,7 +329,9 @@ impl Approval {
 
     /// Whether this approval is shown on `channel`: routed there, or routed nowhere.
     pub fn is_routed_to(&self, channel: &str) -> bool {
-        channel.is_empty() || self.routes.is_empty() || self.routes.iter().any(|r| r.channel == channel)
+        channel.is_empty()
+            || self.routes.is_empty()
+            || self.routes.iter().any(|r| r.channel == channel)
     }
 
     /// The distinct approvers who approved so far.
@@ -366,17 +366,15 @@ impl Approval {
         if !self.is_pending() || now < self.expires_at {
             return false;
         }
-        self.resolve(
-            Resolution {
-                verdict: None,
-                resolved_by: ResolvedBy::Expiry,
-                deciders: Vec::new(),
-                rule: None,
-                grant_id: None,
-                reason: "no decision before the approval expired".to_string(),
-                resolved_at: now,
-            },
-        );
+        self.resolve(Resolution {
+            verdict: None,
+            resolved_by: ResolvedBy::Expiry,
+            deciders: Vec::new(),
+            rule: None,
+            grant_id: None,
+            reason: "no decision before the approval expired".to_string(),
+            resolved_at: now,
+        });
         true
     }
 
@@ -445,17 +443,15 @@ impl Approval {
             ),
         }
         .unwrap_or_default();
-        self.resolve(
-            Resolution {
-                verdict: Some(verdict),
-                resolved_by: ResolvedBy::Decision,
-                deciders,
-                rule: None,
-                grant_id: None,
-                reason,
-                resolved_at: now,
-            },
-        );
+        self.resolve(Resolution {
+            verdict: Some(verdict),
+            resolved_by: ResolvedBy::Decision,
+            deciders,
+            rule: None,
+            grant_id: None,
+            reason,
+            resolved_at: now,
+        });
         Ok(DecideEffect {
             outcome: DecideOutcome::Resolved,
             event: Some(EventKind::Resolved),
@@ -475,17 +471,15 @@ impl Approval {
                 self.state.as_str()
             )));
         }
-        self.resolve(
-            Resolution {
-                verdict: None,
-                resolved_by: ResolvedBy::Cancellation,
-                deciders: Vec::new(),
-                rule: None,
-                grant_id: None,
-                reason: reason.to_string(),
-                resolved_at: now,
-            },
-        );
+        self.resolve(Resolution {
+            verdict: None,
+            resolved_by: ResolvedBy::Cancellation,
+            deciders: Vec::new(),
+            rule: None,
+            grant_id: None,
+            reason: reason.to_string(),
+            resolved_at: now,
+        });
         Ok(EventKind::Cancelled)
     }
 
@@ -573,7 +567,13 @@ mod tests {
     }
 
     fn pending(required: u32) -> Approval {
-        Approval::new("a1".into(), request(required), 60, Disposition::RequireHuman, 0)
+        Approval::new(
+            "a1".into(),
+            request(required),
+            60,
+            Disposition::RequireHuman,
+            0,
+        )
     }
 
     #[test]
@@ -597,11 +597,15 @@ mod tests {
     fn a_repeated_idempotency_key_is_a_duplicate_even_after_resolution() {
         let mut a = pending(1);
         assert_eq!(
-            a.decide(decision("u1", Verdict::Approve, "k1"), 1).unwrap().outcome,
+            a.decide(decision("u1", Verdict::Approve, "k1"), 1)
+                .unwrap()
+                .outcome,
             DecideOutcome::Resolved
         );
         assert_eq!(
-            a.decide(decision("u1", Verdict::Approve, "k1"), 2).unwrap().outcome,
+            a.decide(decision("u1", Verdict::Approve, "k1"), 2)
+                .unwrap()
+                .outcome,
             DecideOutcome::Duplicate
         );
     }
@@ -609,7 +613,9 @@ mod tests {
     #[test]
     fn an_approval_past_its_deadline_cannot_be_approved() {
         let mut a = pending(1);
-        let effect = a.decide(decision("u1", Verdict::Approve, "k1"), 60_000).unwrap();
+        let effect = a
+            .decide(decision("u1", Verdict::Approve, "k1"), 60_000)
+            .unwrap();
         assert_eq!(effect.outcome, DecideOutcome::AlreadyResolved);
         assert_eq!(effect.event, Some(EventKind::Expired));
         assert_eq!(a.state, State::Expired);
@@ -648,7 +654,10 @@ mod tests {
     #[test]
     fn cancel_only_while_pending() {
         let mut a = pending(1);
-        assert_eq!(a.cancel("changed my mind", 1).unwrap(), EventKind::Cancelled);
+        assert_eq!(
+            a.cancel("changed my mind", 1).unwrap(),
+            EventKind::Cancelled
+        );
         assert_eq!(a.state, State::Cancelled);
         assert!(a.cancel("again", 2).is_err());
     }

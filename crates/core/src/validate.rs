@@ -67,7 +67,10 @@ pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<Approval
     optional("action", &input.action, MAX_ACTION_CHARS)?;
     optional("reason", &input.reason, MAX_REASON_CHARS)?;
     let risk = input.risk.ok_or_else(|| {
-        Error::invalid("risk", "is required (RISK_LOW, RISK_MEDIUM, RISK_HIGH or RISK_CRITICAL)")
+        Error::invalid(
+            "risk",
+            "is required (RISK_LOW, RISK_MEDIUM, RISK_HIGH or RISK_CRITICAL)",
+        )
     })?;
 
     if input.arguments_json.len() > limits.max_arguments_bytes {
@@ -89,12 +92,20 @@ pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<Approval
     if input.routes.len() > limits.max_routes {
         return Err(Error::invalid(
             "routes",
-            format!("has {} entries, at most {} are allowed", input.routes.len(), limits.max_routes),
+            format!(
+                "has {} entries, at most {} are allowed",
+                input.routes.len(),
+                limits.max_routes
+            ),
         ));
     }
     for (i, route) in input.routes.iter().enumerate() {
         validate_channel(&format!("routes[{i}].channel"), &route.channel)?;
-        optional(&format!("routes[{i}].target"), &route.target, MAX_TARGET_CHARS)?;
+        optional(
+            &format!("routes[{i}].target"),
+            &route.target,
+            MAX_TARGET_CHARS,
+        )?;
     }
 
     if input.required_approvals > limits.max_required_approvals {
@@ -120,7 +131,11 @@ pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<Approval
     if input.labels.len() > limits.max_labels {
         return Err(Error::invalid(
             "labels",
-            format!("has {} entries, at most {} are allowed", input.labels.len(), limits.max_labels),
+            format!(
+                "has {} entries, at most {} are allowed",
+                input.labels.len(),
+                limits.max_labels
+            ),
         ));
     }
     for (key, value) in &input.labels {
@@ -147,10 +162,18 @@ pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<Approval
 }
 
 /// Checks the decider of a `Decide` call and a free-text reason.
-pub fn validate_decider(decider: &Decider, reason: &str, idempotency_key: &str) -> Result<(), Error> {
+pub fn validate_decider(
+    decider: &Decider,
+    reason: &str,
+    idempotency_key: &str,
+) -> Result<(), Error> {
     validate_channel("decider.channel", &decider.channel)?;
     required("decider.user_id", &decider.user_id, MAX_KEY_CHARS)?;
-    optional("decider.display_name", &decider.display_name, MAX_DISPLAY_NAME_CHARS)?;
+    optional(
+        "decider.display_name",
+        &decider.display_name,
+        MAX_DISPLAY_NAME_CHARS,
+    )?;
     optional("reason", reason, MAX_REASON_CHARS)?;
     required("idempotency_key", idempotency_key, MAX_KEY_CHARS)
 }
@@ -198,7 +221,10 @@ pub fn optional(field: &str, value: &str, max: usize) -> Result<(), Error> {
             format!("is {chars} characters long, at most {max} are allowed"),
         ));
     }
-    if value.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+    if value
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
         return Err(Error::invalid(field, "may not hold control characters"));
     }
     Ok(())
@@ -237,19 +263,51 @@ mod tests {
     #[test]
     fn each_bad_field_is_named() {
         let limits = Limits::default();
-        let cases: Vec<(&str, Box<dyn Fn(&mut RequestInput)>)> = vec![
+        type Mutation = Box<dyn Fn(&mut RequestInput)>;
+        let cases: Vec<(&str, Mutation)> = vec![
             ("agent_id", Box::new(|i| i.agent_id.clear())),
             ("idempotency_key", Box::new(|i| i.idempotency_key.clear())),
             ("tool_name", Box::new(|i| i.tool_name = "rm -rf".into())),
             ("tool_name", Box::new(|i| i.tool_name = "x".repeat(129))),
             ("risk", Box::new(|i| i.risk = None)),
-            ("arguments_json", Box::new(|i| i.arguments_json = "[1]".into())),
-            ("arguments_json", Box::new(|i| i.arguments_json = "{".into())),
-            ("arguments_json", Box::new(|i| i.arguments_json = format!(r#"{{"a":"{}"}}"#, "x".repeat(70_000)))),
-            ("routes", Box::new(|i| i.routes = vec![Route { channel: "cli".into(), target: String::new() }; 17])),
-            ("routes[0].channel", Box::new(|i| i.routes = vec![Route { channel: "Tele gram".into(), target: String::new() }])),
+            (
+                "arguments_json",
+                Box::new(|i| i.arguments_json = "[1]".into()),
+            ),
+            (
+                "arguments_json",
+                Box::new(|i| i.arguments_json = "{".into()),
+            ),
+            (
+                "arguments_json",
+                Box::new(|i| i.arguments_json = format!(r#"{{"a":"{}"}}"#, "x".repeat(70_000))),
+            ),
+            (
+                "routes",
+                Box::new(|i| {
+                    i.routes = vec![
+                        Route {
+                            channel: "cli".into(),
+                            target: String::new()
+                        };
+                        17
+                    ]
+                }),
+            ),
+            (
+                "routes[0].channel",
+                Box::new(|i| {
+                    i.routes = vec![Route {
+                        channel: "Tele gram".into(),
+                        target: String::new(),
+                    }]
+                }),
+            ),
             ("ttl_seconds", Box::new(|i| i.ttl_seconds = 8 * 24 * 3600)),
-            ("required_approvals", Box::new(|i| i.required_approvals = 17)),
+            (
+                "required_approvals",
+                Box::new(|i| i.required_approvals = 17),
+            ),
             ("reason", Box::new(|i| i.reason = "x".repeat(4097))),
             ("session_id", Box::new(|i| i.session_id = "a\u{0}b".into())),
         ];

@@ -219,7 +219,8 @@ impl Config {
         }
         if a.max_wait_seconds == 0 || a.sweep_interval_ms == 0 {
             return Err(ConfigError::Invalid(
-                "approvals.max_wait_seconds and approvals.sweep_interval_ms must be positive".into(),
+                "approvals.max_wait_seconds and approvals.sweep_interval_ms must be positive"
+                    .into(),
             ));
         }
         if self.watch.heartbeat_interval_ms == 0 || self.watch.buffer_events == 0 {

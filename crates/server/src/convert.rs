@@ -2,8 +2,8 @@
 
 use countersign_core::validate::RequestInput;
 use countersign_core::{
-    Approval, ConsumeOutcome, DecideOutcome, Decider, Decision, Delivery, Error, EventKind, Millis, ResolvedBy,
-    Risk, Route, Scope, State, Verdict,
+    Approval, ConsumeOutcome, DecideOutcome, Decider, Decision, Delivery, Error, EventKind, Millis,
+    ResolvedBy, Risk, Route, Scope, State, Verdict,
 };
 use countersign_proto::v1 as pb;
 use prost_types::Timestamp;

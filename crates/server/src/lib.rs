@@ -50,7 +50,10 @@ pub async fn serve(
     // Approvals that expired while the server was down are expired before the first call.
     let expired = store.expire_due(now_millis()).await?;
     if expired > 0 {
-        tracing::info!(expired, "expired approvals whose deadline passed while the server was down");
+        tracing::info!(
+            expired,
+            "expired approvals whose deadline passed while the server was down"
+        );
     }
 
     let (stop_tx, stop_rx) = signal::channel(false);
@@ -75,7 +78,9 @@ pub async fn serve(
         .add_service(api)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
             shutdown.await;
-            tracing::info!("shutting down: ending watch streams and waits, finishing calls in flight");
+            tracing::info!(
+                "shutting down: ending watch streams and waits, finishing calls in flight"
+            );
             let _ = stop_tx.send(true);
         })
         .await?;
@@ -87,7 +92,8 @@ pub async fn serve(
 async fn sweep(store: Store, config: Arc<Config>, mut stop: signal::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_millis(config.approvals.sweep_interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let retention_ms = i64::try_from(config.watch.retention_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let retention_ms =
+        i64::try_from(config.watch.retention_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
     loop {
         tokio::select! {
             _ = stop.changed() => return,

@@ -54,7 +54,10 @@ fn main() -> ExitCode {
     }
     init_logging(&config);
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("countersign-server: cannot start the async runtime: {e}");
@@ -83,15 +86,16 @@ async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut terminate =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(signal) => signal,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the server");
-                    let _ = interrupt.await;
-                    return;
-                }
-            };
+        let mut terminate = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        ) {
+            Ok(signal) => signal,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the server");
+                let _ = interrupt.await;
+                return;
+            }
+        };
         tokio::select! {
             _ = interrupt => {}
             _ = terminate.recv() => {}

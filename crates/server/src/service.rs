@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use countersign_core::validate::{required, validate_channel, validate_decider, validate_request, Limits};
+use countersign_core::validate::{
+    required, validate_channel, validate_decider, validate_request, Limits,
+};
 use countersign_core::{Decision, Delivery, Disposition, Error as DomainError};
 use countersign_proto::v1 as pb;
 use countersign_proto::v1::approval_service_server::ApprovalService;
@@ -12,8 +14,8 @@ use tonic::{Request, Response, Status};
 
 use crate::config::Config;
 use crate::convert::{
-    approval_to_pb, consume_outcome_from_pb, decide_outcome_to_pb, decider_from_pb, request_from_pb, scope_from_pb,
-    state_from_pb, verdict_from_pb,
+    approval_to_pb, consume_outcome_from_pb, decide_outcome_to_pb, decider_from_pb,
+    request_from_pb, scope_from_pb, state_from_pb, verdict_from_pb,
 };
 use crate::error::{status_of, status_of_domain};
 use crate::hub::Hub;
@@ -34,7 +36,12 @@ pub struct ApprovalApi {
 }
 
 impl ApprovalApi {
-    pub fn new(store: Store, hub: Hub, config: Arc<Config>, shutdown: tokio::sync::watch::Receiver<bool>) -> Self {
+    pub fn new(
+        store: Store,
+        hub: Hub,
+        config: Arc<Config>,
+        shutdown: tokio::sync::watch::Receiver<bool>,
+    ) -> Self {
         let limits = config.request_limits();
         ApprovalApi {
             store,
@@ -124,7 +131,11 @@ impl ApprovalService for ApprovalApi {
     ) -> Result<Response<pb::Approval>, Status> {
         let request = request.into_inner();
         approval_id(&request.approval_id)?;
-        let approval = self.store.get(&request.approval_id).await.map_err(status_of)?;
+        let approval = self
+            .store
+            .get(&request.approval_id)
+            .await
+            .map_err(status_of)?;
         Ok(Response::new(approval_to_pb(&approval)))
     }
 
@@ -138,7 +149,9 @@ impl ApprovalService for ApprovalApi {
             0 => self.max_wait(),
             ms => Duration::from_millis(u64::from(ms)).min(self.max_wait()),
         };
-        Ok(Response::new(self.wait(&request.approval_id, timeout).await?))
+        Ok(Response::new(
+            self.wait(&request.approval_id, timeout).await?,
+        ))
     }
 
     async fn list_approvals(
@@ -193,7 +206,8 @@ impl ApprovalService for ApprovalApi {
     ) -> Result<Response<pb::Approval>, Status> {
         let request = request.into_inner();
         approval_id(&request.approval_id)?;
-        countersign_core::validate::optional("reason", &request.reason, 4096).map_err(status_of_domain)?;
+        countersign_core::validate::optional("reason", &request.reason, 4096)
+            .map_err(status_of_domain)?;
         let approval = self
             .store
             .cancel(&request.approval_id, &request.reason, now_millis())
@@ -209,7 +223,8 @@ impl ApprovalService for ApprovalApi {
         let request = request.into_inner();
         approval_id(&request.approval_id)?;
         let outcome = consume_outcome_from_pb(request.outcome).map_err(status_of_domain)?;
-        countersign_core::validate::optional("detail", &request.detail, 4096).map_err(status_of_domain)?;
+        countersign_core::validate::optional("detail", &request.detail, 4096)
+            .map_err(status_of_domain)?;
         let approval = self
             .store
             .consume(&request.approval_id, outcome, &request.detail, now_millis())
@@ -228,17 +243,14 @@ impl ApprovalService for ApprovalApi {
         if !request.channel.is_empty() {
             validate_channel("channel", &request.channel).map_err(status_of_domain)?;
         }
-        let after_seq = i64::try_from(request.after_seq).map_err(|_| {
-            status_of_domain(DomainError::invalid("after_seq", "is out of range"))
-        })?;
+        let after_seq = i64::try_from(request.after_seq)
+            .map_err(|_| status_of_domain(DomainError::invalid("after_seq", "is out of range")))?;
         let start = match (request.include_snapshot, after_seq) {
             (true, 0) => Start::Snapshot,
-            (true, _) => {
-                return Err(status_of_domain(DomainError::invalid(
-                    "include_snapshot",
-                    "cannot be combined with after_seq: a snapshot restarts the stream from the head",
-                )))
-            }
+            (true, _) => return Err(status_of_domain(DomainError::invalid(
+                "include_snapshot",
+                "cannot be combined with after_seq: a snapshot restarts the stream from the head",
+            ))),
             (false, 0) => Start::Now,
             (false, seq) => Start::After(seq),
         };
@@ -267,7 +279,8 @@ impl ApprovalService for ApprovalApi {
         let verdict = verdict_from_pb(request.verdict).map_err(status_of_domain)?;
         let scope = scope_from_pb(request.scope).map_err(status_of_domain)?;
         let decider = decider_from_pb(request.decider);
-        validate_decider(&decider, &request.reason, &request.idempotency_key).map_err(status_of_domain)?;
+        validate_decider(&decider, &request.reason, &request.idempotency_key)
+            .map_err(status_of_domain)?;
         let now = now_millis();
         let decision = Decision {
             verdict,
@@ -302,8 +315,10 @@ impl ApprovalService for ApprovalApi {
         let request = request.into_inner();
         approval_id(&request.approval_id)?;
         validate_channel("channel", &request.channel).map_err(status_of_domain)?;
-        countersign_core::validate::optional("target", &request.target, 256).map_err(status_of_domain)?;
-        required("message_ref", &request.message_ref, MAX_MESSAGE_REF_CHARS).map_err(status_of_domain)?;
+        countersign_core::validate::optional("target", &request.target, 256)
+            .map_err(status_of_domain)?;
+        required("message_ref", &request.message_ref, MAX_MESSAGE_REF_CHARS)
+            .map_err(status_of_domain)?;
         let now = now_millis();
         let delivery = Delivery {
             channel: request.channel,

@@ -239,7 +239,12 @@ impl Store {
         }
     }
 
-    pub async fn cancel(&self, approval_id: &str, reason: &str, now: Millis) -> Result<Approval, StoreError> {
+    pub async fn cancel(
+        &self,
+        approval_id: &str,
+        reason: &str,
+        now: Millis,
+    ) -> Result<Approval, StoreError> {
         let change = Change::Cancel {
             approval_id: approval_id.to_string(),
             reason: reason.to_string(),
@@ -275,7 +280,11 @@ impl Store {
         self.submit_for_approval(change, now).await
     }
 
-    async fn submit_for_approval(&self, change: Change, now: Millis) -> Result<Approval, StoreError> {
+    async fn submit_for_approval(
+        &self,
+        change: Change,
+        now: Millis,
+    ) -> Result<Approval, StoreError> {
         match self.submit(change, now).await? {
             Reply::Approval(approval) => Ok(approval),
             _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
@@ -289,7 +298,8 @@ impl Store {
 
     /// Deletes events older than `before`; returns how many.
     pub async fn prune_events(&self, before: Millis, now: Millis) -> Result<u64, StoreError> {
-        self.submit_for_count(Change::PruneEvents { before }, now).await
+        self.submit_for_count(Change::PruneEvents { before }, now)
+            .await
     }
 
     async fn submit_for_count(&self, change: Change, now: Millis) -> Result<u64, StoreError> {
@@ -304,7 +314,8 @@ impl Store {
     }
 
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<Approval>, StoreError> {
-        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new("SELECT body FROM approvals WHERE 1 = 1");
+        let mut query: QueryBuilder<Sqlite> =
+            QueryBuilder::new("SELECT body FROM approvals WHERE 1 = 1");
         if !filter.states.is_empty() {
             query.push(" AND state IN (");
             let mut states = query.separated(", ");
@@ -314,13 +325,19 @@ impl Store {
             query.push(")");
         }
         if !filter.agent_id.is_empty() {
-            query.push(" AND agent_id = ").push_bind(filter.agent_id.clone());
+            query
+                .push(" AND agent_id = ")
+                .push_bind(filter.agent_id.clone());
         }
         if !filter.session_id.is_empty() {
-            query.push(" AND session_id = ").push_bind(filter.session_id.clone());
+            query
+                .push(" AND session_id = ")
+                .push_bind(filter.session_id.clone());
         }
         if !filter.tool_name.is_empty() {
-            query.push(" AND tool_name = ").push_bind(filter.tool_name.clone());
+            query
+                .push(" AND tool_name = ")
+                .push_bind(filter.tool_name.clone());
         }
         if !filter.channel.is_empty() {
             query
@@ -331,7 +348,9 @@ impl Store {
         if !filter.before_id.is_empty() {
             query.push(" AND id < ").push_bind(filter.before_id.clone());
         }
-        query.push(" ORDER BY id DESC LIMIT ").push_bind(i64::from(filter.limit));
+        query
+            .push(" ORDER BY id DESC LIMIT ")
+            .push_bind(i64::from(filter.limit));
         let rows = query.build().fetch_all(&self.reads).await?;
         rows.iter()
             .map(|row| Ok(serde_json::from_str(row.try_get::<&str, _>("body")?)?))
@@ -360,12 +379,18 @@ impl Store {
     }
 
     /// Stored events with seq greater than `after_seq`, oldest first, at most `limit`.
-    pub async fn events_after(&self, after_seq: i64, limit: u32) -> Result<Vec<StoredEvent>, StoreError> {
-        let rows = sqlx::query("SELECT seq, kind, at_ms, body FROM events WHERE seq > ? ORDER BY seq LIMIT ?")
-            .bind(after_seq)
-            .bind(i64::from(limit))
-            .fetch_all(&self.reads)
-            .await?;
+    pub async fn events_after(
+        &self,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT seq, kind, at_ms, body FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+        )
+        .bind(after_seq)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reads)
+        .await?;
         rows.iter().map(event_from_row).collect()
     }
 
@@ -383,9 +408,10 @@ impl Store {
 }
 
 async fn head_seq<'e>(executor: impl SqliteExecutor<'e>) -> Result<i64, StoreError> {
-    let head: Option<i64> = sqlx::query_scalar("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
-        .fetch_optional(executor)
-        .await?;
+    let head: Option<i64> =
+        sqlx::query_scalar("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
+            .fetch_optional(executor)
+            .await?;
     Ok(head.unwrap_or(0))
 }
 
@@ -404,7 +430,10 @@ fn event_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<StoredEvent, StoreErr
     })
 }
 
-async fn load_approval<'e>(executor: impl SqliteExecutor<'e>, approval_id: &str) -> Result<Approval, StoreError> {
+async fn load_approval<'e>(
+    executor: impl SqliteExecutor<'e>,
+    approval_id: &str,
+) -> Result<Approval, StoreError> {
     let body: Option<String> = sqlx::query_scalar("SELECT body FROM approvals WHERE id = ?")
         .bind(approval_id)
         .fetch_optional(executor)
@@ -457,7 +486,9 @@ async fn run_writer(
             Err(e) => {
                 tracing::error!(error = %e, batch = size, "group commit failed; every change in it was rolled back");
                 for job in batch.drain(..) {
-                    let _ = job.reply.send(Err(StoreError::Corrupt(format!("commit failed: {e}"))));
+                    let _ = job
+                        .reply
+                        .send(Err(StoreError::Corrupt(format!("commit failed: {e}"))));
                 }
             }
         }
@@ -484,14 +515,21 @@ async fn commit_batch(
     Ok(results)
 }
 
-async fn apply(conn: &mut SqliteConnection, change: Change, now: Millis) -> Result<Applied, StoreError> {
+async fn apply(
+    conn: &mut SqliteConnection,
+    change: Change,
+    now: Millis,
+) -> Result<Applied, StoreError> {
     match change {
         Change::Request {
             request,
             ttl_seconds,
             disposition,
         } => apply_request(conn, request, ttl_seconds, disposition, now).await,
-        Change::Decide { approval_id, decision } => {
+        Change::Decide {
+            approval_id,
+            decision,
+        } => {
             let mut approval = load_approval(&mut *conn, &approval_id).await?;
             let effect = approval.decide(decision.clone(), now)?;
             let mut events = Vec::new();
@@ -520,7 +558,10 @@ async fn apply(conn: &mut SqliteConnection, change: Change, now: Millis) -> Resu
                 events,
             })
         }
-        Change::Cancel { approval_id, reason } => {
+        Change::Cancel {
+            approval_id,
+            reason,
+        } => {
             let mut approval = load_approval(&mut *conn, &approval_id).await?;
             let kind = approval.cancel(&reason, now)?;
             save_and_log(conn, approval, kind, now, None).await
@@ -537,7 +578,10 @@ async fn apply(conn: &mut SqliteConnection, change: Change, now: Millis) -> Resu
             let kind = approval.consume(outcome, &detail, now)?;
             save_and_log(conn, approval, kind, now, None).await
         }
-        Change::RecordDelivery { approval_id, delivery } => {
+        Change::RecordDelivery {
+            approval_id,
+            delivery,
+        } => {
             let mut approval = load_approval(&mut *conn, &approval_id).await?;
             let kind = approval.record_delivery(delivery.clone());
             save_and_log(conn, approval, kind, now, Some(delivery)).await
@@ -554,7 +598,9 @@ async fn apply(conn: &mut SqliteConnection, change: Change, now: Millis) -> Resu
                 let mut approval: Approval = serde_json::from_str(&body)?;
                 if approval.expire_if_due(now) {
                     save_approval(conn, &approval).await?;
-                    events.push(append_event(conn, EventKind::Expired, now, &approval, None, None).await?);
+                    events.push(
+                        append_event(conn, EventKind::Expired, now, &approval, None, None).await?,
+                    );
                 }
             }
             Ok(Applied {
@@ -564,11 +610,13 @@ async fn apply(conn: &mut SqliteConnection, change: Change, now: Millis) -> Resu
         }
         Change::PruneEvents { before } => {
             // The newest event always stays, so the log's head is never lost.
-            let pruned = sqlx::query("DELETE FROM events WHERE at_ms < ? AND seq < (SELECT MAX(seq) FROM events)")
-                .bind(before)
-                .execute(&mut *conn)
-                .await?
-                .rows_affected();
+            let pruned = sqlx::query(
+                "DELETE FROM events WHERE at_ms < ? AND seq < (SELECT MAX(seq) FROM events)",
+            )
+            .bind(before)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
             Ok(Applied {
                 reply: Reply::Count(pruned),
                 events: Vec::new(),
@@ -584,11 +632,12 @@ async fn apply_request(
     disposition: Disposition,
     now: Millis,
 ) -> Result<Applied, StoreError> {
-    let existing: Option<String> = sqlx::query_scalar("SELECT body FROM approvals WHERE agent_id = ? AND idempotency_key = ?")
-        .bind(&request.agent_id)
-        .bind(&request.idempotency_key)
-        .fetch_optional(&mut *conn)
-        .await?;
+    let existing: Option<String> =
+        sqlx::query_scalar("SELECT body FROM approvals WHERE agent_id = ? AND idempotency_key = ?")
+            .bind(&request.agent_id)
+            .bind(&request.idempotency_key)
+            .fetch_optional(&mut *conn)
+            .await?;
     if let Some(body) = existing {
         let approval: Approval = serde_json::from_str(&body)?;
         if approval.args_digest != request.args_digest {
@@ -645,7 +694,8 @@ async fn apply_request(
     .bind(serde_json::to_string(&approval)?)
     .execute(&mut *conn)
     .await?;
-    let mut events = vec![append_event(conn, EventKind::Requested, now, &approval, None, None).await?];
+    let mut events =
+        vec![append_event(conn, EventKind::Requested, now, &approval, None, None).await?];
     if !approval.is_pending() {
         events.push(append_event(conn, EventKind::Resolved, now, &approval, None, None).await?);
     }
@@ -714,13 +764,15 @@ async fn append_event(
         decision,
         delivery,
     };
-    let seq: i64 = sqlx::query_scalar("INSERT INTO events (approval_id, kind, at_ms, body) VALUES (?, ?, ?, ?) RETURNING seq")
-        .bind(&approval.id)
-        .bind(kind.as_str())
-        .bind(at)
-        .bind(serde_json::to_string(&body)?)
-        .fetch_one(&mut *conn)
-        .await?;
+    let seq: i64 = sqlx::query_scalar(
+        "INSERT INTO events (approval_id, kind, at_ms, body) VALUES (?, ?, ?, ?) RETURNING seq",
+    )
+    .bind(&approval.id)
+    .bind(kind.as_str())
+    .bind(at)
+    .bind(serde_json::to_string(&body)?)
+    .fetch_one(&mut *conn)
+    .await?;
     Ok(StoredEvent {
         seq,
         kind,

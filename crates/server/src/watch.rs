@@ -4,14 +4,18 @@
 //! The stream subscribes to the hub *before* it reads the store, so every event committed
 //! after that read is also in its subscription; events it already sent from the store are
 //! skipped by seq. Each stream has a bounded buffer and never makes the writer or another
-//! stream wait: when its consumer falls `buffer_events` behind, the stream ends with
-//! RESOURCE_EXHAUSTED naming the seq to resume after.
+//! stream wait: when its consumer falls `buffer_events` behind on live events, the stream
+//! ends with RESOURCE_EXHAUSTED naming the seq to resume after. Replay from the store waits
+//! for the consumer instead, since it holds nothing up.
+
+use std::pin::Pin;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use countersign_proto::v1 as pb;
-use tokio::sync::{broadcast, mpsc, watch};
+use futures::StreamExt;
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
@@ -21,7 +25,8 @@ use crate::store::{now_millis, Store, StoredEvent};
 
 const REPLAY_PAGE: u32 = 500;
 
-pub type WatchStream = ReceiverStream<Result<pb::ApprovalEvent, Status>>;
+pub type WatchStream =
+    Pin<Box<dyn futures::Stream<Item = Result<pb::ApprovalEvent, Status>> + Send>>;
 
 pub struct WatchSettings {
     pub heartbeat: Duration,
@@ -48,35 +53,51 @@ enum Stop {
 
 struct Stream {
     channel: String,
-    out: mpsc::Sender<Result<pb::ApprovalEvent, Status>>,
+    out: mpsc::Sender<pb::ApprovalEvent>,
+    shutdown: watch::Receiver<bool>,
     /// The highest seq this stream has examined: every matching event up to it was sent.
     examined: i64,
 }
 
 impl Stream {
-    /// Queues one item without waiting. One slot is always kept for the final status.
+    /// Queues one live item without waiting; a full buffer ends the stream.
     fn push(&mut self, item: pb::ApprovalEvent) -> Result<(), Stop> {
-        if self.out.is_closed() {
-            return Err(Stop::Quiet);
-        }
-        if self.out.capacity() <= 1 {
-            return Err(Stop::Status(Status::resource_exhausted(format!(
+        self.out.try_send(item).map_err(|e| match e {
+            mpsc::error::TrySendError::Closed(_) => Stop::Quiet,
+            mpsc::error::TrySendError::Full(_) => Stop::Status(Status::resource_exhausted(format!(
                 "watch consumer is too slow: more than its buffer of events waiting; resume with after_seq = {}",
                 self.examined
-            ))));
-        }
-        self.out.try_send(Ok(item)).map_err(|_| Stop::Quiet)
+            ))),
+        })
     }
 
-    fn offer(&mut self, event: &StoredEvent) -> Result<(), Stop> {
+    /// Queues one replayed item, waiting for room: replay holds up no one else.
+    async fn push_waiting(&mut self, item: pb::ApprovalEvent) -> Result<(), Stop> {
+        tokio::select! {
+            sent = self.out.send(item) => sent.map_err(|_| Stop::Quiet),
+            _ = self.shutdown.changed() => Err(Stop::Quiet),
+        }
+    }
+
+    /// Whether `event` is new to this stream and shown on its channel. Advances the cursor
+    /// past events of other channels.
+    fn wants(&mut self, event: &StoredEvent) -> bool {
         if event.seq <= self.examined {
-            return Ok(());
+            return false;
         }
         if event.approval.is_routed_to(&self.channel) {
-            // Mark as examined only once it is queued, so the resume hint stays exact.
-            self.push(event_to_pb(event))?;
+            return true;
         }
         self.examined = event.seq;
+        false
+    }
+
+    fn offer_live(&mut self, event: &StoredEvent) -> Result<(), Stop> {
+        if self.wants(event) {
+            // Marked examined only once queued, so the resume hint stays exact.
+            self.push(event_to_pb(event))?;
+            self.examined = event.seq;
+        }
         Ok(())
     }
 
@@ -91,7 +112,10 @@ impl Stream {
                 return Ok(());
             }
             for event in &page {
-                self.offer(event)?;
+                if self.wants(event) {
+                    self.push_waiting(event_to_pb(event)).await?;
+                    self.examined = event.seq;
+                }
             }
         }
     }
@@ -136,21 +160,25 @@ pub async fn start(
         Start::Now => store.log_bounds().await.map_err(crate::error::status_of)?.0,
         Start::Snapshot => 0,
     };
-    let (out, receiver) = mpsc::channel(settings.buffer_events.max(2));
+    let (out, receiver) = mpsc::channel(settings.buffer_events.max(1));
+    let (end_tx, end_rx) = oneshot::channel::<Status>();
     let mut stream = Stream {
         channel,
         out,
+        shutdown,
         examined,
     };
     let snapshot = matches!(start, Start::Snapshot);
     tokio::spawn(async move {
-        let stop = run(&mut stream, &store, live, snapshot, settings.heartbeat, shutdown).await;
+        let stop = run(&mut stream, &store, live, snapshot, settings.heartbeat).await;
         if let Stop::Status(status) = stop {
-            // The slot kept free in `push` makes room for this.
-            let _ = stream.out.try_send(Err(status));
+            let _ = end_tx.send(status);
         }
     });
-    Ok(ReceiverStream::new(receiver))
+    // The buffered events first, then the status the stream ended with, if any.
+    let events = ReceiverStream::new(receiver).map(Ok);
+    let end = futures::stream::once(end_rx).filter_map(|ended| async move { ended.ok().map(Err) });
+    Ok(Box::pin(events.chain(end)))
 }
 
 async fn run(
@@ -159,8 +187,8 @@ async fn run(
     mut live: broadcast::Receiver<Arc<StoredEvent>>,
     snapshot: bool,
     heartbeat: Duration,
-    mut shutdown: watch::Receiver<bool>,
 ) -> Stop {
+    let mut shutdown = stream.shutdown.clone();
     if snapshot {
         let snap = match store.snapshot(&stream.channel).await {
             Ok(snap) => snap,
@@ -169,12 +197,12 @@ async fn run(
         for approval in &snap.pending {
             let mut item = stream.marker(pb::EventKind::Snapshot, 0);
             item.approval = Some(approval_to_pb(approval));
-            if let Err(stop) = stream.push(item) {
+            if let Err(stop) = stream.push_waiting(item).await {
                 return stop;
             }
         }
         let complete = stream.marker(pb::EventKind::SnapshotComplete, snap.head_seq);
-        if let Err(stop) = stream.push(complete) {
+        if let Err(stop) = stream.push_waiting(complete).await {
             return stop;
         }
         stream.examined = snap.head_seq;
@@ -189,14 +217,15 @@ async fn run(
             _ = shutdown.changed() => return Stop::Quiet,
             _ = stream.out.closed() => return Stop::Quiet,
             _ = idle.tick() => {
+                // A full buffer needs no heartbeat: the consumer has events to read.
                 let beat = stream.marker(pb::EventKind::Heartbeat, stream.examined);
-                if let Err(stop) = stream.push(beat) {
-                    return stop;
+                if let Err(mpsc::error::TrySendError::Closed(_)) = stream.out.try_send(beat) {
+                    return Stop::Quiet;
                 }
             }
             received = live.recv() => {
                 let result = match received {
-                    Ok(event) => stream.offer(&event),
+                    Ok(event) => stream.offer_live(&event),
                     // Fell behind the hub's ring (not the consumer's fault): the log has it all.
                     Err(broadcast::error::RecvError::Lagged(_)) => stream.catch_up(store).await,
                     Err(broadcast::error::RecvError::Closed) => return Stop::Quiet,

@@ -24,12 +24,16 @@ impl TestServer {
 
     pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> TestServer {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let mut config = Config::default();
-        config.database = dir.path().join("countersign.db");
+        let mut config = Config {
+            database: dir.path().join("countersign.db"),
+            ..Config::default()
+        };
         config.approvals.sweep_interval_ms = 50;
         config.watch.heartbeat_interval_ms = 500;
         adjust(&mut config);
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
         let addr = listener.local_addr().expect("local address");
         config.listen = addr;
         let mut server = TestServer {

@@ -1,0 +1,409 @@
+//! The command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use countersign_client::pb;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0    success; request --wait: approved
+  64   bad usage (unknown flag, malformed argument, unreadable config file)
+  65   rejected
+  66   expired before anyone decided
+  67   cancelled
+  68   still pending when --timeout ended (exec cancels its request)
+  69   server unreachable
+  70   other error (the server refused the call, unexpected answer, local I/O)
+  71   approve/reject: already resolved, the decision was not applied
+  77   unauthenticated or permission denied
+  exec: the command's own exit status when it ran (128+N when killed by signal N),
+        126 when it could not be started, 127 when it was not found";
+
+/// The countersign command-line client: ask for, inspect, decide and watch approvals of
+/// AI-agent tool calls, and gate shell commands on a human's approval.
+#[derive(Debug, Parser)]
+#[command(name = "countersign", version, after_help = EXIT_CODES)]
+pub struct Cli {
+    /// Server URL (http:// or https://) [default: http://127.0.0.1:50051]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "COUNTERSIGN_SERVER",
+        value_name = "URL"
+    )]
+    pub server: Option<String>,
+    /// Bearer token (prefer the environment variable: flags show up in process lists)
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "COUNTERSIGN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<String>,
+    /// PEM file of the CA that signed the server's certificate (https)
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "COUNTERSIGN_CA_CERT",
+        value_name = "PATH"
+    )]
+    pub ca_cert: Option<PathBuf>,
+    /// TOML config file with defaults for server, token, ca_cert, agent_id and user
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "COUNTERSIGN_CONFIG",
+        value_name = "PATH"
+    )]
+    pub config: Option<PathBuf>,
+    /// Output format
+    #[arg(long, short, global = true,
+        help_heading = "Global options", value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Human-readable tables and summaries
+    Table,
+    /// JSON (watch: one JSON object per line)
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Ask for approval of a tool call
+    Request(RequestArgs),
+    /// Show one approval
+    Get {
+        /// Approval id
+        id: String,
+    },
+    /// List approvals, newest first
+    List(ListArgs),
+    /// Follow the approvals of a channel live
+    ///
+    /// Prints a snapshot of the pending approvals, then every event as it happens; reconnects
+    /// and resumes by itself after a lost connection or a server restart. Stop with Ctrl-C.
+    Watch(WatchArgs),
+    /// Approve an approval, as the `cli` channel
+    Approve(ApproveArgs),
+    /// Reject an approval, as the `cli` channel
+    Reject(DecideArgs),
+    /// Cancel a pending approval
+    Cancel {
+        /// Approval id
+        id: String,
+        /// Why it is cancelled
+        #[arg(long, default_value = "", hide_default_value = true)]
+        reason: String,
+    },
+    /// Mark an approved call as executed
+    Consume {
+        /// Approval id
+        id: String,
+        /// How the execution went
+        #[arg(long, value_enum, default_value_t = Outcome::Succeeded)]
+        outcome: Outcome,
+        /// A short note on the outcome
+        #[arg(long, default_value = "", hide_default_value = true)]
+        detail: String,
+    },
+    /// Run a command only once a human approved it
+    ///
+    /// Requests approval (the arguments hold the argv and the working directory), waits for the
+    /// decision, runs the command only when approved, records its outcome on the approval
+    /// (consume) and exits with its status. When rejected, expired, cancelled, timed out or
+    /// when the server cannot be reached, the command does not run and the exit code says why.
+    /// The command gets the terminal's stdin, stdout and stderr; countersign's own messages go
+    /// to stderr.
+    #[command(after_help = EXIT_CODES)]
+    Exec(ExecArgs),
+}
+
+/// What a request says about the call, shared by `request` and `exec`.
+#[derive(Debug, Args)]
+pub struct CallArgs {
+    /// One-line summary shown to approvers
+    #[arg(long)]
+    pub action: Option<String>,
+    /// Why the call is needed
+    #[arg(long, default_value = "", hide_default_value = true)]
+    pub reason: String,
+    /// Risk level
+    #[arg(long, value_enum, default_value_t = Risk::Medium)]
+    pub risk: Risk,
+    /// Agent id of the requester [default: config agent_id, else countersign-cli]
+    #[arg(long = "agent", env = "COUNTERSIGN_AGENT_ID", value_name = "ID")]
+    pub agent_id: Option<String>,
+    /// Agent session id (session-scoped approvals apply within it)
+    #[arg(
+        long = "session",
+        default_value = "",
+        hide_default_value = true,
+        value_name = "ID"
+    )]
+    pub session_id: String,
+    /// Idempotency key: the same key returns the same approval [default: a new random key]
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+    /// Where to ask, as CHANNEL or CHANNEL:TARGET (e.g. telegram:-1001234, github:o/r#12);
+    /// repeatable. None: every channel
+    #[arg(long = "route", value_name = "CHANNEL[:TARGET]", value_parser = parse_route)]
+    pub routes: Vec<pb::Route>,
+    /// Distinct approvers needed [default: the server's, 1]
+    #[arg(long, default_value_t = 0, hide_default_value = true, value_name = "N")]
+    pub required_approvals: u32,
+    /// How long the approval stays open, e.g. 10m [default: the server's]
+    #[arg(long, value_parser = parse_duration)]
+    pub ttl: Option<Duration>,
+    /// A label KEY=VALUE; repeatable
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+}
+
+#[derive(Debug, Args)]
+pub struct RequestArgs {
+    /// Tool name
+    #[arg(long)]
+    pub tool: String,
+    /// Arguments of the call, a JSON object
+    #[arg(long = "args", default_value = "{}", value_name = "JSON")]
+    pub arguments_json: String,
+    #[command(flatten)]
+    pub call: CallArgs,
+    /// Wait for the decision; the exit code tells it (0 approved, 65 rejected, ...)
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: how long to wait, e.g. 90s [default: until the approval expires]
+    #[arg(long, requires = "wait", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Tool name shown to approvers
+    #[arg(long, default_value = "exec")]
+    pub tool: String,
+    #[command(flatten)]
+    pub call: CallArgs,
+    /// How long to wait for a decision, e.g. 90s [default: until the approval expires]
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    /// The command and its arguments (after `--`)
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only these states; repeatable
+    #[arg(long = "state", value_enum)]
+    pub states: Vec<State>,
+    /// Only this agent's approvals
+    #[arg(
+        long = "agent",
+        value_name = "ID",
+        default_value = "",
+        hide_default_value = true
+    )]
+    pub agent_id: String,
+    /// Only approvals routed to this channel (or to every channel)
+    #[arg(long, default_value = "", hide_default_value = true)]
+    pub channel: String,
+    /// Only this session's approvals
+    #[arg(
+        long = "session",
+        value_name = "ID",
+        default_value = "",
+        hide_default_value = true
+    )]
+    pub session_id: String,
+    /// Only this tool's approvals
+    #[arg(long, default_value = "", hide_default_value = true)]
+    pub tool: String,
+    /// At most this many approvals
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Only approvals routed to this channel (and those with no routes) [default: all]
+    #[arg(long, default_value = "", hide_default_value = true)]
+    pub channel: String,
+    /// Reconnect when the server sent nothing (not even a heartbeat) for this long
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub heartbeat_timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct DecideArgs {
+    /// Approval id
+    pub id: String,
+    /// Why (shown to the requester and in the audit trail)
+    #[arg(long, default_value = "", hide_default_value = true)]
+    pub reason: String,
+    /// Decide as this user [default: config user, else $USER]
+    #[arg(long = "as", value_name = "USER")]
+    pub user: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    #[command(flatten)]
+    pub decision: DecideArgs,
+    /// Approve this call only, or later calls of the same tool in the agent session too
+    #[arg(long, value_enum, default_value_t = DecisionScope::Once)]
+    pub scope: DecisionScope,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Risk {
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+impl From<Risk> for pb::Risk {
+    fn from(risk: Risk) -> Self {
+        match risk {
+            Risk::Low => pb::Risk::Low,
+            Risk::Medium => pb::Risk::Medium,
+            Risk::High => pb::Risk::High,
+            Risk::Critical => pb::Risk::Critical,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum State {
+    Pending,
+    Approved,
+    Rejected,
+    Expired,
+    Cancelled,
+    Consumed,
+}
+
+impl From<State> for pb::ApprovalState {
+    fn from(state: State) -> Self {
+        match state {
+            State::Pending => pb::ApprovalState::Pending,
+            State::Approved => pb::ApprovalState::Approved,
+            State::Rejected => pb::ApprovalState::Rejected,
+            State::Expired => pb::ApprovalState::Expired,
+            State::Cancelled => pb::ApprovalState::Cancelled,
+            State::Consumed => pb::ApprovalState::Consumed,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DecisionScope {
+    Once,
+    Session,
+}
+
+impl From<DecisionScope> for pb::Scope {
+    fn from(scope: DecisionScope) -> Self {
+        match scope {
+            DecisionScope::Once => pb::Scope::Once,
+            DecisionScope::Session => pb::Scope::Session,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+}
+
+impl From<Outcome> for pb::ConsumeOutcome {
+    fn from(outcome: Outcome) -> Self {
+        match outcome {
+            Outcome::Succeeded => pb::ConsumeOutcome::Succeeded,
+            Outcome::Failed => pb::ConsumeOutcome::Failed,
+        }
+    }
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|error| format!("{error} (examples: 90s, 10m, 1h)"))
+}
+
+fn parse_route(text: &str) -> Result<pb::Route, String> {
+    let (channel, target) = text.split_once(':').unwrap_or((text, ""));
+    if channel.is_empty() {
+        return Err("the channel is empty (expected CHANNEL or CHANNEL:TARGET)".into());
+    }
+    Ok(pb::Route {
+        channel: channel.to_owned(),
+        target: target.to_owned(),
+    })
+}
+
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err("expected KEY=VALUE".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn routes_take_an_optional_target_after_the_first_colon() {
+        let route = parse_route("github:owner/repo#12").unwrap();
+        assert_eq!(
+            (route.channel.as_str(), route.target.as_str()),
+            ("github", "owner/repo#12")
+        );
+        let route = parse_route("telegram:-100:5").unwrap();
+        assert_eq!(
+            (route.channel.as_str(), route.target.as_str()),
+            ("telegram", "-100:5")
+        );
+        let route = parse_route("cli").unwrap();
+        assert_eq!((route.channel.as_str(), route.target.as_str()), ("cli", ""));
+        assert!(parse_route(":x").is_err());
+    }
+
+    #[test]
+    fn labels_need_a_key() {
+        assert_eq!(
+            parse_label("env=prod").unwrap(),
+            ("env".into(), "prod".into())
+        );
+        assert_eq!(
+            parse_label("note=a=b").unwrap(),
+            ("note".into(), "a=b".into())
+        );
+        assert!(parse_label("=x").is_err());
+        assert!(parse_label("novalue").is_err());
+    }
+}

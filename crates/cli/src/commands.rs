@@ -1,0 +1,370 @@
+//! The subcommands (except `exec`, in its own module).
+
+use std::io::Write;
+use std::time::{Duration, SystemTime};
+
+use countersign_client::{pb, Client, WatchItem, WatchOptions};
+use serde_json::Value;
+
+use crate::args::{
+    ApproveArgs, CallArgs, Cli, Command, DecideArgs, ListArgs, Output, RequestArgs, WatchArgs,
+};
+use crate::exit::{CliError, Exit};
+use crate::render;
+use crate::settings::{local_user, Settings};
+
+/// How long past `expires_at` a default wait lasts, so that the server's expiry sweep has
+/// answered (EXPIRED) by the time the wait ends.
+const EXPIRY_GRACE: Duration = Duration::from_secs(5);
+
+/// How long a wait lasts when the approval carries no expiry.
+const FALLBACK_WAIT: Duration = Duration::from_secs(3600);
+
+/// The most approvals one `ListApprovals` call returns.
+const MAX_PAGE_SIZE: usize = 500;
+
+/// Runs the command line; returns the process exit code.
+pub async fn run(cli: Cli) -> i32 {
+    let settings = match Settings::resolve(&cli) {
+        Ok(settings) => settings,
+        Err(error) => return fail(&error),
+    };
+    match dispatch(cli, &settings).await {
+        Ok(code) => code,
+        Err(error) if error.exit() == Exit::Unavailable => {
+            eprintln!(
+                "countersign: cannot reach the server at {}",
+                settings.client.url
+            );
+            fail(&error)
+        }
+        Err(error) => fail(&error),
+    }
+}
+
+fn fail(error: &CliError) -> i32 {
+    eprintln!("countersign: {error}");
+    error.exit().code()
+}
+
+async fn dispatch(cli: Cli, settings: &Settings) -> Result<i32, CliError> {
+    let client = Client::connect(settings.client.clone())?;
+    let out = Printer { format: cli.output };
+    let exit = match cli.command {
+        Command::Request(args) => request(&client, settings, &out, args).await?,
+        Command::Get { id } => {
+            out.approval(&client.get_approval(&id).await?)?;
+            Exit::Success
+        }
+        Command::List(args) => list(&client, &out, args).await?,
+        Command::Watch(args) => watch(&client, &out, args).await?,
+        Command::Approve(ApproveArgs { decision, scope }) => {
+            decide(
+                &client,
+                settings,
+                &out,
+                decision,
+                pb::Verdict::Approve,
+                scope.into(),
+            )
+            .await?
+        }
+        Command::Reject(decision) => {
+            decide(
+                &client,
+                settings,
+                &out,
+                decision,
+                pb::Verdict::Reject,
+                pb::Scope::Once,
+            )
+            .await?
+        }
+        Command::Cancel { id, reason } => {
+            out.approval(&client.cancel_approval(&id, &reason).await?)?;
+            Exit::Success
+        }
+        Command::Consume {
+            id,
+            outcome,
+            detail,
+        } => {
+            out.approval(&client.consume(&id, outcome.into(), &detail).await?)?;
+            Exit::Success
+        }
+        Command::Exec(args) => return crate::exec::exec(&client, settings, args).await,
+    };
+    Ok(exit.code())
+}
+
+/// Writes results to stdout in the chosen format.
+pub struct Printer {
+    pub format: Output,
+}
+
+impl Printer {
+    fn write(&self, text: &str) -> Result<(), CliError> {
+        let mut stdout = std::io::stdout().lock();
+        stdout
+            .write_all(text.as_bytes())
+            .and_then(|()| stdout.flush())
+            .map_err(|error| CliError::Failure(format!("cannot write the output: {error}")))
+    }
+
+    fn json(&self, value: &Value, pretty: bool) -> Result<(), CliError> {
+        let text = if pretty {
+            serde_json::to_string_pretty(value)
+        } else {
+            serde_json::to_string(value)
+        }
+        .map_err(|error| CliError::Failure(format!("cannot encode JSON: {error}")))?;
+        self.write(&format!("{text}\n"))
+    }
+
+    pub fn approval(&self, approval: &pb::Approval) -> Result<(), CliError> {
+        match self.format {
+            Output::Table => self.write(&render::approval_text(approval)),
+            Output::Json => self.json(&render::approval_json(approval), true),
+        }
+    }
+}
+
+/// The exit code that tells how an approval ended.
+pub fn verdict_exit(approval: &pb::Approval) -> Exit {
+    match approval.state() {
+        pb::ApprovalState::Approved | pb::ApprovalState::Consumed => Exit::Success,
+        pb::ApprovalState::Rejected => Exit::Rejected,
+        pb::ApprovalState::Expired => Exit::Expired,
+        pb::ApprovalState::Cancelled => Exit::Cancelled,
+        pb::ApprovalState::Pending => Exit::TimedOut,
+        pb::ApprovalState::Unspecified => Exit::Failure,
+    }
+}
+
+/// The request `request` and `exec` send.
+pub fn approval_request(
+    settings: &Settings,
+    call: &CallArgs,
+    tool_name: String,
+    arguments_json: String,
+    default_action: String,
+) -> Result<pb::RequestApprovalRequest, CliError> {
+    match serde_json::from_str::<Value>(&arguments_json) {
+        Ok(Value::Object(_)) => {}
+        Ok(_) => return Err(CliError::Usage("--args must be a JSON object".into())),
+        Err(error) => {
+            return Err(CliError::Usage(format!(
+                "--args is not valid JSON: {error}"
+            )))
+        }
+    }
+    let ttl_seconds = match call.ttl {
+        None => 0,
+        Some(ttl) if ttl < Duration::from_secs(1) => {
+            return Err(CliError::Usage("--ttl must be at least 1s".into()))
+        }
+        Some(ttl) => u32::try_from(ttl.as_secs()).unwrap_or(u32::MAX),
+    };
+    Ok(pb::RequestApprovalRequest {
+        agent_id: settings.agent_id(call.agent_id.as_deref()),
+        session_id: call.session_id.clone(),
+        requester: local_user().unwrap_or_default(),
+        idempotency_key: call
+            .idempotency_key
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+        tool_name,
+        arguments_json,
+        action: call.action.clone().unwrap_or(default_action),
+        reason: call.reason.clone(),
+        risk: pb::Risk::from(call.risk).into(),
+        routes: call.routes.clone(),
+        required_approvals: call.required_approvals,
+        ttl_seconds,
+        labels: call.labels.iter().cloned().collect(),
+    })
+}
+
+/// Waits for the decision on a just-requested approval, telling the user on stderr what it
+/// waits for. `timeout` defaults to the approval's expiry (plus a grace for the sweep).
+pub async fn await_decision(
+    client: &Client,
+    approval: pb::Approval,
+    timeout: Option<Duration>,
+) -> Result<pb::Approval, CliError> {
+    if approval.state() != pb::ApprovalState::Pending {
+        return Ok(approval);
+    }
+    let timeout = timeout.unwrap_or_else(|| until_expiry(&approval));
+    let expires = render::timestamp(approval.expires_at.as_ref())
+        .map(|at| format!(", expires {at}"))
+        .unwrap_or_default();
+    eprintln!(
+        "countersign: waiting for a decision on approval {}{expires}",
+        approval.id
+    );
+    Ok(client.wait_until_resolved(&approval.id, timeout).await?)
+}
+
+fn until_expiry(approval: &pb::Approval) -> Duration {
+    let Some(expires_at) = &approval.expires_at else {
+        return FALLBACK_WAIT;
+    };
+    let expires_at = SystemTime::UNIX_EPOCH
+        + Duration::from_secs(u64::try_from(expires_at.seconds).unwrap_or(0))
+        + Duration::from_nanos(u64::try_from(expires_at.nanos).unwrap_or(0));
+    expires_at
+        .duration_since(SystemTime::now())
+        .unwrap_or(Duration::ZERO)
+        + EXPIRY_GRACE
+}
+
+/// The one-line account of how an approval ended, for stderr.
+pub fn outcome_text(approval: &pb::Approval) -> String {
+    let mut text = format!("approval {} is {}", approval.id, render::state(approval));
+    if let Some(by) = render::resolution_text(approval) {
+        text.push(' ');
+        text.push_str(&by);
+    }
+    text
+}
+
+async fn request(
+    client: &Client,
+    settings: &Settings,
+    out: &Printer,
+    args: RequestArgs,
+) -> Result<Exit, CliError> {
+    let request = approval_request(
+        settings,
+        &args.call,
+        args.tool,
+        args.arguments_json,
+        String::new(),
+    )?;
+    let response = client.request_approval(request).await?;
+    let approval = response
+        .approval
+        .ok_or_else(|| CliError::Failure("the server answered without an approval".into()))?;
+    if !args.wait {
+        out.approval(&approval)?;
+        return Ok(Exit::Success);
+    }
+    let approval = await_decision(client, approval, args.timeout).await?;
+    out.approval(&approval)?;
+    Ok(verdict_exit(&approval))
+}
+
+async fn list(client: &Client, out: &Printer, args: ListArgs) -> Result<Exit, CliError> {
+    let mut approvals = Vec::new();
+    let mut page_token = String::new();
+    while approvals.len() < args.limit {
+        let page_size = (args.limit - approvals.len()).min(MAX_PAGE_SIZE);
+        let page = client
+            .list_approvals(pb::ListApprovalsRequest {
+                states: args
+                    .states
+                    .iter()
+                    .map(|&s| pb::ApprovalState::from(s).into())
+                    .collect(),
+                agent_id: args.agent_id.clone(),
+                channel: args.channel.clone(),
+                session_id: args.session_id.clone(),
+                tool_name: args.tool.clone(),
+                page_size: u32::try_from(page_size).unwrap_or(u32::MAX),
+                page_token,
+            })
+            .await?;
+        approvals.extend(page.approvals);
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    approvals.truncate(args.limit);
+    match out.format {
+        Output::Table => out.write(&render::approvals_table(&approvals))?,
+        Output::Json => {
+            let items: Vec<Value> = approvals.iter().map(render::approval_json).collect();
+            out.json(&Value::Array(items), true)?;
+        }
+    }
+    Ok(Exit::Success)
+}
+
+async fn watch(client: &Client, out: &Printer, args: WatchArgs) -> Result<Exit, CliError> {
+    let mut options = WatchOptions::channel(args.channel);
+    options.heartbeat_timeout = args.heartbeat_timeout;
+    let mut watch = client.watch(options);
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        let item = tokio::select! {
+            _ = &mut interrupted => return Ok(Exit::Success),
+            item = watch.next() => item?,
+        };
+        match (item, out.format) {
+            (WatchItem::Snapshot(pending), Output::Table) => {
+                out.write(&render::snapshot_text(&pending))?
+            }
+            (WatchItem::Snapshot(pending), Output::Json) => {
+                out.json(&render::snapshot_json(&pending), false)?
+            }
+            (WatchItem::Event(event), Output::Table) => {
+                out.write(&format!("{}\n", render::event_line(&event)))?
+            }
+            (WatchItem::Event(event), Output::Json) => {
+                out.json(&render::event_json(&event), false)?
+            }
+        }
+    }
+}
+
+async fn decide(
+    client: &Client,
+    settings: &Settings,
+    out: &Printer,
+    args: DecideArgs,
+    verdict: pb::Verdict,
+    scope: pb::Scope,
+) -> Result<Exit, CliError> {
+    let user = settings.decider(args.user.as_deref())?;
+    let response = client
+        .decide(pb::DecideRequest {
+            approval_id: args.id,
+            verdict: verdict.into(),
+            scope: scope.into(),
+            reason: args.reason,
+            decider: Some(pb::Decider {
+                channel: "cli".into(),
+                user_id: user.clone(),
+                display_name: user,
+            }),
+            // Each invocation is a new action; a repeat by the same user is recognised by the
+            // server as DUPLICATE anyway.
+            idempotency_key: format!("cli-{}", uuid::Uuid::now_v7()),
+        })
+        .await?;
+    let outcome = render::decide_outcome(&response);
+    let approval = response
+        .approval
+        .as_ref()
+        .ok_or_else(|| CliError::Failure("the server answered without an approval".into()))?;
+    match out.format {
+        Output::Table => out.write(&format!("{outcome}: {}\n", outcome_text(approval)))?,
+        Output::Json => out.json(
+            &serde_json::json!({"outcome": outcome, "approval": render::approval_json(approval)}),
+            true,
+        )?,
+    }
+    Ok(match response.outcome() {
+        pb::DecideOutcome::AlreadyResolved => {
+            eprintln!(
+                "countersign: the approval was already resolved; this decision was not applied"
+            );
+            Exit::NotApplied
+        }
+        pb::DecideOutcome::Unspecified => Exit::Failure,
+        _ => Exit::Success,
+    })
+}

@@ -1,0 +1,196 @@
+//! `exec`: run a command only once a human approved it, then report how it went.
+
+use std::process::ExitStatus;
+
+use countersign_client::{pb, Client};
+use serde_json::json;
+
+use crate::args::ExecArgs;
+use crate::commands::{approval_request, await_decision, outcome_text, verdict_exit};
+use crate::exit::{CliError, Exit};
+use crate::settings::Settings;
+
+/// The server's limit on the length of `action`.
+const MAX_ACTION_CHARS: usize = 1024;
+
+/// Requests approval to run `args.command`, waits, and runs it only when approved. Returns the
+/// command's exit status, or the code saying why it did not run.
+pub async fn exec(client: &Client, settings: &Settings, args: ExecArgs) -> Result<i32, CliError> {
+    let cwd = std::env::current_dir().map_err(|error| {
+        CliError::Failure(format!("cannot determine the working directory: {error}"))
+    })?;
+    let arguments = json!({"argv": args.command, "cwd": cwd.to_string_lossy()}).to_string();
+    let action = truncate(
+        &format!("run: {}", shell_join(&args.command)),
+        MAX_ACTION_CHARS,
+    );
+    let request = approval_request(settings, &args.call, args.tool, arguments, action)?;
+    let response = client.request_approval(request).await?;
+    let approval = response
+        .approval
+        .ok_or_else(|| CliError::Failure("the server answered without an approval".into()))?;
+    let approval = await_decision(client, approval, args.timeout).await?;
+    match approval.state() {
+        pb::ApprovalState::Approved => run(client, &approval, &args.command).await,
+        pb::ApprovalState::Pending => {
+            eprintln!(
+                "countersign: no decision on approval {} in time; cancelling it, not running the command",
+                approval.id
+            );
+            // Nobody should approve a command that will not run. Best effort: the approval
+            // expires anyway.
+            if let Err(error) = client
+                .cancel_approval(&approval.id, "countersign exec stopped waiting")
+                .await
+            {
+                eprintln!(
+                    "countersign: could not cancel approval {}: {error}",
+                    approval.id
+                );
+            }
+            Ok(Exit::TimedOut.code())
+        }
+        pb::ApprovalState::Consumed => {
+            eprintln!(
+                "countersign: not running the command: {} (already executed once)",
+                outcome_text(&approval)
+            );
+            Ok(Exit::Failure.code())
+        }
+        _ => {
+            eprintln!(
+                "countersign: not running the command: {}",
+                outcome_text(&approval)
+            );
+            Ok(verdict_exit(&approval).code())
+        }
+    }
+}
+
+/// Runs the approved command with the terminal's stdio, then consumes the approval with the
+/// outcome.
+async fn run(client: &Client, approval: &pb::Approval, argv: &[String]) -> Result<i32, CliError> {
+    let (program, program_args) = argv
+        .split_first()
+        .ok_or_else(|| CliError::Usage("no command given".into()))?;
+    eprintln!(
+        "countersign: {}; running the command",
+        outcome_text(approval)
+    );
+    // Ctrl-C reaches the command too (same process group): stay alive to report its outcome.
+    let _held = hold_interrupts();
+    let (code, outcome, detail) = match tokio::process::Command::new(program)
+        .args(program_args)
+        .status()
+        .await
+    {
+        Ok(status) => {
+            let outcome = if status.success() {
+                pb::ConsumeOutcome::Succeeded
+            } else {
+                pb::ConsumeOutcome::Failed
+            };
+            (status_code(status), outcome, describe(status))
+        }
+        Err(error) => {
+            eprintln!("countersign: cannot run {program}: {error}");
+            let exit = if error.kind() == std::io::ErrorKind::NotFound {
+                Exit::CommandNotFound
+            } else {
+                Exit::CannotExecute
+            };
+            (
+                exit.code(),
+                pb::ConsumeOutcome::Failed,
+                format!("could not start: {error}"),
+            )
+        }
+    };
+    if let Err(error) = client.consume(&approval.id, outcome, &detail).await {
+        eprintln!(
+            "countersign: warning: could not record the outcome on approval {}: {error}",
+            approval.id
+        );
+    }
+    Ok(code)
+}
+
+/// While alive, SIGINT does not end this process (it is queued and never read).
+#[cfg(unix)]
+fn hold_interrupts() -> Option<tokio::signal::unix::Signal> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok()
+}
+
+#[cfg(not(unix))]
+fn hold_interrupts() {}
+
+/// The exit code a shell would report: the status, or 128 + the signal that killed it.
+fn status_code(status: ExitStatus) -> i32 {
+    if let Some(code) = status.code() {
+        return code;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return 128 + signal;
+        }
+    }
+    Exit::Failure.code()
+}
+
+fn describe(status: ExitStatus) -> String {
+    match status.code() {
+        Some(code) => format!("exit status {code}"),
+        None => format!("terminated: {status}"),
+    }
+}
+
+/// The argv as a shell would read it back, quoting where needed.
+fn shell_join(argv: &[String]) -> String {
+    argv.iter()
+        .map(|arg| {
+            let plain = !arg.is_empty()
+                && arg
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_-./=:,+@%".contains(c));
+            if plain {
+                arg.clone()
+            } else {
+                format!("'{}'", arg.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn truncate(text: &str, max_chars: usize) -> String {
+    if text.chars().count() <= max_chars {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(max_chars.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_action_quotes_arguments_a_shell_would_split() {
+        let argv: Vec<String> = ["rm", "-rf", "my dir", "it's", ""]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(shell_join(&argv), r"rm -rf 'my dir' 'it'\''s' ''");
+    }
+
+    #[test]
+    fn long_actions_are_cut_to_the_limit() {
+        let long = "x".repeat(2000);
+        let cut = truncate(&long, MAX_ACTION_CHARS);
+        assert_eq!(cut.chars().count(), MAX_ACTION_CHARS);
+        assert!(cut.ends_with('…'));
+        assert_eq!(truncate("short", MAX_ACTION_CHARS), "short");
+    }
+}

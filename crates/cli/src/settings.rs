@@ -1,0 +1,113 @@
+//! Settings from flags, environment variables and the optional TOML config file, in that order
+//! of precedence.
+
+use std::path::{Path, PathBuf};
+
+use countersign_client::ClientConfig;
+use serde::Deserialize;
+
+use crate::args::Cli;
+use crate::exit::CliError;
+
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:50051";
+pub const DEFAULT_AGENT_ID: &str = "countersign-cli";
+
+/// The config file (`--config` / `COUNTERSIGN_CONFIG`). Every key is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub server: Option<String>,
+    /// Prefer `COUNTERSIGN_TOKEN`; a token in a file must be readable only by its owner.
+    pub token: Option<String>,
+    /// Relative paths are relative to the config file.
+    pub ca_cert: Option<PathBuf>,
+    pub agent_id: Option<String>,
+    /// Who `approve` / `reject` decide as.
+    pub user: Option<String>,
+}
+
+impl FileConfig {
+    pub fn load(path: &Path) -> Result<Self, CliError> {
+        let text = std::fs::read_to_string(path).map_err(|error| {
+            CliError::Usage(format!(
+                "cannot read config file {}: {error}",
+                path.display()
+            ))
+        })?;
+        let mut config: FileConfig = toml::from_str(&text)
+            .map_err(|error| CliError::Usage(format!("config file {}: {error}", path.display())))?;
+        if let (Some(ca_cert), Some(dir)) = (&config.ca_cert, path.parent()) {
+            config.ca_cert = Some(dir.join(ca_cert));
+        }
+        Ok(config)
+    }
+}
+
+/// Everything the subcommands need besides their own arguments.
+#[derive(Debug)]
+pub struct Settings {
+    pub client: ClientConfig,
+    pub agent_id: Option<String>,
+    pub user: Option<String>,
+}
+
+impl Settings {
+    pub fn resolve(cli: &Cli) -> Result<Self, CliError> {
+        let file = match &cli.config {
+            Some(path) => FileConfig::load(path)?,
+            None => FileConfig::default(),
+        };
+        let server = cli
+            .server
+            .clone()
+            .or(file.server)
+            .unwrap_or_else(|| DEFAULT_SERVER.to_owned());
+        let mut client = ClientConfig::new(server);
+        client.token = cli
+            .token
+            .clone()
+            .or(file.token)
+            .filter(|token| !token.is_empty());
+        if let Some(path) = cli.ca_cert.clone().or(file.ca_cert) {
+            let pem = std::fs::read(&path).map_err(|error| {
+                CliError::Usage(format!(
+                    "cannot read CA certificate {}: {error}",
+                    path.display()
+                ))
+            })?;
+            client.ca_cert_pem = Some(pem);
+        }
+        Ok(Settings {
+            client,
+            agent_id: file.agent_id,
+            user: file.user,
+        })
+    }
+
+    /// The agent id requests are made as: the flag or environment, the config file, the
+    /// default.
+    pub fn agent_id(&self, flag: Option<&str>) -> String {
+        flag.map(str::to_owned)
+            .or_else(|| self.agent_id.clone())
+            .unwrap_or_else(|| DEFAULT_AGENT_ID.to_owned())
+    }
+
+    /// The user `approve` / `reject` decide as: `--as`, the config file, `$USER`.
+    pub fn decider(&self, flag: Option<&str>) -> Result<String, CliError> {
+        flag.map(str::to_owned)
+            .or_else(|| self.user.clone())
+            .or_else(local_user)
+            .filter(|user| !user.is_empty())
+            .ok_or_else(|| {
+                CliError::Usage(
+                    "no user to decide as: pass --as USER, set user in the config file, or set $USER"
+                        .into(),
+                )
+            })
+    }
+}
+
+/// The local login name, recorded as the requester of CLI requests.
+pub fn local_user() -> Option<String> {
+    std::env::var("USER").ok().filter(|user| !user.is_empty())
+}

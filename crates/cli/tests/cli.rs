@@ -1,0 +1,709 @@
+//! The built `countersign` binary against a real server on an ephemeral port: each
+//! subcommand's output and exit code.
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use countersign_client::{pb, Client, ClientConfig, Watch, WatchItem, WatchOptions};
+use countersign_testkit::server::TestServer;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+/// Generous bound on any single step, so that a bug fails the test instead of hanging it.
+const STEP: Duration = Duration::from_secs(30);
+
+/// `countersign` talking to `server`, as user `tester`, with no settings from the machine.
+fn countersign(server: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_countersign"));
+    command
+        .env("COUNTERSIGN_SERVER", server)
+        .env("USER", "tester")
+        .env_remove("COUNTERSIGN_TOKEN")
+        .env_remove("COUNTERSIGN_CONFIG")
+        .env_remove("COUNTERSIGN_CA_CERT")
+        .env_remove("COUNTERSIGN_AGENT_ID")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+async fn run(server: &str, args: &[&str]) -> Output {
+    let output = countersign(server).args(args).output();
+    tokio::time::timeout(STEP, output)
+        .await
+        .expect("countersign hung")
+        .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", stdout(output)))
+}
+
+#[track_caller]
+fn assert_exit(output: &Output, code: i32) {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stdout: {}\nstderr: {}",
+        stdout(output),
+        stderr(output)
+    );
+}
+
+async fn request_id(server: &str, extra: &[&str]) -> String {
+    let mut args = vec![
+        "request",
+        "--tool",
+        "deploy",
+        "--args",
+        r#"{"env":"prod"}"#,
+        "-o",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let output = run(server, &args).await;
+    assert_exit(&output, 0);
+    json(&output)["id"].as_str().unwrap().to_owned()
+}
+
+/// A watch on all channels, past its (empty) snapshot: the next event tells what a CLI
+/// process just requested.
+async fn watch_requests(server: &str) -> Watch {
+    let client = Client::connect(ClientConfig::new(server)).unwrap();
+    let mut watch = client.watch(WatchOptions::channel(""));
+    match tokio::time::timeout(STEP, watch.next())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        WatchItem::Snapshot(pending) => assert!(pending.is_empty()),
+        WatchItem::Event(event) => panic!("expected the snapshot, got {event:?}"),
+    }
+    watch
+}
+
+async fn next_requested(watch: &mut Watch) -> pb::Approval {
+    loop {
+        match tokio::time::timeout(STEP, watch.next())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            WatchItem::Event(event) if event.kind() == pb::EventKind::Requested => {
+                return event.approval.unwrap()
+            }
+            _ => {}
+        }
+    }
+}
+
+async fn finish(child: Child) -> Output {
+    tokio::time::timeout(STEP, child.wait_with_output())
+        .await
+        .expect("countersign did not exit")
+        .unwrap()
+}
+
+#[tokio::test]
+async fn help_documents_every_subcommand_and_the_exit_codes() {
+    let output = run("http://127.0.0.1:1", &["--help"]).await;
+    assert_exit(&output, 0);
+    let help = stdout(&output);
+    for word in [
+        "request",
+        "get",
+        "list",
+        "watch",
+        "approve",
+        "reject",
+        "cancel",
+        "consume",
+        "exec",
+        "COUNTERSIGN_SERVER",
+        "COUNTERSIGN_TOKEN",
+        "Exit codes",
+    ] {
+        assert!(help.contains(word), "--help lacks {word}:\n{help}");
+    }
+    let output = run("http://127.0.0.1:1", &["exec", "--help"]).await;
+    assert_exit(&output, 0);
+    let help = stdout(&output);
+    for code in ["65", "66", "67", "68", "69", "126", "127"] {
+        assert!(help.contains(code), "exec --help lacks exit code {code}");
+    }
+}
+
+#[tokio::test]
+async fn help_never_shows_the_token_from_the_environment() {
+    let output = countersign("http://127.0.0.1:1")
+        .env("COUNTERSIGN_TOKEN", "s3cret-t0ken")
+        .arg("--help")
+        .output()
+        .await
+        .unwrap();
+    assert_exit(&output, 0);
+    assert!(!stdout(&output).contains("s3cret-t0ken"));
+}
+
+#[tokio::test]
+async fn bad_usage_exits_64_without_calling_the_server() {
+    let unreachable = "http://127.0.0.1:1";
+    for args in [
+        &["list", "--bogus"][..],
+        &["request"],
+        &["request", "--tool", "x", "--args", "[1, 2]"],
+        &["request", "--tool", "x", "--args", "{not json"],
+        &["request", "--tool", "x", "--ttl", "soon"],
+        &["exec"],
+        &["--config", "/nonexistent/countersign.toml", "list"],
+    ] {
+        let output = run(unreachable, args).await;
+        assert_exit(&output, 64);
+        assert!(!stderr(&output).is_empty(), "{args:?} explained nothing");
+    }
+    let output = run("not-a-url", &["list"]).await;
+    assert_exit(&output, 64);
+    let output = countersign(unreachable)
+        .env_remove("USER")
+        .args(["approve", "0190a1b2-0000-7000-8000-000000000001"])
+        .output()
+        .await
+        .unwrap();
+    assert_exit(&output, 64);
+    assert!(stderr(&output).contains("--as"), "{}", stderr(&output));
+}
+
+#[tokio::test]
+async fn an_unreachable_server_exits_69() {
+    let output = run(
+        "http://127.0.0.1:1",
+        &["get", "0190a1b2-0000-7000-8000-000000000001"],
+    )
+    .await;
+    assert_exit(&output, 69);
+    assert!(
+        stderr(&output).contains("unavailable"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[tokio::test]
+async fn request_get_and_list_print_tables_or_json() {
+    let server = TestServer::start().await;
+    let url = server.url();
+
+    let output = run(
+        &url,
+        &[
+            "request",
+            "--tool",
+            "deploy",
+            "--args",
+            r#"{"env":"prod"}"#,
+            "--action",
+            "deploy to prod",
+            "--risk",
+            "high",
+            "--route",
+            "telegram:-1001",
+            "--label",
+            "team=infra",
+        ],
+    )
+    .await;
+    assert_exit(&output, 0);
+    let table = stdout(&output);
+    assert!(table.contains("state:        PENDING"), "{table}");
+    assert!(table.contains("routes:       telegram:-1001"), "{table}");
+    let id = table
+        .lines()
+        .next()
+        .unwrap()
+        .strip_prefix("id:")
+        .unwrap()
+        .trim()
+        .to_owned();
+
+    let output = run(&url, &["get", &id, "--output", "json"]).await;
+    assert_exit(&output, 0);
+    let approval = json(&output);
+    assert_eq!(approval["id"], id.as_str());
+    assert_eq!(approval["state"], "PENDING");
+    assert_eq!(approval["risk"], "HIGH");
+    assert_eq!(approval["arguments"]["env"], "prod");
+    assert_eq!(approval["requester"], "tester");
+    assert_eq!(approval["agent_id"], "countersign-cli");
+    assert_eq!(approval["labels"]["team"], "infra");
+    assert_eq!(approval["routes"][0]["target"], "-1001");
+
+    let other = request_id(&url, &["--agent", "other-agent"]).await;
+    let output = run(&url, &["list"]).await;
+    assert_exit(&output, 0);
+    let table = stdout(&output);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(lines[0].starts_with("ID") && lines[0].contains("STATE"));
+    assert!(lines[1].starts_with(&other), "newest first: {table}");
+    assert!(lines[2].starts_with(&id) && lines[2].contains("deploy to prod"));
+
+    let output = run(&url, &["list", "--agent", "other-agent", "-o", "json"]).await;
+    assert_exit(&output, 0);
+    let listed = json(&output);
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [other.as_str()]);
+
+    let output = run(&url, &["list", "--limit", "1", "-o", "json"]).await;
+    assert_eq!(json(&output).as_array().unwrap().len(), 1);
+    let output = run(&url, &["list", "--state", "approved", "-o", "json"]).await;
+    assert_eq!(json(&output), Value::Array(vec![]));
+
+    let output = run(&url, &["get", "0190a1b2-0000-7000-8000-000000000001"]).await;
+    assert_exit(&output, 70);
+    assert!(stderr(&output).contains("not found"), "{}", stderr(&output));
+}
+
+#[tokio::test]
+async fn approve_resolves_a_waiting_request_and_a_late_decision_is_not_applied() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let mut watch = watch_requests(&url).await;
+    let waiting = countersign(&url)
+        .args(["request", "--tool", "deploy", "--wait", "-o", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = next_requested(&mut watch).await.id;
+
+    let output = run(&url, &["approve", &id, "--reason", "looks fine"]).await;
+    assert_exit(&output, 0);
+    assert!(
+        stdout(&output).starts_with("RESOLVED: approval"),
+        "{}",
+        stdout(&output)
+    );
+    assert!(
+        stdout(&output).contains("APPROVED by tester via cli: looks fine"),
+        "{}",
+        stdout(&output)
+    );
+
+    let waited = finish(waiting).await;
+    assert_exit(&waited, 0);
+    assert_eq!(json(&waited)["state"], "APPROVED");
+    assert!(stderr(&waited).contains(&format!("waiting for a decision on approval {id}")));
+
+    let output = run(&url, &["reject", &id, "--as", "mallory", "-o", "json"]).await;
+    assert_exit(&output, 71);
+    let answer = json(&output);
+    assert_eq!(answer["outcome"], "ALREADY_RESOLVED");
+    assert_eq!(answer["approval"]["state"], "APPROVED");
+}
+
+#[tokio::test]
+async fn a_rejected_request_exits_65_and_a_cancelled_one_67() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let mut watch = watch_requests(&url).await;
+
+    let waiting = countersign(&url)
+        .args(["request", "--tool", "deploy", "--wait"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = next_requested(&mut watch).await.id;
+    let output = run(
+        &url,
+        &["reject", &id, "--as", "alice", "--reason", "not now"],
+    )
+    .await;
+    assert_exit(&output, 0);
+    let waited = finish(waiting).await;
+    assert_exit(&waited, 65);
+    assert!(
+        stdout(&waited).contains("state:        REJECTED"),
+        "{}",
+        stdout(&waited)
+    );
+
+    let waiting = countersign(&url)
+        .args(["request", "--tool", "deploy", "--wait"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = next_requested(&mut watch).await.id;
+    let output = run(
+        &url,
+        &["cancel", &id, "--reason", "changed my mind", "-o", "json"],
+    )
+    .await;
+    assert_exit(&output, 0);
+    assert_eq!(json(&output)["state"], "CANCELLED");
+    assert_exit(&finish(waiting).await, 67);
+}
+
+#[tokio::test]
+async fn consume_marks_an_approved_call_executed_once() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let id = request_id(&url, &[]).await;
+    assert_exit(&run(&url, &["approve", &id]).await, 0);
+
+    let output = run(
+        &url,
+        &[
+            "consume",
+            &id,
+            "--outcome",
+            "failed",
+            "--detail",
+            "disk full",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_exit(&output, 0);
+    let approval = json(&output);
+    assert_eq!(approval["state"], "CONSUMED");
+    assert_eq!(approval["consumption"]["outcome"], "FAILED");
+    assert_eq!(approval["consumption"]["detail"], "disk full");
+
+    let output = run(&url, &["consume", &id]).await;
+    assert_exit(&output, 70);
+}
+
+#[tokio::test]
+async fn settings_come_from_the_config_file_below_flags_and_environment() {
+    let server = TestServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("countersign.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "server = \"{}\"\nagent_id = \"ci-pipeline\"\nuser = \"carol\"\n",
+            server.url()
+        ),
+    )
+    .unwrap();
+    let mut command = countersign("unused");
+    command
+        .env_remove("COUNTERSIGN_SERVER")
+        .arg("--config")
+        .arg(&config);
+    let output = command
+        .args(["request", "--tool", "deploy", "-o", "json"])
+        .output()
+        .await
+        .unwrap();
+    assert_exit(&output, 0);
+    let approval = json(&output);
+    assert_eq!(approval["agent_id"], "ci-pipeline");
+    let id = approval["id"].as_str().unwrap();
+
+    let output = countersign(&server.url())
+        .arg("--config")
+        .arg(&config)
+        .args(["approve", id])
+        .output()
+        .await
+        .unwrap();
+    assert_exit(&output, 0);
+    assert!(
+        stdout(&output).contains("by carol via cli"),
+        "{}",
+        stdout(&output)
+    );
+
+    std::fs::write(&config, "serverr = \"typo\"\n").unwrap();
+    let output = countersign(&server.url())
+        .arg("--config")
+        .arg(&config)
+        .arg("list")
+        .output()
+        .await
+        .unwrap();
+    assert_exit(&output, 64);
+    assert!(stderr(&output).contains("serverr"), "{}", stderr(&output));
+}
+
+async fn next_json_line(lines: &mut Lines<BufReader<ChildStdout>>) -> Value {
+    let line = tokio::time::timeout(STEP, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+}
+
+/// `watch` prints the snapshot, then each event as it happens, and carries on across a
+/// server restart.
+#[tokio::test]
+async fn watch_tails_events_as_json_lines_across_a_server_restart() {
+    let mut server = TestServer::start().await;
+    let url = server.url();
+    let earlier = request_id(&url, &[]).await;
+    let mut watching = countersign(&url)
+        .args(["watch", "-o", "json", "--heartbeat-timeout", "2s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watching.stdout.take().unwrap()).lines();
+
+    let snapshot = next_json_line(&mut lines).await;
+    assert_eq!(snapshot["type"], "snapshot");
+    assert_eq!(snapshot["approvals"][0]["id"], earlier.as_str());
+
+    let first = request_id(&url, &[]).await;
+    let event = next_json_line(&mut lines).await;
+    assert_eq!(
+        (event["type"].as_str(), event["kind"].as_str()),
+        (Some("event"), Some("REQUESTED"))
+    );
+    assert_eq!(event["approval"]["id"], first.as_str());
+    let first_seq = event["seq"].as_u64().unwrap();
+
+    server.restart().await;
+    assert_exit(&run(&url, &["approve", &first]).await, 0);
+    let event = next_json_line(&mut lines).await;
+    assert_eq!(event["kind"], "RESOLVED");
+    assert_eq!(event["approval"]["id"], first.as_str());
+    assert_eq!(event["decision"]["decider"]["user_id"], "tester");
+    assert!(event["seq"].as_u64().unwrap() > first_seq);
+
+    watching.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn watch_prints_a_table_line_per_event() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let mut watching = countersign(&url)
+        .args(["watch", "--channel", "telegram"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watching.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(STEP, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(first, "snapshot: 0 pending");
+    let id = request_id(&url, &["--route", "telegram", "--action", "restart the db"]).await;
+    let line = tokio::time::timeout(STEP, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        line.contains("REQUESTED") && line.contains(&id) && line.contains("restart the db"),
+        "{line}"
+    );
+    watching.kill().await.unwrap();
+}
+
+/// Starts `countersign exec ARGS` in `dir`, with its output captured.
+fn spawn_exec(url: &str, dir: &Path, args: &[&str]) -> Child {
+    countersign(url)
+        .arg("exec")
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// A shell command that leaves a file behind, so a test can tell whether it ran.
+const LEAVE_MARK: [&str; 4] = ["--", "sh", "-c", "echo ran > mark; echo hello; exit 3"];
+
+#[tokio::test]
+async fn exec_runs_the_command_only_after_approval_and_exits_with_its_status() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut watch = watch_requests(&url).await;
+    let mut args = vec!["--reason", "tidy up", "--risk", "low"];
+    args.extend(LEAVE_MARK);
+    let exec = spawn_exec(&url, dir.path(), &args);
+
+    let pending = next_requested(&mut watch).await;
+    assert_eq!(pending.tool_name, "exec");
+    assert_eq!(pending.risk(), pb::Risk::Low);
+    assert_eq!(
+        pending.action,
+        "run: sh -c 'echo ran > mark; echo hello; exit 3'"
+    );
+    let arguments: Value = serde_json::from_str(&pending.arguments_json).unwrap();
+    assert_eq!(
+        arguments["argv"],
+        serde_json::json!(["sh", "-c", "echo ran > mark; echo hello; exit 3"])
+    );
+    assert_eq!(
+        Path::new(arguments["cwd"].as_str().unwrap())
+            .canonicalize()
+            .unwrap(),
+        dir.path().canonicalize().unwrap()
+    );
+    assert!(!dir.path().join("mark").exists(), "ran before approval");
+
+    assert_exit(&run(&url, &["approve", &pending.id]).await, 0);
+    let output = finish(exec).await;
+    assert_exit(&output, 3);
+    assert_eq!(
+        stdout(&output),
+        "hello\n",
+        "the command's output, and only it, on stdout"
+    );
+    assert!(dir.path().join("mark").exists());
+
+    let output = run(&url, &["get", &pending.id, "-o", "json"]).await;
+    let approval = json(&output);
+    assert_eq!(approval["state"], "CONSUMED");
+    assert_eq!(approval["consumption"]["outcome"], "FAILED");
+    assert_eq!(approval["consumption"]["detail"], "exit status 3");
+}
+
+#[tokio::test]
+async fn exec_of_a_succeeding_command_exits_0_and_records_success() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut watch = watch_requests(&url).await;
+    let exec = spawn_exec(&url, dir.path(), &["--", "echo", "hello"]);
+    let pending = next_requested(&mut watch).await;
+    assert_exit(&run(&url, &["approve", &pending.id]).await, 0);
+    let output = finish(exec).await;
+    assert_exit(&output, 0);
+    assert_eq!(stdout(&output), "hello\n");
+    let approval = json(&run(&url, &["get", &pending.id, "-o", "json"]).await);
+    assert_eq!(approval["consumption"]["outcome"], "SUCCEEDED");
+}
+
+#[tokio::test]
+async fn exec_keeps_waiting_across_a_server_restart() {
+    let mut server = TestServer::start().await;
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut watch = watch_requests(&url).await;
+    let exec = spawn_exec(&url, dir.path(), &LEAVE_MARK);
+    let pending = next_requested(&mut watch).await;
+    server.restart().await;
+    assert_exit(&run(&url, &["approve", &pending.id]).await, 0);
+    let output = finish(exec).await;
+    assert_exit(&output, 3);
+    assert!(dir.path().join("mark").exists());
+    let listed = json(&run(&url, &["list", "-o", "json"]).await);
+    assert_eq!(listed.as_array().unwrap().len(), 1, "no second approval");
+    assert_eq!(listed[0]["state"], "CONSUMED");
+}
+
+#[tokio::test]
+async fn exec_does_not_run_a_rejected_command() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut watch = watch_requests(&url).await;
+    let exec = spawn_exec(&url, dir.path(), &LEAVE_MARK);
+    let pending = next_requested(&mut watch).await;
+    assert_exit(
+        &run(&url, &["reject", &pending.id, "--reason", "no"]).await,
+        0,
+    );
+    let output = finish(exec).await;
+    assert_exit(&output, 65);
+    assert!(stdout(&output).is_empty());
+    assert!(
+        stderr(&output).contains("not running the command"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!dir.path().join("mark").exists());
+}
+
+#[tokio::test]
+async fn exec_does_not_run_an_expired_command() {
+    let server = TestServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["--ttl", "1s"];
+    args.extend(LEAVE_MARK);
+    let output = finish(spawn_exec(&server.url(), dir.path(), &args)).await;
+    assert_exit(&output, 66);
+    assert!(!dir.path().join("mark").exists());
+}
+
+#[tokio::test]
+async fn exec_does_not_run_a_cancelled_command() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut watch = watch_requests(&url).await;
+    let exec = spawn_exec(&url, dir.path(), &LEAVE_MARK);
+    let pending = next_requested(&mut watch).await;
+    assert_exit(&run(&url, &["cancel", &pending.id]).await, 0);
+    assert_exit(&finish(exec).await, 67);
+    assert!(!dir.path().join("mark").exists());
+}
+
+#[tokio::test]
+async fn exec_gives_up_at_its_timeout_and_cancels_the_request() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["--timeout", "300ms"];
+    args.extend(LEAVE_MARK);
+    let output = finish(spawn_exec(&url, dir.path(), &args)).await;
+    assert_exit(&output, 68);
+    assert!(!dir.path().join("mark").exists());
+    let listed = json(&run(&url, &["list", "-o", "json"]).await);
+    assert_eq!(listed[0]["state"], "CANCELLED");
+}
+
+#[tokio::test]
+async fn exec_does_not_run_anything_when_the_server_is_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = finish(spawn_exec("http://127.0.0.1:1", dir.path(), &LEAVE_MARK)).await;
+    assert_exit(&output, 69);
+    assert!(!dir.path().join("mark").exists());
+}
+
+#[tokio::test]
+async fn exec_of_an_approved_but_missing_command_exits_127() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut watch = watch_requests(&url).await;
+    let exec = spawn_exec(
+        &url,
+        dir.path(),
+        &["--", "countersign-test-no-such-command"],
+    );
+    let pending = next_requested(&mut watch).await;
+    assert_exit(&run(&url, &["approve", &pending.id]).await, 0);
+    assert_exit(&finish(exec).await, 127);
+    let approval = json(&run(&url, &["get", &pending.id, "-o", "json"]).await);
+    assert_eq!(approval["consumption"]["outcome"], "FAILED");
+}

@@ -1,0 +1,480 @@
+use std::fmt;
+use std::time::Duration;
+
+use countersign_proto::v1 as pb;
+use pb::approval_service_client::ApprovalServiceClient;
+use tokio::time::Instant;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+use crate::backoff::{log_retry, Backoff};
+use crate::error::ClientError;
+use crate::watch::{Watch, WatchOptions};
+
+/// How long a call may exceed the wait it asked the server for before the client gives up on
+/// the connection: covers the network round trip and a busy server.
+const WAIT_GRACE: Duration = Duration::from_secs(5);
+
+/// The longest pause between retries in [`Client::request_and_wait`].
+const RETRY_MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// A long-poll answered "still pending" sooner than this (and sooner than asked) was cut short,
+/// e.g. by a server shutting down; the next one waits a backoff delay so as not to spin.
+const EARLY_RETURN: Duration = Duration::from_secs(1);
+
+/// HTTP/2 pings detect a dead connection under a long-poll that sends nothing for a while.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where and how to connect.
+#[derive(Clone)]
+pub struct ClientConfig {
+    /// `http://host:port` (plaintext) or `https://host:port` (TLS).
+    pub url: String,
+    /// Bearer token sent with every call.
+    pub token: Option<String>,
+    /// PEM CA certificate(s) that sign the server's certificate (https only). Without it, an
+    /// https server is verified against the public web PKI roots.
+    pub ca_cert_pem: Option<Vec<u8>>,
+    /// Limit on establishing the TCP (and TLS) connection.
+    pub connect_timeout: Duration,
+}
+
+impl ClientConfig {
+    /// No token, no custom CA, a 5 s connect timeout.
+    pub fn new(url: impl Into<String>) -> Self {
+        ClientConfig {
+            url: url.into(),
+            token: None,
+            ca_cert_pem: None,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Shows everything except the token.
+impl fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("ca_cert_pem", &self.ca_cert_pem.as_ref().map(Vec::len))
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+/// Adds `authorization: Bearer <token>` to every call when a token is configured.
+#[derive(Clone)]
+pub(crate) struct BearerAuth {
+    header: Option<MetadataValue<Ascii>>,
+}
+
+impl BearerAuth {
+    fn new(token: Option<&str>) -> Result<Self, ClientError> {
+        let header = token
+            .map(|token| {
+                MetadataValue::try_from(format!("Bearer {token}")).map_err(|_| {
+                    ClientError::Config(
+                        "the token contains characters not allowed in a header".into(),
+                    )
+                })
+            })
+            .transpose()?;
+        Ok(BearerAuth { header })
+    }
+}
+
+impl Interceptor for BearerAuth {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(header) = &self.header {
+            request
+                .metadata_mut()
+                .insert("authorization", header.clone());
+        }
+        Ok(request)
+    }
+}
+
+pub(crate) type Rpc = ApprovalServiceClient<InterceptedService<Channel, BearerAuth>>;
+
+/// The connection settings a [`Watch`] needs to open fresh connections of its own.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    endpoint: Endpoint,
+    auth: BearerAuth,
+}
+
+impl Connector {
+    /// A client on a new connection (made on first use).
+    pub(crate) fn fresh_rpc(&self) -> Rpc {
+        ApprovalServiceClient::with_interceptor(self.endpoint.connect_lazy(), self.auth.clone())
+    }
+}
+
+/// A handle on a countersign server. Cheap to clone; clones share one connection.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use countersign_client::{pb, Client, ClientConfig};
+///
+/// # async fn run() -> Result<(), countersign_client::ClientError> {
+/// let client = Client::connect(ClientConfig::new("http://127.0.0.1:50051"))?;
+/// let approval = client
+///     .request_and_wait(
+///         pb::RequestApprovalRequest {
+///             agent_id: "deploy-bot".into(),
+///             idempotency_key: "tool-call-42".into(),
+///             tool_name: "deploy".into(),
+///             arguments_json: r#"{"env":"prod"}"#.into(),
+///             action: "deploy v1.2 to prod".into(),
+///             risk: pb::Risk::High.into(),
+///             ..Default::default()
+///         },
+///         Duration::from_secs(600),
+///     )
+///     .await?;
+/// // Only APPROVED means go ahead; still PENDING at the deadline, REJECTED, EXPIRED and
+/// // CANCELLED all mean do not.
+/// if approval.state() == pb::ApprovalState::Approved {
+///     // ... deploy, then report the outcome:
+///     client.consume(&approval.id, pb::ConsumeOutcome::Succeeded, "deployed").await?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    url: String,
+    connector: Connector,
+    rpc: Rpc,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Prepares a client. The connection is lazy: this never fails for an unreachable server;
+    /// calls then fail with [`ClientError::Unavailable`]. It fails with [`ClientError::Config`]
+    /// for a URL that is not `http://` or `https://`, an unusable CA certificate or token, a CA
+    /// certificate given with an `http://` URL, or when called outside a Tokio runtime.
+    pub fn connect(config: ClientConfig) -> Result<Client, ClientError> {
+        // The lazy channel spawns its connection task right away.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(ClientError::Config(
+                "Client::connect must be called within a Tokio runtime".into(),
+            ));
+        }
+        let endpoint = endpoint(&config)?;
+        let auth = BearerAuth::new(config.token.as_deref())?;
+        let connector = Connector { endpoint, auth };
+        let rpc = connector.fresh_rpc();
+        Ok(Client {
+            url: config.url,
+            connector,
+            rpc,
+        })
+    }
+
+    /// The server URL this client talks to.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Creates an approval, or returns the existing one for the same
+    /// `(agent_id, idempotency_key)` (then `created` is false). Policy may return it already
+    /// resolved.
+    pub async fn request_approval(
+        &self,
+        req: pb::RequestApprovalRequest,
+    ) -> Result<pb::RequestApprovalResponse, ClientError> {
+        Ok(self.rpc.clone().request_approval(req).await?.into_inner())
+    }
+
+    /// The approval as it is now ([`ClientError::NotFound`] for an unknown id).
+    pub async fn get_approval(&self, approval_id: &str) -> Result<pb::Approval, ClientError> {
+        let request = pb::GetApprovalRequest {
+            approval_id: approval_id.to_owned(),
+        };
+        Ok(self.rpc.clone().get_approval(request).await?.into_inner())
+    }
+
+    /// One long-poll: returns the approval as soon as it is no longer pending, or still pending
+    /// once `timeout` (capped by the server's maximum wait) has passed. The call itself gives
+    /// up a few seconds after `timeout`, so a dead connection cannot hold it forever. For a
+    /// wait that outlasts restarts and the server's cap, see [`Client::wait_until_resolved`].
+    pub async fn wait_for_decision(
+        &self,
+        approval_id: &str,
+        timeout: Duration,
+    ) -> Result<pb::Approval, ClientError> {
+        // 0 would mean "the server's maximum"; the shortest wait that still means "at most
+        // `timeout`" is 1 ms.
+        let timeout_ms = u32::try_from(timeout.as_millis())
+            .unwrap_or(u32::MAX)
+            .max(1);
+        let mut request = tonic::Request::new(pb::WaitForDecisionRequest {
+            approval_id: approval_id.to_owned(),
+            timeout_ms,
+        });
+        request.set_timeout(Duration::from_millis(timeout_ms.into()) + WAIT_GRACE);
+        Ok(self
+            .rpc
+            .clone()
+            .wait_for_decision(request)
+            .await?
+            .into_inner())
+    }
+
+    /// One page of approvals, newest first.
+    pub async fn list_approvals(
+        &self,
+        req: pb::ListApprovalsRequest,
+    ) -> Result<pb::ListApprovalsResponse, ClientError> {
+        Ok(self.rpc.clone().list_approvals(req).await?.into_inner())
+    }
+
+    /// Withdraws a pending approval; it resolves as `CANCELLED`.
+    pub async fn cancel_approval(
+        &self,
+        approval_id: &str,
+        reason: &str,
+    ) -> Result<pb::Approval, ClientError> {
+        let request = pb::CancelApprovalRequest {
+            approval_id: approval_id.to_owned(),
+            reason: reason.to_owned(),
+        };
+        Ok(self
+            .rpc
+            .clone()
+            .cancel_approval(request)
+            .await?
+            .into_inner())
+    }
+
+    /// Marks an approved call as executed, with its outcome; a second consume is refused
+    /// ([`ClientError::FailedPrecondition`]).
+    pub async fn consume(
+        &self,
+        approval_id: &str,
+        outcome: pb::ConsumeOutcome,
+        detail: &str,
+    ) -> Result<pb::Approval, ClientError> {
+        let request = pb::ConsumeRequest {
+            approval_id: approval_id.to_owned(),
+            outcome: outcome.into(),
+            detail: detail.to_owned(),
+        };
+        Ok(self.rpc.clone().consume(request).await?.into_inner())
+    }
+
+    /// Records an approve or reject decision. A decider the server does not accept gets
+    /// [`ClientError::PermissionDenied`].
+    pub async fn decide(&self, req: pb::DecideRequest) -> Result<pb::DecideResponse, ClientError> {
+        Ok(self.rpc.clone().decide(req).await?.into_inner())
+    }
+
+    /// Stores the platform message a worker created for an approval (one per approval,
+    /// channel and target; a repeat replaces it).
+    pub async fn record_delivery(
+        &self,
+        req: pb::RecordDeliveryRequest,
+    ) -> Result<pb::Approval, ClientError> {
+        Ok(self.rpc.clone().record_delivery(req).await?.into_inner())
+    }
+
+    /// Requests an approval, then waits until it is resolved or `deadline` has passed.
+    ///
+    /// Returns the approval as the server last reported it: resolved, or still `PENDING` when
+    /// the deadline passed. Only state `APPROVED` means go ahead.
+    ///
+    /// Survives a server restart or a broken connection: transient errors are retried with
+    /// exponential backoff and jitter until the deadline. A lost `RequestApproval` is resent
+    /// with the same idempotency key (one is generated when `req.idempotency_key` is empty), so
+    /// the server never creates a second approval; the wait then re-attaches to the approval by
+    /// id. When the deadline passes while the server is unreachable the last error is returned.
+    /// Nothing here turns an error or a timeout into an approval (fail closed). The call may
+    /// overrun the deadline by one connection attempt.
+    pub async fn request_and_wait(
+        &self,
+        mut req: pb::RequestApprovalRequest,
+        deadline: Duration,
+    ) -> Result<pb::Approval, ClientError> {
+        let deadline_at = Instant::now() + deadline;
+        if req.idempotency_key.is_empty() {
+            req.idempotency_key = uuid::Uuid::now_v7().to_string();
+        }
+        let mut backoff = Backoff::new(RETRY_MAX_BACKOFF);
+        let approval = loop {
+            match self.request_approval(req.clone()).await {
+                Ok(response) => {
+                    break response.approval.ok_or_else(|| {
+                        ClientError::Other(tonic::Status::internal(
+                            "RequestApproval answered without an approval",
+                        ))
+                    })?
+                }
+                Err(error) if error.is_transient() && Instant::now() < deadline_at => {
+                    log_retry!(backoff, %error, agent_id = %req.agent_id, "requesting approval failed; retrying");
+                    pause(&mut backoff, deadline_at).await;
+                }
+                Err(error) => return Err(error),
+            }
+        };
+        tracing::debug!(approval_id = %approval.id, state = ?approval.state(), "approval requested");
+        if approval.state() != pb::ApprovalState::Pending {
+            return Ok(approval);
+        }
+        self.wait_resolved(&approval.id, deadline_at).await
+    }
+
+    /// Waits until an existing approval is resolved or `deadline` has passed, with the same
+    /// retries and the same answer as [`Client::request_and_wait`]: the approval as last
+    /// reported (maybe still `PENDING`), or the last error when the server stayed unreachable.
+    pub async fn wait_until_resolved(
+        &self,
+        approval_id: &str,
+        deadline: Duration,
+    ) -> Result<pb::Approval, ClientError> {
+        self.wait_resolved(approval_id, Instant::now() + deadline)
+            .await
+    }
+
+    async fn wait_resolved(
+        &self,
+        approval_id: &str,
+        deadline_at: Instant,
+    ) -> Result<pb::Approval, ClientError> {
+        let mut backoff = Backoff::new(RETRY_MAX_BACKOFF);
+        loop {
+            let started = Instant::now();
+            let remaining = deadline_at.saturating_duration_since(started);
+            match self.wait_for_decision(approval_id, remaining).await {
+                Ok(approval) => {
+                    if approval.state() != pb::ApprovalState::Pending
+                        || Instant::now() >= deadline_at
+                    {
+                        return Ok(approval);
+                    }
+                    if started.elapsed() < remaining.min(EARLY_RETURN) {
+                        pause(&mut backoff, deadline_at).await;
+                    } else {
+                        backoff.reset();
+                    }
+                }
+                Err(error) if error.is_transient() && Instant::now() < deadline_at => {
+                    log_retry!(backoff, %error, approval_id, "waiting for the decision failed; re-attaching");
+                    pause(&mut backoff, deadline_at).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Opens a watch of the approvals routed to `options.channel`: a snapshot of the pending
+    /// ones, then every event once and in order, across reconnects. See [`Watch`].
+    pub fn watch(&self, options: WatchOptions) -> Watch {
+        Watch::new(self.connector.clone(), options)
+    }
+}
+
+/// Sleeps for the next backoff delay, but not past the deadline.
+async fn pause(backoff: &mut Backoff, deadline_at: Instant) {
+    let delay = backoff.next_delay();
+    tokio::time::sleep_until((Instant::now() + delay).min(deadline_at)).await;
+}
+
+fn endpoint(config: &ClientConfig) -> Result<Endpoint, ClientError> {
+    let tls = if config.url.starts_with("https://") {
+        true
+    } else if config.url.starts_with("http://") {
+        false
+    } else {
+        return Err(ClientError::Config(format!(
+            "server URL {:?} must start with http:// or https://",
+            config.url
+        )));
+    };
+    let endpoint = Endpoint::from_shared(config.url.clone())
+        .map_err(|error| ClientError::Config(format!("server URL {:?}: {error}", config.url)))?
+        .connect_timeout(config.connect_timeout)
+        .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
+    if !tls {
+        if config.ca_cert_pem.is_some() {
+            // Refuse rather than silently talk plaintext to a server meant to be verified.
+            return Err(ClientError::Config(
+                "a CA certificate is configured but the server URL is http://; use https://".into(),
+            ));
+        }
+        return Ok(endpoint);
+    }
+    let tls_config = match &config.ca_cert_pem {
+        Some(pem) => {
+            if !String::from_utf8_lossy(pem).contains("-----BEGIN CERTIFICATE-----") {
+                return Err(ClientError::Config(
+                    "the CA certificate holds no PEM certificate".into(),
+                ));
+            }
+            ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
+        }
+        None => ClientTlsConfig::new().with_webpki_roots(),
+    };
+    endpoint
+        .tls_config(tls_config)
+        .map_err(|error| ClientError::Config(format!("TLS configuration: {error}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_outside_a_runtime_is_a_config_error() {
+        let error = Client::connect(ClientConfig::new("http://127.0.0.1:1")).unwrap_err();
+        assert!(matches!(error, ClientError::Config(_)), "{error}");
+    }
+
+    #[tokio::test]
+    async fn unusable_configurations_are_refused() {
+        let mut with_ca_on_plaintext = ClientConfig::new("http://127.0.0.1:1");
+        with_ca_on_plaintext.ca_cert_pem = Some(b"-----BEGIN CERTIFICATE-----".to_vec());
+        let mut garbage_ca = ClientConfig::new("https://127.0.0.1:1");
+        garbage_ca.ca_cert_pem = Some(b"not a certificate".to_vec());
+        let mut token_with_newline = ClientConfig::new("http://127.0.0.1:1");
+        token_with_newline.token = Some("abc\ndef".into());
+        for config in [
+            ClientConfig::new("127.0.0.1:50051"),
+            ClientConfig::new("ftp://127.0.0.1:50051"),
+            ClientConfig::new("http://bad host:1"),
+            with_ca_on_plaintext,
+            garbage_ca,
+            token_with_newline,
+        ] {
+            let error = Client::connect(config.clone()).unwrap_err();
+            assert!(
+                matches!(error, ClientError::Config(_)),
+                "{config:?}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn debug_output_hides_the_token() {
+        let mut config = ClientConfig::new("http://127.0.0.1:1");
+        config.token = Some("s3cret-token".into());
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cret-token"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+    }
+}

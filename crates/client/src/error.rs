@@ -1,0 +1,151 @@
+use tonic::Code;
+
+/// Everything a call through the SDK can fail with.
+///
+/// Each gRPC status the server uses has its own variant (carrying the server's message); other
+/// statuses stay as [`ClientError::Other`]. No variant ever means "approved": code that gates an
+/// action on an approval must act only on `Ok(approval)` with state
+/// [`ApprovalState::Approved`](crate::pb::ApprovalState::Approved).
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server could not be reached, or the connection broke.
+    #[error("server unavailable: {0}")]
+    Unavailable(String),
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+    /// No token, or the server does not accept it.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+    /// For example a second consume, or an idempotency key reused with other arguments.
+    #[error("failed precondition: {0}")]
+    FailedPrecondition(String),
+    /// A rate or size limit, or (on a watch) a consumer too slow for the server's buffer.
+    #[error("resource exhausted: {0}")]
+    ResourceExhausted(String),
+    #[error("deadline exceeded: {0}")]
+    DeadlineExceeded(String),
+    /// Any other gRPC status.
+    #[error("gRPC error: {0}")]
+    Other(tonic::Status),
+    /// The client configuration cannot be used (bad URL, CA certificate or token).
+    #[error("invalid client configuration: {0}")]
+    Config(String),
+}
+
+impl ClientError {
+    /// True when the same call may succeed later: the server was unreachable, the connection
+    /// broke mid-call, or the call timed out. Retrying a non-transient error cannot help.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ClientError::Unavailable(_) | ClientError::DeadlineExceeded(_) => true,
+            // A connection torn down mid-call surfaces as CANCELLED or UNKNOWN (an h2 or
+            // transport error), a server-side abort as ABORTED.
+            ClientError::Other(status) => {
+                matches!(
+                    status.code(),
+                    Code::Cancelled | Code::Unknown | Code::Aborted
+                )
+            }
+            _ => false,
+        }
+    }
+
+    /// The gRPC status code this error corresponds to (`None` for [`ClientError::Config`]).
+    pub fn code(&self) -> Option<Code> {
+        Some(match self {
+            ClientError::Unavailable(_) => Code::Unavailable,
+            ClientError::NotFound(_) => Code::NotFound,
+            ClientError::InvalidArgument(_) => Code::InvalidArgument,
+            ClientError::PermissionDenied(_) => Code::PermissionDenied,
+            ClientError::Unauthenticated(_) => Code::Unauthenticated,
+            ClientError::AlreadyExists(_) => Code::AlreadyExists,
+            ClientError::FailedPrecondition(_) => Code::FailedPrecondition,
+            ClientError::ResourceExhausted(_) => Code::ResourceExhausted,
+            ClientError::DeadlineExceeded(_) => Code::DeadlineExceeded,
+            ClientError::Other(status) => status.code(),
+            ClientError::Config(_) => return None,
+        })
+    }
+}
+
+impl From<tonic::Status> for ClientError {
+    fn from(status: tonic::Status) -> Self {
+        let message = status.message().to_owned();
+        match status.code() {
+            Code::Unavailable => ClientError::Unavailable(message),
+            Code::NotFound => ClientError::NotFound(message),
+            Code::InvalidArgument => ClientError::InvalidArgument(message),
+            Code::PermissionDenied => ClientError::PermissionDenied(message),
+            Code::Unauthenticated => ClientError::Unauthenticated(message),
+            Code::AlreadyExists => ClientError::AlreadyExists(message),
+            Code::FailedPrecondition => ClientError::FailedPrecondition(message),
+            Code::ResourceExhausted => ClientError::ResourceExhausted(message),
+            Code::DeadlineExceeded => ClientError::DeadlineExceeded(message),
+            _ => ClientError::Other(status),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_to_their_variants_and_back() {
+        let codes = [
+            Code::Unavailable,
+            Code::NotFound,
+            Code::InvalidArgument,
+            Code::PermissionDenied,
+            Code::Unauthenticated,
+            Code::AlreadyExists,
+            Code::FailedPrecondition,
+            Code::ResourceExhausted,
+            Code::DeadlineExceeded,
+            Code::OutOfRange,
+            Code::Internal,
+        ];
+        for code in codes {
+            let error = ClientError::from(tonic::Status::new(code, "why"));
+            assert_eq!(error.code(), Some(code));
+            assert!(error.to_string().contains("why"), "{error}");
+        }
+        assert!(matches!(
+            ClientError::from(tonic::Status::internal("x")),
+            ClientError::Other(_)
+        ));
+    }
+
+    #[test]
+    fn only_connection_and_timeout_errors_are_transient() {
+        let transient = [
+            Code::Unavailable,
+            Code::DeadlineExceeded,
+            Code::Cancelled,
+            Code::Unknown,
+            Code::Aborted,
+        ];
+        for code in transient {
+            assert!(ClientError::from(tonic::Status::new(code, "")).is_transient());
+        }
+        let permanent = [
+            Code::PermissionDenied,
+            Code::Unauthenticated,
+            Code::InvalidArgument,
+            Code::NotFound,
+            Code::FailedPrecondition,
+            Code::ResourceExhausted,
+            Code::Internal,
+        ];
+        for code in permanent {
+            assert!(!ClientError::from(tonic::Status::new(code, "")).is_transient());
+        }
+        assert!(!ClientError::Config("bad url".into()).is_transient());
+    }
+}

@@ -1,0 +1,446 @@
+//! Configuration: one TOML file, with every secret also settable by environment variable
+//! (which wins over the file).
+//!
+//! ```toml
+//! [server]
+//! url = "http://127.0.0.1:50051"
+//! # token = "..."                 # or COUNTERSIGN_WORKER_TOKEN
+//! # ca_cert = "/etc/countersign/ca.pem"
+//!
+//! [github]
+//! api_url = "https://api.github.com"
+//! bot_login = "countersign-bot"
+//! # token = "github_pat_..."        # or COUNTERSIGN_GITHUB_TOKEN
+//! # app_id = 123456                 # a GitHub App instead of a token:
+//! # installation_id = 7654321
+//! # private_key_path = "/etc/countersign/app.pem"   # or COUNTERSIGN_GITHUB_APP_PRIVATE_KEY (PEM text)
+//! default_target = "acme/ops#42"     # for routes without a target; "acme/ops" opens an issue each
+//! write_interval_ms = 1000
+//!
+//! [webhook]                          # optional
+//! listen = "0.0.0.0:8080"
+//! # secret = "..."                  # or COUNTERSIGN_GITHUB_WEBHOOK_SECRET
+//!
+//! [polling]                          # optional
+//! interval_ms = 30000
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::api::{GitHubAuth, GitHubSettings};
+use crate::target::Target;
+
+pub const ENV_WORKER_TOKEN: &str = "COUNTERSIGN_WORKER_TOKEN";
+pub const ENV_GITHUB_TOKEN: &str = "COUNTERSIGN_GITHUB_TOKEN";
+pub const ENV_APP_PRIVATE_KEY: &str = "COUNTERSIGN_GITHUB_APP_PRIVATE_KEY";
+pub const ENV_WEBHOOK_SECRET: &str = "COUNTERSIGN_GITHUB_WEBHOOK_SECRET";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid configuration file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: toml::de::Error,
+    },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// The file as written. (No `Debug`: it holds secrets.)
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub server: ServerSection,
+    pub github: GitHubSection,
+    pub webhook: Option<WebhookSection>,
+    pub polling: Option<PollingSection>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    pub url: String,
+    pub token: Option<String>,
+    pub ca_cert: Option<PathBuf>,
+    pub connect_timeout_ms: Option<u64>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GitHubSection {
+    pub api_url: Option<String>,
+    pub token: Option<String>,
+    pub app_id: Option<u64>,
+    pub installation_id: Option<u64>,
+    pub private_key_path: Option<PathBuf>,
+    pub bot_login: String,
+    pub default_target: Option<String>,
+    pub write_interval_ms: Option<u64>,
+    pub secondary_limit_wait_ms: Option<u64>,
+    pub max_attempts: Option<u32>,
+    pub request_timeout_ms: Option<u64>,
+    /// How often deliveries and edits that failed are tried again.
+    pub retry_interval_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSection {
+    pub listen: SocketAddr,
+    pub secret: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PollingSection {
+    pub interval_ms: Option<u64>,
+}
+
+/// The validated configuration the worker runs with.
+#[derive(Clone)]
+pub struct Config {
+    pub server: countersign_client::ClientConfig,
+    pub github: GitHubSettings,
+    pub default_target: Option<Target>,
+    pub webhook: Option<WebhookSettings>,
+    pub polling: Option<PollingSettings>,
+    pub retry_interval: Duration,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("server_url", &self.server.url)
+            .field(
+                "server_token",
+                &self.server.token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("github", &self.github)
+            .field("default_target", &self.default_target)
+            .field("webhook", &self.webhook)
+            .field("polling", &self.polling)
+            .field("retry_interval", &self.retry_interval)
+            .finish()
+    }
+}
+
+#[derive(Clone)]
+pub struct WebhookSettings {
+    pub listen: SocketAddr,
+    pub secret: String,
+}
+
+impl std::fmt::Debug for WebhookSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookSettings")
+            .field("listen", &self.listen)
+            .field("secret", &"<redacted>")
+            .finish()
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct PollingSettings {
+    pub interval: Duration,
+}
+
+/// Where secrets come from besides the file; `std::env::var` in the binary.
+pub trait Environment {
+    fn get(&self, name: &str) -> Option<String>;
+}
+
+pub struct ProcessEnvironment;
+
+impl Environment for ProcessEnvironment {
+    fn get(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|value| !value.is_empty())
+    }
+}
+
+impl Config {
+    /// Reads and validates the file at `path`, taking secrets from `env` first.
+    pub fn load(path: &Path, env: &dyn Environment) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let file: FileConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::from_file(file, env)
+    }
+
+    pub fn from_file(file: FileConfig, env: &dyn Environment) -> Result<Config, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid(message);
+        if file.server.url.trim().is_empty() {
+            return Err(invalid("server.url is required".to_string()));
+        }
+        let mut server = countersign_client::ClientConfig::new(file.server.url.trim());
+        server.token = env.get(ENV_WORKER_TOKEN).or(file.server.token);
+        if let Some(path) = &file.server.ca_cert {
+            server.ca_cert_pem = Some(std::fs::read(path).map_err(|source| ConfigError::Read {
+                path: path.clone(),
+                source,
+            })?);
+        }
+        if let Some(ms) = file.server.connect_timeout_ms {
+            server.connect_timeout = Duration::from_millis(ms);
+        }
+
+        let github = file.github;
+        let bot_login = github.bot_login.trim().to_string();
+        if bot_login.is_empty() {
+            return Err(invalid(
+                "github.bot_login is required (the account the worker comments as)".to_string(),
+            ));
+        }
+        let token = env.get(ENV_GITHUB_TOKEN).or(github.token);
+        let auth = match (token, github.app_id, github.installation_id) {
+            (Some(_), Some(_), _) => {
+                return Err(invalid(
+                    "give either a GitHub token or GitHub App credentials, not both".to_string(),
+                ))
+            }
+            (Some(token), None, _) => {
+                // The token becomes an HTTP header value.
+                if !token.chars().all(|c| c.is_ascii_graphic()) {
+                    return Err(invalid("the GitHub token holds invalid characters".to_string()));
+                }
+                GitHubAuth::Token(token)
+            }
+            (None, Some(app_id), Some(installation_id)) => {
+                let private_key_pem = match env.get(ENV_APP_PRIVATE_KEY) {
+                    Some(pem) => pem,
+                    None => {
+                        let path = github.private_key_path.ok_or_else(|| {
+                            invalid(format!(
+                                "github.private_key_path or {ENV_APP_PRIVATE_KEY} is required with github.app_id"
+                            ))
+                        })?;
+                        std::fs::read_to_string(&path)
+                            .map_err(|source| ConfigError::Read { path, source })?
+                    }
+                };
+                GitHubAuth::App {
+                    app_id,
+                    private_key_pem,
+                    installation_id,
+                }
+            }
+            (None, Some(_), None) => {
+                return Err(invalid(
+                    "github.installation_id is required with github.app_id".to_string(),
+                ))
+            }
+            (None, None, _) => {
+                return Err(invalid(format!(
+                    "a GitHub token (github.token or {ENV_GITHUB_TOKEN}) or GitHub App credentials are required"
+                )))
+            }
+        };
+        let default_target = github
+            .default_target
+            .as_deref()
+            .map(str::parse::<Target>)
+            .transpose()
+            .map_err(|error| invalid(format!("github.default_target: {error}")))?;
+        let max_attempts = github.max_attempts.unwrap_or(5);
+        if max_attempts == 0 {
+            return Err(invalid(
+                "github.max_attempts must be at least 1".to_string(),
+            ));
+        }
+        let request_timeout = Duration::from_millis(github.request_timeout_ms.unwrap_or(30_000));
+        let github_settings = GitHubSettings {
+            api_url: github
+                .api_url
+                .unwrap_or_else(|| "https://api.github.com".to_string())
+                .trim_end_matches('/')
+                .to_string(),
+            auth,
+            bot_login,
+            write_interval: Duration::from_millis(github.write_interval_ms.unwrap_or(1000)),
+            secondary_limit_wait: Duration::from_millis(
+                github.secondary_limit_wait_ms.unwrap_or(60_000),
+            ),
+            max_attempts,
+            connect_timeout: request_timeout,
+            read_timeout: request_timeout,
+        };
+
+        let webhook = match file.webhook {
+            Some(section) => {
+                let secret = env
+                    .get(ENV_WEBHOOK_SECRET)
+                    .or(section.secret)
+                    .filter(|secret| !secret.is_empty())
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "webhook.secret or {ENV_WEBHOOK_SECRET} is required: unsigned deliveries are refused"
+                        ))
+                    })?;
+                Some(WebhookSettings {
+                    listen: section.listen,
+                    secret,
+                })
+            }
+            None => None,
+        };
+        let polling = file.polling.map(|section| PollingSettings {
+            interval: Duration::from_millis(section.interval_ms.unwrap_or(30_000).max(1)),
+        });
+        if webhook.is_none() && polling.is_none() {
+            return Err(invalid(
+                "enable [webhook], [polling] or both: otherwise no command would ever be read"
+                    .to_string(),
+            ));
+        }
+        Ok(Config {
+            server,
+            github: github_settings,
+            default_target,
+            webhook,
+            polling,
+            retry_interval: Duration::from_millis(
+                github.retry_interval_ms.unwrap_or(30_000).max(1),
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    struct FakeEnvironment(HashMap<&'static str, &'static str>);
+
+    impl Environment for FakeEnvironment {
+        fn get(&self, name: &str) -> Option<String> {
+            self.0.get(name).map(|value| value.to_string())
+        }
+    }
+
+    fn parse(text: &str, env: &[(&'static str, &'static str)]) -> Result<Config, ConfigError> {
+        let file: FileConfig = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: PathBuf::from("test.toml"),
+            source,
+        })?;
+        Config::from_file(file, &FakeEnvironment(env.iter().copied().collect()))
+    }
+
+    const MINIMAL: &str = r#"
+        [server]
+        url = "http://127.0.0.1:50051"
+        [github]
+        bot_login = "countersign-bot"
+        token = "ghp_fromfile"
+        default_target = "Acme/Ops#42"
+        [polling]
+    "#;
+
+    #[test]
+    fn minimal_file_with_defaults() {
+        let config = parse(MINIMAL, &[]).unwrap();
+        assert_eq!(config.github.api_url, "https://api.github.com");
+        assert!(matches!(&config.github.auth, GitHubAuth::Token(token) if token == "ghp_fromfile"));
+        assert_eq!(config.github.write_interval, Duration::from_secs(1));
+        assert_eq!(config.default_target.unwrap().to_string(), "acme/ops#42");
+        assert_eq!(config.polling.unwrap().interval, Duration::from_secs(30));
+        assert!(config.webhook.is_none());
+        assert_eq!(config.server.token, None);
+    }
+
+    #[test]
+    fn environment_secrets_win() {
+        let text = format!("{MINIMAL}\n[webhook]\nlisten = \"127.0.0.1:0\"\nsecret = \"file\"\n");
+        let config = parse(
+            &text,
+            &[
+                (ENV_GITHUB_TOKEN, "ghp_fromenv"),
+                (ENV_WEBHOOK_SECRET, "envsecret"),
+                (ENV_WORKER_TOKEN, "worker"),
+            ],
+        )
+        .unwrap();
+        assert!(matches!(&config.github.auth, GitHubAuth::Token(token) if token == "ghp_fromenv"));
+        assert_eq!(
+            config.webhook.as_ref().map(|w| w.secret.as_str()),
+            Some("envsecret")
+        );
+        assert_eq!(config.server.token.as_deref(), Some("worker"));
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("worker\"") && !printed.contains("envsecret"));
+        assert!(!printed.contains("ghp_fromenv"));
+    }
+
+    #[test]
+    fn app_credentials() {
+        let text = r#"
+            [server]
+            url = "http://127.0.0.1:50051"
+            [github]
+            bot_login = "countersign[bot]"
+            app_id = 12
+            installation_id = 34
+            [polling]
+        "#;
+        let config = parse(
+            text,
+            &[(ENV_APP_PRIVATE_KEY, "-----BEGIN RSA PRIVATE KEY-----")],
+        )
+        .unwrap();
+        assert!(matches!(
+            config.github.auth,
+            GitHubAuth::App {
+                app_id: 12,
+                installation_id: 34,
+                ..
+            }
+        ));
+        assert!(!format!("{config:?}").contains("BEGIN"));
+    }
+
+    #[test]
+    fn refusals() {
+        let no_mode = MINIMAL.replace("[polling]", "");
+        let cases = [
+            (no_mode.as_str(), "enable [webhook]"),
+            (
+                &*MINIMAL.replace("token = \"ghp_fromfile\"", ""),
+                "GitHub token",
+            ),
+            (&*MINIMAL.replace("Acme/Ops#42", "nope"), "default_target"),
+            (
+                &*MINIMAL.replace("bot_login = \"countersign-bot\"", "bot_login = \" \""),
+                "bot_login",
+            ),
+            (
+                &*format!("{MINIMAL}\n[webhook]\nlisten = \"127.0.0.1:0\"\n"),
+                "webhook.secret",
+            ),
+            (
+                &*MINIMAL.replace("ghp_fromfile", "ghp with space"),
+                "invalid characters",
+            ),
+        ];
+        for (text, expected) in cases {
+            let error = parse(text, &[]).unwrap_err().to_string();
+            assert!(error.contains(expected), "{error:?} lacks {expected:?}");
+        }
+        assert!(matches!(
+            parse(&format!("{MINIMAL}\nunknown = 1\n"), &[]),
+            Err(ConfigError::Parse { .. })
+        ));
+    }
+}

@@ -1,0 +1,200 @@
+//! countersign's GitHub worker.
+//!
+//! It watches the `github` channel of a countersign server, posts each approval request as a
+//! comment on the routed issue or pull request (`owner/repo#N`; `owner/repo` opens an issue per
+//! approval), and turns `/approve` and `/reject <reason>` comments by people with write access
+//! into decisions. Comments arrive by webhook (`POST /webhook`, HMAC-verified), by polling, or
+//! both. The request comment is edited as the approval is decided, expires or is cancelled,
+//! wherever that happened.
+//!
+//! The worker keeps no state of its own: after a restart it finds its comments again through
+//! the deliveries recorded on the server and, failing that, through a hidden marker in each
+//! comment.
+
+pub mod api;
+pub mod command;
+pub mod config;
+pub mod permission;
+mod poller;
+mod recent;
+pub mod render;
+pub mod target;
+mod webhook;
+mod worker;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use countersign_client::{Client, ClientError, WatchOptions};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::api::{ApiError, GitHubApi};
+use crate::config::Config;
+use crate::poller::PollTargets;
+use crate::worker::{Input, Relay, CHANNEL};
+
+/// Inputs waiting for the worker (watch items and incoming comments).
+const INPUT_QUEUE: usize = 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    GitHub(#[from] ApiError),
+    #[error("countersign server: {0}")]
+    Server(#[from] ClientError),
+    #[error("cannot listen for webhooks on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("a worker task ended unexpectedly: {0}")]
+    Task(String),
+}
+
+/// A running worker.
+pub struct Worker {
+    webhook_addr: Option<SocketAddr>,
+    shutdown: watch::Sender<bool>,
+    watch_task: JoinHandle<Result<(), ClientError>>,
+    other_tasks: Vec<JoinHandle<()>>,
+}
+
+impl Worker {
+    /// Connects (lazily) to the server and GitHub, binds the webhook listener when configured,
+    /// and starts watching, polling and serving.
+    pub async fn start(config: Config) -> Result<Worker, WorkerError> {
+        let api = Arc::new(GitHubApi::new(config.github.clone())?);
+        let client = Client::connect(config.server.clone())?;
+        let (inputs, inputs_rx) = mpsc::channel(INPUT_QUEUE);
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let mut other_tasks = Vec::new();
+
+        let webhook_addr = match &config.webhook {
+            Some(settings) => {
+                let listener = tokio::net::TcpListener::bind(settings.listen)
+                    .await
+                    .map_err(|source| WorkerError::Listen {
+                        addr: settings.listen,
+                        source,
+                    })?;
+                let addr = listener
+                    .local_addr()
+                    .map_err(|source| WorkerError::Listen {
+                        addr: settings.listen,
+                        source,
+                    })?;
+                let router = webhook::router(&settings.secret, inputs.clone());
+                let mut stop = shutdown_rx.clone();
+                other_tasks.push(tokio::spawn(async move {
+                    let served = axum::serve(listener, router)
+                        .with_graceful_shutdown(async move {
+                            let _ = stop.changed().await;
+                        })
+                        .await;
+                    if let Err(error) = served {
+                        tracing::error!(%error, "webhook server failed");
+                    }
+                }));
+                tracing::info!(%addr, "listening for GitHub webhooks on POST /webhook");
+                Some(addr)
+            }
+            None => None,
+        };
+
+        let poll_targets = config
+            .polling
+            .as_ref()
+            .map(|_| Arc::new(PollTargets::default()));
+        if let (Some(settings), Some(targets)) = (&config.polling, &poll_targets) {
+            tracing::info!(
+                interval_ms = settings.interval.as_millis() as u64,
+                "polling GitHub for comments"
+            );
+            other_tasks.push(tokio::spawn(poller::run(
+                Arc::clone(&api),
+                Arc::clone(targets),
+                settings.interval,
+                inputs.clone(),
+                shutdown_rx.clone(),
+            )));
+        }
+
+        let relay = Relay::new(
+            client.clone(),
+            Arc::clone(&api),
+            config.default_target.clone(),
+            poll_targets,
+            inputs.clone(),
+            config.retry_interval,
+        );
+        let mut stop = shutdown_rx.clone();
+        other_tasks.push(tokio::spawn(async move {
+            tokio::select! {
+                _ = stop.changed() => {}
+                _ = relay.run(inputs_rx) => {}
+            }
+        }));
+
+        let mut stop = shutdown_rx;
+        let watch_task = tokio::spawn(async move {
+            let mut stream = client.watch(WatchOptions::channel(CHANNEL));
+            loop {
+                let item = tokio::select! {
+                    _ = stop.changed() => return Ok(()),
+                    item = stream.next() => item?,
+                };
+                if inputs.send(Input::Watch(Box::new(item))).await.is_err() {
+                    return Ok(());
+                }
+            }
+        });
+
+        Ok(Worker {
+            webhook_addr,
+            shutdown,
+            watch_task,
+            other_tasks,
+        })
+    }
+
+    /// The address the webhook receiver listens on (useful with port 0).
+    pub fn webhook_addr(&self) -> Option<SocketAddr> {
+        self.webhook_addr
+    }
+
+    /// Runs until `signal` completes (then stops cleanly) or the watch fails for good (bad
+    /// token, no permission), which is returned.
+    pub async fn run_until(
+        mut self,
+        signal: impl std::future::Future<Output = ()>,
+    ) -> Result<(), WorkerError> {
+        let ended = tokio::select! {
+            _ = signal => None,
+            ended = &mut self.watch_task => Some(ended),
+        };
+        let result = match ended {
+            None => Ok(()),
+            Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(error))) => Err(WorkerError::Server(error)),
+            Some(Err(error)) => Err(WorkerError::Task(error.to_string())),
+        };
+        self.stop().await;
+        result
+    }
+
+    /// Stops every task and waits for them.
+    pub async fn shutdown(mut self) {
+        self.stop().await;
+    }
+
+    async fn stop(&mut self) {
+        let _ = self.shutdown.send(true);
+        if !self.watch_task.is_finished() {
+            let _ = (&mut self.watch_task).await;
+        }
+        for task in self.other_tasks.drain(..) {
+            let _ = task.await;
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! `countersign-github`: the GitHub worker of countersign. See `--help` and the crate README.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use countersign_github::config::{
+    Config, ProcessEnvironment, ENV_APP_PRIVATE_KEY, ENV_GITHUB_TOKEN, ENV_WEBHOOK_SECRET,
+    ENV_WORKER_TOKEN,
+};
+use countersign_github::Worker;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Posts countersign approval requests as GitHub issue comments and turns `/approve` and
+/// `/reject <reason>` comments from people with write access into decisions.
+#[derive(Debug, Parser)]
+#[command(
+    name = "countersign-github",
+    version,
+    after_help = secrets_help()
+)]
+struct Cli {
+    /// The TOML configuration file.
+    #[arg(long, env = "COUNTERSIGN_GITHUB_CONFIG")]
+    config: PathBuf,
+    /// Log format (filter with RUST_LOG, default "info").
+    #[arg(
+        long,
+        value_enum,
+        default_value = "text",
+        env = "COUNTERSIGN_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
+}
+
+fn secrets_help() -> String {
+    format!(
+        "Secrets may come from the environment instead of the file: {ENV_WORKER_TOKEN} (server \
+         token), {ENV_GITHUB_TOKEN} (personal access token), {ENV_APP_PRIVATE_KEY} (GitHub App \
+         key, PEM), {ENV_WEBHOOK_SECRET} (webhook secret)."
+    )
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the worker");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let config = match Config::load(&cli.config, &ProcessEnvironment) {
+        Ok(config) => config,
+        Err(error) => {
+            tracing::error!(%error, "configuration refused");
+            return ExitCode::from(2);
+        }
+    };
+    tracing::info!(
+        server = %config.server.url,
+        github = %config.github.api_url,
+        bot = %config.github.bot_login,
+        webhook = config.webhook.is_some(),
+        polling = config.polling.is_some(),
+        "starting the GitHub worker"
+    );
+    let worker = match Worker::start(config).await {
+        Ok(worker) => worker,
+        Err(error) => {
+            tracing::error!(%error, "cannot start");
+            return ExitCode::FAILURE;
+        }
+    };
+    match worker.run_until(shutdown_signal()).await {
+        Ok(()) => {
+            tracing::info!("stopped");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            tracing::error!(%error, "stopped on an error");
+            ExitCode::FAILURE
+        }
+    }
+}

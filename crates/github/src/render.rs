@@ -1,0 +1,581 @@
+//! The Markdown the worker posts: the request comment (kept true as the approval moves on) and
+//! short replies to commands it refuses.
+//!
+//! Everything that comes from the agent is inert here: one-line fields are flattened and
+//! backslash-escaped so they cannot add links, HTML, mentions or markers, and the arguments go
+//! into a code block whose fence is longer than any backtick run inside. The first line of the
+//! request comment is a hidden marker with the approval id, which is how the worker recognises
+//! its own comment after a crash.
+
+use countersign_client::pb;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+use crate::command::SHORT_ID_LEN;
+use crate::target::RepoName;
+
+const APPROVAL_MARKER_PREFIX: &str = "<!-- countersign:approval:";
+const REPLY_MARKER_PREFIX: &str = "<!-- countersign:reply-to:";
+const MARKER_SUFFIX: &str = " -->";
+/// GitHub refuses comment bodies over 65536 characters; the rest of the comment fits in the
+/// difference.
+const MAX_ARGUMENTS_CHARS: usize = 60_000;
+
+/// The hidden first line of a request comment.
+pub fn approval_marker(approval_id: &str) -> String {
+    format!("{APPROVAL_MARKER_PREFIX}{approval_id}{MARKER_SUFFIX}")
+}
+
+/// The approval id in a request comment's marker. Only the first line counts, so text quoted
+/// from elsewhere cannot pose as a marker.
+pub fn marked_approval_id(body: &str) -> Option<&str> {
+    marked(body, APPROVAL_MARKER_PREFIX)
+}
+
+/// The id of the comment a refusal reply answers, from the reply's marker.
+pub fn replied_comment_id(body: &str) -> Option<u64> {
+    marked(body, REPLY_MARKER_PREFIX)?.parse().ok()
+}
+
+fn marked<'a>(body: &'a str, prefix: &str) -> Option<&'a str> {
+    let first_line = body.lines().next()?.trim_end();
+    first_line
+        .strip_prefix(prefix)?
+        .strip_suffix(MARKER_SUFFIX)
+        .filter(|value| !value.is_empty())
+}
+
+/// The short form of an approval id shown to people: its last 8 characters, which are random
+/// in a UUIDv7 (the leading ones are a timestamp, shared by approvals made close together).
+pub fn short_id(approval_id: &str) -> &str {
+    let start = approval_id.len().saturating_sub(SHORT_ID_LEN);
+    approval_id.get(start..).unwrap_or(approval_id)
+}
+
+/// True when `given` (lower case, from a command) names `approval_id`: the full id or its
+/// short form.
+pub fn names_approval(given: &str, approval_id: &str) -> bool {
+    given.eq_ignore_ascii_case(approval_id) || given.eq_ignore_ascii_case(short_id(approval_id))
+}
+
+/// The title of the issue opened for an approval when the target is a repository.
+pub fn issue_title(approval: &pb::Approval) -> String {
+    format!(
+        "Approval requested: {} ({})",
+        flatten(&approval.tool_name, 80),
+        flatten(&approval.action, 120)
+    )
+}
+
+/// The request comment for the approval in its current state.
+pub fn request_body(approval: &pb::Approval) -> String {
+    let short = short_id(&approval.id);
+    let mut body = String::new();
+    body.push_str(&approval_marker(&approval.id));
+    body.push('\n');
+    body.push_str(&status_line(approval));
+    body.push_str("\n\n");
+    body.push_str(&format!(
+        "### Approval requested: {}\n\n",
+        inline(&approval.tool_name, 200)
+    ));
+    body.push_str(&format!(
+        "- **Action:** {}\n",
+        inline(&approval.action, 500)
+    ));
+    if !approval.reason.is_empty() {
+        body.push_str(&format!(
+            "- **Reason:** {}\n",
+            inline(&approval.reason, 1000)
+        ));
+    }
+    body.push_str(&format!("- **Risk:** {}\n", risk_label(approval.risk())));
+    let mut who = format!("- **Agent:** {}", inline(&approval.agent_id, 200));
+    if !approval.session_id.is_empty() {
+        who.push_str(&format!(
+            " · **Session:** {}",
+            inline(&approval.session_id, 200)
+        ));
+    }
+    if !approval.requester.is_empty() {
+        who.push_str(&format!(
+            " · **Requested by:** {}",
+            inline(&approval.requester, 200)
+        ));
+    }
+    body.push_str(&who);
+    body.push('\n');
+    if let Some(expires_at) = approval.expires_at.as_ref() {
+        body.push_str(&format!("- **Expires:** {}\n", timestamp(expires_at)));
+    }
+    if approval.required_approvals > 1 {
+        body.push_str(&format!(
+            "- **Approvals needed:** {}\n",
+            approval.required_approvals
+        ));
+    }
+    body.push_str(&format!(
+        "- **Arguments digest:** `sha256:{}`\n",
+        hex_only(&approval.args_digest)
+    ));
+    body.push_str(&format!(
+        "- **Approval:** `{short}` (`{}`)\n\n",
+        hex_only(&approval.id)
+    ));
+    body.push_str("**Arguments**\n\n");
+    body.push_str(&arguments_block(&approval.arguments_json));
+    body.push('\n');
+    if approval.state() == pb::ApprovalState::Pending {
+        body.push_str(&format!(
+            "\nTo answer, comment on this issue with one of these on its own line (write access to the repository needed):\n`/approve {short}` or `/reject {short} <reason>`\n"
+        ));
+    }
+    body
+}
+
+/// The first line under the marker: where the approval stands.
+fn status_line(approval: &pb::Approval) -> String {
+    use pb::ApprovalState as State;
+    let resolution = approval.resolution.as_ref();
+    let at = resolution
+        .and_then(|r| r.resolved_at.as_ref())
+        .or(approval.resolved_at.as_ref())
+        .map(|at| format!(" · {}", timestamp(at)))
+        .unwrap_or_default();
+    let reason = resolution
+        .map(|r| r.reason.as_str())
+        .filter(|reason| !reason.is_empty())
+        .map(|reason| format!(": {}", inline(reason, 1000)))
+        .unwrap_or_default();
+    match approval.state() {
+        State::Pending => {
+            let approvers: Vec<String> = approval
+                .decisions
+                .iter()
+                .filter(|d| d.verdict() == pb::Verdict::Approve)
+                .filter_map(|d| d.decider.as_ref())
+                .map(decider_name)
+                .collect();
+            if approvers.is_empty() {
+                "⏳ **Waiting for approval**".to_string()
+            } else {
+                format!(
+                    "⏳ **Waiting for approval**: {} of {} approvals ({})",
+                    approvers.len(),
+                    approval.required_approvals.max(1),
+                    approvers.join(", ")
+                )
+            }
+        }
+        State::Approved => format!("✅ **Approved**{}{reason}{at}", by(resolution)),
+        State::Consumed => {
+            let executed = approval
+                .consumption
+                .as_ref()
+                .map(|c| {
+                    let outcome = match c.outcome() {
+                        pb::ConsumeOutcome::Succeeded => "succeeded",
+                        pb::ConsumeOutcome::Failed => "failed",
+                        pb::ConsumeOutcome::Unspecified => "reported",
+                    };
+                    let detail = if c.detail.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", inline(&c.detail, 300))
+                    };
+                    format!(" · executed: {outcome}{detail}")
+                })
+                .unwrap_or_default();
+            format!("✅ **Approved**{}{reason}{at}{executed}", by(resolution))
+        }
+        State::Rejected => format!("❌ **Rejected**{}{reason}{at}", by(resolution)),
+        State::Expired => format!("⌛ **Expired** without a decision{at}"),
+        State::Cancelled => format!("🚫 **Cancelled**{reason}{at}"),
+        State::Unspecified => "❔ **Unknown state**".to_string(),
+    }
+}
+
+/// " by …": the deciders, the policy rule or the session grant that resolved it.
+fn by(resolution: Option<&pb::Resolution>) -> String {
+    let Some(resolution) = resolution else {
+        return String::new();
+    };
+    match resolution.resolved_by() {
+        pb::ResolvedBy::Decision if !resolution.deciders.is_empty() => {
+            let names: Vec<String> = resolution.deciders.iter().map(decider_name).collect();
+            format!(" by {}", names.join(", "))
+        }
+        pb::ResolvedBy::Rule => format!(" by policy rule {}", inline(&resolution.rule, 200)),
+        pb::ResolvedBy::Grant => format!(
+            " by an earlier session approval ({})",
+            inline(&resolution.grant_id, 100)
+        ),
+        _ => String::new(),
+    }
+}
+
+/// `@login` for GitHub deciders (logins are plain), "name (channel)" for the others.
+fn decider_name(decider: &pb::Decider) -> String {
+    if decider.channel == "github" && is_github_login(&decider.display_name) {
+        format!("@{}", decider.display_name)
+    } else {
+        let name = if decider.display_name.is_empty() {
+            &decider.user_id
+        } else {
+            &decider.display_name
+        };
+        format!("{} ({})", inline(name, 100), inline(&decider.channel, 50))
+    }
+}
+
+fn is_github_login(login: &str) -> bool {
+    !login.is_empty()
+        && login.len() <= 39
+        && login.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+}
+
+fn risk_label(risk: pb::Risk) -> &'static str {
+    match risk {
+        pb::Risk::Low => "🟢 LOW",
+        pb::Risk::Medium => "🟡 MEDIUM",
+        pb::Risk::High => "🟠 HIGH",
+        pb::Risk::Critical => "🔴 CRITICAL",
+        pb::Risk::Unspecified => "unspecified",
+    }
+}
+
+fn timestamp(at: &prost_types::Timestamp) -> String {
+    OffsetDateTime::from_unix_timestamp(at.seconds)
+        .ok()
+        .and_then(|at| at.format(&Rfc3339).ok())
+        .unwrap_or_else(|| at.seconds.to_string())
+}
+
+/// Ids and digests are hex with dashes; anything else is dropped rather than rendered.
+fn hex_only(text: &str) -> String {
+    text.chars()
+        .filter(|c| c.is_ascii_hexdigit() || *c == '-')
+        .take(128)
+        .collect()
+}
+
+/// The arguments, pretty-printed, in a code block nothing inside can close.
+fn arguments_block(arguments_json: &str) -> String {
+    if arguments_json.is_empty() {
+        return "_(not stored: the server redacts arguments; the digest above identifies them)_\n"
+            .to_string();
+    }
+    let pretty = serde_json::from_str::<serde_json::Value>(arguments_json)
+        .and_then(|value| serde_json::to_string_pretty(&value))
+        .unwrap_or_else(|_| arguments_json.to_string());
+    let total = pretty.chars().count();
+    let (shown, note) = if total > MAX_ARGUMENTS_CHARS {
+        let cut: String = pretty.chars().take(MAX_ARGUMENTS_CHARS).collect();
+        (
+            cut,
+            format!("\n_(truncated: {MAX_ARGUMENTS_CHARS} of {total} characters shown; the digest covers all of them)_\n"),
+        )
+    } else {
+        (pretty, String::new())
+    };
+    let fence = code_fence(&shown);
+    format!("{fence}json\n{shown}\n{fence}\n{note}")
+}
+
+/// A backtick fence longer than the longest run of backticks in `content` (at least three).
+pub fn code_fence(content: &str) -> String {
+    let mut longest = 0;
+    let mut run = 0;
+    for c in content.chars() {
+        if c == '`' {
+            run += 1;
+            longest = longest.max(run);
+        } else {
+            run = 0;
+        }
+    }
+    "`".repeat((longest + 1).max(3))
+}
+
+/// One line of plain text, at most `max_chars` characters.
+fn flatten(text: &str, max_chars: usize) -> String {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let line = words.join(" ");
+    if line.chars().count() > max_chars {
+        let mut cut: String = line.chars().take(max_chars).collect();
+        cut.push('…');
+        cut
+    } else {
+        line
+    }
+}
+
+/// One line of literal Markdown text: flattened, and every ASCII punctuation character
+/// backslash-escaped, so it renders as typed and cannot form links, HTML, emphasis or mentions.
+fn inline(text: &str, max_chars: usize) -> String {
+    let flat = flatten(text, max_chars);
+    if flat.is_empty() {
+        return "_(none)_".to_string();
+    }
+    let mut escaped = String::with_capacity(flat.len() * 2);
+    for c in flat.chars() {
+        if c.is_ascii_punctuation() {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// Why a command was not applied, or what happened instead.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reply {
+    /// The commenter lacks write access.
+    NotPermitted { repo: RepoName, level: String },
+    /// A bare command while several approvals are pending here.
+    Ambiguous { candidates: Vec<pb::Approval> },
+    /// The id names no approval of this issue.
+    UnknownId { given: String },
+    /// A bare command with nothing pending here.
+    NothingPending,
+    /// The approval was resolved before this command.
+    AlreadyResolved { approval: Box<pb::Approval> },
+    /// The server refused the decision (approver list, risk ceiling, own request…).
+    Refused { message: String },
+}
+
+/// A reply to the command in comment `comment_id` by `login`, with a hidden marker naming
+/// that comment (so a restarted worker does not answer it twice).
+pub fn reply_body(login: &str, comment_id: u64, reply: &Reply) -> String {
+    let mention = if is_github_login(login) {
+        format!("@{login}")
+    } else {
+        inline(login, 50)
+    };
+    let text = match reply {
+        Reply::NotPermitted { repo, level } => format!(
+            "deciding needs write access to `{repo}`; your permission is {}. Nothing was decided.",
+            inline(level, 50)
+        ),
+        Reply::Ambiguous { candidates } => {
+            let mut text = "several approvals are pending on this issue, so this decided nothing. Name one, for example `/approve ID` or `/reject ID <reason>`:\n".to_string();
+            for approval in candidates {
+                text.push_str(&format!(
+                    "- `{}`: {} ({})\n",
+                    hex_only(short_id(&approval.id)),
+                    inline(&approval.tool_name, 100),
+                    inline(&approval.action, 200)
+                ));
+            }
+            text
+        }
+        Reply::UnknownId { given } => format!(
+            "no approval `{}` belongs to this issue. Nothing was decided.",
+            hex_only(given)
+        ),
+        Reply::NothingPending => "no approval is waiting on this issue.".to_string(),
+        Reply::AlreadyResolved { approval } => format!(
+            "approval `{}` was already resolved: {}",
+            hex_only(short_id(&approval.id)),
+            status_line(approval)
+        ),
+        Reply::Refused { message } => format!(
+            "countersign refused this decision: {}. Nothing was decided.",
+            inline(message, 500)
+        ),
+    };
+    format!("{REPLY_MARKER_PREFIX}{comment_id}{MARKER_SUFFIX}\n{mention} {text}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn approval() -> pb::Approval {
+        pb::Approval {
+            id: "01936f0e-7c1a-7d2b-9f3e-4a5b6c7d8e9f".to_string(),
+            agent_id: "coder-1".to_string(),
+            session_id: "s-7".to_string(),
+            tool_name: "bash".to_string(),
+            arguments_json: r#"{"command":"rm -rf build/"}"#.to_string(),
+            args_digest: "ab".repeat(32),
+            action: "delete the build directory".to_string(),
+            reason: "clean rebuild".to_string(),
+            risk: pb::Risk::High.into(),
+            state: pb::ApprovalState::Pending.into(),
+            required_approvals: 1,
+            expires_at: Some(prost_types::Timestamp {
+                seconds: 1_767_225_600,
+                nanos: 0,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn markers_round_trip_on_the_first_line_only() {
+        let body = request_body(&approval());
+        assert_eq!(
+            marked_approval_id(&body),
+            Some("01936f0e-7c1a-7d2b-9f3e-4a5b6c7d8e9f")
+        );
+        assert_eq!(marked_approval_id(&format!("hi\n{body}")), None);
+        assert_eq!(marked_approval_id("<!-- countersign:approval: -->"), None);
+        let reply = reply_body("octocat", 42, &Reply::NothingPending);
+        assert_eq!(replied_comment_id(&reply), Some(42));
+        assert_eq!(marked_approval_id(&reply), None);
+    }
+
+    #[test]
+    fn request_comment_shows_the_request() {
+        let body = request_body(&approval());
+        for expected in [
+            "⏳ **Waiting for approval**",
+            "### Approval requested: bash",
+            "- **Action:** delete the build directory",
+            "- **Reason:** clean rebuild",
+            "- **Risk:** 🟠 HIGH",
+            "- **Agent:** coder\\-1 · **Session:** s\\-7",
+            "- **Expires:** 2026-01-01T00:00:00Z",
+            &format!("`sha256:{}`", "ab".repeat(32)),
+            "`6c7d8e9f` (`01936f0e-7c1a-7d2b-9f3e-4a5b6c7d8e9f`)",
+            "```json\n{\n  \"command\": \"rm -rf build/\"\n}\n```",
+            "`/approve 6c7d8e9f` or `/reject 6c7d8e9f <reason>`",
+        ] {
+            assert!(body.contains(expected), "missing {expected:?} in\n{body}");
+        }
+    }
+
+    #[test]
+    fn arguments_cannot_break_out_of_their_block() {
+        let mut hostile = approval();
+        hostile.arguments_json = r#"{"a":"```\n/approve\n````","b":"``````"}"#.to_string();
+        let body = request_body(&hostile);
+        let fence = "`".repeat(7);
+        assert!(body.contains(&format!("{fence}json\n")));
+        assert!(body.contains(&format!("\n{fence}\n")));
+        assert_eq!(code_fence("no ticks"), "```");
+        assert_eq!(code_fence("a ```` b ` c"), "`````");
+    }
+
+    #[test]
+    fn agent_text_is_inert() {
+        let mut hostile = approval();
+        hostile.action = "<!-- countersign:approval:x -->\n[click](http://evil) @team".to_string();
+        hostile.reason = "**bold** <img src=x>".to_string();
+        let body = request_body(&hostile);
+        // Every character that could start markup is backslash-escaped.
+        assert!(body.contains("\\<img src\\=x\\>"));
+        assert!(!body.contains(" <img"));
+        assert!(!body.contains("[click]("));
+        assert!(!body.contains(" @team"));
+        assert_eq!(body.matches("<!-- countersign").count(), 1);
+        assert!(body.contains("\\*\\*bold\\*\\*"));
+    }
+
+    #[test]
+    fn outcomes() {
+        let mut approved = approval();
+        approved.state = pb::ApprovalState::Approved.into();
+        approved.resolution = Some(pb::Resolution {
+            verdict: pb::Verdict::Approve.into(),
+            resolved_by: pb::ResolvedBy::Decision.into(),
+            deciders: vec![pb::Decider {
+                channel: "github".to_string(),
+                user_id: "1".to_string(),
+                display_name: "octocat".to_string(),
+            }],
+            resolved_at: Some(prost_types::Timestamp {
+                seconds: 1_767_225_000,
+                nanos: 0,
+            }),
+            ..Default::default()
+        });
+        let body = request_body(&approved);
+        assert!(body.contains("✅ **Approved** by @octocat · 2025-12-31T23:50:00Z"));
+        assert!(!body.contains("To answer"));
+
+        let mut rejected = approved.clone();
+        rejected.state = pb::ApprovalState::Rejected.into();
+        if let Some(resolution) = rejected.resolution.as_mut() {
+            resolution.reason = "looks wrong".to_string();
+            resolution.deciders[0] = pb::Decider {
+                channel: "telegram".to_string(),
+                user_id: "777".to_string(),
+                display_name: "Alice".to_string(),
+            };
+        }
+        assert!(
+            request_body(&rejected).contains("❌ **Rejected** by Alice (telegram): looks wrong")
+        );
+
+        let mut expired = approval();
+        expired.state = pb::ApprovalState::Expired.into();
+        assert!(request_body(&expired).contains("⌛ **Expired** without a decision"));
+
+        let mut cancelled = approval();
+        cancelled.state = pb::ApprovalState::Cancelled.into();
+        cancelled.resolution = Some(pb::Resolution {
+            resolved_by: pb::ResolvedBy::Cancellation.into(),
+            reason: "agent stopped".to_string(),
+            ..Default::default()
+        });
+        assert!(request_body(&cancelled).contains("🚫 **Cancelled**: agent stopped"));
+    }
+
+    #[test]
+    fn quorum_progress() {
+        let mut pending = approval();
+        pending.required_approvals = 2;
+        pending.decisions = vec![pb::Decision {
+            verdict: pb::Verdict::Approve.into(),
+            decider: Some(pb::Decider {
+                channel: "github".to_string(),
+                user_id: "5".to_string(),
+                display_name: "alice".to_string(),
+            }),
+            ..Default::default()
+        }];
+        let body = request_body(&pending);
+        assert!(body.contains("1 of 2 approvals (@alice)"), "{body}");
+        assert!(body.contains("- **Approvals needed:** 2"));
+    }
+
+    #[test]
+    fn short_ids() {
+        let id = "01936f0e-7c1a-7d2b-9f3e-4a5b6c7d8e9f";
+        assert_eq!(short_id(id), "6c7d8e9f");
+        assert!(names_approval("6c7d8e9f", id));
+        assert!(names_approval("01936F0E-7C1A-7D2B-9F3E-4A5B6C7D8E9F", id));
+        assert!(!names_approval("01936f0e", id));
+        assert!(!names_approval("c7d8e9f", id));
+    }
+
+    #[test]
+    fn replies() {
+        let denied = reply_body(
+            "dude",
+            7,
+            &Reply::NotPermitted {
+                repo: "acme/widgets".parse().unwrap(),
+                level: "read".to_string(),
+            },
+        );
+        assert!(denied.starts_with(
+            "<!-- countersign:reply-to:7 -->\n@dude deciding needs write access to `acme/widgets`"
+        ));
+        assert!(denied.contains("your permission is read"));
+
+        let mut other = approval();
+        other.id = "01936f0e-7c1a-7d2b-9f3e-000000000001".to_string();
+        let ambiguous = reply_body(
+            "octocat",
+            8,
+            &Reply::Ambiguous {
+                candidates: vec![approval(), other],
+            },
+        );
+        assert!(ambiguous.contains("- `6c7d8e9f`: bash"));
+        assert!(ambiguous.contains("- `00000001`: bash"));
+    }
+}

@@ -1,0 +1,872 @@
+//! The worker's loop: one task that owns all state and handles, in order, what the watch of
+//! the `github` channel delivers and the comments that webhooks and polling bring in.
+//!
+//! Nothing here needs to survive a restart: pending approvals come back in the watch's
+//! snapshot, their comments are found through the deliveries recorded on the server (or, when
+//! the worker died before recording one, through the marker in the comment), and a command
+//! already answered is recognised by the marker of the reply or by the server's idempotency
+//! key (the comment id).
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use countersign_client::{pb, Client, ClientError, WatchItem};
+use time::OffsetDateTime;
+use tokio::sync::mpsc;
+
+use crate::api::{ApiError, Author, GitHubApi, IssueComment, ReactionContent};
+use crate::command::{parse_command, Command, Verdict};
+use crate::poller::PollTargets;
+use crate::recent::RecentSet;
+use crate::render::{self, names_approval, replied_comment_id, Reply};
+use crate::target::{IssueRef, RepoName, Target};
+
+pub const CHANNEL: &str = "github";
+const REMEMBERED_COMMENTS: usize = 50_000;
+const REMEMBERED_RESOLVED: usize = 256;
+/// Resolved approvals looked at on start, to correct comments left pending by a restart.
+const STARTUP_RESYNC_PAGE: u32 = 50;
+/// How often a command that failed for a transient reason is tried again.
+const MAX_COMMAND_ATTEMPTS: u32 = 8;
+
+/// A comment on an issue or pull request, from a webhook delivery or a poll.
+#[derive(Clone, Debug)]
+pub struct IncomingComment {
+    pub issue: IssueRef,
+    pub comment: IssueComment,
+}
+
+pub enum Input {
+    Watch(Box<WatchItem>),
+    Comments(Vec<IncomingComment>),
+    /// A command that failed for a transient reason, with the attempts made so far.
+    RetryCommand(IncomingComment, u32),
+}
+
+#[derive(Debug, thiserror::Error)]
+enum CommandError {
+    #[error(transparent)]
+    GitHub(#[from] ApiError),
+    #[error(transparent)]
+    Server(#[from] ClientError),
+}
+
+impl CommandError {
+    fn is_transient(&self) -> bool {
+        match self {
+            CommandError::GitHub(error) => error.is_transient(),
+            CommandError::Server(error) => error.is_transient(),
+        }
+    }
+}
+
+/// Where the request for an approval lives on GitHub.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum MessageKind {
+    /// A comment on the target issue.
+    Comment(u64),
+    /// The body of the issue the worker opened for the approval.
+    IssueBody,
+}
+
+#[derive(Clone, Debug)]
+struct Message {
+    issue: IssueRef,
+    kind: MessageKind,
+    /// When GitHub created it: polling for commands starts there.
+    created_at: OffsetDateTime,
+    /// The body as last written.
+    rendered: String,
+    /// The last edit failed; the retry tick tries again.
+    stale: bool,
+}
+
+impl Message {
+    fn message_ref(&self) -> String {
+        match self.kind {
+            MessageKind::Comment(id) => format!("comment/{id}"),
+            MessageKind::IssueBody => format!("issue/{}", self.issue.number),
+        }
+    }
+
+    /// Commands count in comments written after the request.
+    fn precedes(&self, comment_id: u64) -> bool {
+        match self.kind {
+            MessageKind::Comment(id) => comment_id > id,
+            MessageKind::IssueBody => true,
+        }
+    }
+}
+
+/// An approval the worker has put on GitHub.
+struct Tracked {
+    approval: pb::Approval,
+    messages: Vec<Message>,
+    /// Targets not delivered yet because of a transient failure.
+    undelivered: Vec<Target>,
+}
+
+impl Tracked {
+    fn message_on(&self, issue: &IssueRef) -> Option<&Message> {
+        self.messages.iter().find(|message| &message.issue == issue)
+    }
+}
+
+pub struct Relay {
+    client: Client,
+    api: Arc<GitHubApi>,
+    default_target: Option<Target>,
+    poll_targets: Option<Arc<PollTargets>>,
+    inputs: mpsc::Sender<Input>,
+    retry_interval: Duration,
+    /// Pending approvals, by id.
+    pending: BTreeMap<String, Tracked>,
+    /// Recently resolved approvals, for late commands and edits to try again.
+    resolved: VecDeque<Tracked>,
+    /// Comments whose handling is over.
+    handled: RecentSet<u64>,
+    /// Comments waiting for another attempt.
+    retrying: HashSet<u64>,
+    resynced: bool,
+}
+
+impl Relay {
+    pub fn new(
+        client: Client,
+        api: Arc<GitHubApi>,
+        default_target: Option<Target>,
+        poll_targets: Option<Arc<PollTargets>>,
+        inputs: mpsc::Sender<Input>,
+        retry_interval: Duration,
+    ) -> Relay {
+        Relay {
+            client,
+            api,
+            default_target,
+            poll_targets,
+            inputs,
+            retry_interval,
+            pending: BTreeMap::new(),
+            resolved: VecDeque::new(),
+            handled: RecentSet::new(REMEMBERED_COMMENTS),
+            retrying: HashSet::new(),
+            resynced: false,
+        }
+    }
+
+    /// Handles inputs until the channel closes; retries failed deliveries and edits on a tick.
+    pub async fn run(mut self, mut inputs: mpsc::Receiver<Input>) {
+        let mut tick = tokio::time::interval(self.retry_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                input = inputs.recv() => match input {
+                    Some(input) => self.handle(input).await,
+                    None => return,
+                },
+                _ = tick.tick() => self.retry_failed().await,
+            }
+        }
+    }
+
+    async fn handle(&mut self, input: Input) {
+        match input {
+            Input::Watch(item) => match *item {
+                WatchItem::Snapshot(approvals) => self.reconcile(approvals).await,
+                WatchItem::Event(event) => {
+                    if let Some(approval) = event.approval {
+                        self.update(approval).await;
+                    }
+                }
+            },
+            Input::Comments(comments) => {
+                // The worker's earlier replies first: the commands they answer are done.
+                for incoming in &comments {
+                    if let Some(answered) = self.replied_by_bot(&incoming.comment) {
+                        self.handled.insert(answered);
+                    }
+                }
+                for incoming in comments {
+                    self.handle_comment(incoming, 0).await;
+                }
+            }
+            Input::RetryCommand(incoming, attempts) => {
+                self.retrying.remove(&incoming.comment.id);
+                self.handle_comment(incoming, attempts).await;
+            }
+        }
+    }
+
+    fn replied_by_bot(&self, comment: &IssueComment) -> Option<u64> {
+        let author = comment.user.as_ref()?;
+        if !author.login.eq_ignore_ascii_case(self.api.bot_login()) {
+            return None;
+        }
+        replied_comment_id(comment.text())
+    }
+
+    /// A snapshot: every pending approval of the channel. Approvals tracked as pending but
+    /// absent were resolved meanwhile.
+    async fn reconcile(&mut self, approvals: Vec<pb::Approval>) {
+        let present: HashSet<&str> = approvals.iter().map(|a| a.id.as_str()).collect();
+        let gone: Vec<String> = self
+            .pending
+            .keys()
+            .filter(|id| !present.contains(id.as_str()))
+            .cloned()
+            .collect();
+        for id in gone {
+            match self.client.get_approval(&id).await {
+                Ok(approval) => self.update(approval).await,
+                Err(error) => {
+                    tracing::warn!(approval_id = %id, %error, "cannot read an approval that left the snapshot")
+                }
+            }
+        }
+        for approval in approvals {
+            self.update(approval).await;
+        }
+        if !self.resynced {
+            self.resynced = true;
+            self.resync_recently_resolved().await;
+        }
+    }
+
+    /// After a restart: approvals resolved while the worker was away still show "waiting" on
+    /// GitHub. Look at the most recent resolved ones and correct their messages.
+    async fn resync_recently_resolved(&mut self) {
+        use pb::ApprovalState as State;
+        let request = pb::ListApprovalsRequest {
+            states: [
+                State::Approved,
+                State::Rejected,
+                State::Expired,
+                State::Cancelled,
+                State::Consumed,
+            ]
+            .into_iter()
+            .map(i32::from)
+            .collect(),
+            channel: CHANNEL.to_string(),
+            page_size: STARTUP_RESYNC_PAGE,
+            ..Default::default()
+        };
+        match self.client.list_approvals(request).await {
+            Ok(listed) => {
+                for approval in listed.approvals {
+                    if approval.deliveries.iter().any(|d| d.channel == CHANNEL) {
+                        self.update(approval).await;
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(%error, "cannot list resolved approvals to resync"),
+        }
+    }
+
+    /// Brings GitHub in line with the approval's current state.
+    async fn update(&mut self, approval: pb::Approval) {
+        let pending = approval.state() == pb::ApprovalState::Pending;
+        if let Some(mut tracked) = self.pending.remove(&approval.id) {
+            tracked.approval = approval;
+            self.sync_messages(&mut tracked).await;
+            if pending {
+                self.pending.insert(tracked.approval.id.clone(), tracked);
+            } else {
+                self.finish(tracked);
+            }
+            return;
+        }
+        if let Some(index) = self
+            .resolved
+            .iter()
+            .position(|tracked| tracked.approval.id == approval.id)
+        {
+            if let Some(mut tracked) = self.resolved.remove(index) {
+                tracked.approval = approval;
+                self.sync_messages(&mut tracked).await;
+                self.resolved.push_back(tracked);
+            }
+            return;
+        }
+        let mut tracked = Tracked {
+            undelivered: if pending {
+                self.targets_of(&approval)
+            } else {
+                Vec::new()
+            },
+            approval,
+            messages: Vec::new(),
+        };
+        self.adopt_recorded(&mut tracked).await;
+        self.deliver(&mut tracked).await;
+        if pending {
+            self.pending.insert(tracked.approval.id.clone(), tracked);
+        } else {
+            self.finish(tracked);
+        }
+    }
+
+    fn finish(&mut self, tracked: Tracked) {
+        if tracked.messages.is_empty() {
+            return;
+        }
+        for message in &tracked.messages {
+            self.stop_polling_if_idle(&message.issue);
+        }
+        self.resolved.push_back(tracked);
+        while self.resolved.len() > REMEMBERED_RESOLVED {
+            self.resolved.pop_front();
+        }
+    }
+
+    fn stop_polling_if_idle(&self, issue: &IssueRef) {
+        let Some(poll_targets) = &self.poll_targets else {
+            return;
+        };
+        let still_pending = self
+            .pending
+            .values()
+            .any(|tracked| tracked.message_on(issue).is_some());
+        if !still_pending {
+            poll_targets.unwatch(issue);
+        }
+    }
+
+    /// The GitHub targets of an approval: its `github` routes (an empty target means the
+    /// default), or the default when it has no routes at all.
+    fn targets_of(&self, approval: &pb::Approval) -> Vec<Target> {
+        let mut targets = Vec::new();
+        let github_routes: Vec<&pb::Route> = approval
+            .routes
+            .iter()
+            .filter(|route| route.channel == CHANNEL)
+            .collect();
+        let wanted: Vec<Option<&str>> = if approval.routes.is_empty() {
+            vec![None]
+        } else {
+            github_routes
+                .iter()
+                .map(|route| Some(route.target.trim()).filter(|target| !target.is_empty()))
+                .collect()
+        };
+        for target in wanted {
+            let parsed = match target {
+                Some(text) => match text.parse::<Target>() {
+                    Ok(target) => Some(target),
+                    Err(error) => {
+                        tracing::warn!(approval_id = %approval.id, %error, "route target not usable");
+                        None
+                    }
+                },
+                None => {
+                    if self.default_target.is_none() {
+                        tracing::warn!(approval_id = %approval.id, "approval for the default GitHub target, but none is configured");
+                    }
+                    self.default_target.clone()
+                }
+            };
+            if let Some(target) = parsed {
+                if !targets.contains(&target) {
+                    targets.push(target);
+                }
+            }
+        }
+        targets
+    }
+
+    /// Takes over the messages recorded on the server for this approval (after a restart).
+    async fn adopt_recorded(&mut self, tracked: &mut Tracked) {
+        let recorded: Vec<(IssueRef, MessageKind)> = tracked
+            .approval
+            .deliveries
+            .iter()
+            .filter(|delivery| delivery.channel == CHANNEL)
+            .filter_map(|delivery| {
+                let issue: IssueRef = delivery.target.parse().ok()?;
+                let kind = parse_message_ref(&delivery.message_ref)?;
+                Some((issue, kind))
+            })
+            .collect();
+        for (issue, kind) in recorded {
+            if tracked.message_on(&issue).is_some() {
+                continue;
+            }
+            let current = match &kind {
+                MessageKind::Comment(id) => self
+                    .api
+                    .get_comment(&issue.repo, *id)
+                    .await
+                    .map(|found| found.map(|c| (c.text().to_string(), c.created_at))),
+                MessageKind::IssueBody => self
+                    .api
+                    .get_issue(&issue)
+                    .await
+                    .map(|found| found.map(|i| (i.body.unwrap_or_default(), i.created_at))),
+            };
+            let (rendered, message_created_at) = match current {
+                Ok(Some(found)) => found,
+                Ok(None) => {
+                    tracing::warn!(%issue, approval_id = %tracked.approval.id, "the recorded request message is gone");
+                    continue;
+                }
+                Err(error) => {
+                    tracing::warn!(%issue, approval_id = %tracked.approval.id, %error, "cannot read the recorded request message");
+                    // Assume it is current; the next change of the approval rewrites it.
+                    (
+                        render::request_body(&tracked.approval),
+                        created_at(&tracked.approval),
+                    )
+                }
+            };
+            // This target is delivered.
+            tracked
+                .undelivered
+                .retain(|target| !target_covers(target, &issue, &kind));
+            let message = Message {
+                issue,
+                kind,
+                created_at: message_created_at,
+                rendered,
+                stale: false,
+            };
+            self.poll(&message, &tracked.approval);
+            tracked.messages.push(message);
+        }
+        self.sync_messages(tracked).await;
+    }
+
+    /// Posts (or finds) the request on each undelivered target and records the delivery.
+    async fn deliver(&mut self, tracked: &mut Tracked) {
+        let targets = std::mem::take(&mut tracked.undelivered);
+        for target in targets {
+            match self.deliver_to(tracked, &target).await {
+                Ok(message) => {
+                    self.poll(&message, &tracked.approval);
+                    tracked.messages.push(message);
+                }
+                Err(error) if error.is_transient() => {
+                    tracing::warn!(approval_id = %tracked.approval.id, %target, %error, "delivery failed; will try again");
+                    tracked.undelivered.push(target);
+                }
+                Err(error) => {
+                    tracing::error!(approval_id = %tracked.approval.id, %target, %error, "delivery failed");
+                }
+            }
+        }
+    }
+
+    async fn deliver_to(
+        &self,
+        tracked: &Tracked,
+        target: &Target,
+    ) -> Result<Message, CommandError> {
+        let approval = &tracked.approval;
+        let body = render::request_body(approval);
+        let not_before = created_at(approval);
+        let (issue, kind, current, message_created_at) = match target {
+            Target::Issue(issue) => {
+                let comment = self
+                    .api
+                    .find_or_post_comment(issue, &approval.id, not_before, &body)
+                    .await?;
+                let current = comment.text().to_string();
+                (
+                    issue.clone(),
+                    MessageKind::Comment(comment.id),
+                    current,
+                    comment.created_at,
+                )
+            }
+            Target::Repo(repo) => {
+                let opened = self
+                    .api
+                    .find_or_open_issue(
+                        repo,
+                        &approval.id,
+                        not_before,
+                        &render::issue_title(approval),
+                        &body,
+                    )
+                    .await?;
+                let issue = IssueRef {
+                    repo: repo.clone(),
+                    number: opened.number,
+                };
+                (
+                    issue,
+                    MessageKind::IssueBody,
+                    opened.body.unwrap_or_default(),
+                    opened.created_at,
+                )
+            }
+        };
+        let mut message = Message {
+            issue,
+            kind,
+            created_at: message_created_at,
+            rendered: current,
+            stale: false,
+        };
+        self.client
+            .record_delivery(pb::RecordDeliveryRequest {
+                approval_id: approval.id.clone(),
+                channel: CHANNEL.to_string(),
+                target: message.issue.to_string(),
+                message_ref: message.message_ref(),
+            })
+            .await?;
+        tracing::info!(approval_id = %approval.id, issue = %message.issue, message_ref = %message.message_ref(), "request delivered");
+        // A message found from an earlier run may show an older state.
+        if message.rendered != body {
+            self.write_message(&mut message, body).await;
+        }
+        Ok(message)
+    }
+
+    /// Polls the message's issue for commands, from the message's creation on.
+    fn poll(&self, message: &Message, approval: &pb::Approval) {
+        if approval.state() != pb::ApprovalState::Pending {
+            return;
+        }
+        if let Some(poll_targets) = &self.poll_targets {
+            poll_targets.watch(&message.issue, message.created_at);
+        }
+    }
+
+    /// Rewrites every message whose text no longer matches the approval.
+    async fn sync_messages(&self, tracked: &mut Tracked) {
+        let body = render::request_body(&tracked.approval);
+        for message in &mut tracked.messages {
+            if message.rendered != body || message.stale {
+                self.write_message(message, body.clone()).await;
+            }
+        }
+    }
+
+    async fn write_message(&self, message: &mut Message, body: String) {
+        let written = match message.kind {
+            MessageKind::Comment(id) => {
+                self.api
+                    .update_comment(&message.issue.repo, id, &body)
+                    .await
+            }
+            MessageKind::IssueBody => self.api.update_issue_body(&message.issue, &body).await,
+        };
+        match written {
+            Ok(()) => {
+                message.rendered = body;
+                message.stale = false;
+            }
+            Err(error) => {
+                tracing::warn!(issue = %message.issue, message_ref = %message.message_ref(), %error, "editing the request message failed");
+                message.stale = true;
+            }
+        }
+    }
+
+    /// The retry tick: deliveries and edits that failed for a transient reason.
+    async fn retry_failed(&mut self) {
+        let ids: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, t)| !t.undelivered.is_empty() || t.messages.iter().any(|m| m.stale))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ids {
+            if let Some(mut tracked) = self.pending.remove(&id) {
+                self.deliver(&mut tracked).await;
+                self.sync_messages(&mut tracked).await;
+                self.pending.insert(id, tracked);
+            }
+        }
+        let mut resolved = std::mem::take(&mut self.resolved);
+        for tracked in resolved.iter_mut() {
+            if tracked.messages.iter().any(|m| m.stale) {
+                self.sync_messages(tracked).await;
+            }
+        }
+        self.resolved = resolved;
+    }
+
+    async fn handle_comment(&mut self, incoming: IncomingComment, attempts: u32) {
+        let comment_id = incoming.comment.id;
+        if self.handled.contains(&comment_id) || self.retrying.contains(&comment_id) {
+            return;
+        }
+        let Some(author) = incoming.comment.user.clone() else {
+            self.handled.insert(comment_id);
+            return;
+        };
+        if self.api.is_bot(&author) {
+            self.handled.insert(comment_id);
+            return;
+        }
+        let Some(command) = parse_command(incoming.comment.text()) else {
+            self.handled.insert(comment_id);
+            return;
+        };
+        let issue = &incoming.issue;
+        if !self.knows_issue(issue) {
+            tracing::debug!(%issue, comment_id, "command on an issue without approvals; ignored");
+            self.handled.insert(comment_id);
+            return;
+        }
+        match self.apply(issue, comment_id, &author, &command).await {
+            Ok(()) => {
+                self.handled.insert(comment_id);
+            }
+            Err(error) if error.is_transient() && attempts + 1 < MAX_COMMAND_ATTEMPTS => {
+                tracing::warn!(%issue, comment_id, %error, "command failed; will try again");
+                self.retrying.insert(comment_id);
+                let inputs = self.inputs.clone();
+                let delay = self
+                    .retry_interval
+                    .min(Duration::from_secs(1 << attempts.min(5)));
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    // A closed queue means the worker is stopping.
+                    let _ = inputs
+                        .send(Input::RetryCommand(incoming, attempts + 1))
+                        .await;
+                });
+            }
+            Err(error) => {
+                tracing::error!(%issue, comment_id, %error, "command failed");
+                self.handled.insert(comment_id);
+            }
+        }
+    }
+
+    fn knows_issue(&self, issue: &IssueRef) -> bool {
+        self.pending
+            .values()
+            .chain(self.resolved.iter())
+            .any(|tracked| tracked.message_on(issue).is_some())
+    }
+
+    async fn apply(
+        &mut self,
+        issue: &IssueRef,
+        comment_id: u64,
+        author: &Author,
+        command: &Command,
+    ) -> Result<(), CommandError> {
+        let repo = &issue.repo;
+        let waiting: Vec<&pb::Approval> = self
+            .pending
+            .values()
+            .filter(|t| t.message_on(issue).is_some_and(|m| m.precedes(comment_id)))
+            .map(|t| &t.approval)
+            .collect();
+        let chosen: pb::Approval = match &command.approval_id {
+            Some(given) => {
+                let named: Vec<&pb::Approval> = self
+                    .pending
+                    .values()
+                    .chain(self.resolved.iter())
+                    .filter(|t| t.message_on(issue).is_some())
+                    .map(|t| &t.approval)
+                    .filter(|approval| names_approval(given, &approval.id))
+                    .collect();
+                match named.as_slice() {
+                    [one] => (*one).clone(),
+                    [] => {
+                        let reply = Reply::UnknownId {
+                            given: given.clone(),
+                        };
+                        return self.refuse(issue, comment_id, author, &reply).await;
+                    }
+                    several => {
+                        let candidates = several.iter().map(|a| (*a).clone()).collect();
+                        let reply = Reply::Ambiguous { candidates };
+                        return self.refuse(issue, comment_id, author, &reply).await;
+                    }
+                }
+            }
+            None => match waiting.as_slice() {
+                [one] => (*one).clone(),
+                [] => {
+                    return self
+                        .refuse(issue, comment_id, author, &Reply::NothingPending)
+                        .await
+                }
+                several => {
+                    let candidates = several.iter().map(|a| (*a).clone()).collect();
+                    let reply = Reply::Ambiguous { candidates };
+                    return self.refuse(issue, comment_id, author, &reply).await;
+                }
+            },
+        };
+
+        let permission = self.api.permission(repo, &author.login).await?;
+        if !permission.can_write {
+            tracing::info!(%issue, comment_id, login = %author.login, level = permission.level.as_str(), "command refused: no write access");
+            let reply = Reply::NotPermitted {
+                repo: repo.clone(),
+                level: permission.level.as_str().to_string(),
+            };
+            return self.refuse(issue, comment_id, author, &reply).await;
+        }
+
+        let verdict = match command.verdict {
+            Verdict::Approve => pb::Verdict::Approve,
+            Verdict::Reject => pb::Verdict::Reject,
+        };
+        let decided = self
+            .client
+            .decide(pb::DecideRequest {
+                approval_id: chosen.id.clone(),
+                verdict: verdict.into(),
+                scope: pb::Scope::Once.into(),
+                reason: command.reason.clone(),
+                decider: Some(pb::Decider {
+                    channel: CHANNEL.to_string(),
+                    user_id: author.id.to_string(),
+                    display_name: author.login.clone(),
+                }),
+                idempotency_key: comment_id.to_string(),
+            })
+            .await;
+        let response = match decided {
+            Ok(response) => response,
+            Err(
+                error @ (ClientError::PermissionDenied(_)
+                | ClientError::FailedPrecondition(_)
+                | ClientError::InvalidArgument(_)
+                | ClientError::NotFound(_)),
+            ) => {
+                tracing::info!(%issue, comment_id, approval_id = %chosen.id, %error, "decision refused by the server");
+                let reply = Reply::Refused {
+                    message: server_message(&error),
+                };
+                return self.refuse(issue, comment_id, author, &reply).await;
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let outcome = response.outcome();
+        tracing::info!(%issue, comment_id, approval_id = %chosen.id, ?outcome, verdict = ?command.verdict, "decision sent");
+        let reaction = match (outcome, command.verdict) {
+            (pb::DecideOutcome::AlreadyResolved, _) => ReactionContent::Confused,
+            (_, Verdict::Approve) => ReactionContent::ThumbsUp,
+            (_, Verdict::Reject) => ReactionContent::ThumbsDown,
+        };
+        self.react(repo, comment_id, reaction).await;
+        if outcome == pb::DecideOutcome::AlreadyResolved {
+            if let Some(approval) = response.approval.clone() {
+                let reply = Reply::AlreadyResolved {
+                    approval: Box::new(approval),
+                };
+                self.reply(issue, comment_id, author, &reply).await;
+            }
+        }
+        if let Some(approval) = response.approval {
+            self.update(approval).await;
+        }
+        Ok(())
+    }
+
+    /// A command not applied: a confused reaction and a reply saying why.
+    async fn refuse(
+        &self,
+        issue: &IssueRef,
+        comment_id: u64,
+        author: &Author,
+        reply: &Reply,
+    ) -> Result<(), CommandError> {
+        self.react(&issue.repo, comment_id, ReactionContent::Confused)
+            .await;
+        self.reply(issue, comment_id, author, reply).await;
+        Ok(())
+    }
+
+    async fn react(&self, repo: &RepoName, comment_id: u64, reaction: ReactionContent) {
+        if let Err(error) = self.api.add_reaction(repo, comment_id, reaction).await {
+            tracing::warn!(%repo, comment_id, ?reaction, %error, "adding a reaction failed");
+        }
+    }
+
+    async fn reply(&self, issue: &IssueRef, comment_id: u64, author: &Author, reply: &Reply) {
+        let body = render::reply_body(&author.login, comment_id, reply);
+        if let Err(error) = self.api.create_comment(issue, &body).await {
+            tracing::warn!(%issue, comment_id, %error, "replying to a command failed");
+        }
+    }
+}
+
+fn parse_message_ref(message_ref: &str) -> Option<MessageKind> {
+    match message_ref.split_once('/')? {
+        ("comment", id) => id.parse().ok().map(MessageKind::Comment),
+        ("issue", _) => Some(MessageKind::IssueBody),
+        _ => None,
+    }
+}
+
+/// Whether a recorded message on `issue` delivers `target`.
+fn target_covers(target: &Target, issue: &IssueRef, kind: &MessageKind) -> bool {
+    match (target, kind) {
+        (Target::Issue(wanted), MessageKind::Comment(_)) => wanted == issue,
+        (Target::Repo(repo), MessageKind::IssueBody) => repo == &issue.repo,
+        _ => false,
+    }
+}
+
+fn created_at(approval: &pb::Approval) -> OffsetDateTime {
+    approval
+        .created_at
+        .as_ref()
+        .and_then(|at| OffsetDateTime::from_unix_timestamp(at.seconds).ok())
+        .unwrap_or_else(OffsetDateTime::now_utc)
+}
+
+/// The server's own words, without the SDK's prefix.
+fn server_message(error: &ClientError) -> String {
+    match error {
+        ClientError::PermissionDenied(message)
+        | ClientError::FailedPrecondition(message)
+        | ClientError::InvalidArgument(message)
+        | ClientError::NotFound(message) => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_refs_round_trip() {
+        let issue: IssueRef = "acme/widgets#3".parse().unwrap();
+        let comment = Message {
+            issue: issue.clone(),
+            kind: MessageKind::Comment(99),
+            created_at: OffsetDateTime::UNIX_EPOCH,
+            rendered: String::new(),
+            stale: false,
+        };
+        assert_eq!(comment.message_ref(), "comment/99");
+        assert_eq!(
+            parse_message_ref("comment/99"),
+            Some(MessageKind::Comment(99))
+        );
+        assert_eq!(parse_message_ref("issue/3"), Some(MessageKind::IssueBody));
+        assert_eq!(parse_message_ref("chat:1"), None);
+        assert!(comment.precedes(100));
+        assert!(!comment.precedes(99));
+        assert!(target_covers(
+            &Target::Issue(issue.clone()),
+            &issue,
+            &MessageKind::Comment(1)
+        ));
+        assert!(target_covers(
+            &Target::Repo(issue.repo.clone()),
+            &issue,
+            &MessageKind::IssueBody
+        ));
+        assert!(!target_covers(
+            &Target::Repo(issue.repo.clone()),
+            &issue,
+            &MessageKind::Comment(1)
+        ));
+    }
+}

@@ -1,0 +1,740 @@
+//! End-to-end tests of the GitHub worker: a real countersign server, the worker, the fake
+//! GitHub REST API on 127.0.0.1 serving the recorded shapes, and webhook deliveries built from
+//! GitHub's published payload examples, signed here.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{github_decider, Harness, Mode, PATIENCE, REPO, SECRET};
+use countersign_client::pb;
+use countersign_github::render::{marked_approval_id, short_id};
+use countersign_testkit::github::{
+    captured_bot_comment_payload, issue_comment_payload, post_webhook, sign_webhook, CommentAction,
+    Endpoint, Failure, UserKind, DEFAULT_BOT_LOGIN, WEBHOOK_PING_PAYLOAD,
+};
+
+/// The agent waits; a writer approves; the wait returns APPROVED, the command gets +1 and the
+/// request comment shows who approved.
+async fn approve_by_writer(mode: Mode) {
+    let harness = Harness::start(mode).await;
+    let agent = harness.agent.clone();
+    let request = harness.request("call-approve", "");
+    let waiting = tokio::spawn(async move {
+        agent
+            .request_and_wait(request, Duration::from_secs(30))
+            .await
+    });
+
+    let approval_id = harness
+        .github
+        .wait_for("the approval to exist", PATIENCE, |github| {
+            github
+                .comments(REPO, harness.issue)
+                .into_iter()
+                .find_map(|c| marked_approval_id(&c.body).map(str::to_string))
+        })
+        .await;
+    let request_comment = harness.request_comment(&approval_id).await;
+    assert!(request_comment.body.contains("restart the production API"));
+    assert!(request_comment.body.contains("Waiting for approval"));
+    assert_eq!(request_comment.user.login, DEFAULT_BOT_LOGIN);
+
+    let command = harness
+        .say(&harness.writer, "Checked the diff.\n\n/approve")
+        .await;
+    let approval = waiting
+        .await
+        .expect("agent task")
+        .expect("request and wait");
+    assert_eq!(approval.state(), pb::ApprovalState::Approved);
+    assert_eq!(approval.decisions.len(), 1);
+    let decision = &approval.decisions[0];
+    assert_eq!(decision.decider, Some(github_decider(&harness.writer)));
+    assert_eq!(decision.idempotency_key, command.id.to_string());
+
+    assert_eq!(harness.reactions(command.id, 1).await, vec!["+1"]);
+    let edited = harness
+        .request_comment_where(request_comment.id, "the approved comment", |body| {
+            body.contains("✅ **Approved** by @alice")
+        })
+        .await;
+    assert!(!edited.body.contains("To answer"));
+    // One request comment, no replies.
+    assert_eq!(harness.requests_comments(harness.issue).len(), 2);
+    let delivery = &harness.approval(&approval_id).await.deliveries[0];
+    assert_eq!(delivery.channel, "github");
+    assert_eq!(delivery.target, format!("{REPO}#{}", harness.issue));
+    assert_eq!(
+        delivery.message_ref,
+        format!("comment/{}", request_comment.id)
+    );
+}
+
+#[tokio::test]
+async fn webhook_approve_by_a_writer() {
+    approve_by_writer(Mode::Webhook).await;
+}
+
+#[tokio::test]
+async fn polling_approve_by_a_writer() {
+    approve_by_writer(Mode::Polling).await;
+}
+
+#[tokio::test]
+async fn reject_with_a_reason_by_a_maintainer() {
+    let harness = Harness::start(Mode::Webhook).await;
+    let approval = harness
+        .request_approval(harness.request("call-reject", ""))
+        .await;
+    let request_comment = harness.request_comment(&approval.id).await;
+
+    let command = harness
+        .say(&harness.maintainer, "/REJECT looks wrong")
+        .await;
+    let resolved = harness.resolved(&approval.id).await;
+    assert_eq!(resolved.state(), pb::ApprovalState::Rejected);
+    assert_eq!(
+        resolved.resolution.as_ref().map(|r| r.reason.as_str()),
+        Some("looks wrong")
+    );
+    assert_eq!(
+        resolved.decisions[0].decider,
+        Some(github_decider(&harness.maintainer))
+    );
+    assert_eq!(harness.reactions(command.id, 1).await, vec!["-1"]);
+    harness
+        .request_comment_where(request_comment.id, "the rejected comment", |body| {
+            body.contains("❌ **Rejected** by @alecharp: looks wrong")
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_readers_approve_is_refused_and_decides_nothing() {
+    let harness = Harness::start(Mode::Webhook).await;
+    let approval = harness
+        .request_approval(harness.request("call-reader", ""))
+        .await;
+    harness.request_comment(&approval.id).await;
+
+    let command = harness.say(&harness.reader, "/approve").await;
+    let reply = harness.reply_to(harness.issue, command.id).await;
+    assert!(reply
+        .body
+        .contains("@dude deciding needs write access to `acme/widgets`"));
+    assert!(reply.body.contains("your permission is read"));
+    assert_eq!(harness.reactions(command.id, 1).await, vec!["confused"]);
+
+    let unchanged = harness.approval(&approval.id).await;
+    assert_eq!(unchanged.state(), pb::ApprovalState::Pending);
+    assert!(unchanged.decisions.is_empty());
+    let permission_checks = harness.github.requests_to(Endpoint::GetPermission);
+    assert_eq!(permission_checks.len(), 1);
+    assert_eq!(
+        permission_checks[0].path,
+        "/repos/acme/widgets/collaborators/dude/permission"
+    );
+}
+
+/// Commands in code or quotes, an edited comment, a bot's comment and the worker's own
+/// account decide nothing; the writer's plain command after them is the only decision.
+#[tokio::test]
+async fn webhook_ignores_code_quotes_edits_and_bots() {
+    let harness = Harness::start(Mode::Webhook).await;
+    let approval = harness
+        .request_approval(harness.request("call-ignored", ""))
+        .await;
+    harness.request_comment(&approval.id).await;
+
+    let in_code = harness
+        .say(&harness.writer, "Try this:\n```\n/approve\n```")
+        .await;
+    let in_quote = harness
+        .say(&harness.writer, "> /approve\nis what they said")
+        .await;
+
+    let edited = harness.say(&harness.writer, "looking").await;
+    let edited = harness.github.edit_comment(edited.id, "/approve");
+    let payload = issue_comment_payload(
+        &harness.github,
+        CommentAction::Edited,
+        &edited,
+        Some("looking"),
+    );
+    assert_eq!(harness.deliver("issue_comment", &payload).await.0, 200);
+
+    let app = harness
+        .github
+        .add_user("gagbo-test-app[bot]", UserKind::Bot);
+    let by_app = harness
+        .github
+        .add_comment(REPO, harness.issue, &app, "/approve");
+    let payload = captured_bot_comment_payload(&harness.github, &by_app);
+    assert_eq!(harness.deliver("issue_comment", &payload).await.0, 202);
+
+    let by_self = harness.say(&harness.github.bot(), "/approve").await;
+
+    let sentinel = harness.say(&harness.writer, "/reject sentinel").await;
+    let resolved = harness.resolved(&approval.id).await;
+    assert_eq!(resolved.state(), pb::ApprovalState::Rejected);
+    assert_eq!(resolved.decisions.len(), 1);
+    assert_eq!(
+        resolved.decisions[0].idempotency_key,
+        sentinel.id.to_string()
+    );
+    harness.reactions(sentinel.id, 1).await;
+    for ignored in [in_code.id, in_quote.id, edited.id, by_app.id, by_self.id] {
+        assert!(
+            harness.github.reactions(ignored).is_empty(),
+            "comment {ignored} got a reaction"
+        );
+    }
+}
+
+#[tokio::test]
+async fn polling_ignores_edited_comments() {
+    let harness = Harness::start(Mode::Polling).await;
+    let approval = harness
+        .request_approval(harness.request("call-poll-edit", ""))
+        .await;
+    harness.request_comment(&approval.id).await;
+
+    let comment = harness.say(&harness.writer, "looking at it").await;
+    let polled_at = harness.github.requests().len();
+    // Once a poll after the comment has been answered, the worker has seen it.
+    harness
+        .github
+        .wait_for("a poll after the comment", PATIENCE, |github| {
+            github.requests()[polled_at..]
+                .iter()
+                .any(|r| r.endpoint == Some(Endpoint::ListComments) && r.status == 200)
+                .then_some(())
+        })
+        .await;
+    harness.github.edit_comment(comment.id, "/approve");
+
+    let sentinel = harness.say(&harness.writer, "/reject sentinel").await;
+    let resolved = harness.resolved(&approval.id).await;
+    assert_eq!(resolved.state(), pb::ApprovalState::Rejected);
+    assert_eq!(resolved.decisions.len(), 1);
+    assert_eq!(
+        resolved.decisions[0].idempotency_key,
+        sentinel.id.to_string()
+    );
+    assert!(harness.github.reactions(comment.id).is_empty());
+    // Polls name `since`, to the second.
+    let polls = harness.github.requests_to(Endpoint::ListComments);
+    assert!(polls.iter().all(|r| r
+        .query
+        .as_deref()
+        .is_some_and(|q| q.contains("since=") && q.ends_with("Z"))));
+}
+
+#[tokio::test]
+async fn two_pending_and_a_bare_approve_lists_the_ids() {
+    let harness = Harness::start(Mode::Webhook).await;
+    let first = harness
+        .request_approval(harness.request("call-first", ""))
+        .await;
+    let second = harness
+        .request_approval(harness.request("call-second", ""))
+        .await;
+    harness.request_comment(&first.id).await;
+    harness.request_comment(&second.id).await;
+
+    let bare = harness.say(&harness.writer, "/approve").await;
+    let reply = harness.reply_to(harness.issue, bare.id).await;
+    assert!(reply.body.contains("several approvals are pending"));
+    assert!(reply.body.contains(&format!("`{}`", short_id(&first.id))));
+    assert!(reply.body.contains(&format!("`{}`", short_id(&second.id))));
+    assert_eq!(harness.reactions(bare.id, 1).await, vec!["confused"]);
+    assert!(harness.approval(&first.id).await.decisions.is_empty());
+    assert!(harness.approval(&second.id).await.decisions.is_empty());
+
+    let named = harness
+        .say(
+            &harness.writer,
+            &format!("/approve {}", short_id(&second.id)),
+        )
+        .await;
+    let resolved = harness.resolved(&second.id).await;
+    assert_eq!(resolved.state(), pb::ApprovalState::Approved);
+    assert_eq!(resolved.decisions[0].idempotency_key, named.id.to_string());
+    let first_now = harness.approval(&first.id).await;
+    assert_eq!(first_now.state(), pb::ApprovalState::Pending);
+    assert!(first_now.decisions.is_empty());
+
+    // With one left, a bare command applies to it; the full id works too.
+    let full = harness
+        .say(&harness.writer, &format!("/reject {} not today", first.id))
+        .await;
+    let first_resolved = harness.resolved(&first.id).await;
+    assert_eq!(first_resolved.state(), pb::ApprovalState::Rejected);
+    assert_eq!(
+        first_resolved.decisions[0].idempotency_key,
+        full.id.to_string()
+    );
+}
+
+#[tokio::test]
+async fn webhook_signatures_duplicates_and_ping() {
+    let harness = Harness::start(Mode::Webhook).await;
+    let approval = harness
+        .request_approval(harness.request("call-signature", ""))
+        .await;
+    harness.request_comment(&approval.id).await;
+    let url = harness.webhook_url();
+
+    let comment = harness
+        .github
+        .add_comment(REPO, harness.issue, &harness.writer, "/approve");
+    let payload = issue_comment_payload(&harness.github, CommentAction::Created, &comment, None);
+    let forged = sign_webhook("not the secret", &payload);
+    let (status, _) =
+        post_webhook(&url, "issue_comment", "d-forged", &payload, Some(&forged)).await;
+    assert_eq!(status, 401);
+    let (status, _) = post_webhook(&url, "issue_comment", "d-unsigned", &payload, None).await;
+    assert_eq!(status, 401);
+    let mut tampered = payload.clone();
+    tampered.extend_from_slice(b" ");
+    let signature = sign_webhook(SECRET, &payload);
+    let (status, _) = post_webhook(
+        &url,
+        "issue_comment",
+        "d-tampered",
+        &tampered,
+        Some(&signature),
+    )
+    .await;
+    assert_eq!(status, 401);
+    // Refused deliveries are not queued: nothing changed.
+    assert!(harness.approval(&approval.id).await.decisions.is_empty());
+    assert!(harness.github.reactions(comment.id).is_empty());
+
+    let (first, _) = post_webhook(&url, "issue_comment", "d-1", &payload, Some(&signature)).await;
+    let (again, body) =
+        post_webhook(&url, "issue_comment", "d-1", &payload, Some(&signature)).await;
+    assert_eq!((first, again), (202, 200));
+    assert_eq!(body, "duplicate delivery");
+    let resolved = harness.resolved(&approval.id).await;
+    assert_eq!(resolved.decisions.len(), 1);
+    assert_eq!(harness.reactions(comment.id, 1).await, vec!["+1"]);
+
+    let ping = WEBHOOK_PING_PAYLOAD.as_bytes();
+    let (status, body) = post_webhook(
+        &url,
+        "ping",
+        "d-ping",
+        ping,
+        Some(&sign_webhook(SECRET, ping)),
+    )
+    .await;
+    assert_eq!((status, body.as_str()), (200, "pong"));
+    let deleted = issue_comment_payload(&harness.github, CommentAction::Deleted, &comment, None);
+    assert_eq!(harness.deliver("issue_comment", &deleted).await.0, 200);
+    let issues_event = br#"{"action":"opened"}"#;
+    assert_eq!(harness.deliver("issues", issues_event).await.0, 200);
+}
+
+/// With webhook and polling both on, a comment arrives twice and is applied once.
+#[tokio::test]
+async fn a_comment_seen_by_webhook_and_poll_is_applied_once() {
+    let harness = Harness::start(Mode::Both).await;
+    let first = harness
+        .request_approval(harness.request("call-both-1", ""))
+        .await;
+    let second = harness
+        .request_approval(harness.request("call-both-2", ""))
+        .await;
+    harness.request_comment(&first.id).await;
+    harness.request_comment(&second.id).await;
+
+    let command = harness
+        .say(
+            &harness.writer,
+            &format!("/approve {}", short_id(&first.id)),
+        )
+        .await;
+    harness.resolved(&first.id).await;
+    // Only polling brings this one. By the time it is applied, every poll that returned the
+    // first command has been handled too (the issue stays polled while `second` is pending).
+    let sentinel = harness.github.add_comment(
+        REPO,
+        harness.issue,
+        &harness.writer,
+        &format!("/approve {}", short_id(&second.id)),
+    );
+    harness.resolved(&second.id).await;
+
+    assert_eq!(harness.approval(&first.id).await.decisions.len(), 1);
+    assert_eq!(harness.reactions(command.id, 1).await, vec!["+1"]);
+    assert_eq!(harness.reactions(sentinel.id, 1).await, vec!["+1"]);
+    assert_eq!(
+        harness.github.requests_to(Endpoint::CreateReaction).len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn decided_elsewhere_expired_and_cancelled_are_shown() {
+    let harness = Harness::start(Mode::Webhook).await;
+    let elsewhere = harness
+        .request_approval(harness.request("call-elsewhere", ""))
+        .await;
+    let mut short_lived = harness.request("call-expire", "");
+    short_lived.ttl_seconds = 1;
+    let expiring = harness.request_approval(short_lived).await;
+    let cancelled = harness
+        .request_approval(harness.request("call-cancel", ""))
+        .await;
+    let elsewhere_comment = harness.request_comment(&elsewhere.id).await;
+    let expiring_comment = harness.request_comment(&expiring.id).await;
+    let cancelled_comment = harness.request_comment(&cancelled.id).await;
+
+    harness
+        .agent
+        .decide(pb::DecideRequest {
+            approval_id: elsewhere.id.clone(),
+            verdict: pb::Verdict::Approve.into(),
+            decider: Some(pb::Decider {
+                channel: "telegram".to_string(),
+                user_id: "777000".to_string(),
+                display_name: "Alice Smith".to_string(),
+            }),
+            idempotency_key: "callback-1".to_string(),
+            ..Default::default()
+        })
+        .await
+        .expect("decide on telegram");
+    harness
+        .agent
+        .cancel_approval(&cancelled.id, "agent stopped")
+        .await
+        .expect("cancel");
+
+    harness
+        .request_comment_where(elsewhere_comment.id, "approved on telegram", |body| {
+            body.contains("✅ **Approved** by Alice Smith (telegram)")
+        })
+        .await;
+    harness
+        .request_comment_where(expiring_comment.id, "expired", |body| {
+            body.contains("⌛ **Expired** without a decision")
+        })
+        .await;
+    harness
+        .request_comment_where(cancelled_comment.id, "cancelled", |body| {
+            body.contains("🚫 **Cancelled**: agent stopped")
+        })
+        .await;
+}
+
+/// The answer to the comment POST is lost (502 after GitHub created it): the worker finds the
+/// comment by its marker instead of posting a second one.
+#[tokio::test]
+async fn a_lost_post_answer_does_not_duplicate_the_comment() {
+    let harness = Harness::start(Mode::Webhook).await;
+    harness
+        .github
+        .fail_next(Endpoint::CreateComment, 1, Failure::BadGatewayAfterWrite);
+    let approval = harness
+        .request_approval(harness.request("call-lost", ""))
+        .await;
+    let comment = harness.request_comment(&approval.id).await;
+    let delivered = wait_delivered(&harness, &approval.id).await;
+    assert_eq!(delivered.message_ref, format!("comment/{}", comment.id));
+    assert_eq!(harness.github.requests_to(Endpoint::CreateComment).len(), 1);
+    assert_eq!(harness.requests_comments(harness.issue).len(), 1);
+}
+
+async fn wait_delivered(harness: &Harness, approval_id: &str) -> pb::Delivery {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let approval = harness.approval(approval_id).await;
+        if let Some(delivery) = approval
+            .deliveries
+            .into_iter()
+            .find(|d| d.channel == "github")
+        {
+            return delivery;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no GitHub delivery recorded for {approval_id}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A 403 secondary rate limit on the comment POST and a 429 on the reaction are waited out
+/// (Retry-After) and the requests sent again; a used-up primary limit waits for its reset.
+#[tokio::test]
+async fn rate_limits_are_waited_out_and_retried() {
+    let harness = Harness::start(Mode::Webhook).await;
+    harness.github.fail_next(
+        Endpoint::CreateComment,
+        1,
+        Failure::SecondaryRateLimit {
+            retry_after_secs: 1,
+        },
+    );
+    harness.github.fail_next(
+        Endpoint::CreateReaction,
+        1,
+        Failure::TooManyRequests {
+            retry_after_secs: 1,
+        },
+    );
+    harness.github.fail_next(
+        Endpoint::GetPermission,
+        1,
+        Failure::PrimaryRateLimit {
+            reset_after_secs: 1,
+        },
+    );
+    let approval = harness
+        .request_approval(harness.request("call-limits", ""))
+        .await;
+    let request_comment = harness.request_comment(&approval.id).await;
+    let command = harness.say(&harness.writer, "/approve").await;
+    assert_eq!(
+        harness.resolved(&approval.id).await.state(),
+        pb::ApprovalState::Approved
+    );
+    assert_eq!(harness.reactions(command.id, 1).await, vec!["+1"]);
+    harness
+        .request_comment_where(request_comment.id, "the approved comment", |body| {
+            body.contains("Approved")
+        })
+        .await;
+
+    for (endpoint, limited, then) in [
+        (Endpoint::CreateComment, 403, 201),
+        (Endpoint::CreateReaction, 429, 201),
+        (Endpoint::GetPermission, 403, 200),
+    ] {
+        let requests = harness.github.requests_to(endpoint);
+        let statuses: Vec<u16> = requests.iter().map(|r| r.status).collect();
+        assert_eq!(&statuses[..2], &[limited, then], "{endpoint:?}");
+        // Retry-After / X-RateLimit-Reset said one second.
+        let waited = requests[1].received_at - requests[0].received_at;
+        assert!(
+            waited >= Duration::from_millis(900),
+            "{endpoint:?} retried after {waited:?}"
+        );
+    }
+    assert_eq!(harness.requests_comments(harness.issue).len(), 2);
+}
+
+/// A repository target opens one issue per approval, with the request in its body.
+#[tokio::test]
+async fn a_repository_target_opens_an_issue() {
+    let harness = Harness::start(Mode::Webhook).await;
+    let approval = harness
+        .request_approval(harness.request("call-issue", REPO))
+        .await;
+    let issue = harness
+        .github
+        .wait_for("the opened issue", PATIENCE, |github| {
+            github
+                .issues(REPO)
+                .into_iter()
+                .find(|i| marked_approval_id(&i.body) == Some(approval.id.as_str()))
+        })
+        .await;
+    assert!(issue.title.starts_with("Approval requested: bash"));
+    let delivered = wait_delivered(&harness, &approval.id).await;
+    assert_eq!(delivered.target, format!("{REPO}#{}", issue.number));
+    assert_eq!(delivered.message_ref, format!("issue/{}", issue.number));
+
+    let command = harness
+        .say_on(issue.number, &harness.writer, "/approve")
+        .await;
+    assert_eq!(
+        harness.resolved(&approval.id).await.state(),
+        pb::ApprovalState::Approved
+    );
+    assert_eq!(harness.reactions(command.id, 1).await, vec!["+1"]);
+    harness
+        .github
+        .wait_for("the issue body edited", PATIENCE, |github| {
+            github
+                .issue(REPO, issue.number)
+                .filter(|i| i.body.contains("✅ **Approved** by @alice"))
+        })
+        .await;
+}
+
+/// The worker process is killed after GitHub created the request comment but before it heard
+/// back (so before it recorded the delivery). The restarted worker finds that comment by its
+/// marker: no second comment, and it goes on to apply commands.
+#[tokio::test]
+async fn killed_after_posting_and_restarted_posts_no_second_comment() {
+    let harness = Harness::start_without_worker(Mode::Polling).await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let config_path = dir.path().join("github-worker.toml");
+    let config = format!(
+        r#"
+[server]
+url = "{server}"
+
+[github]
+api_url = "{github}"
+token = "{token}"
+bot_login = "{bot}"
+default_target = "{REPO}#{issue}"
+write_interval_ms = 20
+retry_interval_ms = 200
+
+[polling]
+interval_ms = 100
+"#,
+        server = harness.server.url(),
+        github = harness.github.url(),
+        token = countersign_testkit::github::DEFAULT_TOKEN,
+        bot = DEFAULT_BOT_LOGIN,
+        issue = harness.issue,
+    );
+    std::fs::write(&config_path, config).expect("write the worker config");
+
+    harness.github.hold(Endpoint::CreateComment);
+    let mut first_run = spawn_worker_process(&config_path);
+    let approval = harness
+        .request_approval(harness.request("call-crash", ""))
+        .await;
+    let comment = harness.request_comment(&approval.id).await;
+    first_run.kill().await.expect("kill the worker");
+    harness.github.release(Endpoint::CreateComment);
+    // It died waiting for GitHub's answer, so it cannot have recorded the delivery.
+    assert!(harness.approval(&approval.id).await.deliveries.is_empty());
+
+    let mut second_run = spawn_worker_process(&config_path);
+    let delivered = wait_delivered(&harness, &approval.id).await;
+    assert_eq!(delivered.message_ref, format!("comment/{}", comment.id));
+    assert_eq!(harness.github.requests_to(Endpoint::CreateComment).len(), 1);
+    assert_eq!(harness.requests_comments(harness.issue).len(), 1);
+
+    let command = harness.say(&harness.writer, "/approve").await;
+    assert_eq!(
+        harness.resolved(&approval.id).await.state(),
+        pb::ApprovalState::Approved
+    );
+    assert_eq!(harness.reactions(command.id, 1).await, vec!["+1"]);
+    second_run.kill().await.expect("kill the worker");
+}
+
+fn spawn_worker_process(config: &std::path::Path) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_countersign-github"))
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start countersign-github")
+}
+
+#[test]
+fn the_binary_has_help() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_countersign-github"))
+        .arg("--help")
+        .output()
+        .expect("run countersign-github --help");
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    for expected in [
+        "--config",
+        "--log-format",
+        "COUNTERSIGN_GITHUB_TOKEN",
+        "COUNTERSIGN_GITHUB_WEBHOOK_SECRET",
+    ] {
+        assert!(help.contains(expected), "--help lacks {expected}:\n{help}");
+    }
+}
+
+/// With GitHub App credentials the worker exchanges its JWT for an installation token and
+/// works as the app's bot account.
+#[tokio::test]
+async fn github_app_credentials() {
+    let mut harness = Harness::start_without_worker(Mode::Webhook).await;
+    let mut file = harness.file_config();
+    file.github.token = None;
+    file.github.app_id = Some(360617);
+    file.github.installation_id = Some(7777777);
+    file.github.private_key_path = Some(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/test-app-private-key.pem"),
+    );
+    let app_bot = harness.github.app_bot();
+    file.github.bot_login = app_bot.login.clone();
+    let config = countersign_github::config::Config::from_file(file, &common::NoEnvironment)
+        .expect("app config");
+    harness.worker = Some(
+        countersign_github::Worker::start(config)
+            .await
+            .expect("start the worker"),
+    );
+
+    let approval = harness
+        .request_approval(harness.request("call-app", ""))
+        .await;
+    let comment = harness.request_comment(&approval.id).await;
+    assert_eq!(comment.user, app_bot);
+    let exchanges = harness
+        .github
+        .requests_to(Endpoint::CreateInstallationToken);
+    assert_eq!(
+        exchanges[0].path,
+        "/app/installations/7777777/access_tokens"
+    );
+    let jwt = exchanges[0].authorization.as_deref().unwrap_or_default();
+    assert_eq!(
+        jwt.strip_prefix("Bearer ").map(|t| t.split('.').count()),
+        Some(3)
+    );
+    let posted = harness.github.requests_to(Endpoint::CreateComment);
+    assert!(posted[0]
+        .authorization
+        .as_deref()
+        .is_some_and(|auth| auth.starts_with("Bearer ghs_")));
+
+    let command = harness.say(&harness.writer, "/approve").await;
+    assert_eq!(
+        harness.resolved(&approval.id).await.state(),
+        pb::ApprovalState::Approved
+    );
+    assert_eq!(harness.reactions(command.id, 1).await, vec!["+1"]);
+}
+
+/// Approvals resolved while the worker was down still have "waiting" comments; the restarted
+/// worker corrects them.
+#[tokio::test]
+async fn a_restarted_worker_corrects_comments_resolved_meanwhile() {
+    let mut harness = Harness::start(Mode::Webhook).await;
+    let approval = harness
+        .request_approval(harness.request("call-downtime", ""))
+        .await;
+    let comment = harness.request_comment(&approval.id).await;
+    wait_delivered(&harness, &approval.id).await;
+    if let Some(worker) = harness.worker.take() {
+        worker.shutdown().await;
+    }
+    harness
+        .agent
+        .cancel_approval(&approval.id, "superseded")
+        .await
+        .expect("cancel");
+    assert!(harness
+        .github
+        .comment(comment.id)
+        .is_some_and(|c| c.body.contains("Waiting")));
+
+    harness.start_worker().await;
+    harness
+        .request_comment_where(comment.id, "the cancelled comment", |body| {
+            body.contains("🚫 **Cancelled**: superseded")
+        })
+        .await;
+    assert_eq!(harness.requests_comments(harness.issue).len(), 1);
+}

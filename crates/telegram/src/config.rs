@@ -1,0 +1,396 @@
+//! Configuration: a TOML file, with the secrets also (and preferably) from the environment.
+//!
+//! ```toml
+//! [server]
+//! url = "http://127.0.0.1:50051"
+//! # token: env COUNTERSIGN_WORKER_TOKEN
+//! # ca_cert = "/etc/countersign/ca.pem"
+//!
+//! [telegram]
+//! # bot_token: env TELEGRAM_BOT_TOKEN
+//! api_url = "https://api.telegram.org"
+//! default_chat_id = -1001234567890
+//! allowed_user_ids = [11111111, 22222222]
+//! buttons = ["approve", "reject", "allow_session"]
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::callback::ButtonAction;
+
+/// The environment variable holding the worker's token for the countersign server.
+pub const WORKER_TOKEN_ENV: &str = "COUNTERSIGN_WORKER_TOKEN";
+/// The environment variable holding the Telegram bot token.
+pub const BOT_TOKEN_ENV: &str = "TELEGRAM_BOT_TOKEN";
+
+/// Why the configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid configuration in {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// The configuration file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub server: ServerSection,
+    #[serde(default)]
+    pub telegram: TelegramSection,
+}
+
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    /// `http://host:port` or `https://host:port`.
+    pub url: String,
+    /// Worker token; `COUNTERSIGN_WORKER_TOKEN` overrides it.
+    pub token: Option<String>,
+    /// PEM file of the CA that signs the server's certificate.
+    pub ca_cert: Option<PathBuf>,
+    #[serde(default = "default_connect_timeout_secs")]
+    pub connect_timeout_secs: u64,
+    /// A watch silent (not even heartbeats) for this long is reconnected.
+    #[serde(default = "default_heartbeat_timeout_secs")]
+    pub heartbeat_timeout_secs: u64,
+    /// The longest pause between reconnection attempts to the server.
+    #[serde(default = "default_max_backoff_secs")]
+    pub max_backoff_secs: u64,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        ServerSection {
+            url: String::new(),
+            token: None,
+            ca_cert: None,
+            connect_timeout_secs: default_connect_timeout_secs(),
+            heartbeat_timeout_secs: default_heartbeat_timeout_secs(),
+            max_backoff_secs: default_max_backoff_secs(),
+        }
+    }
+}
+
+/// Shows everything except the token.
+impl std::fmt::Debug for ServerSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerSection")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("ca_cert", &self.ca_cert)
+            .field("connect_timeout_secs", &self.connect_timeout_secs)
+            .field("heartbeat_timeout_secs", &self.heartbeat_timeout_secs)
+            .field("max_backoff_secs", &self.max_backoff_secs)
+            .finish()
+    }
+}
+
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelegramSection {
+    /// Bot token; `TELEGRAM_BOT_TOKEN` overrides it.
+    pub bot_token: Option<String>,
+    /// The Bot API server (a self-hosted one, or a fake in tests).
+    #[serde(default = "default_api_url")]
+    pub api_url: String,
+    /// Where approvals without a Telegram target go.
+    pub default_chat_id: Option<i64>,
+    /// Telegram user ids allowed to decide; empty: anyone the server's approver registry
+    /// accepts. Checked before calling the server, which stays authoritative.
+    #[serde(default)]
+    pub allowed_user_ids: Vec<i64>,
+    /// The buttons under each request, in this order.
+    #[serde(default = "default_buttons")]
+    pub buttons: Vec<ButtonAction>,
+    /// Long-polling timeout of getUpdates (below teloxide's 17 s HTTP timeout).
+    #[serde(default = "default_poll_timeout_secs")]
+    pub poll_timeout_secs: u32,
+    /// The longest 429 `retry_after` the worker waits for in line; a longer one puts the
+    /// message on the retry queue, so that other approvals are not held up.
+    #[serde(default = "default_max_retry_wait_secs")]
+    pub max_retry_wait_secs: u64,
+    /// How often messages that could not be sent or updated (Telegram unreachable, a flood
+    /// wait beyond `max_retry_wait_secs`) are tried again.
+    #[serde(default = "default_retry_interval_secs")]
+    pub retry_interval_secs: u64,
+}
+
+impl Default for TelegramSection {
+    fn default() -> Self {
+        TelegramSection {
+            bot_token: None,
+            api_url: default_api_url(),
+            default_chat_id: None,
+            allowed_user_ids: Vec::new(),
+            buttons: default_buttons(),
+            poll_timeout_secs: default_poll_timeout_secs(),
+            max_retry_wait_secs: default_max_retry_wait_secs(),
+            retry_interval_secs: default_retry_interval_secs(),
+        }
+    }
+}
+
+/// Shows everything except the bot token.
+impl std::fmt::Debug for TelegramSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TelegramSection")
+            .field("bot_token", &self.bot_token.as_ref().map(|_| "<redacted>"))
+            .field("api_url", &self.api_url)
+            .field("default_chat_id", &self.default_chat_id)
+            .field("allowed_user_ids", &self.allowed_user_ids)
+            .field("buttons", &self.buttons)
+            .field("poll_timeout_secs", &self.poll_timeout_secs)
+            .field("max_retry_wait_secs", &self.max_retry_wait_secs)
+            .field("retry_interval_secs", &self.retry_interval_secs)
+            .finish()
+    }
+}
+
+fn default_connect_timeout_secs() -> u64 {
+    5
+}
+fn default_heartbeat_timeout_secs() -> u64 {
+    30
+}
+fn default_max_backoff_secs() -> u64 {
+    10
+}
+fn default_api_url() -> String {
+    "https://api.telegram.org".to_owned()
+}
+fn default_buttons() -> Vec<ButtonAction> {
+    ButtonAction::ALL.to_vec()
+}
+fn default_poll_timeout_secs() -> u32 {
+    10
+}
+fn default_max_retry_wait_secs() -> u64 {
+    30
+}
+fn default_retry_interval_secs() -> u64 {
+    10
+}
+
+/// Everything the worker needs, validated, secrets resolved.
+#[derive(Clone)]
+pub struct Settings {
+    pub server_url: String,
+    pub worker_token: Option<String>,
+    pub ca_cert_pem: Option<Vec<u8>>,
+    pub connect_timeout: Duration,
+    pub heartbeat_timeout: Duration,
+    pub max_backoff: Duration,
+    pub bot_token: String,
+    pub api_url: String,
+    pub default_chat_id: Option<i64>,
+    pub allowed_user_ids: Vec<i64>,
+    pub buttons: Vec<ButtonAction>,
+    pub poll_timeout_secs: u32,
+    pub max_retry_wait: Duration,
+    /// The first pause after a failed Bot API poll (doubling up to `max_backoff`).
+    pub poll_error_backoff: Duration,
+    /// How often messages that could not be sent or updated are tried again.
+    pub retry_interval: Duration,
+}
+
+impl Settings {
+    /// Settings with the defaults of the configuration file.
+    pub fn new(server_url: &str, bot_token: &str) -> Result<Settings, ConfigError> {
+        let file = FileConfig {
+            server: ServerSection {
+                url: server_url.to_owned(),
+                ..ServerSection::default()
+            },
+            telegram: TelegramSection {
+                bot_token: Some(bot_token.to_owned()),
+                ..TelegramSection::default()
+            },
+        };
+        Settings::from_file(file, None, None)
+    }
+
+    /// Reads the file at `path`; `COUNTERSIGN_WORKER_TOKEN` and `TELEGRAM_BOT_TOKEN` override
+    /// the tokens in it.
+    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let file: FileConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+        let env = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        Settings::from_file(file, env(WORKER_TOKEN_ENV), env(BOT_TOKEN_ENV))
+    }
+
+    /// Validates a parsed file; tokens from the environment win over those in the file.
+    pub fn from_file(
+        file: FileConfig,
+        worker_token_env: Option<String>,
+        bot_token_env: Option<String>,
+    ) -> Result<Settings, ConfigError> {
+        let FileConfig { server, telegram } = file;
+        if server.url.is_empty() {
+            return Err(ConfigError::Invalid("server.url is required".to_owned()));
+        }
+        let bot_token = bot_token_env.or(telegram.bot_token).ok_or_else(|| {
+            ConfigError::Invalid(format!(
+                "no bot token: set {BOT_TOKEN_ENV} (or telegram.bot_token)"
+            ))
+        })?;
+        if telegram.buttons.is_empty() {
+            return Err(ConfigError::Invalid(
+                "telegram.buttons must name at least one button".to_owned(),
+            ));
+        }
+        if telegram.poll_timeout_secs >= 17 {
+            return Err(ConfigError::Invalid(
+                "telegram.poll_timeout_secs must be below 17 (the Bot API HTTP timeout)".to_owned(),
+            ));
+        }
+        let ca_cert_pem = match &server.ca_cert {
+            Some(path) => Some(std::fs::read(path).map_err(|source| ConfigError::Read {
+                path: path.clone(),
+                source,
+            })?),
+            None => None,
+        };
+        let mut buttons = Vec::new();
+        for button in telegram.buttons {
+            if !buttons.contains(&button) {
+                buttons.push(button);
+            }
+        }
+        Ok(Settings {
+            server_url: server.url,
+            worker_token: worker_token_env.or(server.token),
+            ca_cert_pem,
+            connect_timeout: Duration::from_secs(server.connect_timeout_secs),
+            heartbeat_timeout: Duration::from_secs(server.heartbeat_timeout_secs),
+            max_backoff: Duration::from_secs(server.max_backoff_secs),
+            bot_token,
+            api_url: telegram.api_url,
+            default_chat_id: telegram.default_chat_id,
+            allowed_user_ids: telegram.allowed_user_ids,
+            buttons,
+            poll_timeout_secs: telegram.poll_timeout_secs,
+            max_retry_wait: Duration::from_secs(telegram.max_retry_wait_secs),
+            poll_error_backoff: Duration::from_secs(1),
+            retry_interval: Duration::from_secs(telegram.retry_interval_secs.max(1)),
+        })
+    }
+}
+
+/// Shows everything except the tokens.
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("server_url", &self.server_url)
+            .field(
+                "worker_token",
+                &self.worker_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("api_url", &self.api_url)
+            .field("default_chat_id", &self.default_chat_id)
+            .field("allowed_user_ids", &self.allowed_user_ids)
+            .field("buttons", &self.buttons)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> FileConfig {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn a_full_file_is_read_and_env_tokens_win() {
+        let file = parse(
+            r#"
+            [server]
+            url = "http://127.0.0.1:50051"
+            token = "file-worker-token"
+            [telegram]
+            bot_token = "file-bot-token"
+            api_url = "http://127.0.0.1:8081"
+            default_chat_id = -100123
+            allowed_user_ids = [1, 2]
+            buttons = ["reject", "approve"]
+            poll_timeout_secs = 5
+            "#,
+        );
+        let settings =
+            Settings::from_file(file, Some("env-worker".into()), Some("env-bot".into())).unwrap();
+        assert_eq!(settings.worker_token.as_deref(), Some("env-worker"));
+        assert_eq!(settings.bot_token, "env-bot");
+        assert_eq!(settings.api_url, "http://127.0.0.1:8081");
+        assert_eq!(settings.default_chat_id, Some(-100123));
+        assert_eq!(settings.allowed_user_ids, vec![1, 2]);
+        assert_eq!(
+            settings.buttons,
+            vec![ButtonAction::Reject, ButtonAction::Approve]
+        );
+        assert_eq!(settings.poll_timeout_secs, 5);
+        let shown = format!("{settings:?}");
+        assert!(
+            !shown.contains("env-worker") && !shown.contains("env-bot"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn defaults_apply_and_the_file_tokens_are_used_without_env() {
+        let file = parse(
+            r#"
+            [server]
+            url = "http://127.0.0.1:50051"
+            token = "file-worker-token"
+            [telegram]
+            bot_token = "file-bot-token"
+            "#,
+        );
+        let settings = Settings::from_file(file, None, None).unwrap();
+        assert_eq!(settings.worker_token.as_deref(), Some("file-worker-token"));
+        assert_eq!(settings.bot_token, "file-bot-token");
+        assert_eq!(settings.api_url, "https://api.telegram.org");
+        assert_eq!(settings.buttons, ButtonAction::ALL.to_vec());
+        assert!(settings.allowed_user_ids.is_empty());
+    }
+
+    #[test]
+    fn mistakes_are_refused_with_a_reason() {
+        let no_token = parse("[server]\nurl = \"http://127.0.0.1:1\"\n");
+        let error = Settings::from_file(no_token, None, None).unwrap_err();
+        assert!(error.to_string().contains(BOT_TOKEN_ENV), "{error}");
+
+        let unknown_button: Result<FileConfig, _> =
+            toml::from_str("[server]\nurl = \"http://x\"\n[telegram]\nbuttons = [\"maybe\"]\n");
+        assert!(unknown_button.is_err());
+
+        let typo: Result<FileConfig, _> =
+            toml::from_str("[server]\nurl = \"http://x\"\n[telegram]\ndefault_chat = 1\n");
+        assert!(typo.is_err());
+
+        let no_buttons = parse("[server]\nurl = \"http://x\"\n[telegram]\nbuttons = []\n");
+        assert!(Settings::from_file(no_buttons, None, Some("t".into())).is_err());
+    }
+}

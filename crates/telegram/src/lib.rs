@@ -1,0 +1,95 @@
+//! countersign's Telegram worker.
+//!
+//! It watches the `telegram` channel of a countersign server through the client SDK and shows
+//! each pending approval as a message with inline buttons (Approve, Reject, Allow for
+//! session). A tap, or a `/approve` / `/reject <reason>` reply to the message, becomes a
+//! `Decide` call; the message is then edited to show the outcome, and it is kept true when the
+//! approval is decided elsewhere, expires or is cancelled. Sent messages are recorded on the
+//! server (`RecordDelivery`), so a restarted worker edits them instead of sending new ones.
+//!
+//! [`run`] is the entry point used by the `countersign-telegram` binary and by tests.
+
+pub mod bot_api;
+pub mod callback;
+pub mod command;
+pub mod config;
+pub mod render;
+mod worker;
+
+use std::future::Future;
+
+use countersign_client::{Client, ClientConfig};
+
+use crate::bot_api::{BotApi, BotApiError};
+pub use crate::config::Settings;
+use crate::worker::Worker;
+pub use crate::worker::{WorkerError, CHANNEL};
+
+/// Runs the worker until `shutdown` completes (then returns `Ok`) or an error that retrying
+/// cannot fix occurs (wrong bot token, refused worker token, ...).
+pub async fn run(
+    settings: Settings,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), WorkerError> {
+    let bot = BotApi::new(
+        &settings.bot_token,
+        &settings.api_url,
+        settings.max_retry_wait,
+    )?;
+    let client = Client::connect(ClientConfig {
+        url: settings.server_url.clone(),
+        token: settings.worker_token.clone(),
+        ca_cert_pem: settings.ca_cert_pem.clone(),
+        connect_timeout: settings.connect_timeout,
+    })?;
+    tokio::select! {
+        result = start_and_serve(client, bot, settings) => result,
+        () = shutdown => {
+            tracing::info!("shutting down");
+            Ok(())
+        }
+    }
+}
+
+async fn start_and_serve(
+    client: Client,
+    bot: BotApi,
+    settings: Settings,
+) -> Result<(), WorkerError> {
+    let bot_username = connect_to_telegram(&bot, &settings).await?;
+    tracing::info!(
+        bot = %bot_username,
+        server = %settings.server_url,
+        default_chat_id = ?settings.default_chat_id,
+        allowlisted_users = settings.allowed_user_ids.len(),
+        "Telegram worker started"
+    );
+    let worker = Worker::new(client, bot, settings, bot_username);
+    tokio::select! {
+        result = worker.follow_approvals() => result,
+        result = worker.follow_updates() => result,
+        result = worker.retry_failed_messages() => result,
+    }
+}
+
+/// Checks the bot token (getMe) and switches the bot to polling; retries while Telegram is
+/// unreachable, fails at once when Telegram refuses (a wrong token).
+async fn connect_to_telegram(bot: &BotApi, settings: &Settings) -> Result<String, BotApiError> {
+    let mut pause = settings.poll_error_backoff;
+    loop {
+        let attempt = async {
+            let username = bot.bot_username().await?;
+            bot.ensure_polling_mode().await?;
+            Ok::<_, BotApiError>(username)
+        };
+        match attempt.await {
+            Ok(username) => return Ok(username),
+            Err(BotApiError::Network(error)) => {
+                tracing::warn!(%error, retry_in_ms = pause.as_millis() as u64, "cannot reach the Telegram Bot API");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(settings.max_backoff);
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}

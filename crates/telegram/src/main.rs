@@ -1,0 +1,93 @@
+//! `countersign-telegram`: the Telegram worker of countersign.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use countersign_telegram::config::{BOT_TOKEN_ENV, WORKER_TOKEN_ENV};
+use countersign_telegram::Settings;
+use tracing_subscriber::EnvFilter;
+
+/// Shows countersign approval requests in Telegram with inline Approve / Reject / Allow for
+/// session buttons, and relays the decisions to the countersign server.
+#[derive(Debug, Parser)]
+#[command(name = "countersign-telegram", version, after_help = secrets_help())]
+struct Cli {
+    /// The TOML configuration file.
+    #[arg(long, short, env = "COUNTERSIGN_TELEGRAM_CONFIG")]
+    config: PathBuf,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "COUNTERSIGN_LOG_FORMAT")]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn secrets_help() -> String {
+    format!(
+        "Secrets come from the environment: {BOT_TOKEN_ENV} (the bot token) and \
+         {WORKER_TOKEN_ENV} (the worker token for the countersign server). \
+         Log levels: RUST_LOG (default info)."
+    )
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let settings = match Settings::load(&cli.config) {
+        Ok(settings) => settings,
+        Err(error) => {
+            tracing::error!(%error, "cannot start");
+            return ExitCode::FAILURE;
+        }
+    };
+    match countersign_telegram::run(settings, shutdown_signal()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "the Telegram worker stopped");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::warn!(%error, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}

@@ -1,0 +1,747 @@
+//! What the worker shows on Telegram: the approval message (HTML parse mode), its buttons, and
+//! the short texts that answer taps and commands.
+//!
+//! Everything here is pure, so that the same approval always renders to the same message:
+//! an edit that changes nothing is recognised (and Telegram's "message is not modified" is
+//! expected, not an error).
+
+use countersign_client::pb;
+use pb::{ApprovalState, ResolvedBy, Risk, Scope, Verdict};
+use time::OffsetDateTime;
+
+use crate::callback::{ButtonAction, CallbackData};
+
+/// Telegram's limit on a message text, in UTF-16 code units. The source HTML is kept within
+/// it, which bounds the visible text too (markup and escapes only ever shrink when parsed).
+pub const MAX_MESSAGE_UTF16: usize = 4096;
+/// Telegram's limit on the text of a callback answer.
+const MAX_ANSWER_CHARS: usize = 200;
+
+// Limits on single fields, in UTF-16 code units of escaped HTML, so that the arguments always
+// keep a good part of the message.
+const TOOL_LIMIT: usize = 120;
+const ACTION_LIMIT: usize = 400;
+const REASON_LIMIT: usize = 600;
+const IDENTITY_LIMIT: usize = 120;
+const NAME_LIMIT: usize = 64;
+const RESOLUTION_REASON_LIMIT: usize = 400;
+/// At most this many approvers are named in a quorum's progress line.
+const NAMED_APPROVERS: usize = 5;
+
+/// An inline button.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Button {
+    pub label: &'static str,
+    pub callback_data: String,
+}
+
+/// A message as the worker wants Telegram to show it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RenderedMessage {
+    /// HTML parse mode text, at most [`MAX_MESSAGE_UTF16`] UTF-16 code units.
+    pub html: String,
+    /// Rows of inline buttons; empty once the approval is no longer pending.
+    pub keyboard: Vec<Vec<Button>>,
+}
+
+/// Renders an approval. Buttons (in the order of `buttons`) are shown while it is pending.
+pub fn render_approval(approval: &pb::Approval, buttons: &[ButtonAction]) -> RenderedMessage {
+    let head = render_head(approval);
+    let tail = render_tail(approval);
+    let arguments_budget = MAX_MESSAGE_UTF16.saturating_sub(utf16_len(&head) + utf16_len(&tail));
+    let arguments = render_arguments(approval, arguments_budget);
+    RenderedMessage {
+        html: format!("{head}{arguments}{tail}"),
+        keyboard: keyboard(approval, buttons),
+    }
+}
+
+fn render_head(approval: &pb::Approval) -> String {
+    let risk = approval.risk();
+    let mut head = String::new();
+    if is_high_risk(risk) {
+        head.push_str("⚠️ ");
+    }
+    head.push_str("<b>Approval request</b>\n");
+    head.push_str(&format!(
+        "<b>Tool:</b> <code>{}</code>\n",
+        escape_within(&approval.tool_name, TOOL_LIMIT)
+    ));
+    if !approval.action.is_empty() {
+        head.push_str(&format!(
+            "<b>Action:</b> {}\n",
+            escape_within(&approval.action, ACTION_LIMIT)
+        ));
+    }
+    if !approval.reason.is_empty() {
+        head.push_str(&format!(
+            "<b>Reason:</b> {}\n",
+            escape_within(&approval.reason, REASON_LIMIT)
+        ));
+    }
+    head.push_str(&format!("<b>Risk:</b> {}\n", risk_label(risk)));
+    head.push_str(&format!(
+        "<b>Agent:</b> {} · <b>Session:</b> {}\n",
+        escape_within(or_dash(&approval.agent_id), IDENTITY_LIMIT),
+        escape_within(or_dash(&approval.session_id), IDENTITY_LIMIT)
+    ));
+    if !approval.requester.is_empty() {
+        head.push_str(&format!(
+            "<b>Requester:</b> {}\n",
+            escape_within(&approval.requester, IDENTITY_LIMIT)
+        ));
+    }
+    head
+}
+
+fn render_tail(approval: &pb::Approval) -> String {
+    let mut tail = String::new();
+    if let Some(expires_at) = &approval.expires_at {
+        tail.push_str(&format!(
+            "<b>Expires:</b> {}\n",
+            format_time(expires_at.seconds)
+        ));
+    }
+    tail.push_str(&format!(
+        "<b>ID:</b> <code>{}</code>\n\n",
+        escape(short_id(&approval.id))
+    ));
+    tail.push_str(&status_html(approval));
+    tail
+}
+
+/// The arguments, pretty-printed in a `pre` block, truncated with a note to fit `budget`.
+fn render_arguments(approval: &pb::Approval, budget: usize) -> String {
+    let fingerprint = approval
+        .args_digest
+        .get(..12)
+        .unwrap_or(&approval.args_digest);
+    let heading = if fingerprint.is_empty() {
+        "<b>Arguments:</b>\n".to_owned()
+    } else {
+        format!(
+            "<b>Arguments</b> (sha256 <code>{}</code>):\n",
+            escape(fingerprint)
+        )
+    };
+    if approval.arguments_json.is_empty() {
+        return format!("{heading}<i>not stored (redacted)</i>\n");
+    }
+    let pretty = serde_json::from_str::<serde_json::Value>(&approval.arguments_json)
+        .ok()
+        .and_then(|value| serde_json::to_string_pretty(&value).ok())
+        .unwrap_or_else(|| approval.arguments_json.clone());
+    const OPEN: &str = "<pre><code class=\"language-json\">";
+    const CLOSE: &str = "</code></pre>\n";
+    let total_chars = pretty.chars().count();
+    let frame = utf16_len(&heading) + utf16_len(OPEN) + utf16_len(CLOSE);
+    let escaped = escape(&pretty);
+    if frame + utf16_len(&escaped) <= budget {
+        return format!("{heading}{OPEN}{escaped}{CLOSE}");
+    }
+    // The note is sized for the largest count it can show, so the result always fits.
+    let note_reserve = utf16_len(&truncation_note(total_chars, total_chars));
+    let room = budget.saturating_sub(frame + note_reserve);
+    let (shown, shown_chars) = escape_prefix(&pretty, room);
+    format!(
+        "{heading}{OPEN}{shown}{CLOSE}{}",
+        truncation_note(shown_chars, total_chars)
+    )
+}
+
+fn truncation_note(shown: usize, total: usize) -> String {
+    format!("<i>… arguments truncated: {shown} of {total} characters shown</i>\n")
+}
+
+fn keyboard(approval: &pb::Approval, buttons: &[ButtonAction]) -> Vec<Vec<Button>> {
+    if approval.state() != ApprovalState::Pending {
+        return Vec::new();
+    }
+    let button = |action: ButtonAction| Button {
+        label: action.label(),
+        callback_data: CallbackData::new(action, &approval.id).to_string(),
+    };
+    // Approve and Reject side by side, the wider session button on its own row.
+    let first_row: Vec<Button> = buttons
+        .iter()
+        .filter(|action| **action != ButtonAction::AllowSession)
+        .map(|action| button(*action))
+        .collect();
+    let mut rows = vec![first_row];
+    if buttons.contains(&ButtonAction::AllowSession) {
+        rows.push(vec![button(ButtonAction::AllowSession)]);
+    }
+    rows.retain(|row| !row.is_empty());
+    rows
+}
+
+/// The state line(s) at the bottom of the message.
+fn status_html(approval: &pb::Approval) -> String {
+    match approval.state() {
+        ApprovalState::Pending => pending_html(approval),
+        ApprovalState::Approved => approved_html(approval),
+        ApprovalState::Consumed => {
+            let outcome = match approval.consumption.as_ref().map(|c| c.outcome()) {
+                Some(pb::ConsumeOutcome::Succeeded) => " (succeeded)",
+                Some(pb::ConsumeOutcome::Failed) => " (failed)",
+                _ => "",
+            };
+            format!("{}\n▶️ Executed{outcome}", approved_html(approval))
+        }
+        ApprovalState::Rejected => {
+            let mut html = format!("❌ <b>Rejected</b> by {}", resolver_html(approval));
+            html.push_str(&at_html(approval));
+            html.push_str(&resolution_reason_html(approval));
+            html
+        }
+        ApprovalState::Expired => format!("⌛ <b>Expired</b>{}", at_html(approval)),
+        ApprovalState::Cancelled => {
+            let mut html = format!("🚫 <b>Cancelled</b>{}", at_html(approval));
+            html.push_str(&resolution_reason_html(approval));
+            html
+        }
+        ApprovalState::Unspecified => "❔ Unknown state".to_owned(),
+    }
+}
+
+fn pending_html(approval: &pb::Approval) -> String {
+    let required = approval.required_approvals.max(1) as usize;
+    if required == 1 {
+        return "⏳ Waiting for a decision".to_owned();
+    }
+    let approvers: Vec<&pb::Decider> = approval
+        .decisions
+        .iter()
+        .filter(|decision| decision.verdict() == Verdict::Approve)
+        .filter_map(|decision| decision.decider.as_ref())
+        .collect();
+    let mut html = format!("⏳ Waiting: {} of {required} approvals", approvers.len());
+    if !approvers.is_empty() {
+        html.push_str(&format!(" (by {})", names_html(&approvers)));
+    }
+    html
+}
+
+fn approved_html(approval: &pb::Approval) -> String {
+    let session = approval.decisions.iter().any(|decision| {
+        decision.verdict() == Verdict::Approve && decision.scope() == Scope::Session
+    });
+    let mut html = format!("✅ <b>Approved</b> by {}", resolver_html(approval));
+    if session {
+        html.push_str(" for this session");
+    }
+    html.push_str(&at_html(approval));
+    html.push_str(&resolution_reason_html(approval));
+    html
+}
+
+/// Who or what resolved the approval, as HTML.
+fn resolver_html(approval: &pb::Approval) -> String {
+    let Some(resolution) = &approval.resolution else {
+        return "unknown".to_owned();
+    };
+    match resolution.resolved_by() {
+        ResolvedBy::Rule => format!(
+            "rule <code>{}</code>",
+            escape_within(&resolution.rule, NAME_LIMIT)
+        ),
+        ResolvedBy::Grant => "a session grant".to_owned(),
+        _ if resolution.deciders.is_empty() => "unknown".to_owned(),
+        _ => names_html(&resolution.deciders.iter().collect::<Vec<_>>()),
+    }
+}
+
+fn names_html(deciders: &[&pb::Decider]) -> String {
+    let mut names: Vec<String> = deciders
+        .iter()
+        .take(NAMED_APPROVERS)
+        .map(|decider| escape_within(&decider_name(decider), NAME_LIMIT))
+        .collect();
+    if deciders.len() > NAMED_APPROVERS {
+        names.push(format!("{} more", deciders.len() - NAMED_APPROVERS));
+    }
+    names.join(", ")
+}
+
+fn at_html(approval: &pb::Approval) -> String {
+    resolved_at(approval)
+        .map(|seconds| format!(" at {}", format_time(seconds)))
+        .unwrap_or_default()
+}
+
+fn resolution_reason_html(approval: &pb::Approval) -> String {
+    match &approval.resolution {
+        Some(resolution) if !resolution.reason.is_empty() => format!(
+            "\n<b>Reason:</b> {}",
+            escape_within(&resolution.reason, RESOLUTION_REASON_LIMIT)
+        ),
+        _ => String::new(),
+    }
+}
+
+fn resolved_at(approval: &pb::Approval) -> Option<i64> {
+    approval
+        .resolution
+        .as_ref()
+        .and_then(|resolution| resolution.resolved_at.as_ref())
+        .or(approval.resolved_at.as_ref())
+        .map(|timestamp| timestamp.seconds)
+}
+
+/// A decider as people know them: the display name, else the user id; with the channel when
+/// the decision came from elsewhere.
+pub fn decider_name(decider: &pb::Decider) -> String {
+    let name = if decider.display_name.is_empty() {
+        decider.user_id.clone()
+    } else {
+        decider.display_name.clone()
+    };
+    if decider.channel.is_empty() || decider.channel == "telegram" {
+        name
+    } else {
+        format!("{name} ({})", decider.channel)
+    }
+}
+
+/// A short HTML summary of the state, for a reply when the message cannot be edited.
+pub fn status_reply_html(approval: &pb::Approval) -> String {
+    format!(
+        "{} · <b>{}</b> <code>{}</code>",
+        status_html(approval),
+        escape_within(&approval.tool_name, TOOL_LIMIT),
+        escape(short_id(&approval.id))
+    )
+}
+
+/// What a tap or command achieved, for the callback answer or the reply to a command.
+pub fn decision_outcome_text(
+    response: &pb::DecideResponse,
+    verdict: Verdict,
+    scope: Scope,
+) -> String {
+    let Some(approval) = &response.approval else {
+        return "Done".to_owned();
+    };
+    let text = match response.outcome() {
+        pb::DecideOutcome::Resolved | pb::DecideOutcome::Recorded
+            if approval.state() == ApprovalState::Pending =>
+        {
+            let approvals = approval
+                .decisions
+                .iter()
+                .filter(|decision| decision.verdict() == Verdict::Approve)
+                .count();
+            format!(
+                "Approval recorded: {approvals} of {}",
+                approval.required_approvals.max(1)
+            )
+        }
+        pb::DecideOutcome::Resolved | pb::DecideOutcome::Recorded => match (verdict, scope) {
+            (Verdict::Reject, _) => "Rejected".to_owned(),
+            (_, Scope::Session) => "Approved for this session".to_owned(),
+            _ => "Approved".to_owned(),
+        },
+        pb::DecideOutcome::AlreadyResolved => already_resolved_text(approval),
+        pb::DecideOutcome::Duplicate => "Your decision was already recorded".to_owned(),
+        pb::DecideOutcome::Unspecified => "Done".to_owned(),
+    };
+    limit_chars(&text, MAX_ANSWER_CHARS)
+}
+
+/// "Already approved by …", "Expired", … for a decision on an approval no longer pending.
+pub fn already_resolved_text(approval: &pb::Approval) -> String {
+    let by = || {
+        let Some(resolution) = &approval.resolution else {
+            return String::new();
+        };
+        match resolution.resolved_by() {
+            ResolvedBy::Rule => format!(" by rule {}", resolution.rule),
+            ResolvedBy::Grant => " by a session grant".to_owned(),
+            _ if resolution.deciders.is_empty() => String::new(),
+            _ => {
+                let names: Vec<String> = resolution.deciders.iter().map(decider_name).collect();
+                format!(" by {}", names.join(", "))
+            }
+        }
+    };
+    let text = match approval.state() {
+        ApprovalState::Approved | ApprovalState::Consumed => format!("Already approved{}", by()),
+        ApprovalState::Rejected => format!("Already rejected{}", by()),
+        ApprovalState::Expired => "Expired".to_owned(),
+        ApprovalState::Cancelled => "Cancelled".to_owned(),
+        ApprovalState::Pending | ApprovalState::Unspecified => "Still pending".to_owned(),
+    };
+    limit_chars(&text, MAX_ANSWER_CHARS)
+}
+
+fn risk_label(risk: Risk) -> &'static str {
+    match risk {
+        Risk::Low => "🟢 low",
+        Risk::Medium => "🟡 medium",
+        Risk::High => "🟠 ⚠️ HIGH",
+        Risk::Critical => "🔴 ⚠️ CRITICAL",
+        Risk::Unspecified => "unspecified",
+    }
+}
+
+fn is_high_risk(risk: Risk) -> bool {
+    matches!(risk, Risk::High | Risk::Critical)
+}
+
+/// The last 8 characters of a UUIDv7: its random part (the first ones are a timestamp, shared
+/// by approvals created close together).
+pub fn short_id(approval_id: &str) -> &str {
+    let start = approval_id.len().saturating_sub(8);
+    approval_id.get(start..).unwrap_or(approval_id)
+}
+
+fn or_dash(text: &str) -> &str {
+    if text.is_empty() {
+        "–"
+    } else {
+        text
+    }
+}
+
+fn format_time(unix_seconds: i64) -> String {
+    let format = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
+    OffsetDateTime::from_unix_timestamp(unix_seconds)
+        .ok()
+        .and_then(|time| time.format(&format).ok())
+        .map_or_else(|| unix_seconds.to_string(), |text| format!("{text} UTC"))
+}
+
+/// Escapes text for Telegram's HTML parse mode.
+pub fn escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for character in text.chars() {
+        push_escaped(&mut escaped, character);
+    }
+    escaped
+}
+
+fn push_escaped(out: &mut String, character: char) {
+    match character {
+        '&' => out.push_str("&amp;"),
+        '<' => out.push_str("&lt;"),
+        '>' => out.push_str("&gt;"),
+        '"' => out.push_str("&quot;"),
+        other => out.push(other),
+    }
+}
+
+/// Escapes `text`, cut (with "…") so that the result takes at most `limit` UTF-16 code units.
+fn escape_within(text: &str, limit: usize) -> String {
+    let escaped = escape(text);
+    if utf16_len(&escaped) <= limit {
+        return escaped;
+    }
+    let (mut prefix, _) = escape_prefix(text, limit.saturating_sub(1));
+    prefix.push('…');
+    prefix
+}
+
+/// The escaped form of the longest prefix of `text` that fits `limit` UTF-16 code units, and
+/// how many characters of `text` it holds. Never cuts inside a character or an escape.
+fn escape_prefix(text: &str, limit: usize) -> (String, usize) {
+    let mut escaped = String::new();
+    let mut used = 0;
+    let mut characters = 0;
+    let mut piece = String::new();
+    for character in text.chars() {
+        piece.clear();
+        push_escaped(&mut piece, character);
+        let width = utf16_len(&piece);
+        if used + width > limit {
+            break;
+        }
+        used += width;
+        characters += 1;
+        escaped.push_str(&piece);
+    }
+    (escaped, characters)
+}
+
+fn limit_chars(text: &str, limit: usize) -> String {
+    if text.chars().count() <= limit {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(limit - 1).collect();
+    cut.push('…');
+    cut
+}
+
+pub fn utf16_len(text: &str) -> usize {
+    text.encode_utf16().count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "0193a5b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b";
+
+    fn approval(arguments_json: &str) -> pb::Approval {
+        pb::Approval {
+            id: ID.into(),
+            agent_id: "coder-1".into(),
+            session_id: "session-7".into(),
+            requester: "alice".into(),
+            tool_name: "bash".into(),
+            arguments_json: arguments_json.into(),
+            args_digest: "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90".into(),
+            action: "delete the build directory".into(),
+            reason: "clean rebuild".into(),
+            risk: Risk::High.into(),
+            required_approvals: 1,
+            state: ApprovalState::Pending.into(),
+            expires_at: Some(prost_types::Timestamp {
+                seconds: 1_735_732_800,
+                nanos: 0,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn decider(name: &str, channel: &str) -> pb::Decider {
+        pb::Decider {
+            channel: channel.into(),
+            user_id: "42".into(),
+            display_name: name.into(),
+        }
+    }
+
+    #[test]
+    fn a_pending_approval_shows_every_field_and_three_buttons() {
+        let message = render_approval(
+            &approval(r#"{"command":"rm -rf build/"}"#),
+            &ButtonAction::ALL,
+        );
+        for expected in [
+            "⚠️ <b>Approval request</b>",
+            "<code>bash</code>",
+            "delete the build directory",
+            "clean rebuild",
+            "HIGH",
+            "coder-1",
+            "session-7",
+            "alice",
+            "sha256 <code>a1b2c3d4e5f6</code>",
+            "&quot;command&quot;: &quot;rm -rf build/&quot;",
+            "2025-01-01 12:00:00 UTC",
+            "<code>3e4f5a6b</code>",
+            "Waiting for a decision",
+        ] {
+            assert!(
+                message.html.contains(expected),
+                "{expected:?} missing in {}",
+                message.html
+            );
+        }
+        let labels: Vec<Vec<&str>> = message
+            .keyboard
+            .iter()
+            .map(|row| row.iter().map(|button| button.label).collect())
+            .collect();
+        assert_eq!(
+            labels,
+            vec![
+                vec!["✅ Approve", "❌ Reject"],
+                vec!["🔓 Allow for session"]
+            ]
+        );
+        assert_eq!(message.keyboard[1][0].callback_data, format!("cs1:s:{ID}"));
+    }
+
+    #[test]
+    fn only_configured_buttons_are_shown() {
+        let message = render_approval(&approval("{}"), &[ButtonAction::Reject]);
+        assert_eq!(message.keyboard.len(), 1);
+        assert_eq!(message.keyboard[0].len(), 1);
+        assert_eq!(message.keyboard[0][0].callback_data, format!("cs1:r:{ID}"));
+    }
+
+    #[test]
+    fn low_risk_has_no_warning_marker() {
+        let mut low = approval("{}");
+        low.risk = Risk::Low.into();
+        let message = render_approval(&low, &ButtonAction::ALL);
+        assert!(!message.html.contains("⚠️"), "{}", message.html);
+    }
+
+    #[test]
+    fn special_characters_are_escaped_everywhere() {
+        let mut nasty = approval(r#"{"html":"<b>&amp;</b> \"q\" 'a' <tg-spoiler>"}"#);
+        nasty.action = "<script>&".into();
+        nasty.tool_name = "a<b".into();
+        let message = render_approval(&nasty, &ButtonAction::ALL);
+        assert!(
+            message.html.contains("&lt;script&gt;&amp;"),
+            "{}",
+            message.html
+        );
+        assert!(message.html.contains("a&lt;b"), "{}", message.html);
+        assert!(!message.html.contains("<script>"));
+        assert!(!message.html.contains("<tg-spoiler>"));
+    }
+
+    #[test]
+    fn huge_arguments_are_truncated_to_fit_with_a_note() {
+        let big = serde_json::json!({ "blob": "&<>\"".repeat(4000), "text": "x".repeat(10_000) });
+        let message = render_approval(&approval(&big.to_string()), &ButtonAction::ALL);
+        assert!(
+            utf16_len(&message.html) <= MAX_MESSAGE_UTF16,
+            "{}",
+            utf16_len(&message.html)
+        );
+        assert!(
+            message.html.contains("arguments truncated"),
+            "{}",
+            message.html
+        );
+        assert!(message.html.contains("</code></pre>"));
+        // The state stays visible below the arguments.
+        assert!(message.html.ends_with("Waiting for a decision"));
+    }
+
+    #[test]
+    fn long_fields_are_cut_so_the_message_always_fits() {
+        let mut long = approval(&serde_json::json!({ "a": "😀".repeat(5000) }).to_string());
+        long.action = "&".repeat(5000);
+        long.reason = "<".repeat(5000);
+        long.agent_id = "a".repeat(5000);
+        long.session_id = "s".repeat(5000);
+        long.requester = "r".repeat(5000);
+        long.tool_name = "t".repeat(5000);
+        long.state = ApprovalState::Rejected.into();
+        long.resolution = Some(pb::Resolution {
+            verdict: Verdict::Reject.into(),
+            resolved_by: ResolvedBy::Decision.into(),
+            deciders: (0..50)
+                .map(|i| decider(&format!("user{i}{}", "n".repeat(100)), "cli"))
+                .collect(),
+            reason: "why".repeat(1000),
+            ..Default::default()
+        });
+        let message = render_approval(&long, &ButtonAction::ALL);
+        assert!(
+            utf16_len(&message.html) <= MAX_MESSAGE_UTF16,
+            "{}",
+            utf16_len(&message.html)
+        );
+        assert!(message.html.contains("45 more"));
+    }
+
+    #[test]
+    fn a_quorum_shows_progress_and_keeps_the_buttons() {
+        let mut quorum = approval("{}");
+        quorum.required_approvals = 2;
+        quorum.decisions.push(pb::Decision {
+            verdict: Verdict::Approve.into(),
+            decider: Some(decider("@alice", "telegram")),
+            ..Default::default()
+        });
+        let message = render_approval(&quorum, &ButtonAction::ALL);
+        assert!(
+            message.html.contains("1 of 2 approvals (by @alice)"),
+            "{}",
+            message.html
+        );
+        assert_eq!(message.keyboard.len(), 2);
+    }
+
+    #[test]
+    fn resolved_states_say_who_and_drop_the_buttons() {
+        let mut approved = approval("{}");
+        approved.state = ApprovalState::Approved.into();
+        approved.decisions.push(pb::Decision {
+            verdict: Verdict::Approve.into(),
+            scope: Scope::Session.into(),
+            ..Default::default()
+        });
+        approved.resolution = Some(pb::Resolution {
+            verdict: Verdict::Approve.into(),
+            resolved_by: ResolvedBy::Decision.into(),
+            deciders: vec![decider("bob", "cli")],
+            resolved_at: Some(prost_types::Timestamp {
+                seconds: 1_735_732_900,
+                nanos: 0,
+            }),
+            ..Default::default()
+        });
+        let message = render_approval(&approved, &ButtonAction::ALL);
+        assert!(
+            message.html.contains(
+                "✅ <b>Approved</b> by bob (cli) for this session at 2025-01-01 12:01:40 UTC"
+            ),
+            "{}",
+            message.html
+        );
+        assert!(message.keyboard.is_empty());
+
+        let mut expired = approval("{}");
+        expired.state = ApprovalState::Expired.into();
+        assert!(render_approval(&expired, &ButtonAction::ALL)
+            .html
+            .contains("⌛ <b>Expired</b>"));
+
+        let mut cancelled = approval("{}");
+        cancelled.state = ApprovalState::Cancelled.into();
+        cancelled.resolution = Some(pb::Resolution {
+            resolved_by: ResolvedBy::Cancellation.into(),
+            reason: "agent gave up".into(),
+            ..Default::default()
+        });
+        let html = render_approval(&cancelled, &ButtonAction::ALL).html;
+        assert!(html.contains("🚫 <b>Cancelled</b>"), "{html}");
+        assert!(html.contains("agent gave up"), "{html}");
+    }
+
+    #[test]
+    fn outcome_texts_name_the_result() {
+        let mut rejected = approval("{}");
+        rejected.state = ApprovalState::Rejected.into();
+        rejected.resolution = Some(pb::Resolution {
+            resolved_by: ResolvedBy::Decision.into(),
+            deciders: vec![decider("@carol", "telegram")],
+            ..Default::default()
+        });
+        let response = |outcome: pb::DecideOutcome, approval: &pb::Approval| pb::DecideResponse {
+            outcome: outcome.into(),
+            approval: Some(approval.clone()),
+        };
+        assert_eq!(
+            decision_outcome_text(
+                &response(pb::DecideOutcome::AlreadyResolved, &rejected),
+                Verdict::Approve,
+                Scope::Once
+            ),
+            "Already rejected by @carol"
+        );
+        assert_eq!(
+            decision_outcome_text(
+                &response(pb::DecideOutcome::Resolved, &rejected),
+                Verdict::Reject,
+                Scope::Once
+            ),
+            "Rejected"
+        );
+        let mut expired = approval("{}");
+        expired.state = ApprovalState::Expired.into();
+        assert_eq!(already_resolved_text(&expired), "Expired");
+        let mut pending = approval("{}");
+        pending.required_approvals = 2;
+        pending.decisions.push(pb::Decision {
+            verdict: Verdict::Approve.into(),
+            ..Default::default()
+        });
+        assert_eq!(
+            decision_outcome_text(
+                &response(pb::DecideOutcome::Recorded, &pending),
+                Verdict::Approve,
+                Scope::Once
+            ),
+            "Approval recorded: 1 of 2"
+        );
+    }
+}

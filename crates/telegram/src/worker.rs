@@ -1,0 +1,734 @@
+//! The worker: approvals from the server become Telegram messages, taps and commands become
+//! decisions, and every message is kept true to its approval's state.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use countersign_client::{pb, Client, ClientError, WatchItem, WatchOptions};
+use pb::{ApprovalState, EventKind, Scope, Verdict};
+use teloxide::types::{CallbackQuery, InlineKeyboardButtonKind, Message, Update, UpdateKind, User};
+
+use crate::bot_api::{BotApi, BotApiError, EditOutcome};
+use crate::callback::{ButtonAction, CallbackData};
+use crate::command::parse_command;
+use crate::config::Settings;
+use crate::render::{
+    decision_outcome_text, escape, render_approval, status_reply_html, RenderedMessage,
+};
+
+/// The channel name this worker serves.
+pub const CHANNEL: &str = "telegram";
+
+/// Callback answers.
+const ANSWER_UNKNOWN_BUTTON: &str = "Unknown or outdated button";
+const ANSWER_DISABLED_BUTTON: &str = "This button is disabled";
+const ANSWER_NOT_ALLOWED: &str = "Not allowed";
+const ANSWER_NO_SUCH_APPROVAL: &str = "This approval does not exist";
+const ANSWER_TRY_AGAIN: &str = "Could not record the decision, please try again";
+const REPLY_HOW_TO: &str = "Reply to an approval request with /approve or /reject &lt;reason&gt;";
+const REPLY_NOT_A_REQUEST: &str = "That message is not an approval request";
+
+/// How often a failed RecordDelivery is retried before the worker moves on.
+const RECORD_DELIVERY_ATTEMPTS: u32 = 5;
+
+/// Why the worker stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("Telegram: {0}")]
+    Telegram(#[from] BotApiError),
+    #[error("countersign server: {0}")]
+    Server(#[from] ClientError),
+}
+
+/// How far an approval has come; a copy that is behind the one already shown is stale (the
+/// watch and a tap's Decide answer race) and must not overwrite it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Progress {
+    /// 0 pending, 1 resolved, 2 consumed.
+    stage: u8,
+    decisions: usize,
+}
+
+impl Progress {
+    fn of(approval: &pb::Approval) -> Progress {
+        let stage = match approval.state() {
+            ApprovalState::Pending | ApprovalState::Unspecified => 0,
+            ApprovalState::Consumed => 2,
+            _ => 1,
+        };
+        Progress {
+            stage,
+            decisions: approval.decisions.len(),
+        }
+    }
+}
+
+/// One Telegram message showing an approval.
+#[derive(Debug)]
+struct ShownMessage {
+    chat_id: i64,
+    message_id: i32,
+    /// Fingerprint of what the worker last made it show; `None` when unknown (found in a
+    /// delivery record).
+    shown: Option<u64>,
+}
+
+/// What the worker knows about one approval's messages.
+#[derive(Debug, Default)]
+struct ApprovalMessages {
+    messages: Vec<ShownMessage>,
+    progress: Option<Progress>,
+}
+
+/// The approvals the worker has messages for. Each approval has its own lock, held while its
+/// messages are sent or edited, so that two updates of one approval never interleave.
+#[derive(Default)]
+struct MessageBook {
+    inner: Mutex<BookInner>,
+}
+
+#[derive(Default)]
+struct BookInner {
+    approvals: HashMap<String, Arc<tokio::sync::Mutex<ApprovalMessages>>>,
+    /// (chat, message) → approval id, to find the approval a command replies to.
+    by_message: HashMap<(i64, i32), String>,
+    /// Resolved approvals, oldest first; only the last [`FINISHED_KEPT`] stay in the book
+    /// (their messages are recorded on the server should they change again).
+    finished: VecDeque<String>,
+    finished_set: HashSet<String>,
+    /// Approvals whose messages could not be sent or updated for a reason that may pass,
+    /// with the earliest time to try again.
+    retries: HashMap<String, Instant>,
+}
+
+/// How many resolved approvals the book remembers, so that a late copy (a tap's Decide
+/// answer racing the watch) is recognised as stale.
+const FINISHED_KEPT: usize = 4096;
+
+impl MessageBook {
+    fn lock(&self) -> MutexGuard<'_, BookInner> {
+        // The book stays consistent even if a holder panicked: every change is a few inserts
+        // or removes that cannot fail half-way.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn entry(&self, approval_id: &str) -> Arc<tokio::sync::Mutex<ApprovalMessages>> {
+        self.lock()
+            .approvals
+            .entry(approval_id.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// The approvals shown as pending (not yet known to be resolved).
+    fn unresolved_approvals(&self) -> Vec<String> {
+        let book = self.lock();
+        book.approvals
+            .keys()
+            .filter(|id| !book.finished_set.contains(*id))
+            .cloned()
+            .collect()
+    }
+
+    fn remember_message(&self, chat_id: i64, message_id: i32, approval_id: &str) {
+        self.lock()
+            .by_message
+            .insert((chat_id, message_id), approval_id.to_owned());
+    }
+
+    fn approval_of_message(&self, chat_id: i64, message_id: i32) -> Option<String> {
+        self.lock().by_message.get(&(chat_id, message_id)).cloned()
+    }
+
+    fn retry_later(&self, approval_id: &str, after: Duration) {
+        let not_before = Instant::now() + after;
+        let mut book = self.lock();
+        let retry = book
+            .retries
+            .entry(approval_id.to_owned())
+            .or_insert(not_before);
+        *retry = (*retry).max(not_before);
+    }
+
+    /// The approvals whose retry time has come (they leave the queue).
+    fn take_due_retries(&self) -> Vec<String> {
+        let now = Instant::now();
+        let mut book = self.lock();
+        let due: Vec<String> = book
+            .retries
+            .iter()
+            .filter(|(_, not_before)| **not_before <= now)
+            .map(|(approval_id, _)| approval_id.clone())
+            .collect();
+        for approval_id in &due {
+            book.retries.remove(approval_id);
+        }
+        due
+    }
+
+    /// Notes that an approval is resolved, and forgets the oldest resolved ones beyond
+    /// [`FINISHED_KEPT`].
+    fn finish(&self, approval_id: &str) {
+        let mut book = self.lock();
+        if !book.finished_set.insert(approval_id.to_owned()) {
+            return;
+        }
+        book.finished.push_back(approval_id.to_owned());
+        while book.finished.len() > FINISHED_KEPT {
+            let Some(oldest) = book.finished.pop_front() else {
+                break;
+            };
+            book.finished_set.remove(&oldest);
+            book.approvals.remove(&oldest);
+            book.by_message.retain(|_, id| *id != oldest);
+        }
+    }
+}
+
+/// A fingerprint of a rendered message, to skip edits that would change nothing.
+fn fingerprint(rendered: &RenderedMessage) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    rendered.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The running worker.
+pub struct Worker {
+    client: Client,
+    bot: BotApi,
+    settings: Settings,
+    bot_username: String,
+    book: MessageBook,
+}
+
+impl Worker {
+    pub fn new(client: Client, bot: BotApi, settings: Settings, bot_username: String) -> Worker {
+        Worker {
+            client,
+            bot,
+            settings,
+            bot_username,
+            book: MessageBook::default(),
+        }
+    }
+
+    /// Follows the `telegram` channel: a message for each pending approval, kept up to date.
+    /// Returns only on an error that reconnecting cannot fix.
+    pub async fn follow_approvals(&self) -> Result<(), WorkerError> {
+        let mut watch = self.client.watch(WatchOptions {
+            channel: CHANNEL.to_owned(),
+            heartbeat_timeout: self.settings.heartbeat_timeout,
+            max_backoff: self.settings.max_backoff,
+        });
+        loop {
+            match watch.next().await? {
+                WatchItem::Snapshot(pending) => self.reconcile(pending).await,
+                WatchItem::Event(event) => self.on_event(event).await,
+            }
+        }
+    }
+
+    /// After a (re)start or a resync: every pending approval gets its message (an existing
+    /// one is edited, found in the approval's delivery records), and approvals the worker was
+    /// showing that are no longer pending are shown as resolved.
+    async fn reconcile(&self, pending: Vec<pb::Approval>) {
+        tracing::info!(pending = pending.len(), "snapshot of pending approvals");
+        let known = self.book.unresolved_approvals();
+        for approval in &pending {
+            self.show(approval).await;
+        }
+        for approval_id in known {
+            if pending.iter().any(|approval| approval.id == approval_id) {
+                continue;
+            }
+            match self.client.get_approval(&approval_id).await {
+                Ok(approval) => {
+                    self.show(&approval).await;
+                    if approval.state() != ApprovalState::Pending {
+                        self.book.finish(&approval.id);
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(approval_id, %error, "cannot refresh an approval that left the pending set");
+                }
+            }
+        }
+    }
+
+    async fn on_event(&self, event: pb::ApprovalEvent) {
+        let kind = event.kind();
+        let Some(approval) = event.approval else {
+            return;
+        };
+        match kind {
+            EventKind::Requested
+            | EventKind::DecisionRecorded
+            | EventKind::Resolved
+            | EventKind::Expired
+            | EventKind::Cancelled
+            | EventKind::Consumed => {
+                tracing::debug!(approval_id = %approval.id, seq = event.seq, ?kind, "approval event");
+                self.show(&approval).await;
+                if approval.state() != ApprovalState::Pending {
+                    self.book.finish(&approval.id);
+                }
+            }
+            EventKind::DecisionRefused => {
+                tracing::info!(approval_id = %approval.id, seq = event.seq, "the server refused a decision");
+            }
+            // Deliveries are this worker's own records; markers and heartbeats carry nothing.
+            _ => {}
+        }
+    }
+
+    /// Makes Telegram show `approval`: edits its messages, and sends one to each target chat
+    /// that has none while it is pending.
+    async fn show(&self, approval: &pb::Approval) {
+        let entry = self.book.entry(&approval.id);
+        let mut known = entry.lock().await;
+        let progress = Progress::of(approval);
+        if known.progress.is_some_and(|shown| progress < shown) {
+            tracing::debug!(approval_id = %approval.id, "skipping an older copy of the approval");
+            return;
+        }
+        known.progress = Some(progress);
+        // After a restart the worker finds its earlier messages in the delivery records.
+        for delivery in approval.deliveries.iter().filter(|d| d.channel == CHANNEL) {
+            let Some((chat_id, message_id)) = parse_message_ref(&delivery.message_ref) else {
+                tracing::warn!(approval_id = %approval.id, "ignoring a delivery record with an unreadable message reference");
+                continue;
+            };
+            let already_known = known
+                .messages
+                .iter()
+                .any(|m| m.chat_id == chat_id && m.message_id == message_id);
+            if !already_known {
+                known.messages.push(ShownMessage {
+                    chat_id,
+                    message_id,
+                    shown: None,
+                });
+                self.book
+                    .remember_message(chat_id, message_id, &approval.id);
+            }
+        }
+        let rendered = render_approval(approval, &self.settings.buttons);
+        let shown = fingerprint(&rendered);
+        for message in known.messages.iter_mut() {
+            if message.shown != Some(shown) {
+                self.update_message(approval, message, &rendered).await;
+            }
+        }
+        if approval.state() != ApprovalState::Pending {
+            return;
+        }
+        for chat_id in self.target_chats(approval) {
+            if known.messages.iter().any(|m| m.chat_id == chat_id) {
+                continue;
+            }
+            match self
+                .bot
+                .send_message(chat_id, &rendered.html, &rendered.keyboard, None)
+                .await
+            {
+                Ok(message_id) => {
+                    tracing::info!(approval_id = %approval.id, chat_id, message_id, "sent the approval request");
+                    known.messages.push(ShownMessage {
+                        chat_id,
+                        message_id,
+                        shown: Some(shown),
+                    });
+                    self.book
+                        .remember_message(chat_id, message_id, &approval.id);
+                    self.record_delivery(&approval.id, chat_id, message_id)
+                        .await;
+                }
+                Err(error) if error.is_transient() => {
+                    tracing::warn!(approval_id = %approval.id, chat_id, %error, "cannot send the approval request now; will retry");
+                    self.book.retry_later(&approval.id, error.retry_after());
+                }
+                Err(error) => {
+                    tracing::error!(approval_id = %approval.id, chat_id, %error, "Telegram refused the approval request message");
+                }
+            }
+        }
+    }
+
+    async fn update_message(
+        &self,
+        approval: &pb::Approval,
+        message: &mut ShownMessage,
+        rendered: &RenderedMessage,
+    ) {
+        let (chat_id, message_id) = (message.chat_id, message.message_id);
+        match self
+            .bot
+            .edit_message(chat_id, message_id, &rendered.html, &rendered.keyboard)
+            .await
+        {
+            Ok(outcome) => {
+                tracing::debug!(approval_id = %approval.id, chat_id, message_id, not_modified = (outcome == EditOutcome::NotModified), "message up to date");
+                message.shown = Some(fingerprint(rendered));
+            }
+            Err(BotApiError::CantEdit(reason)) => {
+                tracing::info!(approval_id = %approval.id, chat_id, message_id, %reason, "message cannot be edited; replying with the state instead");
+                match self
+                    .bot
+                    .send_message(chat_id, &status_reply_html(approval), &[], Some(message_id))
+                    .await
+                {
+                    Ok(_) => message.shown = Some(fingerprint(rendered)),
+                    Err(error) => {
+                        tracing::warn!(approval_id = %approval.id, chat_id, %error, "cannot reply with the state");
+                    }
+                }
+            }
+            Err(error) if error.is_transient() => {
+                tracing::warn!(approval_id = %approval.id, chat_id, message_id, %error, "cannot update the message now; will retry");
+                self.book.retry_later(&approval.id, error.retry_after());
+            }
+            Err(error) => {
+                tracing::error!(approval_id = %approval.id, chat_id, message_id, %error, "Telegram refused the update of the message");
+            }
+        }
+    }
+
+    /// Records a sent message on the server, so that a restarted worker edits it instead of
+    /// sending another.
+    async fn record_delivery(&self, approval_id: &str, chat_id: i64, message_id: i32) {
+        let request = pb::RecordDeliveryRequest {
+            approval_id: approval_id.to_owned(),
+            channel: CHANNEL.to_owned(),
+            target: chat_id.to_string(),
+            message_ref: format!("{chat_id}:{message_id}"),
+        };
+        let mut pause = Duration::from_millis(100);
+        for attempt in 1..=RECORD_DELIVERY_ATTEMPTS {
+            match self.client.record_delivery(request.clone()).await {
+                Ok(_) => return,
+                Err(error) if error.is_transient() && attempt < RECORD_DELIVERY_ATTEMPTS => {
+                    tracing::warn!(approval_id, attempt, %error, "recording the delivery failed; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(self.settings.max_backoff);
+                }
+                Err(error) => {
+                    tracing::error!(approval_id, %error, "cannot record the delivery; after a restart this message may be sent again");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The chats an approval goes to: each `telegram` route's target (a chat id), the default
+    /// chat for an empty target or an approval without routes.
+    fn target_chats(&self, approval: &pb::Approval) -> Vec<i64> {
+        let targets: Vec<&str> = if approval.routes.is_empty() {
+            vec![""]
+        } else {
+            approval
+                .routes
+                .iter()
+                .filter(|route| route.channel == CHANNEL)
+                .map(|route| route.target.as_str())
+                .collect()
+        };
+        let mut chats = Vec::new();
+        for target in targets {
+            let chat = if target.is_empty() {
+                self.settings.default_chat_id
+            } else {
+                target.trim().parse::<i64>().ok()
+            };
+            match chat {
+                Some(chat_id) if !chats.contains(&chat_id) => chats.push(chat_id),
+                Some(_) => {}
+                None if target.is_empty() => {
+                    tracing::warn!(approval_id = %approval.id, "approval has no Telegram target and no default chat is configured");
+                }
+                None => {
+                    tracing::warn!(approval_id = %approval.id, "ignoring a Telegram route whose target is not a chat id");
+                }
+            }
+        }
+        chats
+    }
+
+    /// Tries again, every `retry_interval`, to send or update the messages that failed for a
+    /// reason that may pass (Telegram unreachable, a flood wait longer than the worker waits
+    /// in line); never before the flood wait Telegram asked for is over.
+    pub async fn retry_failed_messages(&self) -> Result<(), WorkerError> {
+        // `interval` panics on zero.
+        let period = self.settings.retry_interval.max(Duration::from_millis(10));
+        let mut ticks = tokio::time::interval(period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            for approval_id in self.book.take_due_retries() {
+                match self.client.get_approval(&approval_id).await {
+                    // Sends or edits what is still missing; a new passing failure queues it
+                    // again.
+                    Ok(approval) => self.show(&approval).await,
+                    Err(error) if error.is_transient() => {
+                        tracing::warn!(approval_id, %error, "cannot fetch an approval to retry its messages");
+                        self.book.retry_later(&approval_id, Duration::ZERO);
+                    }
+                    Err(error) => {
+                        tracing::warn!(approval_id, %error, "giving up on an approval's messages");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Polls Telegram for taps and commands. An update is confirmed (by the next poll's
+    /// offset) only after it was handled, so a crash makes Telegram deliver it again; the
+    /// decision's idempotency key makes that harmless.
+    pub async fn follow_updates(&self) -> Result<(), WorkerError> {
+        let mut offset: Option<i32> = None;
+        let mut pause = self.settings.poll_error_backoff;
+        loop {
+            match self
+                .bot
+                .get_updates(offset, self.settings.poll_timeout_secs)
+                .await
+            {
+                Ok(updates) => {
+                    pause = self.settings.poll_error_backoff;
+                    for update in updates {
+                        let next = next_offset(&update);
+                        self.on_update(update).await;
+                        offset = Some(next);
+                    }
+                }
+                Err(BotApiError::PollingConflict) => {
+                    tracing::error!(retry_in_ms = pause.as_millis() as u64, "Telegram refused getUpdates with 409 Conflict: another process polls updates with this bot token; run exactly one countersign-telegram per bot and no other bot program with its token");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(self.settings.max_backoff);
+                }
+                Err(error) => {
+                    tracing::warn!(retry_in_ms = pause.as_millis() as u64, %error, "polling Telegram for updates failed");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(self.settings.max_backoff);
+                }
+            }
+        }
+    }
+
+    async fn on_update(&self, update: Update) {
+        match update.kind {
+            UpdateKind::CallbackQuery(query) => self.on_callback(query).await,
+            UpdateKind::Message(message) => self.on_message(message).await,
+            UpdateKind::Error(_) => {
+                tracing::warn!(
+                    update_id = update.id.0,
+                    "ignoring an update teloxide cannot read"
+                );
+            }
+            _ => {}
+        }
+    }
+
+    async fn on_callback(&self, query: CallbackQuery) {
+        let callback_id = query.id.0.clone();
+        let user_id = query.from.id.0;
+        let data = match query
+            .data
+            .as_deref()
+            .unwrap_or_default()
+            .parse::<CallbackData>()
+        {
+            Ok(data) => data,
+            Err(error) => {
+                tracing::info!(user_id, %error, "refusing a button press with unusable data");
+                self.answer(&callback_id, ANSWER_UNKNOWN_BUTTON).await;
+                return;
+            }
+        };
+        if !self.settings.buttons.contains(&data.action) {
+            tracing::info!(user_id, approval_id = %data.approval_id, action = ?data.action, "refusing a press of a disabled button");
+            self.answer(&callback_id, ANSWER_DISABLED_BUTTON).await;
+            return;
+        }
+        if !self.is_allowed(user_id) {
+            tracing::info!(user_id, approval_id = %data.approval_id, "refusing a press by a user not on the allowlist");
+            self.answer(&callback_id, ANSWER_NOT_ALLOWED).await;
+            return;
+        }
+        let (verdict, scope) = match data.action {
+            ButtonAction::Approve => (Verdict::Approve, Scope::Once),
+            ButtonAction::Reject => (Verdict::Reject, Scope::Once),
+            ButtonAction::AllowSession => (Verdict::Approve, Scope::Session),
+        };
+        let request = pb::DecideRequest {
+            approval_id: data.approval_id.clone(),
+            verdict: verdict.into(),
+            scope: scope.into(),
+            reason: String::new(),
+            decider: Some(decider(&query.from)),
+            idempotency_key: format!("telegram:callback:{callback_id}"),
+        };
+        let answer = self.decide(request, verdict, scope).await;
+        self.answer(&callback_id, &answer).await;
+    }
+
+    async fn on_message(&self, message: Message) {
+        let Some(command) = message
+            .text()
+            .and_then(|text| parse_command(text, &self.bot_username))
+        else {
+            return;
+        };
+        let Some(from) = message.from.as_ref() else {
+            return;
+        };
+        let chat_id = message.chat.id.0;
+        let Some(original) = message.reply_to_message() else {
+            self.reply(chat_id, message.id.0, REPLY_HOW_TO).await;
+            return;
+        };
+        let approval_id = self
+            .book
+            .approval_of_message(chat_id, original.id.0)
+            .or_else(|| approval_id_from_buttons(original));
+        let Some(approval_id) = approval_id else {
+            self.reply(chat_id, message.id.0, REPLY_NOT_A_REQUEST).await;
+            return;
+        };
+        if !self.is_allowed(from.id.0) {
+            tracing::info!(
+                user_id = from.id.0,
+                approval_id,
+                "refusing a command by a user not on the allowlist"
+            );
+            self.reply(chat_id, message.id.0, ANSWER_NOT_ALLOWED).await;
+            return;
+        }
+        let request = pb::DecideRequest {
+            approval_id,
+            verdict: command.verdict.into(),
+            scope: Scope::Once.into(),
+            reason: command.reason,
+            decider: Some(decider(from)),
+            idempotency_key: format!("telegram:message:{chat_id}:{}", message.id.0),
+        };
+        let answer = self.decide(request, command.verdict, Scope::Once).await;
+        self.reply(chat_id, message.id.0, &escape(&answer)).await;
+    }
+
+    /// Calls Decide, updates the messages, and returns the text to tell the decider.
+    async fn decide(&self, request: pb::DecideRequest, verdict: Verdict, scope: Scope) -> String {
+        let approval_id = request.approval_id.clone();
+        match self.client.decide(request).await {
+            Ok(response) => {
+                tracing::info!(approval_id, outcome = ?response.outcome(), "decision relayed");
+                let answer = decision_outcome_text(&response, verdict, scope);
+                if let Some(approval) = &response.approval {
+                    self.show(approval).await;
+                }
+                answer
+            }
+            Err(ClientError::PermissionDenied(reason)) => {
+                tracing::info!(approval_id, %reason, "the server refused the decider");
+                ANSWER_NOT_ALLOWED.to_owned()
+            }
+            Err(ClientError::NotFound(_)) => ANSWER_NO_SUCH_APPROVAL.to_owned(),
+            Err(error) => {
+                tracing::warn!(approval_id, %error, "Decide failed");
+                ANSWER_TRY_AGAIN.to_owned()
+            }
+        }
+    }
+
+    fn is_allowed(&self, user_id: u64) -> bool {
+        let allowlist = &self.settings.allowed_user_ids;
+        allowlist.is_empty()
+            || i64::try_from(user_id).is_ok_and(|user_id| allowlist.contains(&user_id))
+    }
+
+    async fn answer(&self, callback_id: &str, text: &str) {
+        if let Err(error) = self.bot.answer_callback(callback_id, text).await {
+            // A re-delivered callback was already answered; Telegram says the query is too old.
+            tracing::info!(%error, "cannot answer the callback query");
+        }
+    }
+
+    async fn reply(&self, chat_id: i64, message_id: i32, html: &str) {
+        if let Err(error) = self
+            .bot
+            .send_message(chat_id, html, &[], Some(message_id))
+            .await
+        {
+            tracing::warn!(chat_id, %error, "cannot reply to a command");
+        }
+    }
+}
+
+/// The offset that confirms `update` on the next poll.
+fn next_offset(update: &Update) -> i32 {
+    i32::try_from(update.id.0)
+        .ok()
+        .and_then(|id| id.checked_add(1))
+        .unwrap_or(i32::MAX)
+}
+
+fn decider(user: &User) -> pb::Decider {
+    pb::Decider {
+        channel: CHANNEL.to_owned(),
+        user_id: user.id.0.to_string(),
+        display_name: user.mention().unwrap_or_else(|| user.full_name()),
+    }
+}
+
+/// `chat_id:message_id`, as this worker records deliveries.
+fn parse_message_ref(message_ref: &str) -> Option<(i64, i32)> {
+    let (chat, message) = message_ref.split_once(':')?;
+    Some((chat.parse().ok()?, message.parse().ok()?))
+}
+
+/// The approval a request message is about, read from its buttons (a reply to a message the
+/// worker has not seen since it started).
+fn approval_id_from_buttons(message: &Message) -> Option<String> {
+    message
+        .reply_markup()?
+        .inline_keyboard
+        .iter()
+        .flatten()
+        .find_map(|button| match &button.kind {
+            InlineKeyboardButtonKind::CallbackData(data) => data.parse::<CallbackData>().ok(),
+            _ => None,
+        })
+        .map(|data| data.approval_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_refs_round_trip() {
+        assert_eq!(parse_message_ref("-100123:42"), Some((-100123, 42)));
+        assert_eq!(parse_message_ref("garbage"), None);
+        assert_eq!(parse_message_ref("1:x"), None);
+    }
+
+    #[test]
+    fn progress_orders_states_and_decisions() {
+        let mut pending = pb::Approval {
+            state: ApprovalState::Pending.into(),
+            ..Default::default()
+        };
+        let before = Progress::of(&pending);
+        pending.decisions.push(pb::Decision::default());
+        let after = Progress::of(&pending);
+        assert!(before < after);
+        let resolved = pb::Approval {
+            state: ApprovalState::Rejected.into(),
+            ..Default::default()
+        };
+        assert!(after < Progress::of(&resolved));
+    }
+}

@@ -1,0 +1,936 @@
+//! The worker through its library entry point, against a real server and the fake Bot API.
+
+use std::time::Duration;
+
+use crate::common::{alice, bob, button, mallory, request, Harness, BOT_TOKEN, CHAT};
+use countersign_client::pb::{self, ApprovalState, ResolvedBy, Scope, Verdict};
+use countersign_testkit::telegram::{InjectedError, RecordedRequest, MAX_TEXT_UTF16};
+
+/// The answers to one callback query, in order.
+fn answers_to(harness: &Harness, callback_id: &str) -> Vec<RecordedRequest> {
+    harness
+        .telegram
+        .requests_of("answerCallbackQuery")
+        .into_iter()
+        .filter(|request| request.param_str("callback_query_id") == Some(callback_id))
+        .collect()
+}
+
+async fn wait_for_answer(harness: &Harness, callback_id: &str, nth: usize) -> RecordedRequest {
+    harness
+        .telegram
+        .wait_for_requests("the answer to a callback query", |requests| {
+            requests
+                .iter()
+                .filter(|request| {
+                    request.method == "answerCallbackQuery"
+                        && request.param_str("callback_query_id") == Some(callback_id)
+                })
+                .count()
+                > nth
+        })
+        .await;
+    answers_to(harness, callback_id).remove(nth)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_becomes_one_message_and_a_tap_approves_it() {
+    let harness = Harness::start().await;
+    let approval = harness
+        .request("call-1", r#"{"command":"rm -rf build/"}"#)
+        .await;
+
+    let message = harness.request_message(0).await;
+    assert_eq!(
+        message.button_texts(),
+        vec!["✅ Approve", "❌ Reject", "🔓 Allow for session"]
+    );
+    assert!(message
+        .callback_data()
+        .iter()
+        .all(|data| data.contains(&approval.id) && data.len() <= 64));
+    for expected in [
+        "Approval request",
+        "bash",
+        "delete the build directory",
+        "clean rebuild",
+        "HIGH",
+        "coder-1",
+        "session-7",
+        "dev@example.com",
+        "\"command\": \"rm -rf build/\"",
+        &approval.args_digest[..12],
+        "Waiting for a decision",
+    ] {
+        assert!(
+            message.text.contains(expected),
+            "{expected:?} not in {}",
+            message.text
+        );
+    }
+    let sent = harness.telegram.requests_of("sendMessage");
+    assert_eq!(sent[0].param_str("parse_mode"), Some("HTML"));
+
+    let (_, callback_id) = harness.telegram.tap_button(
+        &alice(),
+        CHAT,
+        message.message_id,
+        &button(&message, "Approve"),
+    );
+    let decided = harness.agent_waits(&approval.id).await;
+    assert_eq!(decided.state(), ApprovalState::Approved);
+    let resolution = decided.resolution.expect("a resolution");
+    assert_eq!(resolution.resolved_by(), ResolvedBy::Decision);
+    assert_eq!(resolution.deciders.len(), 1);
+    assert_eq!(resolution.deciders[0].channel, "telegram");
+    assert_eq!(resolution.deciders[0].user_id, alice().id.to_string());
+    assert_eq!(resolution.deciders[0].display_name, "@alice");
+    assert_eq!(
+        decided.decisions[0].idempotency_key,
+        format!("telegram:callback:{callback_id}")
+    );
+
+    let answer = wait_for_answer(&harness, &callback_id, 0).await;
+    assert!(answer.succeeded());
+    assert_eq!(answer.param_str("text"), Some("Approved"));
+
+    let edited = harness
+        .telegram
+        .wait_for_message(
+            "the message to show the approval",
+            CHAT,
+            message.message_id,
+            |m| m.reply_markup.is_none(),
+        )
+        .await;
+    assert!(
+        edited.text.contains("Approved by @alice at "),
+        "{}",
+        edited.text
+    );
+    assert!(edited.text.contains("delete the build directory"));
+    assert_eq!(harness.sent_count(), 1, "exactly one message per approval");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_for_session_creates_a_grant_for_later_calls() {
+    let harness = Harness::start().await;
+    let first = harness.request("call-1", r#"{"command":"ls"}"#).await;
+    let message = harness.request_message(0).await;
+    let (_, callback_id) = harness.telegram.tap_button(
+        &bob(),
+        CHAT,
+        message.message_id,
+        &button(&message, "Allow for session"),
+    );
+    let decided = harness.agent_waits(&first.id).await;
+    assert_eq!(decided.state(), ApprovalState::Approved);
+    assert_eq!(decided.decisions[0].scope(), Scope::Session);
+    assert_eq!(
+        wait_for_answer(&harness, &callback_id, 0)
+            .await
+            .param_str("text"),
+        Some("Approved for this session")
+    );
+    let edited = harness
+        .telegram
+        .wait_for_message("the session approval", CHAT, message.message_id, |m| {
+            m.reply_markup.is_none()
+        })
+        .await;
+    assert!(
+        edited.text.contains("Approved by @bob for this session"),
+        "{}",
+        edited.text
+    );
+
+    // The same tool in the same session is now approved by the grant, without a message.
+    let later = harness.request("call-2", r#"{"command":"ls -la"}"#).await;
+    assert_eq!(later.state(), ApprovalState::Approved);
+    let resolution = later.resolution.expect("a resolution");
+    assert_eq!(resolution.resolved_by(), ResolvedBy::Grant);
+    assert!(!resolution.grant_id.is_empty());
+    // Another tool still needs a human: its message is the second one the bot sends.
+    let other = harness
+        .request_with(pb::RequestApprovalRequest {
+            tool_name: "deploy".into(),
+            ..request("call-3")
+        })
+        .await;
+    let second = harness.request_message(1).await;
+    assert!(second.callback_data()[0].contains(&other.id));
+    assert_eq!(
+        harness.sent_count(),
+        2,
+        "no message for the call approved by the grant"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taps_that_are_not_allowed_or_malformed_change_nothing() {
+    let harness = Harness::start().await;
+    let approval = harness.request("call-1", "{}").await;
+    let message = harness.request_message(0).await;
+
+    let (_, refused) = harness.telegram.tap_button(
+        &mallory(),
+        CHAT,
+        message.message_id,
+        &button(&message, "Approve"),
+    );
+    assert_eq!(
+        wait_for_answer(&harness, &refused, 0)
+            .await
+            .param_str("text"),
+        Some("Not allowed")
+    );
+    // Data a client could forge: another version, an unknown action, a bad id, garbage.
+    for data in [
+        format!("cs2:a:{}", approval.id),
+        format!("cs1:x:{}", approval.id),
+        "cs1:a:not-an-id".to_owned(),
+        "Hello world!".to_owned(),
+    ] {
+        let (_, callback_id) =
+            harness
+                .telegram
+                .tap_button(&alice(), CHAT, message.message_id, &data);
+        assert_eq!(
+            wait_for_answer(&harness, &callback_id, 0)
+                .await
+                .param_str("text"),
+            Some("Unknown or outdated button"),
+            "{data}"
+        );
+    }
+
+    let unchanged = harness.agent.get_approval(&approval.id).await.unwrap();
+    assert_eq!(unchanged.state(), ApprovalState::Pending);
+    assert!(unchanged.decisions.is_empty());
+    let shown = harness.telegram.message(CHAT, message.message_id).unwrap();
+    assert_eq!(shown.edit_count, 0);
+    assert_eq!(shown.button_texts().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_follow_decisions_elsewhere_expiry_and_cancellation() {
+    let harness = Harness::start().await;
+    let decided_elsewhere = harness.request("call-1", "{}").await;
+    let cancelled = harness.request("call-2", "{}").await;
+    let expiring = harness
+        .request_with(pb::RequestApprovalRequest {
+            ttl_seconds: 1,
+            ..request("call-3")
+        })
+        .await;
+    let mut messages = Vec::new();
+    for nth in 0..3 {
+        messages.push(harness.request_message(nth).await);
+    }
+    let message_of = |approval: &pb::Approval| {
+        messages
+            .iter()
+            .find(|m| m.callback_data()[0].contains(&approval.id))
+            .expect("a message per approval")
+            .message_id
+    };
+
+    // Decided through another channel (the CLI uses the same Decide call).
+    harness
+        .agent
+        .decide(pb::DecideRequest {
+            approval_id: decided_elsewhere.id.clone(),
+            verdict: Verdict::Reject.into(),
+            reason: "not during the freeze".into(),
+            decider: Some(pb::Decider {
+                channel: "cli".into(),
+                user_id: "carol".into(),
+                display_name: "Carol".into(),
+            }),
+            idempotency_key: "cli-1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    harness
+        .agent
+        .cancel_approval(&cancelled.id, "the agent found another way")
+        .await
+        .unwrap();
+
+    let rejected = harness
+        .telegram
+        .wait_for_message(
+            "the rejection from the CLI",
+            CHAT,
+            message_of(&decided_elsewhere),
+            |m| m.reply_markup.is_none(),
+        )
+        .await;
+    assert!(
+        rejected.text.contains("Rejected by Carol (cli)"),
+        "{}",
+        rejected.text
+    );
+    assert!(
+        rejected.text.contains("not during the freeze"),
+        "{}",
+        rejected.text
+    );
+    let gone = harness
+        .telegram
+        .wait_for_message("the cancellation", CHAT, message_of(&cancelled), |m| {
+            m.reply_markup.is_none()
+        })
+        .await;
+    assert!(gone.text.contains("Cancelled"), "{}", gone.text);
+    assert!(
+        gone.text.contains("the agent found another way"),
+        "{}",
+        gone.text
+    );
+    let expired = harness
+        .telegram
+        .wait_for_message("the expiry", CHAT, message_of(&expiring), |m| {
+            m.reply_markup.is_none()
+        })
+        .await;
+    assert!(expired.text.contains("Expired"), "{}", expired.text);
+    assert_eq!(
+        harness.agent_waits(&expiring.id).await.state(),
+        ApprovalState::Expired
+    );
+
+    // A tap on a message of an approval that is no longer pending says who won.
+    let (_, callback_id) = harness.telegram.tap_button(
+        &alice(),
+        CHAT,
+        message_of(&decided_elsewhere),
+        &format!("cs1:a:{}", decided_elsewhere.id),
+    );
+    assert_eq!(
+        wait_for_answer(&harness, &callback_id, 0)
+            .await
+            .param_str("text"),
+        Some("Already rejected by Carol (cli)")
+    );
+    let (_, callback_id) = harness.telegram.tap_button(
+        &alice(),
+        CHAT,
+        message_of(&expiring),
+        &format!("cs1:a:{}", expiring.id),
+    );
+    assert_eq!(
+        wait_for_answer(&harness, &callback_id, 0)
+            .await
+            .param_str("text"),
+        Some("Expired")
+    );
+    assert_eq!(harness.sent_count(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reject_and_approve_commands_as_replies_decide_with_the_reason() {
+    let harness = Harness::start().await;
+    let to_reject = harness.request("call-1", "{}").await;
+    let to_approve = harness.request("call-2", "{}").await;
+    let first = harness.request_message(0).await;
+    let second = harness.request_message(1).await;
+    let (reject_message, approve_message) = if first.callback_data()[0].contains(&to_reject.id) {
+        (first, second)
+    } else {
+        (second, first)
+    };
+
+    let (_, command_id) = harness.telegram.send_text(
+        &bob(),
+        CHAT,
+        "/reject touches production <prod> & staging",
+        Some(reject_message.message_id),
+    );
+    let rejected = harness.agent_waits(&to_reject.id).await;
+    assert_eq!(rejected.state(), ApprovalState::Rejected);
+    assert_eq!(
+        rejected.decisions[0].reason,
+        "touches production <prod> & staging"
+    );
+    assert_eq!(
+        rejected.decisions[0].decider.as_ref().unwrap().display_name,
+        "@bob"
+    );
+    let shown = harness
+        .telegram
+        .wait_for_message("the rejection", CHAT, reject_message.message_id, |m| {
+            m.reply_markup.is_none()
+        })
+        .await;
+    assert!(shown.text.contains("Rejected by @bob"), "{}", shown.text);
+    assert!(
+        shown.text.contains("touches production <prod> & staging"),
+        "{}",
+        shown.text
+    );
+    let replies = harness
+        .telegram
+        .wait_for_requests("the reply to the command", |requests| {
+            requests.iter().any(|r| {
+                r.method == "sendMessage"
+                    && r.params["reply_parameters"]["message_id"] == command_id
+            })
+        })
+        .await;
+    let reply = replies
+        .iter()
+        .find(|r| r.params["reply_parameters"]["message_id"] == command_id)
+        .unwrap();
+    assert_eq!(reply.param_str("text"), Some("Rejected"));
+
+    harness.telegram.send_text(
+        &alice(),
+        CHAT,
+        "/approve@SomeBot",
+        Some(approve_message.message_id),
+    );
+    assert_eq!(
+        harness.agent_waits(&to_approve.id).await.state(),
+        ApprovalState::Approved
+    );
+
+    // A command from someone not allowed, on a pending approval, is refused.
+    let third = harness.request("call-3", "{}").await;
+    let message = harness.request_message(2).await;
+    let (_, refused_id) =
+        harness
+            .telegram
+            .send_text(&mallory(), CHAT, "/approve", Some(message.message_id));
+    harness
+        .telegram
+        .wait_for_requests("the refusal", |requests| {
+            requests.iter().any(|r| {
+                r.method == "sendMessage"
+                    && r.params["reply_parameters"]["message_id"] == refused_id
+                    && r.param_str("text") == Some("Not allowed")
+            })
+        })
+        .await;
+    let still = harness.agent.get_approval(&third.id).await.unwrap();
+    assert_eq!(still.state(), ApprovalState::Pending);
+    assert!(still.decisions.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_worker_edits_its_message_and_a_redelivered_tap_decides_once() {
+    let mut harness = Harness::start().await;
+    let approval = harness
+        .request_with(pb::RequestApprovalRequest {
+            required_approvals: 2,
+            ..request("call-1")
+        })
+        .await;
+    let message = harness.request_message(0).await;
+    assert!(
+        message.text.contains("0 of 2 approvals"),
+        "{}",
+        message.text
+    );
+    let delivery = harness.wait_for_delivery(&approval.id).await;
+    assert_eq!(
+        delivery.message_ref,
+        format!("{CHAT}:{}", message.message_id)
+    );
+
+    // Killed and restarted between the request and the tap.
+    harness.kill_worker().await;
+    let edits_before = harness.telegram.requests_of("editMessageText").len();
+    harness.start_worker();
+    // The new worker finds its message in the delivery record and re-renders it in place:
+    // Telegram says "not modified", which is success.
+    let edits = harness
+        .telegram
+        .wait_for_requests("the restarted worker to re-attach", |requests| {
+            requests
+                .iter()
+                .filter(|r| r.method == "editMessageText")
+                .count()
+                > edits_before
+        })
+        .await;
+    let reattach = edits
+        .iter()
+        .filter(|r| r.method == "editMessageText")
+        .nth(edits_before)
+        .unwrap();
+    assert_eq!(reattach.param_i64("message_id"), Some(message.message_id));
+    assert!(reattach
+        .error()
+        .unwrap_or_default()
+        .contains("message is not modified"));
+
+    // The tap on the old message works with the new worker.
+    let (update_id, callback_id) = harness.telegram.tap_button(
+        &alice(),
+        CHAT,
+        message.message_id,
+        &button(&message, "Approve"),
+    );
+    assert_eq!(
+        wait_for_answer(&harness, &callback_id, 0)
+            .await
+            .param_str("text"),
+        Some("Approval recorded: 1 of 2")
+    );
+    let progress = harness
+        .telegram
+        .wait_for_message("the progress", CHAT, message.message_id, |m| {
+            m.text.contains("1 of 2 approvals (by @alice)")
+        })
+        .await;
+    assert_eq!(
+        progress.button_texts().len(),
+        3,
+        "buttons stay until the quorum is met"
+    );
+
+    // A crash before the update was confirmed: Telegram delivers the same tap again.
+    harness.kill_worker().await;
+    harness.telegram.redeliver(update_id);
+    harness.start_worker();
+    let again = wait_for_answer(&harness, &callback_id, 1).await;
+    assert!(
+        !again.succeeded(),
+        "Telegram refuses a second answer to one query"
+    );
+    let after = harness.agent.get_approval(&approval.id).await.unwrap();
+    assert_eq!(after.state(), ApprovalState::Pending);
+    assert_eq!(
+        after.decisions.len(),
+        1,
+        "the re-delivered tap decided once"
+    );
+
+    let (_, bob_callback) = harness.telegram.tap_button(
+        &bob(),
+        CHAT,
+        message.message_id,
+        &button(&message, "Approve"),
+    );
+    assert_eq!(
+        wait_for_answer(&harness, &bob_callback, 0)
+            .await
+            .param_str("text"),
+        Some("Approved")
+    );
+    assert_eq!(
+        harness.agent_waits(&approval.id).await.state(),
+        ApprovalState::Approved
+    );
+    let done = harness
+        .telegram
+        .wait_for_message("the approval", CHAT, message.message_id, |m| {
+            m.reply_markup.is_none()
+        })
+        .await;
+    assert!(
+        done.text.contains("Approved by @alice, @bob"),
+        "{}",
+        done.text
+    );
+    assert_eq!(harness.sent_count(), 1, "no second message across restarts");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flood_limits_are_honoured_for_sends_and_edits() {
+    let harness = Harness::start().await;
+    harness.telegram.fail_next(
+        "sendMessage",
+        1,
+        InjectedError::TooManyRequests { retry_after: 1 },
+    );
+    let approval = harness.request("call-1", "{}").await;
+    let message = harness.request_message(0).await;
+    let sends = harness.telegram.requests_of("sendMessage");
+    assert_eq!(sends.len(), 2);
+    assert_eq!(sends[0].status, 429);
+    assert!(sends[1].received_at - sends[0].received_at >= Duration::from_secs(1));
+
+    harness.telegram.fail_next(
+        "editMessageText",
+        1,
+        InjectedError::TooManyRequests { retry_after: 1 },
+    );
+    harness.telegram.tap_button(
+        &alice(),
+        CHAT,
+        message.message_id,
+        &button(&message, "Reject"),
+    );
+    assert_eq!(
+        harness.agent_waits(&approval.id).await.state(),
+        ApprovalState::Rejected
+    );
+    harness
+        .telegram
+        .wait_for_message(
+            "the edit after the flood wait",
+            CHAT,
+            message.message_id,
+            |m| m.reply_markup.is_none(),
+        )
+        .await;
+    let edits = harness.telegram.requests_of("editMessageText");
+    assert_eq!(edits[0].status, 429);
+    let retried = edits.iter().find(|edit| edit.succeeded()).unwrap();
+    assert!(retried.received_at - edits[0].received_at >= Duration::from_secs(1));
+    assert_eq!(harness.sent_count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_wait_beyond_the_limit_is_retried_later_and_holds_nothing_up() {
+    let mut harness = Harness::without_worker().await;
+    harness.settings.max_retry_wait = Duration::from_secs(1);
+    harness.start_worker();
+    harness.telegram.fail_next(
+        "sendMessage",
+        1,
+        InjectedError::TooManyRequests { retry_after: 2 },
+    );
+    let delayed = harness.request("call-1", "{}").await;
+    // Another approval is not held up behind the flood wait.
+    let other = harness.request("call-2", "{}").await;
+    let first = harness.request_message(0).await;
+    assert!(first.callback_data()[0].contains(&other.id));
+    let later = harness.request_message(1).await;
+    assert!(later.callback_data()[0].contains(&delayed.id));
+    let sends = harness.telegram.requests_of("sendMessage");
+    assert_eq!(sends.len(), 3);
+    assert_eq!(sends[0].status, 429);
+    assert!(
+        sends[2].received_at - sends[0].received_at >= Duration::from_secs(2),
+        "sent again before the flood wait was over"
+    );
+    harness.wait_for_delivery(&delayed.id).await;
+
+    // An edit refused the same way is retried too.
+    harness.telegram.fail_next(
+        "editMessageText",
+        1,
+        InjectedError::TooManyRequests { retry_after: 2 },
+    );
+    harness
+        .agent
+        .cancel_approval(&delayed.id, "no longer needed")
+        .await
+        .unwrap();
+    harness
+        .telegram
+        .wait_for_message("the retried edit", CHAT, later.message_id, |m| {
+            m.reply_markup.is_none() && m.text.contains("Cancelled")
+        })
+        .await;
+    assert_eq!(harness.sent_count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_modified_is_success_and_an_uneditable_message_gets_a_short_reply() {
+    let harness = Harness::start().await;
+    // Telegram's two wordings of "not modified", each on the edit after a tap. The tap's
+    // Decide answer and the watch both bring the new state; if "not modified" counted as a
+    // failure the second of them would edit again, or a fallback reply would be sent.
+    let wordings = [
+        InjectedError::MessageNotModifiedShort,
+        InjectedError::MessageNotModified,
+    ];
+    for (nth, wording) in wordings.into_iter().enumerate() {
+        let approval = harness.request(&format!("call-{nth}"), "{}").await;
+        let message = harness.request_message(2 * nth).await;
+        harness.telegram.fail_next("editMessageText", 1, wording);
+        let (_, callback_id) = harness.telegram.tap_button(
+            &alice(),
+            CHAT,
+            message.message_id,
+            &button(&message, "Approve"),
+        );
+        assert_eq!(
+            harness.agent_waits(&approval.id).await.state(),
+            ApprovalState::Approved
+        );
+        wait_for_answer(&harness, &callback_id, 0).await;
+        // The watch handles events in order: the next request's message shows it is past
+        // this approval's events.
+        harness.request(&format!("sync-{nth}"), "{}").await;
+        harness.request_message(2 * nth + 1).await;
+        let edits: Vec<RecordedRequest> = harness
+            .telegram
+            .requests_of("editMessageText")
+            .into_iter()
+            .filter(|edit| edit.param_i64("message_id") == Some(message.message_id))
+            .collect();
+        assert_eq!(edits.len(), 1, "a not-modified edit is done: {edits:#?}");
+        assert!(edits[0]
+            .error()
+            .unwrap()
+            .contains("message is not modified"));
+    }
+    assert_eq!(
+        harness.sent_count(),
+        4,
+        "no fallback message for not-modified"
+    );
+
+    // A message too old to edit: the outcome goes out as a short reply to it.
+    let third = harness.request("call-uneditable", "{}").await;
+    let third_message = harness.request_message(4).await;
+    harness
+        .telegram
+        .fail_next("editMessageText", 1, InjectedError::MessageCantBeEdited);
+    harness.telegram.tap_button(
+        &bob(),
+        CHAT,
+        third_message.message_id,
+        &button(&third_message, "Reject"),
+    );
+    assert_eq!(
+        harness.agent_waits(&third.id).await.state(),
+        ApprovalState::Rejected
+    );
+    let requests = harness
+        .telegram
+        .wait_for_requests("the short reply", |requests| {
+            requests.iter().any(|r| {
+                r.method == "sendMessage"
+                    && r.params["reply_parameters"]["message_id"] == third_message.message_id
+            })
+        })
+        .await;
+    let reply = requests
+        .iter()
+        .find(|r| r.params["reply_parameters"]["message_id"] == third_message.message_id)
+        .unwrap();
+    let reply_id = reply.result_message_id().unwrap();
+    let shown = harness.telegram.message(CHAT, reply_id).unwrap();
+    assert!(shown.text.contains("Rejected by @bob"), "{}", shown.text);
+    assert!(shown.reply_markup.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn special_characters_and_10_kb_of_arguments_render_without_a_telegram_400() {
+    let harness = Harness::start().await;
+    let nasty = serde_json::json!({
+        "html": "<b>bold</b> <i>i</i> <a href=\"x\">a</a> </pre></code> <tg-spoiler>s</tg-spoiler>",
+        "entities": "&amp; &lt; &gt; &quot; &#60; &#x3c; &nbsp; & < > \" '",
+        "markdown": "_*[]()~`>#+-=|{}.!\\",
+        "unicode": "😀 é 中文 \u{200b}",
+    });
+    let special = harness
+        .request_with(pb::RequestApprovalRequest {
+            action: "write <html> & \"quotes\"".into(),
+            reason: "because </b> & <tags>".into(),
+            arguments_json: nasty.to_string(),
+            ..request("call-1")
+        })
+        .await;
+    let message = harness.request_message(0).await;
+    assert!(message.callback_data()[0].contains(&special.id));
+    assert!(
+        message.text.contains("write <html> & \"quotes\""),
+        "{}",
+        message.text
+    );
+    assert!(
+        message.text.contains("because </b> & <tags>"),
+        "{}",
+        message.text
+    );
+    assert!(
+        message
+            .text
+            .contains("&amp; &lt; &gt; &quot; &#60; &#x3c; &nbsp; & < >"),
+        "{}",
+        message.text
+    );
+    assert!(
+        message
+            .text
+            .contains("</pre></code> <tg-spoiler>s</tg-spoiler>"),
+        "{}",
+        message.text
+    );
+    assert!(message.text.contains("😀 é 中文"), "{}", message.text);
+
+    let big = serde_json::json!({
+        "script": "echo '<&>' \"$HOME\"\n".repeat(512),
+        "blob": "x".repeat(2048),
+    });
+    assert!(big.to_string().len() > 10 * 1024);
+    let large = harness.request("call-2", &big.to_string()).await;
+    let message = harness.request_message(1).await;
+    assert!(message.callback_data()[0].contains(&large.id));
+    assert!(message.text.encode_utf16().count() <= MAX_TEXT_UTF16);
+    assert!(
+        message.text.contains("arguments truncated"),
+        "{}",
+        message.text
+    );
+    assert!(
+        message.text.contains(r#"echo '<&>' \"$HOME\""#),
+        "{}",
+        message.text
+    );
+    assert!(
+        message.text.contains("Waiting for a decision"),
+        "{}",
+        message.text
+    );
+
+    // Both resolve and are edited without a 400 either.
+    for approval in [&special, &large] {
+        harness
+            .agent
+            .cancel_approval(approval.id.as_str(), "done <here> & now")
+            .await
+            .unwrap();
+    }
+    for nth in 0..2 {
+        let message = harness.request_message(nth).await;
+        harness
+            .telegram
+            .wait_for_message("the cancellation", CHAT, message.message_id, |m| {
+                m.text.contains("done <here> & now")
+            })
+            .await;
+    }
+    let failures: Vec<_> = harness
+        .telegram
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "getUpdates" && !r.succeeded())
+        .collect();
+    assert!(failures.is_empty(), "Telegram refused: {failures:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_go_to_their_routed_chat_or_the_default_chat() {
+    let harness = Harness::start().await;
+    let ops_chat = -100_777;
+    let routed = harness
+        .request_with(pb::RequestApprovalRequest {
+            routes: vec![
+                pb::Route {
+                    channel: "telegram".into(),
+                    target: ops_chat.to_string(),
+                },
+                pb::Route {
+                    channel: "github".into(),
+                    target: "acme/infra#12".into(),
+                },
+            ],
+            ..request("call-1")
+        })
+        .await;
+    let unrouted = harness
+        .request_with(pb::RequestApprovalRequest {
+            routes: Vec::new(),
+            ..request("call-2")
+        })
+        .await;
+    let in_ops = harness.request_message_in(ops_chat, 0).await;
+    assert!(in_ops.callback_data()[0].contains(&routed.id));
+    let in_default = harness.request_message(0).await;
+    assert!(in_default.callback_data()[0].contains(&unrouted.id));
+
+    let recorded = harness.agent.get_approval(&routed.id).await.unwrap();
+    let telegram: Vec<&pb::Delivery> = recorded
+        .deliveries
+        .iter()
+        .filter(|d| d.channel == "telegram")
+        .collect();
+    assert_eq!(telegram.len(), 1);
+    assert_eq!(telegram[0].target, ops_chat.to_string());
+    assert_eq!(
+        telegram[0].message_ref,
+        format!("{ops_chat}:{}", in_ops.message_id)
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_polling_conflict_is_logged_clearly_and_polling_goes_on() {
+    let logs = LogCapture::default();
+    let _guard = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish(),
+    );
+    let harness = Harness::start().await;
+    harness
+        .telegram
+        .wait_for_requests("the first poll", |requests| {
+            requests.iter().any(|r| r.method == "getUpdates")
+        })
+        .await;
+    harness
+        .telegram
+        .fail_next("getUpdates", 1, InjectedError::TerminatedByOtherGetUpdates);
+    // Wake the current long poll so that the next one meets the conflict.
+    let approval = harness.request("call-1", "{}").await;
+    let message = harness.request_message(0).await;
+    harness.telegram.send_text(&alice(), CHAT, "hello", None);
+    harness
+        .telegram
+        .wait_for_requests("the conflict", |requests| {
+            requests
+                .iter()
+                .any(|r| r.method == "getUpdates" && r.status == 409)
+        })
+        .await;
+    let (_, callback_id) = harness.telegram.tap_button(
+        &alice(),
+        CHAT,
+        message.message_id,
+        &button(&message, "Approve"),
+    );
+    wait_for_answer(&harness, &callback_id, 0).await;
+    assert_eq!(
+        harness.agent_waits(&approval.id).await.state(),
+        ApprovalState::Approved
+    );
+    let text = logs.text();
+    assert!(
+        text.contains("409 Conflict: another process polls updates with this bot token"),
+        "{text}"
+    );
+    assert!(
+        !text.contains(BOT_TOKEN),
+        "the bot token must never be logged"
+    );
+}
+
+/// Collects log output for assertions.
+#[derive(Clone, Default)]
+struct LogCapture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for LogCapture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
+    type Writer = LogCapture;
+
+    fn make_writer(&'a self) -> LogCapture {
+        self.clone()
+    }
+}
