@@ -4,8 +4,9 @@
 //! each pending approval as a message with inline buttons (Approve, Reject, Allow for
 //! session). A tap, or a `/approve` / `/reject <reason>` reply to the message, becomes a
 //! `Decide` call; the message is then edited to show the outcome, and it is kept true when the
-//! approval is decided elsewhere, expires or is cancelled. Sent messages are recorded on the
-//! server (`RecordDelivery`), so a restarted worker edits them instead of sending new ones.
+//! approval is decided elsewhere, expires or is cancelled, also while the worker was down.
+//! Sent messages are recorded on the server (`RecordDelivery`), so a restarted worker edits
+//! them instead of sending new ones.
 //!
 //! [`run`] is the entry point used by the `countersign-telegram` binary and by tests.
 
@@ -69,6 +70,7 @@ async fn start_and_serve(
         result = worker.follow_approvals() => result,
         result = worker.follow_updates() => result,
         result = worker.retry_failed_messages() => result,
+        result = worker.correct_resolved_messages() => result,
     }
 }
 

@@ -235,19 +235,33 @@ fn approved_html(approval: &pb::Approval) -> String {
     html
 }
 
+/// Who or what resolved an approval.
+enum Resolver<'a> {
+    Rule(&'a str),
+    Grant,
+    Deciders(Vec<&'a pb::Decider>),
+}
+
+/// Who or what resolved the approval; `None` when the server did not say.
+fn resolver(approval: &pb::Approval) -> Option<Resolver<'_>> {
+    let resolution = approval.resolution.as_ref()?;
+    match resolution.resolved_by() {
+        ResolvedBy::Rule => Some(Resolver::Rule(&resolution.rule)),
+        ResolvedBy::Grant => Some(Resolver::Grant),
+        _ if resolution.deciders.is_empty() => None,
+        _ => Some(Resolver::Deciders(resolution.deciders.iter().collect())),
+    }
+}
+
 /// Who or what resolved the approval, as HTML.
 fn resolver_html(approval: &pb::Approval) -> String {
-    let Some(resolution) = &approval.resolution else {
-        return "unknown".to_owned();
-    };
-    match resolution.resolved_by() {
-        ResolvedBy::Rule => format!(
-            "rule <code>{}</code>",
-            escape_within(&resolution.rule, NAME_LIMIT)
-        ),
-        ResolvedBy::Grant => "a session grant".to_owned(),
-        _ if resolution.deciders.is_empty() => "unknown".to_owned(),
-        _ => names_html(&resolution.deciders.iter().collect::<Vec<_>>()),
+    match resolver(approval) {
+        Some(Resolver::Rule(rule)) => {
+            format!("rule <code>{}</code>", escape_within(rule, NAME_LIMIT))
+        }
+        Some(Resolver::Grant) => "a session grant".to_owned(),
+        Some(Resolver::Deciders(deciders)) => names_html(&deciders),
+        None => "unknown".to_owned(),
     }
 }
 
@@ -350,19 +364,14 @@ pub fn decision_outcome_text(
 
 /// "Already approved by …", "Expired", … for a decision on an approval no longer pending.
 pub fn already_resolved_text(approval: &pb::Approval) -> String {
-    let by = || {
-        let Some(resolution) = &approval.resolution else {
-            return String::new();
-        };
-        match resolution.resolved_by() {
-            ResolvedBy::Rule => format!(" by rule {}", resolution.rule),
-            ResolvedBy::Grant => " by a session grant".to_owned(),
-            _ if resolution.deciders.is_empty() => String::new(),
-            _ => {
-                let names: Vec<String> = resolution.deciders.iter().map(decider_name).collect();
-                format!(" by {}", names.join(", "))
-            }
+    let by = || match resolver(approval) {
+        Some(Resolver::Rule(rule)) => format!(" by rule {rule}"),
+        Some(Resolver::Grant) => " by a session grant".to_owned(),
+        Some(Resolver::Deciders(deciders)) => {
+            let names: Vec<String> = deciders.into_iter().map(decider_name).collect();
+            format!(" by {}", names.join(", "))
         }
+        None => String::new(),
     };
     let text = match approval.state() {
         ApprovalState::Approved | ApprovalState::Consumed => format!("Already approved{}", by()),

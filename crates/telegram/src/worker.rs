@@ -33,6 +33,19 @@ const REPLY_NOT_A_REQUEST: &str = "That message is not an approval request";
 /// How often a failed RecordDelivery is retried before the worker moves on.
 const RECORD_DELIVERY_ATTEMPTS: u32 = 5;
 
+/// How many of the most recent resolved approvals are looked at after each snapshot, to
+/// correct messages left showing buttons while the worker was not watching.
+const RESOLVED_CORRECTED: u32 = 50;
+
+/// Every state but pending.
+const RESOLVED_STATES: [ApprovalState; 5] = [
+    ApprovalState::Approved,
+    ApprovalState::Rejected,
+    ApprovalState::Expired,
+    ApprovalState::Cancelled,
+    ApprovalState::Consumed,
+];
+
 /// Why the worker stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
@@ -43,20 +56,31 @@ pub enum WorkerError {
 }
 
 /// How far an approval has come; a copy that is behind the one already shown is stale (the
-/// watch and a tap's Decide answer race) and must not overwrite it.
+/// watch, a tap's Decide answer and the correction of resolved approvals race) and must not
+/// overwrite it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Progress {
-    /// 0 pending, 1 resolved, 2 consumed.
-    stage: u8,
+    stage: Stage,
     decisions: usize,
+}
+
+/// The stages of an approval's life, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Stage {
+    Pending,
+    Resolved,
+    Consumed,
 }
 
 impl Progress {
     fn of(approval: &pb::Approval) -> Progress {
         let stage = match approval.state() {
-            ApprovalState::Pending | ApprovalState::Unspecified => 0,
-            ApprovalState::Consumed => 2,
-            _ => 1,
+            ApprovalState::Pending | ApprovalState::Unspecified => Stage::Pending,
+            ApprovalState::Approved
+            | ApprovalState::Rejected
+            | ApprovalState::Expired
+            | ApprovalState::Cancelled => Stage::Resolved,
+            ApprovalState::Consumed => Stage::Consumed,
         };
         Progress {
             stage,
@@ -203,6 +227,8 @@ pub struct Worker {
     settings: Settings,
     bot_username: String,
     book: MessageBook,
+    /// Signalled after each snapshot; wakes [`Worker::correct_resolved_messages`].
+    snapshot_taken: tokio::sync::Notify,
 }
 
 impl Worker {
@@ -213,6 +239,7 @@ impl Worker {
             settings,
             bot_username,
             book: MessageBook::default(),
+            snapshot_taken: tokio::sync::Notify::new(),
         }
     }
 
@@ -234,7 +261,8 @@ impl Worker {
 
     /// After a (re)start or a resync: every pending approval gets its message (an existing
     /// one is edited, found in the approval's delivery records), and approvals the worker was
-    /// showing that are no longer pending are shown as resolved.
+    /// showing that are no longer pending are shown as resolved. Approvals resolved while the
+    /// worker was not watching are for [`Worker::correct_resolved_messages`].
     async fn reconcile(&self, pending: Vec<pb::Approval>) {
         tracing::info!(pending = pending.len(), "snapshot of pending approvals");
         let known = self.book.unresolved_approvals();
@@ -246,17 +274,63 @@ impl Worker {
                 continue;
             }
             match self.client.get_approval(&approval_id).await {
-                Ok(approval) => {
-                    self.show(&approval).await;
-                    if approval.state() != ApprovalState::Pending {
-                        self.book.finish(&approval.id);
-                    }
-                }
+                Ok(approval) => self.show(&approval).await,
                 Err(error) => {
                     tracing::warn!(approval_id, %error, "cannot refresh an approval that left the pending set");
                 }
             }
         }
+        self.snapshot_taken.notify_one();
+    }
+
+    /// Corrects the messages of approvals resolved while the worker was not watching (stopped,
+    /// or cut off longer than the server could replay): the snapshot after a (re)start or a
+    /// resync lists only pending approvals, so those messages would keep live buttons. After
+    /// each snapshot the [`RESOLVED_CORRECTED`] most recent resolved approvals of the channel
+    /// are shown as they are now. A message this run already shows in its final state costs
+    /// nothing; one found in a delivery record costs one edit, answered "not modified" if it
+    /// was final already. Runs beside the watch, so that new approvals are not held up behind
+    /// these edits.
+    pub async fn correct_resolved_messages(&self) -> Result<(), WorkerError> {
+        loop {
+            self.snapshot_taken.notified().await;
+            loop {
+                match self.show_recently_resolved().await {
+                    Ok(()) => break,
+                    Err(error) if error.is_transient() => {
+                        tracing::warn!(%error, retry_in_ms = self.settings.retry_interval.as_millis() as u64, "cannot list the recently resolved approvals");
+                        tokio::time::sleep(self.settings.retry_interval).await;
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "cannot list the recently resolved approvals; messages of approvals resolved while the worker was away may keep their buttons");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn show_recently_resolved(&self) -> Result<(), ClientError> {
+        let request = pb::ListApprovalsRequest {
+            states: RESOLVED_STATES.into_iter().map(i32::from).collect(),
+            channel: CHANNEL.to_owned(),
+            page_size: RESOLVED_CORRECTED,
+            ..Default::default()
+        };
+        let listed = self.client.list_approvals(request).await?;
+        let with_messages: Vec<&pb::Approval> = listed
+            .approvals
+            .iter()
+            .filter(|approval| approval.deliveries.iter().any(|d| d.channel == CHANNEL))
+            .collect();
+        tracing::info!(
+            resolved = with_messages.len(),
+            "bringing the messages of recently resolved approvals up to date"
+        );
+        for approval in with_messages {
+            self.show(approval).await;
+        }
+        Ok(())
     }
 
     async fn on_event(&self, event: pb::ApprovalEvent) {
@@ -273,9 +347,6 @@ impl Worker {
             | EventKind::Consumed => {
                 tracing::debug!(approval_id = %approval.id, seq = event.seq, ?kind, "approval event");
                 self.show(&approval).await;
-                if approval.state() != ApprovalState::Pending {
-                    self.book.finish(&approval.id);
-                }
             }
             EventKind::DecisionRefused => {
                 tracing::info!(approval_id = %approval.id, seq = event.seq, "the server refused a decision");
@@ -286,7 +357,7 @@ impl Worker {
     }
 
     /// Makes Telegram show `approval`: edits its messages, and sends one to each target chat
-    /// that has none while it is pending.
+    /// that has none while it is pending. A copy older than the one already shown is ignored.
     async fn show(&self, approval: &pb::Approval) {
         let entry = self.book.entry(&approval.id);
         let mut known = entry.lock().await;
@@ -324,6 +395,7 @@ impl Worker {
             }
         }
         if approval.state() != ApprovalState::Pending {
+            self.book.finish(&approval.id);
             return;
         }
         for chat_id in self.target_chats(approval) {
@@ -372,6 +444,13 @@ impl Worker {
         {
             Ok(outcome) => {
                 tracing::debug!(approval_id = %approval.id, chat_id, message_id, not_modified = (outcome == EditOutcome::NotModified), "message up to date");
+                message.shown = Some(fingerprint(rendered));
+            }
+            Err(BotApiError::CantEdit(reason)) if message.shown.is_none() => {
+                // Found in a delivery record after a restart: what it shows, and whether an
+                // earlier run already replied with this state, is unknown. Replying at every
+                // start would repeat the same reply; the next change of state gets one.
+                tracing::info!(approval_id = %approval.id, chat_id, message_id, %reason, "a recorded message cannot be edited; not replying with a state it may already have");
                 message.shown = Some(fingerprint(rendered));
             }
             Err(BotApiError::CantEdit(reason)) => {
@@ -504,13 +583,12 @@ impl Worker {
                         offset = Some(next);
                     }
                 }
-                Err(BotApiError::PollingConflict) => {
-                    tracing::error!(retry_in_ms = pause.as_millis() as u64, "Telegram refused getUpdates with 409 Conflict: another process polls updates with this bot token; run exactly one countersign-telegram per bot and no other bot program with its token");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(self.settings.max_backoff);
-                }
                 Err(error) => {
-                    tracing::warn!(retry_in_ms = pause.as_millis() as u64, %error, "polling Telegram for updates failed");
+                    let retry_in_ms = pause.as_millis() as u64;
+                    match error {
+                        BotApiError::PollingConflict => tracing::error!(retry_in_ms, "Telegram refused getUpdates with 409 Conflict: another process polls updates with this bot token; run exactly one countersign-telegram per bot and no other bot program with its token"),
+                        error => tracing::warn!(retry_in_ms, %error, "polling Telegram for updates failed"),
+                    }
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(self.settings.max_backoff);
                 }

@@ -539,6 +539,208 @@ async fn a_restarted_worker_edits_its_message_and_a_redelivered_tap_decides_once
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_resolved_while_the_worker_was_down_are_shown_resolved_after_a_restart() {
+    let mut harness = Harness::start().await;
+    let decided_elsewhere = harness.request("call-1", "{}").await;
+    let cancelled = harness.request("call-2", "{}").await;
+    // Still pending when the worker is stopped, expired soon after.
+    let expiring = harness
+        .request_with(pb::RequestApprovalRequest {
+            ttl_seconds: 3,
+            ..request("call-3")
+        })
+        .await;
+    let decided_before = harness.request("call-4", "{}").await;
+    let approvals = [&decided_elsewhere, &cancelled, &expiring, &decided_before];
+    let mut messages = Vec::new();
+    for nth in 0..approvals.len() {
+        messages.push(harness.request_message(nth).await);
+    }
+    let message_of = |approval: &pb::Approval| {
+        messages
+            .iter()
+            .find(|m| m.callback_data()[0].contains(&approval.id))
+            .expect("a message per approval")
+            .message_id
+    };
+    for approval in approvals {
+        harness.wait_for_delivery(&approval.id).await;
+    }
+    // One approval is decided, and its message made final, while the worker runs.
+    harness.telegram.tap_button(
+        &alice(),
+        CHAT,
+        message_of(&decided_before),
+        &format!("cs1:r:{}", decided_before.id),
+    );
+    let final_before = harness
+        .telegram
+        .wait_for_message("the rejection", CHAT, message_of(&decided_before), |m| {
+            m.reply_markup.is_none()
+        })
+        .await;
+
+    harness.kill_worker().await;
+    harness
+        .agent
+        .decide(pb::DecideRequest {
+            approval_id: decided_elsewhere.id.clone(),
+            verdict: Verdict::Reject.into(),
+            reason: "not during the freeze".into(),
+            decider: Some(pb::Decider {
+                channel: "cli".into(),
+                user_id: "carol".into(),
+                display_name: "Carol".into(),
+            }),
+            idempotency_key: "cli-1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    harness
+        .agent
+        .cancel_approval(&cancelled.id, "the agent found another way")
+        .await
+        .unwrap();
+    assert_eq!(
+        harness.agent_waits(&expiring.id).await.state(),
+        ApprovalState::Expired
+    );
+    for approval in [&decided_elsewhere, &cancelled, &expiring] {
+        let stale = harness
+            .telegram
+            .message(CHAT, message_of(approval))
+            .unwrap();
+        assert_eq!(
+            stale.button_texts().len(),
+            3,
+            "resolved only after the worker was stopped: {stale:?}"
+        );
+    }
+
+    let sent_before = harness.sent_count();
+    let edits_before = harness.telegram.requests_of("editMessageText").len();
+    harness.start_worker();
+    let rejected = harness
+        .telegram
+        .wait_for_message(
+            "the rejection from the CLI",
+            CHAT,
+            message_of(&decided_elsewhere),
+            |m| m.reply_markup.is_none(),
+        )
+        .await;
+    assert!(
+        rejected.text.contains("Rejected by Carol (cli)"),
+        "{}",
+        rejected.text
+    );
+    assert!(
+        rejected.text.contains("not during the freeze"),
+        "{}",
+        rejected.text
+    );
+    let gone = harness
+        .telegram
+        .wait_for_message("the cancellation", CHAT, message_of(&cancelled), |m| {
+            m.reply_markup.is_none()
+        })
+        .await;
+    assert!(gone.text.contains("Cancelled"), "{}", gone.text);
+    assert!(
+        gone.text.contains("the agent found another way"),
+        "{}",
+        gone.text
+    );
+    let expired = harness
+        .telegram
+        .wait_for_message("the expiry", CHAT, message_of(&expiring), |m| {
+            m.reply_markup.is_none()
+        })
+        .await;
+    assert!(expired.text.contains("Expired"), "{}", expired.text);
+    // The message that was final already costs one edit, which Telegram answers "not
+    // modified", and stays as it was.
+    let is_edit_of = |request: &RecordedRequest, approval: &pb::Approval| {
+        request.method == "editMessageText"
+            && request.param_i64("message_id") == Some(message_of(approval))
+    };
+    let requests = harness
+        .telegram
+        .wait_for_requests("the re-edit of the final message", |requests| {
+            requests
+                .iter()
+                .filter(|r| r.method == "editMessageText")
+                .skip(edits_before)
+                .any(|r| is_edit_of(r, &decided_before))
+        })
+        .await;
+    let re_edits: Vec<&RecordedRequest> = requests
+        .iter()
+        .filter(|r| r.method == "editMessageText")
+        .skip(edits_before)
+        .filter(|r| is_edit_of(r, &decided_before))
+        .collect();
+    assert_eq!(re_edits.len(), 1, "{re_edits:#?}");
+    assert!(re_edits[0]
+        .error()
+        .unwrap_or_default()
+        .contains("message is not modified"));
+    assert_eq!(
+        harness.telegram.message(CHAT, message_of(&decided_before)),
+        Some(final_before)
+    );
+    assert_eq!(
+        harness.sent_count(),
+        sent_before,
+        "no new message for a resolved approval"
+    );
+
+    // Restarted once more, with a message Telegram no longer lets the bot edit: the worker
+    // cannot know whether an earlier run replied already, so it does not reply at each start.
+    harness.kill_worker().await;
+    let edits_before = harness.telegram.requests_of("editMessageText").len();
+    harness
+        .telegram
+        .fail_next("editMessageText", 1, InjectedError::MessageCantBeEdited);
+    harness.start_worker();
+    let requests = harness
+        .telegram
+        .wait_for_requests("the re-edits of the four resolved messages", |requests| {
+            requests
+                .iter()
+                .filter(|r| r.method == "editMessageText")
+                .count()
+                >= edits_before + approvals.len()
+        })
+        .await;
+    let re_edits: Vec<&RecordedRequest> = requests
+        .iter()
+        .filter(|r| r.method == "editMessageText")
+        .skip(edits_before)
+        .collect();
+    assert!(re_edits[0]
+        .error()
+        .unwrap_or_default()
+        .contains("message can't be edited"));
+    for re_edit in &re_edits[1..] {
+        assert!(
+            re_edit
+                .error()
+                .unwrap_or_default()
+                .contains("message is not modified"),
+            "{re_edit:#?}"
+        );
+    }
+    // A reply would have gone out right after the refused edit, before the next one.
+    assert_eq!(
+        harness.sent_count(),
+        sent_before,
+        "no reply for a message whose state the restarted worker cannot know"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flood_limits_are_honoured_for_sends_and_edits() {
     let harness = Harness::start().await;
     harness.telegram.fail_next(
