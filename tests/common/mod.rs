@@ -4,11 +4,60 @@
 use std::time::Duration;
 
 use countersign_proto::v1 as pb;
+use countersign_proto::v1::admin_service_client::AdminServiceClient;
 use countersign_proto::v1::approval_service_client::ApprovalServiceClient;
 use countersign_testkit::server::TestServer;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
 use tonic::transport::Channel;
 
 pub type Client = ApprovalServiceClient<Channel>;
+
+/// Sends `authorization: Bearer <token>` with every call, when it has a token.
+#[derive(Clone)]
+pub struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl Bearer {
+    pub fn new(token: Option<&str>) -> Bearer {
+        Bearer(token.map(|t| format!("Bearer {t}").parse().expect("header value")))
+    }
+}
+
+impl Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(header) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", header.clone());
+        }
+        Ok(request)
+    }
+}
+
+pub type TokenClient = ApprovalServiceClient<InterceptedService<Channel, Bearer>>;
+pub type AdminClient = AdminServiceClient<InterceptedService<Channel, Bearer>>;
+
+pub async fn channel(server: &TestServer) -> Channel {
+    Channel::from_shared(server.url())
+        .expect("server URL")
+        .connect()
+        .await
+        .expect("connect to test server")
+}
+
+/// An ApprovalService client on `channel` calling with `token` (none: no header).
+pub fn with_token(channel: &Channel, token: Option<&str>) -> TokenClient {
+    ApprovalServiceClient::with_interceptor(channel.clone(), Bearer::new(token))
+}
+
+/// An AdminService client on `channel` calling with `token` (none: no header).
+pub fn admin(channel: &Channel, token: Option<&str>) -> AdminClient {
+    AdminServiceClient::with_interceptor(channel.clone(), Bearer::new(token))
+}
 
 pub async fn connect(server: &TestServer) -> Client {
     ApprovalServiceClient::connect(server.url())
@@ -98,6 +147,62 @@ pub async fn count_rows(server: &TestServer, table: &str) -> i64 {
         .fetch_one(&mut conn)
         .await
         .expect("count")
+}
+
+/// A read-write connection to the server's database, to inspect or tamper with it by hand.
+pub async fn database(server: &TestServer) -> sqlx::SqliteConnection {
+    use sqlx::Connection;
+    let url = format!("sqlite://{}", server.database_path().display());
+    sqlx::SqliteConnection::connect(&url)
+        .await
+        .expect("open database")
+}
+
+/// Everything a refused call must leave alone: every approval as stored, and the number of
+/// events and grants.
+pub async fn stored_state(server: &TestServer) -> (Vec<String>, i64, i64) {
+    let mut conn = database(server).await;
+    let approvals: Vec<String> = sqlx::query_scalar("SELECT body FROM approvals ORDER BY id")
+        .fetch_all(&mut conn)
+        .await
+        .expect("approvals");
+    (
+        approvals,
+        count_rows(server, "events").await,
+        count_rows(server, "grants").await,
+    )
+}
+
+/// Every event of the history matching `filter`, through all its pages of `page_size`.
+pub async fn all_events(
+    admin: &mut AdminClient,
+    mut filter: pb::ListEventsRequest,
+) -> Vec<pb::AuditEvent> {
+    let mut events = Vec::new();
+    loop {
+        let page = admin
+            .list_events(filter.clone())
+            .await
+            .expect("list events")
+            .into_inner();
+        events.extend(page.events);
+        if page.next_page_token.is_empty() {
+            return events;
+        }
+        filter.page_token = page.next_page_token;
+    }
+}
+
+pub fn event_kind(event: &pb::AuditEvent) -> pb::EventKind {
+    kind(event.event.as_ref().expect("event"))
+}
+
+pub async fn verify(admin: &mut AdminClient) -> pb::VerifyAuditResponse {
+    admin
+        .verify_audit(pb::VerifyAuditRequest {})
+        .await
+        .expect("verify audit")
+        .into_inner()
 }
 
 pub const SECOND: Duration = Duration::from_secs(1);

@@ -1,7 +1,7 @@
 //! The command line.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use countersign_client::pb;
@@ -17,6 +17,7 @@ Exit codes:
   69   server unreachable
   70   other error (the server refused the call, unexpected answer, local I/O)
   71   approve/reject: already resolved, the decision was not applied
+  72   verify-audit: the audit trail does not verify
   77   unauthenticated or permission denied
   exec: the command's own exit status when it ran (128+N when killed by signal N),
         126 when it could not be started, 127 when it was not found";
@@ -128,6 +129,123 @@ pub enum Command {
     /// to stderr.
     #[command(after_help = EXIT_CODES)]
     Exec(ExecArgs),
+    /// Show the audit trail: every event, oldest first (admin token)
+    Events(EventsArgs),
+    /// List or revoke session grants (admin token)
+    #[command(subcommand)]
+    Grants(GrantsCommand),
+    /// Check the audit trail's hash chain; exit 72 naming the first broken row (admin token)
+    VerifyAudit,
+}
+
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// Only the events of this approval
+    #[arg(
+        long = "approval",
+        value_name = "ID",
+        default_value = "",
+        hide_default_value = true
+    )]
+    pub approval_id: String,
+    /// Only events of this kind; repeatable
+    #[arg(long = "kind", value_enum)]
+    pub kinds: Vec<EventKind>,
+    /// Only events of this agent's approvals
+    #[arg(
+        long = "agent",
+        value_name = "ID",
+        default_value = "",
+        hide_default_value = true
+    )]
+    pub agent_id: String,
+    /// Only decisions by this decider: CHANNEL:USER_ID (e.g. telegram:123456) or an approver id
+    #[arg(long, default_value = "", hide_default_value = true)]
+    pub decider: String,
+    /// Only events at or after this time: RFC 3339 (2025-01-31T12:00:00Z) or an age (2h)
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub since: Option<SystemTime>,
+    /// Only events before this time: RFC 3339 or an age
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub until: Option<SystemTime>,
+    /// Newest first
+    #[arg(long)]
+    pub newest_first: bool,
+    /// At most this many events
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GrantsCommand {
+    /// List session grants, newest first
+    List(GrantsListArgs),
+    /// Revoke a session grant: it approves nothing from now on
+    Revoke {
+        /// Grant id
+        id: String,
+        /// Why (on the audit trail)
+        #[arg(long, default_value = "", hide_default_value = true)]
+        reason: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct GrantsListArgs {
+    /// Only this agent's grants
+    #[arg(
+        long = "agent",
+        value_name = "ID",
+        default_value = "",
+        hide_default_value = true
+    )]
+    pub agent_id: String,
+    /// Only this session's grants
+    #[arg(
+        long = "session",
+        value_name = "ID",
+        default_value = "",
+        hide_default_value = true
+    )]
+    pub session_id: String,
+    /// Only grants for this tool
+    #[arg(long, default_value = "", hide_default_value = true)]
+    pub tool: String,
+    /// Also expired and revoked grants
+    #[arg(long)]
+    pub all: bool,
+    /// At most this many grants
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EventKind {
+    Requested,
+    DecisionRecorded,
+    DecisionRefused,
+    Resolved,
+    Expired,
+    Cancelled,
+    Consumed,
+    Delivered,
+    GrantRevoked,
+}
+
+impl From<EventKind> for pb::EventKind {
+    fn from(kind: EventKind) -> Self {
+        match kind {
+            EventKind::Requested => pb::EventKind::Requested,
+            EventKind::DecisionRecorded => pb::EventKind::DecisionRecorded,
+            EventKind::DecisionRefused => pb::EventKind::DecisionRefused,
+            EventKind::Resolved => pb::EventKind::Resolved,
+            EventKind::Expired => pb::EventKind::Expired,
+            EventKind::Cancelled => pb::EventKind::Cancelled,
+            EventKind::Consumed => pb::EventKind::Consumed,
+            EventKind::Delivered => pb::EventKind::Delivered,
+            EventKind::GrantRevoked => pb::EventKind::GrantRevoked,
+        }
+    }
 }
 
 /// What a request says about the call, shared by `request` and `exec`.
@@ -348,6 +466,20 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|error| format!("{error} (examples: 90s, 10m, 1h)"))
 }
 
+/// An RFC 3339 time, or an age before now such as `2h`.
+fn parse_time(text: &str) -> Result<SystemTime, String> {
+    use time::format_description::well_known::Rfc3339;
+    if let Ok(at) = time::OffsetDateTime::parse(text, &Rfc3339) {
+        return Ok(at.into());
+    }
+    let age = humantime::parse_duration(text).map_err(|_| {
+        format!("{text:?} is neither an RFC 3339 time (2025-01-31T12:00:00Z) nor an age (2h)")
+    })?;
+    SystemTime::now()
+        .checked_sub(age)
+        .ok_or_else(|| format!("{text:?} reaches back before the epoch"))
+}
+
 fn parse_route(text: &str) -> Result<pb::Route, String> {
     let (channel, target) = text.split_once(':').unwrap_or((text, ""));
     if channel.is_empty() {
@@ -391,6 +523,19 @@ mod tests {
         let route = parse_route("cli").unwrap();
         assert_eq!((route.channel.as_str(), route.target.as_str()), ("cli", ""));
         assert!(parse_route(":x").is_err());
+    }
+
+    #[test]
+    fn times_are_rfc3339_or_an_age() {
+        let at = parse_time("2025-01-31T12:00:00Z").unwrap();
+        assert_eq!(
+            at.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs(),
+            1_738_324_800
+        );
+        let two_hours_ago = parse_time("2h").unwrap();
+        let age = SystemTime::now().duration_since(two_hours_ago).unwrap();
+        assert!(age >= Duration::from_secs(7200) && age < Duration::from_secs(7260));
+        assert!(parse_time("yesterday-ish").is_err());
     }
 
     #[test]

@@ -7,7 +7,8 @@ use countersign_client::{pb, Client, WatchItem, WatchOptions};
 use serde_json::Value;
 
 use crate::args::{
-    ApproveArgs, CallArgs, Cli, Command, DecideArgs, ListArgs, Output, RequestArgs, WatchArgs,
+    ApproveArgs, CallArgs, Cli, Command, DecideArgs, EventsArgs, GrantsCommand, GrantsListArgs,
+    ListArgs, Output, RequestArgs, WatchArgs,
 };
 use crate::exit::{CliError, Exit};
 use crate::render;
@@ -22,6 +23,9 @@ const FALLBACK_WAIT: Duration = Duration::from_secs(3600);
 
 /// The most approvals one `ListApprovals` call returns.
 const MAX_PAGE_SIZE: usize = 500;
+
+/// The most events or grants one `ListEvents` / `ListGrants` call returns.
+const MAX_ADMIN_PAGE_SIZE: usize = 1000;
 
 /// Runs the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> i32 {
@@ -93,6 +97,17 @@ async fn dispatch(cli: Cli, settings: &Settings) -> Result<i32, CliError> {
             Exit::Success
         }
         Command::Exec(args) => return crate::exec::exec(&client, settings, args).await,
+        Command::Events(args) => events(&client, &out, args).await?,
+        Command::Grants(GrantsCommand::List(args)) => grants(&client, &out, args).await?,
+        Command::Grants(GrantsCommand::Revoke { id, reason }) => {
+            let grant = client.revoke_grant(&id, &reason).await?;
+            match out.format {
+                Output::Table => out.write(&render::grants_table(&[grant]))?,
+                Output::Json => out.json(&render::grant_json(&grant), true)?,
+            }
+            Exit::Success
+        }
+        Command::VerifyAudit => verify_audit(&client, &out).await?,
     };
     Ok(exit.code())
 }
@@ -256,32 +271,30 @@ async fn request(
 }
 
 async fn list(client: &Client, out: &Printer, args: ListArgs) -> Result<Exit, CliError> {
-    let mut approvals = Vec::new();
-    let mut page_token = String::new();
-    while approvals.len() < args.limit {
-        let page_size = (args.limit - approvals.len()).min(MAX_PAGE_SIZE);
-        let page = client
-            .list_approvals(pb::ListApprovalsRequest {
-                states: args
-                    .states
-                    .iter()
-                    .map(|&s| pb::ApprovalState::from(s).into())
-                    .collect(),
-                agent_id: args.agent_id.clone(),
-                channel: args.channel.clone(),
-                session_id: args.session_id.clone(),
-                tool_name: args.tool.clone(),
-                page_size: u32::try_from(page_size).unwrap_or(u32::MAX),
-                page_token,
-            })
-            .await?;
-        approvals.extend(page.approvals);
-        if page.next_page_token.is_empty() {
-            break;
+    let filter = pb::ListApprovalsRequest {
+        states: args
+            .states
+            .iter()
+            .map(|&s| pb::ApprovalState::from(s).into())
+            .collect(),
+        agent_id: args.agent_id,
+        channel: args.channel,
+        session_id: args.session_id,
+        tool_name: args.tool,
+        ..Default::default()
+    };
+    let approvals = collect_pages(args.limit, MAX_PAGE_SIZE, |page_size, page_token| {
+        let request = pb::ListApprovalsRequest {
+            page_size,
+            page_token,
+            ..filter.clone()
+        };
+        async move {
+            let page = client.list_approvals(request).await?;
+            Ok((page.approvals, page.next_page_token))
         }
-        page_token = page.next_page_token;
-    }
-    approvals.truncate(args.limit);
+    })
+    .await?;
     match out.format {
         Output::Table => out.write(&render::approvals_table(&approvals))?,
         Output::Json => {
@@ -290,6 +303,122 @@ async fn list(client: &Client, out: &Printer, args: ListArgs) -> Result<Exit, Cl
         }
     }
     Ok(Exit::Success)
+}
+
+/// Fetches up to `limit` items page by page: `fetch(page_size, page_token)` answers one page
+/// and the token of the next (empty on the last).
+async fn collect_pages<T, F, Fut>(
+    limit: usize,
+    max_page: usize,
+    mut fetch: F,
+) -> Result<Vec<T>, CliError>
+where
+    F: FnMut(u32, String) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<T>, String), CliError>>,
+{
+    let mut items = Vec::new();
+    let mut page_token = String::new();
+    while items.len() < limit {
+        let page_size = u32::try_from((limit - items.len()).min(max_page)).unwrap_or(u32::MAX);
+        let (page, next) = fetch(page_size, page_token).await?;
+        items.extend(page);
+        if next.is_empty() {
+            break;
+        }
+        page_token = next;
+    }
+    items.truncate(limit);
+    Ok(items)
+}
+
+fn wire_time(at: SystemTime) -> countersign_client::Timestamp {
+    let since_epoch = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    countersign_client::Timestamp {
+        seconds: i64::try_from(since_epoch.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(since_epoch.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+async fn events(client: &Client, out: &Printer, args: EventsArgs) -> Result<Exit, CliError> {
+    let filter = pb::ListEventsRequest {
+        approval_id: args.approval_id,
+        kinds: args
+            .kinds
+            .iter()
+            .map(|&k| pb::EventKind::from(k).into())
+            .collect(),
+        agent_id: args.agent_id,
+        decider: args.decider,
+        since: args.since.map(wire_time),
+        until: args.until.map(wire_time),
+        newest_first: args.newest_first,
+        ..Default::default()
+    };
+    let events = collect_pages(args.limit, MAX_ADMIN_PAGE_SIZE, |page_size, page_token| {
+        let request = pb::ListEventsRequest {
+            page_size,
+            page_token,
+            ..filter.clone()
+        };
+        async move {
+            let page = client.list_events(request).await?;
+            Ok((page.events, page.next_page_token))
+        }
+    })
+    .await?;
+    match out.format {
+        Output::Table => out.write(&render::audit_events_table(&events))?,
+        Output::Json => out.json(
+            &Value::Array(events.iter().map(render::audit_event_json).collect()),
+            true,
+        )?,
+    }
+    Ok(Exit::Success)
+}
+
+async fn grants(client: &Client, out: &Printer, args: GrantsListArgs) -> Result<Exit, CliError> {
+    let filter = pb::ListGrantsRequest {
+        agent_id: args.agent_id,
+        session_id: args.session_id,
+        tool_name: args.tool,
+        include_inactive: args.all,
+        ..Default::default()
+    };
+    let grants = collect_pages(args.limit, MAX_ADMIN_PAGE_SIZE, |page_size, page_token| {
+        let request = pb::ListGrantsRequest {
+            page_size,
+            page_token,
+            ..filter.clone()
+        };
+        async move {
+            let page = client.list_grants(request).await?;
+            Ok((page.grants, page.next_page_token))
+        }
+    })
+    .await?;
+    match out.format {
+        Output::Table => out.write(&render::grants_table(&grants))?,
+        Output::Json => out.json(
+            &Value::Array(grants.iter().map(render::grant_json).collect()),
+            true,
+        )?,
+    }
+    Ok(Exit::Success)
+}
+
+async fn verify_audit(client: &Client, out: &Printer) -> Result<Exit, CliError> {
+    let report = client.verify_audit().await?;
+    match out.format {
+        Output::Table => out.write(&format!("{}\n", render::audit_report_text(&report)))?,
+        Output::Json => out.json(&render::audit_report_json(&report), true)?,
+    }
+    Ok(if report.intact {
+        Exit::Success
+    } else {
+        Exit::AuditBroken
+    })
 }
 
 async fn watch(client: &Client, out: &Printer, args: WatchArgs) -> Result<Exit, CliError> {

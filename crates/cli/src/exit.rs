@@ -26,6 +26,8 @@ pub enum Exit {
     Failure = 70,
     /// `approve` / `reject`: the approval was already resolved; the decision was not applied.
     NotApplied = 71,
+    /// `verify-audit`: the audit trail does not verify.
+    AuditBroken = 72,
     /// The server refused the token or the caller's permission.
     Denied = 77,
     /// `exec`: the command was approved but could not be started.

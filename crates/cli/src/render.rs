@@ -130,6 +130,7 @@ pub fn approval_json(approval: &pb::Approval) -> Value {
         "expires_at": timestamp_json(approval.expires_at.as_ref()),
         "resolved_at": timestamp_json(approval.resolved_at.as_ref()),
         "consumption": consumption,
+        "policy_rule": approval.policy_rule,
     })
 }
 
@@ -355,6 +356,133 @@ pub fn event_line(event: &pb::ApprovalEvent) -> String {
         let _ = write!(line, "  [{} {}]", delivery.channel, delivery.target);
     }
     line
+}
+
+/// One audit event as JSON: the event as `watch` prints it, plus why (refusals, revocations)
+/// and its place in the hash chain.
+pub fn audit_event_json(audit: &pb::AuditEvent) -> Value {
+    let mut value = audit.event.as_ref().map_or_else(|| json!({}), event_json);
+    if let Value::Object(fields) = &mut value {
+        fields.insert("detail".into(), Value::String(audit.detail.clone()));
+        fields.insert("prev_hash".into(), Value::String(audit.prev_hash.clone()));
+        fields.insert("hash".into(), Value::String(audit.hash.clone()));
+    }
+    value
+}
+
+/// The audit trail as a table: what happened, to which approval, by whom and why.
+pub fn audit_events_table(events: &[pb::AuditEvent]) -> String {
+    let rows: Vec<Vec<String>> = events
+        .iter()
+        .filter_map(|audit| {
+            let event = audit.event.as_ref()?;
+            let approval = event.approval.as_ref();
+            let mut what: Vec<String> = Vec::new();
+            if let Some(decision) = &event.decision {
+                let who = decision
+                    .decider
+                    .as_ref()
+                    .map(decider_text)
+                    .unwrap_or_default();
+                what.push(format!("{} by {who}", verdict(decision.verdict())));
+            }
+            if let Some(delivery) = &event.delivery {
+                what.push(format!("{} {}", delivery.channel, delivery.target));
+            }
+            if !audit.detail.is_empty() {
+                what.push(audit.detail.clone());
+            }
+            Some(vec![
+                event.seq.to_string(),
+                timestamp(event.at.as_ref()).unwrap_or_default(),
+                event_kind(event).to_owned(),
+                approval.map(|a| a.id.clone()).unwrap_or_default(),
+                cell(
+                    &approval.map(|a| a.agent_id.clone()).unwrap_or_default(),
+                    24,
+                ),
+                cell(&what.join("; "), 80),
+            ])
+        })
+        .collect();
+    table(&["SEQ", "AT", "KIND", "APPROVAL", "AGENT", "WHAT"], &rows)
+}
+
+fn grant_state(grant: &pb::Grant) -> &'static str {
+    match (grant.active, grant.revoked_at.is_some()) {
+        (true, _) => "ACTIVE",
+        (false, true) => "REVOKED",
+        (false, false) => "EXPIRED",
+    }
+}
+
+pub fn grant_json(grant: &pb::Grant) -> Value {
+    json!({
+        "id": grant.id,
+        "state": grant_state(grant),
+        "agent_id": grant.agent_id,
+        "session_id": grant.session_id,
+        "tool_name": grant.tool_name,
+        "approval_id": grant.approval_id,
+        "granted_by": grant.granted_by,
+        "created_at": timestamp_json(grant.created_at.as_ref()),
+        "expires_at": timestamp_json(grant.expires_at.as_ref()),
+        "revoked_at": timestamp_json(grant.revoked_at.as_ref()),
+    })
+}
+
+pub fn grants_table(grants: &[pb::Grant]) -> String {
+    let rows: Vec<Vec<String>> = grants
+        .iter()
+        .map(|g| {
+            vec![
+                g.id.clone(),
+                grant_state(g).to_owned(),
+                cell(&g.agent_id, 24),
+                cell(&g.session_id, 24),
+                cell(&g.tool_name, 24),
+                cell(&g.granted_by, 24),
+                timestamp(g.expires_at.as_ref()).unwrap_or_else(|| "never".into()),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID",
+            "STATE",
+            "AGENT",
+            "SESSION",
+            "TOOL",
+            "GRANTED BY",
+            "EXPIRES",
+        ],
+        &rows,
+    )
+}
+
+pub fn audit_report_text(report: &pb::VerifyAuditResponse) -> String {
+    if report.intact {
+        format!(
+            "audit trail intact: {} events checked (seq {} to {})",
+            report.events_checked, report.first_seq, report.last_seq
+        )
+    } else {
+        format!(
+            "audit trail BROKEN at seq {}: {}",
+            report.broken_seq, report.problem
+        )
+    }
+}
+
+pub fn audit_report_json(report: &pb::VerifyAuditResponse) -> Value {
+    json!({
+        "intact": report.intact,
+        "events_checked": report.events_checked,
+        "first_seq": report.first_seq,
+        "last_seq": report.last_seq,
+        "broken_seq": report.broken_seq,
+        "problem": report.problem,
+    })
 }
 
 /// The snapshot that starts a watch: a count, then one line per pending approval.

@@ -131,6 +131,9 @@ async fn help_documents_every_subcommand_and_the_exit_codes() {
         "cancel",
         "consume",
         "exec",
+        "events",
+        "grants",
+        "verify-audit",
         "COUNTERSIGN_SERVER",
         "COUNTERSIGN_TOKEN",
         "Exit codes",
@@ -706,4 +709,97 @@ async fn exec_of_an_approved_but_missing_command_exits_127() {
     assert_exit(&finish(exec).await, 127);
     let approval = json(&run(&url, &["get", &pending.id, "-o", "json"]).await);
     assert_eq!(approval["consumption"]["outcome"], "FAILED");
+}
+
+#[tokio::test]
+async fn events_grants_and_verify_audit_show_and_check_the_audit_trail() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let id = request_id(&url, &["--session", "s1"]).await;
+    assert_exit(&run(&url, &["approve", &id, "--scope", "session"]).await, 0);
+
+    let output = run(&url, &["events", "--approval", &id]).await;
+    assert_exit(&output, 0);
+    let table = stdout(&output);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(lines[0].starts_with("SEQ"), "{table}");
+    assert!(lines[1].contains("REQUESTED"), "{table}");
+    assert!(lines[2].contains("RESOLVED") && lines[2].contains("APPROVE by tester via cli"));
+
+    let output = run(&url, &["grants", "list", "-o", "json"]).await;
+    assert_exit(&output, 0);
+    let grants = json(&output);
+    assert_eq!(grants[0]["state"], "ACTIVE");
+    assert_eq!(grants[0]["approval_id"], id.as_str());
+    let grant_id = grants[0]["id"].as_str().unwrap().to_owned();
+    let output = run(&url, &["grants", "revoke", &grant_id, "--reason", "done"]).await;
+    assert_exit(&output, 0);
+    assert!(stdout(&output).contains("REVOKED"), "{}", stdout(&output));
+
+    let output = run(
+        &url,
+        &[
+            "events",
+            "--kind",
+            "grant-revoked",
+            "--since",
+            "1h",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_exit(&output, 0);
+    let events = json(&output);
+    assert_eq!(events.as_array().unwrap().len(), 1);
+    assert_eq!(events[0]["kind"], "GRANT_REVOKED");
+    assert!(events[0]["detail"].as_str().unwrap().contains("done"));
+    assert_eq!(events[0]["hash"].as_str().unwrap().len(), 64);
+
+    let output = run(&url, &["verify-audit"]).await;
+    assert_exit(&output, 0);
+    assert!(
+        stdout(&output).contains("intact: 3 events"),
+        "{}",
+        stdout(&output)
+    );
+
+    // A hand edit of the database is found.
+    use sqlx::Connection;
+    let mut db =
+        sqlx::SqliteConnection::connect(&format!("sqlite://{}", server.database_path().display()))
+            .await
+            .unwrap();
+    sqlx::query("UPDATE events SET at_ms = at_ms - 1 WHERE seq = 2")
+        .execute(&mut db)
+        .await
+        .unwrap();
+    let output = run(&url, &["verify-audit", "-o", "json"]).await;
+    assert_exit(&output, 72);
+    assert_eq!(json(&output)["broken_seq"], 2);
+}
+
+#[tokio::test]
+async fn admin_commands_need_an_admin_token() {
+    use countersign_server::config::Role;
+    use countersign_testkit::server::token;
+    const AGENT_TOKEN: &str = "cli-agent-token-0123456789";
+    let server = TestServer::start_with(|c| {
+        c.tokens = vec![token("cli-agent", Role::Agent, &["*"], AGENT_TOKEN)];
+    })
+    .await;
+    let output = countersign(&server.url())
+        .env("COUNTERSIGN_TOKEN", AGENT_TOKEN)
+        .args(["events"])
+        .output()
+        .await
+        .unwrap();
+    assert_exit(&output, 77);
+    assert!(
+        stderr(&output).contains("may not call ListEvents"),
+        "{}",
+        stderr(&output)
+    );
+    assert_exit(&run(&server.url(), &["verify-audit"]).await, 77);
 }

@@ -2,6 +2,7 @@ use std::fmt;
 use std::time::Duration;
 
 use countersign_proto::v1 as pb;
+use pb::admin_service_client::AdminServiceClient;
 use pb::approval_service_client::ApprovalServiceClient;
 use tokio::time::Instant;
 use tonic::metadata::{Ascii, MetadataValue};
@@ -102,6 +103,7 @@ impl Interceptor for BearerAuth {
 }
 
 pub(crate) type Rpc = ApprovalServiceClient<InterceptedService<Channel, BearerAuth>>;
+type AdminRpc = AdminServiceClient<InterceptedService<Channel, BearerAuth>>;
 
 /// The connection settings a [`Watch`] needs to open fresh connections of its own.
 #[derive(Clone)]
@@ -153,6 +155,7 @@ pub struct Client {
     url: String,
     connector: Connector,
     rpc: Rpc,
+    admin: AdminRpc,
 }
 
 impl fmt::Debug for Client {
@@ -177,12 +180,15 @@ impl Client {
         }
         let endpoint = endpoint(&config)?;
         let auth = BearerAuth::new(config.token.as_deref())?;
-        let connector = Connector { endpoint, auth };
-        let rpc = connector.fresh_rpc();
+        // Both services share one connection.
+        let channel = endpoint.connect_lazy();
+        let rpc = ApprovalServiceClient::with_interceptor(channel.clone(), auth.clone());
+        let admin = AdminServiceClient::with_interceptor(channel, auth.clone());
         Ok(Client {
             url: config.url,
-            connector,
+            connector: Connector { endpoint, auth },
             rpc,
+            admin,
         })
     }
 
@@ -291,6 +297,43 @@ impl Client {
         req: pb::RecordDeliveryRequest,
     ) -> Result<pb::Approval, ClientError> {
         Ok(self.rpc.clone().record_delivery(req).await?.into_inner())
+    }
+
+    /// One page of the audit trail: the events of one approval or of all, filtered by kind,
+    /// agent, decider and time. Admin tokens only.
+    pub async fn list_events(
+        &self,
+        req: pb::ListEventsRequest,
+    ) -> Result<pb::ListEventsResponse, ClientError> {
+        Ok(self.admin.clone().list_events(req).await?.into_inner())
+    }
+
+    /// Has the server recompute the audit hash chain; the answer names the first broken row,
+    /// if any. Admin tokens only.
+    pub async fn verify_audit(&self) -> Result<pb::VerifyAuditResponse, ClientError> {
+        let request = pb::VerifyAuditRequest {};
+        Ok(self.admin.clone().verify_audit(request).await?.into_inner())
+    }
+
+    /// One page of session grants, newest first. Admin tokens only.
+    pub async fn list_grants(
+        &self,
+        req: pb::ListGrantsRequest,
+    ) -> Result<pb::ListGrantsResponse, ClientError> {
+        Ok(self.admin.clone().list_grants(req).await?.into_inner())
+    }
+
+    /// Revokes a session grant: it approves nothing from now on. Admin tokens only.
+    pub async fn revoke_grant(
+        &self,
+        grant_id: &str,
+        reason: &str,
+    ) -> Result<pb::Grant, ClientError> {
+        let request = pb::RevokeGrantRequest {
+            grant_id: grant_id.to_owned(),
+            reason: reason.to_owned(),
+        };
+        Ok(self.admin.clone().revoke_grant(request).await?.into_inner())
     }
 
     /// Requests an approval, then waits until it is resolved or `deadline` has passed.

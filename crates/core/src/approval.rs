@@ -21,6 +21,27 @@ pub enum Risk {
     Critical,
 }
 
+impl Risk {
+    pub const ALL: [Risk; 4] = [Risk::Low, Risk::Medium, Risk::High, Risk::Critical];
+
+    /// The name used in storage and in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Risk::Low => "LOW",
+            Risk::Medium => "MEDIUM",
+            Risk::High => "HIGH",
+            Risk::Critical => "CRITICAL",
+        }
+    }
+
+    /// A risk level by name, in any case (`high`, `HIGH`), as configuration files write it.
+    pub fn parse(name: &str) -> Option<Risk> {
+        Risk::ALL
+            .into_iter()
+            .find(|r| r.as_str().eq_ignore_ascii_case(name))
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum State {
@@ -93,6 +114,8 @@ pub enum ConsumeOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Route {
     pub channel: String,
+    /// Empty: the channel worker's default target.
+    #[serde(default)]
     pub target: String,
 }
 
@@ -168,6 +191,10 @@ pub struct ApprovalRequest {
     /// Seconds; `None` means the server default.
     pub ttl_seconds: Option<u32>,
     pub labels: BTreeMap<String, String>,
+    /// The policy rule that matched the request, if any.
+    pub policy_rule: Option<String>,
+    /// Whether the requester is barred from approving it (four-eyes rule).
+    pub separation_of_duties: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -193,6 +220,17 @@ pub struct Approval {
     pub created_at: Millis,
     pub expires_at: Millis,
     pub consumption: Option<Consumption>,
+    /// The policy rule that matched the request; `None` when none did (a human decides).
+    #[serde(default)]
+    pub policy_rule: Option<String>,
+    /// Whether an approver identified as the requester is barred from approving it.
+    /// Approvals stored before this field existed get the safe default.
+    #[serde(default = "separation_of_duties_default")]
+    pub separation_of_duties: bool,
+}
+
+fn separation_of_duties_default() -> bool {
+    true
 }
 
 /// What a change appends to the event log.
@@ -207,10 +245,11 @@ pub enum EventKind {
     Cancelled,
     Consumed,
     Delivered,
+    GrantRevoked,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 8] = [
+    pub const ALL: [EventKind; 9] = [
         EventKind::Requested,
         EventKind::DecisionRecorded,
         EventKind::DecisionRefused,
@@ -219,6 +258,7 @@ impl EventKind {
         EventKind::Cancelled,
         EventKind::Consumed,
         EventKind::Delivered,
+        EventKind::GrantRevoked,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -231,6 +271,7 @@ impl EventKind {
             EventKind::Cancelled => "CANCELLED",
             EventKind::Consumed => "CONSUMED",
             EventKind::Delivered => "DELIVERED",
+            EventKind::GrantRevoked => "GRANT_REVOKED",
         }
     }
 
@@ -301,6 +342,8 @@ impl Approval {
             created_at: now,
             expires_at: now + i64::from(ttl_seconds) * 1000,
             consumption: None,
+            policy_rule: request.policy_rule,
+            separation_of_duties: request.separation_of_duties,
         };
         if let Disposition::Resolve {
             verdict,
@@ -546,6 +589,8 @@ mod tests {
             required_approvals: required,
             ttl_seconds: None,
             labels: BTreeMap::new(),
+            policy_rule: None,
+            separation_of_duties: true,
         }
     }
 

@@ -1,9 +1,12 @@
 //! The countersign domain: approvals, their state machine, decisions and quorum, the
-//! canonical arguments digest and request validation. No I/O: the server feeds it the time.
+//! canonical arguments digest, request validation, policy rules and the approver registry.
+//! No I/O: the server feeds it the time and the configuration.
 
 pub mod approval;
+pub mod approvers;
 pub mod digest;
 pub mod error;
+pub mod policy;
 pub mod validate;
 
 pub use approval::*;

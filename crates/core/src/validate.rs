@@ -158,6 +158,8 @@ pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<Approval
         required_approvals: input.required_approvals.max(1),
         ttl_seconds,
         labels: input.labels,
+        policy_rule: None,
+        separation_of_duties: true,
     })
 }
 

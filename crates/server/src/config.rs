@@ -3,6 +3,8 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use countersign_core::approvers::ApproverSpec;
+use countersign_core::policy::RuleSpec;
 use countersign_core::validate::Limits;
 use serde::Deserialize;
 use thiserror::Error;
@@ -32,6 +34,16 @@ pub struct Config {
     pub watch: WatchConfig,
     pub storage: StorageConfig,
     pub limits: LimitsConfig,
+    pub metrics: MetricsConfig,
+    /// TLS for the gRPC listener; plaintext when absent.
+    pub tls: Option<TlsConfig>,
+    pub grants: GrantsConfig,
+    /// Bearer tokens. None: the server serves only on a loopback address, to anyone there.
+    pub tokens: Vec<TokenConfig>,
+    /// Who may decide. None: any decider a worker sends is accepted.
+    pub approvers: Vec<ApproverSpec>,
+    /// Policy rules, in order; the first match wins and no match requires a human.
+    pub rules: Vec<RuleSpec>,
 }
 
 impl Default for Config {
@@ -44,6 +56,12 @@ impl Default for Config {
             watch: WatchConfig::default(),
             storage: StorageConfig::default(),
             limits: LimitsConfig::default(),
+            metrics: MetricsConfig::default(),
+            tls: None,
+            grants: GrantsConfig::default(),
+            tokens: Vec::new(),
+            approvers: Vec::new(),
+            rules: Vec::new(),
         }
     }
 }
@@ -139,6 +157,9 @@ pub struct StorageConfig {
     pub max_batch: usize,
     /// Connections for reads (WAL lets them run beside the writer).
     pub read_connections: u32,
+    /// Once an approval is resolved, blank its argument values in the approval and in every
+    /// stored event of it; the digest stays, and so does the audit hash chain.
+    pub redact_arguments: bool,
 }
 
 impl Default for StorageConfig {
@@ -148,6 +169,7 @@ impl Default for StorageConfig {
             group_commit: true,
             max_batch: 512,
             read_connections: 4,
+            redact_arguments: false,
         }
     }
 }
@@ -161,6 +183,12 @@ pub struct LimitsConfig {
     pub max_required_approvals: u32,
     /// Largest gRPC message the server accepts.
     pub max_message_bytes: usize,
+    /// Sustained `RequestApproval` calls per agent id and minute (0: no limit).
+    pub requests_per_minute: u32,
+    /// Calls an agent may make at once before the rate applies (0: `requests_per_minute`).
+    pub request_burst: u32,
+    /// Pending approvals one agent id may have (0: no limit).
+    pub max_pending_per_agent: u32,
 }
 
 impl Default for LimitsConfig {
@@ -172,8 +200,74 @@ impl Default for LimitsConfig {
             max_labels: limits.max_labels,
             max_required_approvals: limits.max_required_approvals,
             max_message_bytes: 256 * 1024,
+            requests_per_minute: 600,
+            request_burst: 0,
+            max_pending_per_agent: 1000,
         }
     }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Address of the Prometheus `/metrics` endpoint (plain HTTP, no auth: keep it on an
+    /// internal interface); no endpoint when unset.
+    pub listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain of the server.
+    pub cert_file: PathBuf,
+    /// PEM private key of that certificate.
+    pub key_file: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GrantsConfig {
+    /// How long a session grant approves later calls (0: until revoked).
+    pub ttl_seconds: u32,
+}
+
+impl Default for GrantsConfig {
+    fn default() -> Self {
+        GrantsConfig {
+            ttl_seconds: 8 * 3600,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Request, get, wait, cancel, consume and list the approvals of its agent ids.
+    Agent,
+    /// Watch, decide, record deliveries, get and list, on its channels.
+    Worker,
+    /// Everything, including the audit trail and grants.
+    Admin,
+}
+
+/// One `[[tokens]]` entry. The secret comes from an environment variable or is given as its
+/// SHA-256; it never appears in the file itself.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// Names the token in logs and audit messages.
+    pub name: String,
+    pub role: Role,
+    /// `agent` tokens: the agent ids it may act for (`"*"`: any).
+    #[serde(default)]
+    pub agents: Vec<String>,
+    /// `worker` tokens: the channels it serves (`"*"`: any).
+    #[serde(default)]
+    pub channels: Vec<String>,
+    /// Environment variable that holds the token.
+    pub value_env: Option<String>,
+    /// Hex SHA-256 of the token (`printf %s TOKEN | sha256sum`).
+    pub sha256: Option<String>,
 }
 
 impl Config {

@@ -8,13 +8,21 @@ use countersign_core::{
 use countersign_proto::v1 as pb;
 use prost_types::Timestamp;
 
-use crate::store::StoredEvent;
+use crate::history::AuditedEvent;
+use crate::store::{Grant, StoredEvent};
 
 pub fn timestamp(ms: Millis) -> Timestamp {
     Timestamp {
         seconds: ms.div_euclid(1000),
         nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
     }
+}
+
+/// Milliseconds since the epoch of a wire timestamp.
+pub fn millis_of(ts: &Timestamp) -> Millis {
+    ts.seconds
+        .saturating_mul(1000)
+        .saturating_add(i64::from(ts.nanos) / 1_000_000)
 }
 
 pub fn risk_to_pb(risk: Risk) -> pb::Risk {
@@ -146,7 +154,16 @@ pub fn event_kind_to_pb(kind: EventKind) -> pb::EventKind {
         EventKind::Cancelled => pb::EventKind::Cancelled,
         EventKind::Consumed => pb::EventKind::Consumed,
         EventKind::Delivered => pb::EventKind::Delivered,
+        EventKind::GrantRevoked => pb::EventKind::GrantRevoked,
     }
+}
+
+/// The stored kinds only; markers and heartbeats are never stored.
+pub fn event_kind_from_pb(field: &str, value: i32) -> Result<EventKind, Error> {
+    EventKind::ALL
+        .into_iter()
+        .find(|kind| event_kind_to_pb(*kind) as i32 == value)
+        .ok_or_else(|| Error::invalid(field, format!("{value} is not a stored event kind")))
 }
 
 pub fn decider_from_pb(decider: Option<pb::Decider>) -> Decider {
@@ -233,6 +250,7 @@ pub fn approval_to_pb(approval: &Approval) -> pb::Approval {
             detail: c.detail.clone(),
             consumed_at: Some(timestamp(c.consumed_at)),
         }),
+        policy_rule: approval.policy_rule.clone().unwrap_or_default(),
     }
 }
 
@@ -244,6 +262,30 @@ pub fn event_to_pb(event: &StoredEvent) -> pb::ApprovalEvent {
         at: Some(timestamp(event.at)),
         decision: event.decision.as_ref().map(decision_to_pb),
         delivery: event.delivery.as_ref().map(delivery_to_pb),
+    }
+}
+
+pub fn audited_event_to_pb(audited: &AuditedEvent) -> pb::AuditEvent {
+    pb::AuditEvent {
+        event: Some(event_to_pb(&audited.event)),
+        detail: audited.event.detail.clone().unwrap_or_default(),
+        prev_hash: audited.prev_hash.clone(),
+        hash: audited.hash.clone(),
+    }
+}
+
+pub fn grant_to_pb(grant: &Grant, now: Millis) -> pb::Grant {
+    pb::Grant {
+        id: grant.id.clone(),
+        agent_id: grant.agent_id.clone(),
+        session_id: grant.session_id.clone(),
+        tool_name: grant.tool_name.clone(),
+        approval_id: grant.approval_id.clone(),
+        granted_by: grant.granted_by.clone(),
+        created_at: Some(timestamp(grant.created_at)),
+        expires_at: grant.expires_at.map(timestamp),
+        revoked_at: grant.revoked_at.map(timestamp),
+        active: grant.is_active(now),
     }
 }
 

@@ -1,9 +1,16 @@
 //! The countersign approval server: SQLite store, event log and hub, gRPC services.
 
+pub mod admin;
+pub mod audit;
+pub mod auth;
 pub mod config;
 pub mod convert;
 pub mod error;
+pub mod history;
 pub mod hub;
+pub mod limits;
+pub mod metrics;
+pub mod security;
 pub mod service;
 pub mod store;
 pub mod watch;
@@ -12,16 +19,23 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use countersign_proto::v1::admin_service_server::AdminServiceServer;
 use countersign_proto::v1::approval_service_server::ApprovalServiceServer;
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::watch as signal;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::server::TcpIncoming;
 
+use crate::admin::AdminApi;
+use crate::auth::Authenticator;
 use crate::config::{Config, ConfigError};
 use crate::hub::Hub;
+use crate::limits::MessageSizeStatusLayer;
+use crate::metrics::{Metrics, RpcMetricsLayer};
+use crate::security::Security;
 use crate::service::ApprovalApi;
-use crate::store::{now_millis, Store, StoreError};
+use crate::store::{now_millis, CommitObserver, Store, StoreError};
 
 #[derive(Debug, Error)]
 pub enum ServeError {
@@ -33,19 +47,44 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("gRPC transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error("cannot listen for metrics: {0}")]
+    MetricsListen(std::io::Error),
+    #[error("the gRPC listener has no local address: {0}")]
+    Listener(std::io::Error),
 }
 
 /// Serves the API on `listener` until `shutdown` completes, then ends watch streams and
-/// long-polls and lets in-flight calls finish.
+/// long-polls and lets in-flight calls finish. Serves `/metrics` on `metrics.listen`, if set.
 pub async fn serve(
     config: Config,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    let metrics_listener = metrics::bind(config.metrics.listen)
+        .await
+        .map_err(ServeError::MetricsListen)?;
+    serve_with_metrics(config, listener, metrics_listener, shutdown).await
+}
+
+/// [`serve`], with the `/metrics` endpoint on `metrics_listener` (none: no metrics) instead
+/// of the configured address.
+pub async fn serve_with_metrics(
+    config: Config,
+    listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
     config.validate()?;
+    let listen = listener.local_addr().map_err(ServeError::Listener)?;
+    let security = Arc::new(Security::from_config(&config, listen)?);
+    let tls = config.tls.as_ref().map(security::server_tls).transpose()?;
     let config = Arc::new(config);
     let hub = Hub::new(config.watch.buffer_events.max(1024));
-    let store = Store::open(&config.database, &config.storage, hub.clone(), None).await?;
+    let metrics = metrics_listener.as_ref().map(|_| Arc::new(Metrics::new()));
+    let observer = metrics
+        .clone()
+        .map(|metrics| metrics as Arc<dyn CommitObserver>);
+    let store = Store::open(&config.database, &config.storage, hub.clone(), observer).await?;
 
     // Approvals that expired while the server was down are expired before the first call.
     let expired = store.expire_due(now_millis()).await?;
@@ -58,25 +97,55 @@ pub async fn serve(
 
     let (stop_tx, stop_rx) = signal::channel(false);
     let sweeper = tokio::spawn(sweep(store.clone(), config.clone(), stop_rx.clone()));
+    let metrics_tasks = metrics
+        .clone()
+        .zip(metrics_listener)
+        .map(|(metrics, listener)| {
+            spawn_metrics(metrics, store.clone(), &hub, listener, stop_rx.clone())
+        });
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<ApprovalServiceServer<ApprovalApi>>()
         .await;
+    health_reporter
+        .set_serving::<AdminServiceServer<AdminApi>>()
+        .await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(countersign_proto::v1::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
-    let api = ApprovalServiceServer::new(ApprovalApi::new(store, hub, config.clone(), stop_rx))
+    // Health and reflection stay open; the countersign services need a token when any is
+    // configured.
+    let auth = Authenticator::new(security.tokens.clone());
+    let api = ApprovalServiceServer::new(ApprovalApi::new(
+        store.clone(),
+        hub,
+        config.clone(),
+        security,
+        stop_rx,
+    ))
+    .max_decoding_message_size(config.limits.max_message_bytes);
+    let admin = AdminServiceServer::new(AdminApi::new(store))
         .max_decoding_message_size(config.limits.max_message_bytes);
 
-    tracing::info!(listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), database = %config.database.display(), "countersign-server listening");
-    tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+    tracing::info!(listen = %listen, tls = tls.is_some(), database = %config.database.display(), "countersign-server listening");
+    let mut server =
+        tonic::transport::Server::builder().http2_keepalive_interval(Some(Duration::from_secs(30)));
+    if let Some(tls) = tls {
+        server = server.tls_config(tls)?;
+    }
+    // TCP_NODELAY: without it, Nagle's algorithm holds small responses back until the
+    // client's delayed ACK (tens of ms per call); the benchmark measured 44 ms per request.
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    server
+        .layer(RpcMetricsLayer::new(metrics))
+        .layer(MessageSizeStatusLayer)
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(api)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+        .add_service(InterceptedService::new(api, auth.clone()))
+        .add_service(InterceptedService::new(admin, auth))
+        .serve_with_incoming_shutdown(incoming, async move {
             shutdown.await;
             tracing::info!(
                 "shutting down: ending watch streams and waits, finishing calls in flight"
@@ -85,7 +154,37 @@ pub async fn serve(
         })
         .await?;
     sweeper.abort();
+    for task in metrics_tasks.into_iter().flatten() {
+        task.abort();
+    }
     Ok(())
+}
+
+/// Starts the metrics endpoint and the follower of the event log that feeds it.
+fn spawn_metrics(
+    metrics: Arc<Metrics>,
+    store: Store,
+    hub: &Hub,
+    listener: TcpListener,
+    stop: signal::Receiver<bool>,
+) -> [tokio::task::JoinHandle<()>; 2] {
+    let follower = tokio::spawn(metrics::follow_events(
+        metrics.clone(),
+        store.clone(),
+        hub.subscribe(),
+        stop.clone(),
+    ));
+    let address = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    tracing::info!(listen = %address, "metrics endpoint listening");
+    let endpoint = tokio::spawn(async move {
+        if let Err(e) = metrics::serve_endpoint(metrics, store, listener, stop).await {
+            tracing::error!(error = %e, "the metrics endpoint stopped");
+        }
+    });
+    [follower, endpoint]
 }
 
 /// Expires approvals past their deadline and prunes events past retention.

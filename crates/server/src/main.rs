@@ -3,15 +3,22 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
+use countersign_proto::v1::approval_service_server::SERVICE_NAME as APPROVAL_SERVICE;
 use countersign_server::config::{Config, LogFormat};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
 use tracing_subscriber::EnvFilter;
 
 /// countersign: human approval of AI-agent tool calls, over gRPC, stored in SQLite.
 ///
-/// Settings come from the TOML file given with --config (see config/countersign.example.toml),
-/// then from these flags and environment variables, which win over the file.
+/// Settings come from the TOML file given with --config (every option is in
+/// docs/configuration.md; tokens, TLS, approvers and policy rules in docs/security.md), then
+/// from these flags and environment variables, which win over the file. Token values come
+/// from the environment variables the file names, never from the file itself.
 #[derive(Debug, Parser)]
 #[command(name = "countersign-server", version)]
 struct Args {
@@ -27,10 +34,32 @@ struct Args {
     /// Log format: text or json [default: text].
     #[arg(long, env = "COUNTERSIGN_LOG_FORMAT", value_parser = ["text", "json"])]
     log_format: Option<String>,
+    /// Address of the Prometheus /metrics endpoint [default: none, no endpoint].
+    #[arg(long, env = "COUNTERSIGN_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Ask a running server's gRPC health service whether the approval service is serving;
+    /// exit 0 when it is, 1 otherwise. For container health checks.
+    Healthcheck {
+        /// The server's gRPC URL.
+        #[arg(long, default_value = "http://127.0.0.1:50051")]
+        url: String,
+        /// Give up after this many milliseconds.
+        #[arg(long, default_value_t = 3000)]
+        timeout_ms: u64,
+    },
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Command::Healthcheck { url, timeout_ms }) = &args.command {
+        return healthcheck(url, Duration::from_millis(*timeout_ms));
+    }
     let mut config = match &args.config {
         Some(path) => match Config::load(path) {
             Ok(config) => config,
@@ -46,6 +75,9 @@ fn main() -> ExitCode {
     }
     if let Some(database) = args.database {
         config.database = database;
+    }
+    if let Some(metrics_listen) = args.metrics_listen {
+        config.metrics.listen = Some(metrics_listen);
     }
     match args.log_format.as_deref() {
         Some("json") => config.log.format = LogFormat::Json,
@@ -69,6 +101,51 @@ fn main() -> ExitCode {
         Err(e) => {
             tracing::error!(error = %e, "countersign-server stopped");
             eprintln!("countersign-server: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Checks the health of the approval service at `url`, printing the answer.
+fn healthcheck(url: &str, timeout: Duration) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("countersign-server healthcheck: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let checked = runtime.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(url.to_string())?
+            .connect_timeout(timeout)
+            .timeout(timeout)
+            .connect()
+            .await?;
+        let mut client = HealthClient::new(channel);
+        let answer = client
+            .check(HealthCheckRequest {
+                service: APPROVAL_SERVICE.to_string(),
+            })
+            .await?;
+        Ok::<_, Box<dyn std::error::Error>>(answer.into_inner().status)
+    });
+    match checked {
+        Ok(status) if status == ServingStatus::Serving as i32 => {
+            println!("{APPROVAL_SERVICE} at {url}: SERVING");
+            ExitCode::SUCCESS
+        }
+        Ok(status) => {
+            let name = ServingStatus::try_from(status)
+                .map(|s| s.as_str_name())
+                .unwrap_or("UNKNOWN");
+            println!("{APPROVAL_SERVICE} at {url}: {name}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("countersign-server healthcheck: {url}: {e}");
             ExitCode::FAILURE
         }
     }

@@ -1,17 +1,19 @@
-//! The gRPC edge: converts wire types to domain types, calls the store, maps errors once.
+//! The gRPC edge: checks the caller's role and scope, converts wire types to domain types,
+//! applies policy, limits and the approver registry, calls the store, maps errors once.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use countersign_core::validate::{
     required, validate_channel, validate_decider, validate_request, Limits,
 };
-use countersign_core::{Decision, Delivery, Disposition, Error as DomainError};
+use countersign_core::{Approval, Decision, Delivery, Error as DomainError};
 use countersign_proto::v1 as pb;
 use countersign_proto::v1::approval_service_server::ApprovalService;
 use tokio::sync::broadcast;
 use tonic::{Request, Response, Status};
 
+use crate::auth::{Caller, Role};
 use crate::config::Config;
 use crate::convert::{
     approval_to_pb, consume_outcome_from_pb, decide_outcome_to_pb, decider_from_pb,
@@ -19,6 +21,8 @@ use crate::convert::{
 };
 use crate::error::{status_of, status_of_domain};
 use crate::hub::Hub;
+use crate::limits::RateLimiter;
+use crate::security::Security;
 use crate::store::{now_millis, ListFilter, Store};
 use crate::watch::{Start, WatchSettings, WatchStream};
 
@@ -32,6 +36,8 @@ pub struct ApprovalApi {
     hub: Hub,
     config: Arc<Config>,
     limits: Limits,
+    security: Arc<Security>,
+    rate: Option<RateLimiter>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -40,26 +46,74 @@ impl ApprovalApi {
         store: Store,
         hub: Hub,
         config: Arc<Config>,
+        security: Arc<Security>,
         shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> Self {
         let limits = config.request_limits();
+        let rate = RateLimiter::new(
+            config.limits.requests_per_minute,
+            config.limits.request_burst,
+        );
         ApprovalApi {
             store,
             hub,
             config,
             limits,
+            security,
+            rate,
             shutdown,
         }
+    }
+
+    /// Refuses an agent over its request rate, saying when to retry.
+    fn check_rate(&self, agent_id: &str) -> Result<(), Status> {
+        let Some(rate) = &self.rate else {
+            return Ok(());
+        };
+        rate.check(agent_id, Instant::now()).map_err(|wait| {
+            let retry_ms = wait.as_millis().max(1);
+            tracing::warn!(agent_id, retry_ms = retry_ms as u64, "request rate limit reached");
+            let mut status = Status::resource_exhausted(format!(
+                "agent {agent_id:?} exceeded its request rate (limits.requests_per_minute = {}); retry in {:.1} s",
+                rate.per_minute(),
+                wait.as_secs_f64()
+            ));
+            if let Ok(value) = retry_ms.to_string().parse() {
+                status.metadata_mut().insert("retry-after-ms", value);
+            }
+            status
+        })
+    }
+
+    /// The approval `approval_id`, if `caller` may see it.
+    async fn readable(&self, caller: &Caller, approval_id: &str) -> Result<Approval, Status> {
+        let approval = self.store.get(approval_id).await.map_err(status_of)?;
+        caller.may_read(&approval)?;
+        Ok(approval)
+    }
+
+    /// Refuses `caller` unless it may act on approval `approval_id`; an admin may act on all,
+    /// so that needs no read.
+    async fn check_readable(&self, caller: &Caller, approval_id: &str) -> Result<(), Status> {
+        if caller.role == Role::Admin {
+            return Ok(());
+        }
+        self.readable(caller, approval_id).await.map(drop)
     }
 
     fn max_wait(&self) -> Duration {
         Duration::from_secs(u64::from(self.config.approvals.max_wait_seconds))
     }
 
-    async fn wait(&self, approval_id: &str, timeout: Duration) -> Result<pb::Approval, Status> {
+    async fn wait(
+        &self,
+        caller: &Caller,
+        approval_id: &str,
+        timeout: Duration,
+    ) -> Result<pb::Approval, Status> {
         let mut live = self.hub.subscribe();
         let mut shutdown = self.shutdown.clone();
-        let approval = self.store.get(approval_id).await.map_err(status_of)?;
+        let approval = self.readable(caller, approval_id).await?;
         if !approval.is_pending() {
             return Ok(approval_to_pb(&approval));
         }
@@ -89,6 +143,21 @@ impl ApprovalApi {
     }
 }
 
+/// Keeps the first `page_size` of `items` (fetched one more than a page); when there were more,
+/// the token to continue with is derived from the last item kept, else it is empty.
+pub(crate) fn paginate<T>(
+    items: &mut Vec<T>,
+    page_size: u32,
+    token: impl Fn(&T) -> String,
+) -> String {
+    if items.len() > page_size as usize {
+        items.truncate(page_size as usize);
+        items.last().map(token).unwrap_or_default()
+    } else {
+        String::new()
+    }
+}
+
 fn approval_id(value: &str) -> Result<(), Status> {
     required("approval_id", value, MAX_ID_CHARS).map_err(status_of_domain)
 }
@@ -99,14 +168,25 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::RequestApprovalRequest>,
     ) -> Result<Response<pb::RequestApprovalResponse>, Status> {
+        let caller = Caller::of(&request)?;
+        caller.allow("RequestApproval", &[Role::Agent])?;
         let input = request_from_pb(request.into_inner()).map_err(status_of_domain)?;
+        caller.for_agent(&input.agent_id)?;
+        self.check_rate(&input.agent_id)?;
         let request = validate_request(input, &self.limits).map_err(status_of_domain)?;
+        let (request, disposition) = self.security.policy.apply(request);
         let ttl = request
             .ttl_seconds
             .unwrap_or(self.config.approvals.default_ttl_seconds);
         let requested = self
             .store
-            .request(request, ttl, Disposition::RequireHuman, now_millis())
+            .request(
+                request,
+                ttl,
+                disposition,
+                self.config.limits.max_pending_per_agent,
+                now_millis(),
+            )
             .await
             .map_err(status_of)?;
         if requested.created {
@@ -115,7 +195,9 @@ impl ApprovalService for ApprovalApi {
                 agent_id = %requested.approval.agent_id,
                 tool = %requested.approval.tool_name,
                 args_digest = %requested.approval.args_digest,
+                rule = requested.approval.policy_rule.as_deref().unwrap_or_default(),
                 state = requested.approval.state.as_str(),
+                token = %caller.name,
                 "approval requested"
             );
         }
@@ -129,13 +211,11 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::GetApprovalRequest>,
     ) -> Result<Response<pb::Approval>, Status> {
+        let caller = Caller::of(&request)?;
+        caller.allow("GetApproval", &[Role::Agent, Role::Worker])?;
         let request = request.into_inner();
         approval_id(&request.approval_id)?;
-        let approval = self
-            .store
-            .get(&request.approval_id)
-            .await
-            .map_err(status_of)?;
+        let approval = self.readable(&caller, &request.approval_id).await?;
         Ok(Response::new(approval_to_pb(&approval)))
     }
 
@@ -143,6 +223,8 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::WaitForDecisionRequest>,
     ) -> Result<Response<pb::Approval>, Status> {
+        let caller = Caller::of(&request)?;
+        caller.allow("WaitForDecision", &[Role::Agent])?;
         let request = request.into_inner();
         approval_id(&request.approval_id)?;
         let timeout = match request.timeout_ms {
@@ -150,7 +232,7 @@ impl ApprovalService for ApprovalApi {
             ms => Duration::from_millis(u64::from(ms)).min(self.max_wait()),
         };
         Ok(Response::new(
-            self.wait(&request.approval_id, timeout).await?,
+            self.wait(&caller, &request.approval_id, timeout).await?,
         ))
     }
 
@@ -158,7 +240,11 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::ListApprovalsRequest>,
     ) -> Result<Response<pb::ListApprovalsResponse>, Status> {
-        let request = request.into_inner();
+        let caller = Caller::of(&request)?;
+        caller.allow("ListApprovals", &[Role::Agent, Role::Worker])?;
+        let mut request = request.into_inner();
+        request.agent_id = caller.agent_filter(request.agent_id)?;
+        request.channel = caller.channel_filter(request.channel)?;
         if request.page_size > MAX_PAGE_SIZE {
             return Err(status_of_domain(DomainError::invalid(
                 "page_size",
@@ -188,12 +274,7 @@ impl ApprovalService for ApprovalApi {
             limit: page_size + 1,
         };
         let mut approvals = self.store.list(&filter).await.map_err(status_of)?;
-        let next_page_token = if approvals.len() > page_size as usize {
-            approvals.truncate(page_size as usize);
-            approvals.last().map(|a| a.id.clone()).unwrap_or_default()
-        } else {
-            String::new()
-        };
+        let next_page_token = paginate(&mut approvals, page_size, |a| a.id.clone());
         Ok(Response::new(pb::ListApprovalsResponse {
             approvals: approvals.iter().map(approval_to_pb).collect(),
             next_page_token,
@@ -204,10 +285,13 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::CancelApprovalRequest>,
     ) -> Result<Response<pb::Approval>, Status> {
+        let caller = Caller::of(&request)?;
+        caller.allow("CancelApproval", &[Role::Agent])?;
         let request = request.into_inner();
         approval_id(&request.approval_id)?;
         countersign_core::validate::optional("reason", &request.reason, 4096)
             .map_err(status_of_domain)?;
+        self.check_readable(&caller, &request.approval_id).await?;
         let approval = self
             .store
             .cancel(&request.approval_id, &request.reason, now_millis())
@@ -220,11 +304,14 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::ConsumeRequest>,
     ) -> Result<Response<pb::Approval>, Status> {
+        let caller = Caller::of(&request)?;
+        caller.allow("Consume", &[Role::Agent])?;
         let request = request.into_inner();
         approval_id(&request.approval_id)?;
         let outcome = consume_outcome_from_pb(request.outcome).map_err(status_of_domain)?;
         countersign_core::validate::optional("detail", &request.detail, 4096)
             .map_err(status_of_domain)?;
+        self.check_readable(&caller, &request.approval_id).await?;
         let approval = self
             .store
             .consume(&request.approval_id, outcome, &request.detail, now_millis())
@@ -239,7 +326,10 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::WatchApprovalsRequest>,
     ) -> Result<Response<Self::WatchApprovalsStream>, Status> {
-        let request = request.into_inner();
+        let caller = Caller::of(&request)?;
+        caller.allow("WatchApprovals", &[Role::Worker])?;
+        let mut request = request.into_inner();
+        request.channel = caller.channel_filter(request.channel)?;
         if !request.channel.is_empty() {
             validate_channel("channel", &request.channel).map_err(status_of_domain)?;
         }
@@ -274,6 +364,8 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::DecideRequest>,
     ) -> Result<Response<pb::DecideResponse>, Status> {
+        let caller = Caller::of(&request)?;
+        caller.allow("Decide", &[Role::Worker])?;
         let request = request.into_inner();
         approval_id(&request.approval_id)?;
         let verdict = verdict_from_pb(request.verdict).map_err(status_of_domain)?;
@@ -281,25 +373,65 @@ impl ApprovalService for ApprovalApi {
         let decider = decider_from_pb(request.decider);
         validate_decider(&decider, &request.reason, &request.idempotency_key)
             .map_err(status_of_domain)?;
+        caller.for_channel(&decider.channel)?;
+        let current = self
+            .store
+            .get(&request.approval_id)
+            .await
+            .map_err(status_of)?;
+        caller.routed_to(&decider.channel, &current)?;
         let now = now_millis();
         let decision = Decision {
             verdict,
             scope,
             reason: request.reason,
-            approver: decider.identity(),
+            approver: String::new(),
             decider,
             idempotency_key: request.idempotency_key,
             decided_at: now,
         };
+        // Checked against the approval as read: the risk, requester and separation-of-duties
+        // setting the registry looks at never change.
+        let authorized = self
+            .security
+            .approvers
+            .authorize(&decision.decider, verdict, &current);
+        let decision = match authorized {
+            Ok(approver) => Decision {
+                approver,
+                ..decision
+            },
+            Err(refusal) => {
+                let why = refusal.to_string();
+                tracing::warn!(
+                    approval_id = %current.id,
+                    decider = %decision.decider.identity(),
+                    token = %caller.name,
+                    why = %why,
+                    "decision refused"
+                );
+                self.store
+                    .refuse_decision(&current.id, decision, &why, now)
+                    .await
+                    .map_err(status_of)?;
+                return Err(status_of_domain(refusal));
+            }
+        };
         let (outcome, approval) = self
             .store
-            .decide(&request.approval_id, decision, now)
+            .decide(
+                &request.approval_id,
+                decision,
+                self.config.grants.ttl_seconds,
+                now,
+            )
             .await
             .map_err(status_of)?;
         tracing::info!(
             approval_id = %approval.id,
             outcome = ?outcome,
             state = approval.state.as_str(),
+            token = %caller.name,
             "decision"
         );
         Ok(Response::new(pb::DecideResponse {
@@ -312,6 +444,8 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::RecordDeliveryRequest>,
     ) -> Result<Response<pb::Approval>, Status> {
+        let caller = Caller::of(&request)?;
+        caller.allow("RecordDelivery", &[Role::Worker])?;
         let request = request.into_inner();
         approval_id(&request.approval_id)?;
         validate_channel("channel", &request.channel).map_err(status_of_domain)?;
@@ -319,6 +453,15 @@ impl ApprovalService for ApprovalApi {
             .map_err(status_of_domain)?;
         required("message_ref", &request.message_ref, MAX_MESSAGE_REF_CHARS)
             .map_err(status_of_domain)?;
+        caller.for_channel(&request.channel)?;
+        if caller.role == Role::Worker {
+            let current = self
+                .store
+                .get(&request.approval_id)
+                .await
+                .map_err(status_of)?;
+            caller.routed_to(&request.channel, &current)?;
+        }
         let now = now_millis();
         let delivery = Delivery {
             channel: request.channel,

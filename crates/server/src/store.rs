@@ -4,7 +4,8 @@
 //! transaction that updates the current-state tables and appends to `events`; the writer
 //! takes every change waiting in its queue and commits them together (group commit), answers
 //! each caller only after that commit, and then publishes the events to the hub, so seqs are
-//! assigned in commit order and nothing unpublished is ever visible.
+//! assigned in commit order and nothing unpublished is ever visible. Each appended event is
+//! chained to the one before it by a hash (see `audit`).
 
 use std::path::Path;
 use std::str::FromStr;
@@ -16,6 +17,7 @@ use countersign_core::{
     Error as DomainError, EventKind, Millis, ResolvedBy, State, Verdict,
 };
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteSynchronous,
@@ -24,6 +26,7 @@ use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteExecutor};
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::audit::{chain_hash, Columns};
 use crate::config::{Durability, StorageConfig};
 use crate::hub::Hub;
 
@@ -58,6 +61,8 @@ pub struct StoredEvent {
     pub approval: Approval,
     pub decision: Option<Decision>,
     pub delivery: Option<Delivery>,
+    /// DECISION_REFUSED: why; GRANT_REVOKED: which grant and why.
+    pub detail: Option<String>,
 }
 
 /// The JSON stored in `events.body`.
@@ -66,6 +71,8 @@ struct EventBody {
     approval: Approval,
     decision: Option<Decision>,
     delivery: Option<Delivery>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    detail: Option<String>,
 }
 
 /// The answer to a request for approval.
@@ -98,10 +105,22 @@ enum Change {
         request: ApprovalRequest,
         ttl_seconds: u32,
         disposition: Disposition,
+        max_pending: u32,
     },
     Decide {
         approval_id: String,
         decision: Decision,
+        grant_ttl_seconds: u32,
+    },
+    RefuseDecision {
+        approval_id: String,
+        decision: Decision,
+        why: String,
+    },
+    RevokeGrant {
+        grant_id: String,
+        revoked_by: String,
+        reason: String,
     },
     Cancel {
         approval_id: String,
@@ -126,6 +145,7 @@ enum Reply {
     Requested(Requested),
     Decided(DecideOutcome, Approval),
     Approval(Approval),
+    Grant(Grant),
     Count(u64),
 }
 
@@ -146,11 +166,34 @@ pub trait CommitObserver: Send + Sync {
     fn committed(&self, batch_size: usize, latency: Duration);
 }
 
+/// A session grant as stored.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Grant {
+    pub id: String,
+    pub agent_id: String,
+    pub session_id: String,
+    pub tool_name: String,
+    pub approval_id: String,
+    pub granted_by: String,
+    #[sqlx(rename = "created_at_ms")]
+    pub created_at: Millis,
+    #[sqlx(rename = "expires_at_ms")]
+    pub expires_at: Option<Millis>,
+    #[sqlx(rename = "revoked_at_ms")]
+    pub revoked_at: Option<Millis>,
+}
+
+impl Grant {
+    pub fn is_active(&self, now: Millis) -> bool {
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|at| at > now)
+    }
+}
+
 /// The handle the services use; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
     jobs: mpsc::Sender<Job>,
-    reads: SqlitePool,
+    pub(crate) reads: SqlitePool,
 }
 
 pub fn now_millis() -> Millis {
@@ -181,6 +224,7 @@ impl Store {
             .busy_timeout(Duration::from_secs(10));
         let mut writer = SqliteConnection::connect_with(&options).await?;
         MIGRATOR.run_direct(&mut writer).await?;
+        chain_unhashed_events(&mut writer).await?;
         let reads = SqlitePoolOptions::new()
             .max_connections(config.read_connections)
             .connect_with(options.create_if_missing(false).read_only(true))
@@ -192,7 +236,14 @@ impl Store {
         } else {
             1
         };
-        tokio::spawn(run_writer(writer, queue, max_batch, hub, observer));
+        tokio::spawn(run_writer(
+            writer,
+            queue,
+            max_batch,
+            config.redact_arguments,
+            hub,
+            observer,
+        ));
         Ok(Store { jobs, reads })
     }
 
@@ -205,17 +256,22 @@ impl Store {
         answer.await.map_err(|_| StoreError::Closed)?
     }
 
+    /// Creates an approval (or returns the one with the same idempotency key). An approval
+    /// that would wait for people is refused when its agent already has `max_pending` pending
+    /// ones (0: no limit).
     pub async fn request(
         &self,
         request: ApprovalRequest,
         ttl_seconds: u32,
         disposition: Disposition,
+        max_pending: u32,
         now: Millis,
     ) -> Result<Requested, StoreError> {
         let change = Change::Request {
             request,
             ttl_seconds,
             disposition,
+            max_pending,
         };
         match self.submit(change, now).await? {
             Reply::Requested(requested) => Ok(requested),
@@ -223,18 +279,59 @@ impl Store {
         }
     }
 
+    /// Applies a decision. A session-scoped approval creates a grant that lasts
+    /// `grant_ttl_seconds` (0: until revoked).
     pub async fn decide(
         &self,
         approval_id: &str,
         decision: Decision,
+        grant_ttl_seconds: u32,
         now: Millis,
     ) -> Result<(DecideOutcome, Approval), StoreError> {
         let change = Change::Decide {
             approval_id: approval_id.to_string(),
             decision,
+            grant_ttl_seconds,
         };
         match self.submit(change, now).await? {
             Reply::Decided(outcome, approval) => Ok((outcome, approval)),
+            _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
+        }
+    }
+
+    /// Puts a refused decision on the audit trail (a DECISION_REFUSED event); the approval
+    /// stays as it is.
+    pub async fn refuse_decision(
+        &self,
+        approval_id: &str,
+        decision: Decision,
+        why: &str,
+        now: Millis,
+    ) -> Result<Approval, StoreError> {
+        let change = Change::RefuseDecision {
+            approval_id: approval_id.to_string(),
+            decision,
+            why: why.to_string(),
+        };
+        self.submit_for_approval(change, now).await
+    }
+
+    /// Revokes a session grant at once, with a GRANT_REVOKED event on its approval. Revoking a
+    /// revoked grant changes nothing.
+    pub async fn revoke_grant(
+        &self,
+        grant_id: &str,
+        revoked_by: &str,
+        reason: &str,
+        now: Millis,
+    ) -> Result<Grant, StoreError> {
+        let change = Change::RevokeGrant {
+            grant_id: grant_id.to_string(),
+            revoked_by: revoked_by.to_string(),
+            reason: reason.to_string(),
+        };
+        match self.submit(change, now).await? {
+            Reply::Grant(grant) => Ok(grant),
             _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
         }
     }
@@ -311,6 +408,15 @@ impl Store {
 
     pub async fn get(&self, approval_id: &str) -> Result<Approval, StoreError> {
         load_approval(&self.reads, approval_id).await
+    }
+
+    /// How many approvals are waiting for a decision.
+    pub async fn count_pending(&self) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT COUNT(*) FROM approvals WHERE state = 'PENDING'")
+                .fetch_one(&self.reads)
+                .await?,
+        )
     }
 
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<Approval>, StoreError> {
@@ -415,7 +521,7 @@ async fn head_seq<'e>(executor: impl SqliteExecutor<'e>) -> Result<i64, StoreErr
     Ok(head.unwrap_or(0))
 }
 
-fn event_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<StoredEvent, StoreError> {
+pub(crate) fn event_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<StoredEvent, StoreError> {
     let kind_name: &str = row.try_get("kind")?;
     let kind = EventKind::parse(kind_name)
         .ok_or_else(|| StoreError::Corrupt(format!("unknown event kind {kind_name}")))?;
@@ -427,6 +533,7 @@ fn event_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<StoredEvent, StoreErr
         approval: body.approval,
         decision: body.decision,
         delivery: body.delivery,
+        detail: body.detail,
     })
 }
 
@@ -459,6 +566,7 @@ async fn run_writer(
     mut conn: SqliteConnection,
     mut queue: mpsc::Receiver<Job>,
     max_batch: usize,
+    redact_arguments: bool,
     hub: Hub,
     observer: Option<Arc<dyn CommitObserver>>,
 ) {
@@ -466,7 +574,7 @@ async fn run_writer(
     while queue.recv_many(&mut batch, max_batch).await > 0 {
         let started = Instant::now();
         let size = batch.len();
-        let outcome = commit_batch(&mut conn, &mut batch).await;
+        let outcome = commit_batch(&mut conn, &mut batch, redact_arguments).await;
         if let Some(observer) = &observer {
             observer.committed(size, started.elapsed());
         }
@@ -501,12 +609,21 @@ async fn run_writer(
 async fn commit_batch(
     conn: &mut SqliteConnection,
     batch: &mut [Job],
+    redact_arguments: bool,
 ) -> Result<Vec<Result<Applied, StoreError>>, sqlx::Error> {
     let mut tx = conn.begin().await?;
     let mut results = Vec::with_capacity(batch.len());
     for job in batch.iter_mut() {
         let change = std::mem::replace(&mut job.change, Change::ExpireDue);
-        match apply(&mut tx, change, job.now).await {
+        let mut result = apply(&mut tx, change, job.now).await;
+        let redacted = match &mut result {
+            Ok(applied) if redact_arguments => redact_resolved(&mut tx, applied).await,
+            _ => Ok(()),
+        };
+        if let Err(e) = redacted {
+            result = Err(e);
+        }
+        match result {
             Err(StoreError::Database(e)) => return Err(e),
             other => results.push(other),
         }
@@ -525,10 +642,12 @@ async fn apply(
             request,
             ttl_seconds,
             disposition,
-        } => apply_request(conn, request, ttl_seconds, disposition, now).await,
+            max_pending,
+        } => apply_request(conn, request, ttl_seconds, disposition, max_pending, now).await,
         Change::Decide {
             approval_id,
             decision,
+            grant_ttl_seconds,
         } => {
             let mut approval = load_approval(&mut *conn, &approval_id).await?;
             let effect = approval.decide(decision.clone(), now)?;
@@ -539,9 +658,11 @@ async fn apply(
                 events.push(append_event(conn, kind, now, &approval, recorded, None).await?);
             }
             if effect.grants_session {
+                let expires_at =
+                    (grant_ttl_seconds > 0).then(|| now + i64::from(grant_ttl_seconds) * 1000);
                 sqlx::query(
-                    "INSERT INTO grants (id, agent_id, session_id, tool_name, approval_id, granted_by, created_at_ms)
-                     VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO grants (id, agent_id, session_id, tool_name, approval_id, granted_by, created_at_ms, expires_at_ms)
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 )
                 .bind(uuid::Uuid::now_v7().to_string())
                 .bind(&approval.agent_id)
@@ -550,6 +671,7 @@ async fn apply(
                 .bind(&approval.id)
                 .bind(&decision.approver)
                 .bind(now)
+                .bind(expires_at)
                 .execute(&mut *conn)
                 .await?;
             }
@@ -558,6 +680,29 @@ async fn apply(
                 events,
             })
         }
+        Change::RefuseDecision {
+            approval_id,
+            decision,
+            why,
+        } => {
+            let approval = load_approval(&mut *conn, &approval_id).await?;
+            let body = EventBody {
+                approval,
+                decision: Some(decision),
+                delivery: None,
+                detail: Some(why),
+            };
+            let event = append_body(conn, EventKind::DecisionRefused, now, body).await?;
+            Ok(Applied {
+                reply: Reply::Approval(event.approval.clone()),
+                events: vec![event],
+            })
+        }
+        Change::RevokeGrant {
+            grant_id,
+            revoked_by,
+            reason,
+        } => revoke_grant(conn, &grant_id, &revoked_by, &reason, now).await,
         Change::Cancel {
             approval_id,
             reason,
@@ -630,6 +775,7 @@ async fn apply_request(
     request: ApprovalRequest,
     ttl_seconds: u32,
     disposition: Disposition,
+    max_pending: u32,
     now: Millis,
 ) -> Result<Applied, StoreError> {
     let existing: Option<String> =
@@ -671,6 +817,9 @@ async fn apply_request(
         }
         other => other,
     };
+    if max_pending > 0 && disposition == Disposition::RequireHuman {
+        check_pending_limit(conn, &request.agent_id, max_pending, now).await?;
+    }
     let approval = Approval::new(
         uuid::Uuid::now_v7().to_string(),
         request,
@@ -705,6 +854,86 @@ async fn apply_request(
             created: true,
         }),
         events,
+    })
+}
+
+/// Refuses a new pending approval for an agent that has `max_pending` pending already, saying
+/// when one of them expires at the latest.
+async fn check_pending_limit(
+    conn: &mut SqliteConnection,
+    agent_id: &str,
+    max_pending: u32,
+    now: Millis,
+) -> Result<(), StoreError> {
+    let (pending, next_expiry): (i64, Option<Millis>) = sqlx::query_as(
+        "SELECT COUNT(*), MIN(expires_at_ms) FROM approvals
+         WHERE agent_id = ? AND state = 'PENDING' AND expires_at_ms > ?",
+    )
+    .bind(agent_id)
+    .bind(now)
+    .fetch_one(&mut *conn)
+    .await?;
+    if pending < i64::from(max_pending) {
+        return Ok(());
+    }
+    let retry = next_expiry
+        .map(|at| {
+            format!(
+                ", or in {} s when the next one expires",
+                (at - now + 999) / 1000
+            )
+        })
+        .unwrap_or_default();
+    Err(DomainError::ResourceExhausted(format!(
+        "agent {agent_id:?} has {pending} pending approvals, the limit (limits.max_pending_per_agent) is {max_pending}; retry once one of them is decided or cancelled{retry}"
+    ))
+    .into())
+}
+
+async fn revoke_grant(
+    conn: &mut SqliteConnection,
+    grant_id: &str,
+    revoked_by: &str,
+    reason: &str,
+    now: Millis,
+) -> Result<Applied, StoreError> {
+    let found: Option<Grant> = sqlx::query_as("SELECT * FROM grants WHERE id = ?")
+        .bind(grant_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let mut grant =
+        found.ok_or_else(|| DomainError::NotFound(format!("grant {grant_id} not found")))?;
+    if grant.revoked_at.is_some() {
+        return Ok(Applied {
+            reply: Reply::Grant(grant),
+            events: Vec::new(),
+        });
+    }
+    sqlx::query("UPDATE grants SET revoked_at_ms = ? WHERE id = ?")
+        .bind(now)
+        .bind(grant_id)
+        .execute(&mut *conn)
+        .await?;
+    grant.revoked_at = Some(now);
+    let approval = load_approval(&mut *conn, &grant.approval_id).await?;
+    let mut detail = format!(
+        "grant {grant_id} (agent {:?}, session {:?}, tool {:?}) revoked by {revoked_by}",
+        grant.agent_id, grant.session_id, grant.tool_name
+    );
+    if !reason.is_empty() {
+        detail.push_str(": ");
+        detail.push_str(reason);
+    }
+    let body = EventBody {
+        approval,
+        decision: None,
+        delivery: None,
+        detail: Some(detail),
+    };
+    let event = append_body(conn, EventKind::GrantRevoked, now, body).await?;
+    Ok(Applied {
+        reply: Reply::Grant(grant),
+        events: vec![event],
     })
 }
 
@@ -763,15 +992,53 @@ async fn append_event(
         approval: approval.clone(),
         decision,
         delivery,
+        detail: None,
     };
-    let seq: i64 = sqlx::query_scalar(
-        "INSERT INTO events (approval_id, kind, at_ms, body) VALUES (?, ?, ?, ?) RETURNING seq",
+    append_body(conn, kind, at, body).await
+}
+
+/// Appends an event, chained to the newest row by its hash.
+async fn append_body(
+    conn: &mut SqliteConnection,
+    kind: EventKind,
+    at: Millis,
+    body: EventBody,
+) -> Result<StoredEvent, StoreError> {
+    // Inside the writer's transaction: the newest row, committed or not, is the one to chain to.
+    let newest: Option<(i64, Option<String>)> =
+        sqlx::query_as("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
+            .fetch_optional(&mut *conn)
+            .await?;
+    let (previous_seq, prev_hash) = newest
+        .map(|(seq, hash)| (seq, hash.unwrap_or_default()))
+        .unwrap_or_default();
+    let head = head_seq(&mut *conn).await?.max(previous_seq);
+    let seq = head + 1;
+    let mut json = serde_json::to_value(&body)?;
+    let columns = Columns::of(&json);
+    let hash = chain_hash(
+        &prev_hash,
+        seq,
+        &body.approval.id,
+        kind.as_str(),
+        at,
+        &mut json,
+    );
+    sqlx::query(
+        "INSERT INTO events (seq, approval_id, kind, at_ms, body, agent_id, decider, approver, prev_hash, hash)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
-    .bind(&approval.id)
+    .bind(seq)
+    .bind(&body.approval.id)
     .bind(kind.as_str())
     .bind(at)
-    .bind(serde_json::to_string(&body)?)
-    .fetch_one(&mut *conn)
+    .bind(json.to_string())
+    .bind(&columns.agent_id)
+    .bind(&columns.decider)
+    .bind(&columns.approver)
+    .bind(&prev_hash)
+    .bind(&hash)
+    .execute(&mut *conn)
     .await?;
     Ok(StoredEvent {
         seq,
@@ -780,5 +1047,88 @@ async fn append_event(
         approval: body.approval,
         decision: body.decision,
         delivery: body.delivery,
+        detail: body.detail,
     })
+}
+
+/// With `storage.redact_arguments`: blanks the argument values of every approval this change
+/// resolved, in the approval, in all its stored events, and in what the change returns and
+/// publishes. The digest stays; the hash chain does not cover argument values.
+async fn redact_resolved(
+    conn: &mut SqliteConnection,
+    applied: &mut Applied,
+) -> Result<(), StoreError> {
+    let reply_approval = match &mut applied.reply {
+        Reply::Requested(requested) => Some(&mut requested.approval),
+        Reply::Decided(_, approval) | Reply::Approval(approval) => Some(approval),
+        Reply::Grant(_) | Reply::Count(_) => None,
+    };
+    let resolved = applied
+        .events
+        .iter_mut()
+        .map(|event| &mut event.approval)
+        .chain(reply_approval)
+        .filter(|approval| !approval.is_pending());
+    let mut redacted: Vec<String> = Vec::new();
+    for approval in resolved {
+        if approval.arguments_json.is_empty() {
+            continue;
+        }
+        approval.arguments_json.clear();
+        if redacted.contains(&approval.id) {
+            continue;
+        }
+        sqlx::query(
+            "UPDATE approvals SET body = json_set(body, '$.arguments_json', '') WHERE id = ?",
+        )
+        .bind(&approval.id)
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query(
+            "UPDATE events SET body = json_set(body, '$.approval.arguments_json', '')
+             WHERE approval_id = ? AND json_extract(body, '$.approval.arguments_json') <> ''",
+        )
+        .bind(&approval.id)
+        .execute(&mut *conn)
+        .await?;
+        redacted.push(approval.id.clone());
+    }
+    Ok(())
+}
+
+/// Chains rows written before the hash chain existed (migration 0002), oldest first.
+async fn chain_unhashed_events(conn: &mut SqliteConnection) -> Result<(), StoreError> {
+    let mut tx = conn.begin().await?;
+    let unhashed: Vec<(i64, String, String, i64, String)> = sqlx::query_as(
+        "SELECT seq, approval_id, kind, at_ms, body FROM events WHERE hash IS NULL ORDER BY seq",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    if unhashed.is_empty() {
+        return Ok(());
+    }
+    let mut prev_hash: String = sqlx::query_scalar(
+        "SELECT hash FROM events WHERE seq < ? AND hash IS NOT NULL ORDER BY seq DESC LIMIT 1",
+    )
+    .bind(unhashed[0].0)
+    .fetch_optional(&mut *tx)
+    .await?
+    .unwrap_or_default();
+    for (seq, approval_id, kind, at_ms, body) in &unhashed {
+        let mut json: Value = serde_json::from_str(body)?;
+        let hash = chain_hash(&prev_hash, *seq, approval_id, kind, *at_ms, &mut json);
+        sqlx::query("UPDATE events SET prev_hash = ?, hash = ? WHERE seq = ?")
+            .bind(&prev_hash)
+            .bind(&hash)
+            .bind(seq)
+            .execute(&mut *tx)
+            .await?;
+        prev_hash = hash;
+    }
+    tx.commit().await?;
+    tracing::info!(
+        events = unhashed.len(),
+        "chained the events written before the audit hash chain existed"
+    );
+    Ok(())
 }

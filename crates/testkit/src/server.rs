@@ -1,10 +1,12 @@
 //! Starts an in-process countersign-server on an ephemeral loopback port with a temporary
-//! database, for end-to-end tests.
+//! database, for end-to-end tests; and makes the tokens and TLS certificates such tests
+//! configure it with.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use countersign_server::config::Config;
+use countersign_server::config::{Config, Role, TlsConfig, TokenConfig};
+use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -64,6 +66,12 @@ impl TestServer {
         format!("http://{}", self.addr)
     }
 
+    /// The URL for a server configured with [`TestCertificates`] (whose certificate names
+    /// `localhost`).
+    pub fn https_url(&self) -> String {
+        format!("https://localhost:{}", self.addr.port())
+    }
+
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -106,6 +114,72 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         if let Some((stop, _task)) = self.running.take() {
             let _ = stop.send(());
+        }
+    }
+}
+
+/// A `[[tokens]]` entry for `secret`, configured as its SHA-256. `scope` is the agent ids of an
+/// agent token or the channels of a worker token.
+pub fn token(name: &str, role: Role, scope: &[&str], secret: &str) -> TokenConfig {
+    let scope: Vec<String> = scope.iter().map(|s| s.to_string()).collect();
+    TokenConfig {
+        name: name.to_string(),
+        role,
+        agents: if role == Role::Agent {
+            scope.clone()
+        } else {
+            Vec::new()
+        },
+        channels: if role == Role::Worker {
+            scope
+        } else {
+            Vec::new()
+        },
+        value_env: None,
+        sha256: Some(hex::encode(Sha256::digest(secret.as_bytes()))),
+    }
+}
+
+/// A test CA and a server certificate it signed for `localhost` and 127.0.0.1, with the
+/// certificate and key written to files for the server's `[tls]` section.
+pub struct TestCertificates {
+    /// The CA certificate clients trust, PEM.
+    pub ca_pem: String,
+    dir: tempfile::TempDir,
+}
+
+impl TestCertificates {
+    pub fn generate() -> TestCertificates {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "countersign test CA");
+        let ca_key = KeyPair::generate().expect("CA key");
+        let ca = ca_params.self_signed(&ca_key).expect("CA certificate");
+        let server_params =
+            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+                .expect("server certificate parameters");
+        let server_key = KeyPair::generate().expect("server key");
+        let server = server_params
+            .signed_by(&server_key, &ca, &ca_key)
+            .expect("server certificate");
+        let dir = tempfile::tempdir().expect("temporary directory");
+        std::fs::write(dir.path().join("server.pem"), server.pem()).expect("write certificate");
+        std::fs::write(dir.path().join("server.key"), server_key.serialize_pem())
+            .expect("write key");
+        TestCertificates {
+            ca_pem: ca.pem(),
+            dir,
+        }
+    }
+
+    /// The server's `[tls]` section.
+    pub fn tls_config(&self) -> TlsConfig {
+        TlsConfig {
+            cert_file: self.dir.path().join("server.pem"),
+            key_file: self.dir.path().join("server.key"),
         }
     }
 }

@@ -169,3 +169,80 @@ async fn decide_reports_duplicates_and_approvals_already_resolved() {
     assert_eq!(late.outcome(), pb::DecideOutcome::AlreadyResolved);
     assert_eq!(late.approval.unwrap().state(), pb::ApprovalState::Approved);
 }
+
+#[tokio::test]
+async fn the_audit_trail_and_grants_through_the_admin_methods() {
+    let server = TestServer::start().await;
+    let client = client(&server.url());
+    let approval = client
+        .request_approval(request("g1"))
+        .await
+        .unwrap()
+        .approval
+        .unwrap();
+    let mut for_the_session = pb::DecideRequest {
+        approval_id: approval.id.clone(),
+        verdict: pb::Verdict::Approve.into(),
+        scope: pb::Scope::Session.into(),
+        decider: Some(pb::Decider {
+            channel: "cli".into(),
+            user_id: "alice".into(),
+            display_name: "Alice".into(),
+        }),
+        idempotency_key: "session".into(),
+        ..Default::default()
+    };
+    client.decide(for_the_session.clone()).await.unwrap();
+
+    let grants = client
+        .list_grants(pb::ListGrantsRequest::default())
+        .await
+        .unwrap()
+        .grants;
+    assert_eq!(grants.len(), 1);
+    assert!(grants[0].active);
+    let revoked = client
+        .revoke_grant(&grants[0].id, "end of session")
+        .await
+        .unwrap();
+    assert!(!revoked.active);
+    let missing = client.revoke_grant("no-such-grant", "").await.unwrap_err();
+    assert!(
+        matches!(missing, countersign_client::ClientError::NotFound(_)),
+        "{missing:?}"
+    );
+
+    let events = client
+        .list_events(pb::ListEventsRequest {
+            approval_id: approval.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .events;
+    let kinds: Vec<pb::EventKind> = events
+        .iter()
+        .map(|e| e.event.as_ref().unwrap().kind())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            pb::EventKind::Requested,
+            pb::EventKind::Resolved,
+            pb::EventKind::GrantRevoked
+        ]
+    );
+    let report = client.verify_audit().await.unwrap();
+    assert!(report.intact);
+    assert_eq!(report.events_checked, 3);
+
+    // The decision repeated changes nothing, and the grant stays revoked.
+    for_the_session.idempotency_key = "session-again".into();
+    client.decide(for_the_session).await.unwrap();
+    assert!(client
+        .list_grants(pb::ListGrantsRequest::default())
+        .await
+        .unwrap()
+        .grants
+        .is_empty());
+}

@@ -1,0 +1,480 @@
+//! `countersign-bench`: measures the real `countersign-server` binary against a tonic echo
+//! baseline measured in the same run, and prints one table (or `--json`). It never asserts
+//! times: the figures are for people to read and compare.
+
+mod echo;
+mod figures;
+mod history;
+mod load;
+mod process;
+mod report;
+mod scrape;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use crate::figures::Load;
+use crate::process::{Served, ServerSettings};
+use crate::report::{Figure, Report};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("{0}")]
+    Setup(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Part {
+    /// RequestApproval throughput: durability full and normal, and full without group commit
+    Requests,
+    /// request -> Decide -> WaitForDecision in closed loops
+    Cycle,
+    /// watcher delivery and waiter latency at a fixed rate
+    Latency,
+    /// server memory with many idle watch streams
+    IdleStreams,
+    /// ListApprovals of pending approvals with many historical approvals stored
+    History,
+}
+
+/// Measures countersign-server against a trivial tonic echo service, in one run, on this
+/// machine.
+///
+/// Starts the real countersign-server binary (built by cargo next to this executable) on a
+/// temporary database for each configuration, or targets --server. Prints one table with each
+/// figure's ratio to the echo baseline; --json for machines. Never asserts times.
+#[derive(Debug, Parser)]
+#[command(name = "countersign-bench", version)]
+struct Args {
+    /// Calls in flight at once in the closed-loop figures.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// HTTP/2 connections the calls are spread over.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Measured time per figure, e.g. 10s, 500ms, 1m.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Unmeasured time before each figure.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    warmup: Duration,
+    /// New approvals per second in the latency figures.
+    #[arg(long, default_value_t = 1000)]
+    rate: u32,
+    /// Idle watch streams for the memory figure.
+    #[arg(long, default_value_t = 10_000)]
+    idle_streams: usize,
+    /// Historical (resolved) approvals stored for the ListApprovals figure.
+    #[arg(long, default_value_t = 1_000_000)]
+    history: u64,
+    /// Pending approvals among them.
+    #[arg(long, default_value_t = 1_000)]
+    pending: u64,
+    /// The figures to run [default: all].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Part>,
+    /// Measure a running server at this URL instead of starting one: only the figures that
+    /// need no control over the server (requests as configured there, cycle, latency).
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
+    /// The countersign-server executable [default: next to this one, built by cargo].
+    #[arg(long, value_name = "PATH")]
+    server_binary: Option<PathBuf>,
+    /// The started servers' log level (their log goes to a file in the temporary directory).
+    #[arg(long, default_value = "info")]
+    server_log_level: String,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Serve the echo baseline on this address (used by the bench itself).
+    #[arg(long, hide = true, value_name = "ADDR")]
+    echo_server: Option<SocketAddr>,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration such as 10s, 500ms or 1m"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        other => return Err(format!("unknown unit {other:?}: use ms, s or m")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Some(listen) = args.echo_server {
+        return echo::run(listen);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("countersign-bench: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&args)) {
+        Ok(report) => {
+            if args.json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(json) => println!("{json}"),
+                    Err(e) => {
+                        eprintln!("countersign-bench: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            } else {
+                print!("{}", report.table());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("countersign-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn wants(args: &Args, part: Part) -> bool {
+    args.only.is_empty() || args.only.contains(&part)
+}
+
+fn progress(what: &str) {
+    eprintln!("countersign-bench: {what}");
+}
+
+/// Mean changes per group commit since the server started, from its `/metrics`.
+async fn mean_commit_batch(served: &Served) -> Option<f64> {
+    let text = scrape::get(served.metrics?).await.ok()?;
+    let commits = scrape::value(&text, "countersign_commit_batch_size_count")?;
+    let changes = scrape::value(&text, "countersign_commit_batch_size_sum")?;
+    (commits > 0.0).then(|| changes / commits)
+}
+
+async fn run(args: &Args) -> Result<Report, BenchError> {
+    let open_files = process::raise_open_files_limit();
+    let load = Load {
+        concurrency: args.concurrency.max(1),
+        connections: args.connections.max(1),
+        warmup: args.warmup,
+        duration: args.duration,
+    };
+    let mut servers = match &args.server {
+        Some(_) => None,
+        None => Some(Servers::new(
+            process::server_binary(args.server_binary.clone())?,
+            args.server_log_level.clone(),
+        )?),
+    };
+    let mut figures = Vec::new();
+
+    progress("echo baseline");
+    let echo = process::start_echo().await?;
+    let cpu_before = echo.cpu_by_thread()?;
+    let mut baseline = figures::echo_baseline(&echo.url(), &load).await?;
+    let rate = baseline.per_second.unwrap_or_default();
+    let cpu = cpu_per_call(&cpu_before, &echo.cpu_by_thread()?, rate, &load);
+    baseline.note = cpu.note();
+    baseline
+        .extra
+        .insert("server_cpu_us_per_call".into(), cpu.json());
+    echo.stop().await?;
+    figures.push(baseline.clone());
+
+    if wants(args, Part::Requests) {
+        match (&args.server, servers.as_mut()) {
+            (Some(url), _) => {
+                progress("RequestApproval against the given server");
+                let summary = figures::request_throughput(url, &load).await?;
+                figures.push(Figure::throughput(
+                    "RequestApproval (server as configured)",
+                    &summary,
+                ));
+            }
+            (None, Some(servers)) => {
+                for (name, durability, group_commit) in [
+                    ("RequestApproval, full, group commit", "full", true),
+                    ("RequestApproval, normal, group commit", "normal", true),
+                    ("RequestApproval, full, no group commit", "full", false),
+                ] {
+                    progress(name);
+                    let (served, _) = servers.start(durability, group_commit).await?;
+                    let cpu_before = served.cpu_by_thread()?;
+                    let summary = figures::request_throughput(&served.url(), &load).await?;
+                    let mut figure = Figure::throughput(name, &summary);
+                    let cpu = cpu_per_call(
+                        &cpu_before,
+                        &served.cpu_by_thread()?,
+                        summary.per_second,
+                        &load,
+                    );
+                    let mut notes = Vec::new();
+                    if let Some(batch) = mean_commit_batch(&served).await {
+                        notes.push(format!("{batch:.1} changes/commit"));
+                        figure
+                            .extra
+                            .insert("mean_commit_batch".into(), serde_json::json!(batch));
+                    }
+                    notes.push(cpu.note());
+                    figure.note = notes.join(", ");
+                    figure
+                        .extra
+                        .insert("server_cpu_us_per_call".into(), cpu.json());
+                    served.stop().await?;
+                    figures.push(figure);
+                }
+            }
+            (None, None) => {}
+        }
+    }
+
+    let shared = match (
+        &args.server,
+        servers.as_mut(),
+        wants(args, Part::Cycle) || wants(args, Part::Latency),
+    ) {
+        (Some(url), _, true) => Some((url.clone(), None)),
+        (None, Some(servers), true) => {
+            let (served, _) = servers.start("full", true).await?;
+            Some((served.url(), Some(served)))
+        }
+        _ => None,
+    };
+    if let Some((url, served)) = shared {
+        if wants(args, Part::Cycle) {
+            progress("request -> Decide -> WaitForDecision cycle (full, group commit)");
+            figures.push(figures::full_cycle(&url, &load).await?);
+        }
+        if wants(args, Part::Latency) {
+            progress(&format!(
+                "watcher and waiter latency at {} approvals/s (full, group commit)",
+                args.rate
+            ));
+            let (watcher, waiter) = figures::delivery_latency(&url, &load, args.rate).await?;
+            figures.push(watcher);
+            figures.push(waiter);
+        }
+        if let Some(served) = served {
+            served.stop().await?;
+        }
+    }
+
+    if let Some(servers) = servers.as_mut().filter(|_| wants(args, Part::IdleStreams)) {
+        progress(&format!(
+            "{} idle watch streams (open files limit {open_files})",
+            args.idle_streams
+        ));
+        let (served, _) = servers.start("full", true).await?;
+        let figure = figures::idle_streams(&served, args.idle_streams).await?;
+        served.stop().await?;
+        figures.push(figure);
+    }
+
+    if let Some(servers) = servers.as_mut().filter(|_| wants(args, Part::History)) {
+        progress(&format!(
+            "ListApprovals with {} historical approvals: inserting them",
+            args.history
+        ));
+        let (served, dir) = servers.start("full", true).await?;
+        let (template_id, template_key) = figures::history_template(&served.url()).await?;
+        served.stop().await?;
+        history::insert_copies(
+            &dir.join("countersign.db"),
+            &template_id,
+            &template_key,
+            args.history,
+        )
+        .await?;
+        let served = servers.start_in(&dir, "full", true).await?;
+        figures::create_pending(&served.url(), args.pending).await?;
+        progress("ListApprovals of pending approvals");
+        let page_size = 50;
+        let summary = figures::list_pending(&served.url(), &load, page_size).await?;
+        served.stop().await?;
+        let mut figure = Figure::throughput(
+            format!(
+                "ListApprovals pending, page {page_size}, {} stored",
+                args.history + args.pending + 1
+            ),
+            &summary,
+        );
+        figure.note = format!("{} pending", args.pending);
+        figures.push(figure);
+    }
+
+    for figure in figures.iter_mut().skip(1) {
+        if figure.name.contains('@') {
+            figure.against_latency(&baseline);
+        } else {
+            figure.against_throughput(&baseline);
+        }
+    }
+    Ok(Report {
+        machine: machine_label(),
+        concurrency: load.concurrency,
+        connections: load.connections,
+        duration_secs: load.duration.as_secs_f64(),
+        message_bytes: figures::message_bytes(),
+        figures,
+    })
+}
+
+/// Server CPU time per call, by thread kind.
+struct CpuPerCall(Vec<(String, f64)>);
+
+impl CpuPerCall {
+    fn total(&self) -> f64 {
+        self.0.iter().map(|(_, us)| us).sum()
+    }
+
+    fn note(&self) -> String {
+        let parts: Vec<String> = self
+            .0
+            .iter()
+            .filter(|(_, us)| *us >= 1.0)
+            .map(|(name, us)| format!("{name} {us:.0}"))
+            .collect();
+        format!(
+            "server CPU ~{:.0} us/call ({})",
+            self.total(),
+            parts.join(", ")
+        )
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "total": self.total(),
+            "by_thread": self.0.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+        })
+    }
+}
+
+/// CPU used between two readings over the calls made meanwhile. The readings span the
+/// warm-up too, so the calls are estimated from the measured rate over the whole span.
+fn cpu_per_call(
+    before: &[(String, Duration)],
+    after: &[(String, Duration)],
+    per_second: f64,
+    load: &Load,
+) -> CpuPerCall {
+    let calls = (per_second * (load.warmup + load.duration).as_secs_f64()).max(1.0);
+    let mut kinds: Vec<(String, f64)> = Vec::new();
+    for (name, used) in after {
+        let earlier = before
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, d)| *d)
+            .unwrap_or_default();
+        let us = used.saturating_sub(earlier).as_secs_f64() * 1e6 / calls;
+        // Thread names are cut at 15 characters: "sqlx-sqlite-wor", "tokio-rt-worker".
+        let kind = match name.as_str() {
+            n if n.starts_with("sqlx-sqlite") => "sqlite",
+            n if n.starts_with("tokio") => "tokio",
+            _ => "other",
+        };
+        match kinds.iter_mut().find(|(k, _)| k == kind) {
+            Some((_, total)) => *total += us,
+            None => kinds.push((kind.to_string(), us)),
+        }
+    }
+    CpuPerCall(kinds)
+}
+
+/// Starts servers, each configuration on a database of its own in a temporary directory.
+struct Servers {
+    binary: PathBuf,
+    log_level: String,
+    scratch: tempfile::TempDir,
+    started: usize,
+}
+
+impl Servers {
+    fn new(binary: PathBuf, log_level: String) -> Result<Servers, BenchError> {
+        let scratch = tempfile::Builder::new()
+            .prefix("countersign-bench-")
+            .tempdir()
+            .map_err(|e| BenchError::Setup(format!("cannot create a temporary directory: {e}")))?;
+        Ok(Servers {
+            binary,
+            log_level,
+            scratch,
+            started: 0,
+        })
+    }
+
+    /// A server on a new database; returns it and its directory.
+    async fn start(
+        &mut self,
+        durability: &'static str,
+        group_commit: bool,
+    ) -> Result<(Served, PathBuf), BenchError> {
+        self.started += 1;
+        let dir = self.scratch.path().join(format!("server-{}", self.started));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| BenchError::Setup(format!("cannot create {}: {e}", dir.display())))?;
+        let served = self.start_in(&dir, durability, group_commit).await?;
+        Ok((served, dir))
+    }
+
+    /// A server on the database in `dir`.
+    async fn start_in(
+        &self,
+        dir: &std::path::Path,
+        durability: &'static str,
+        group_commit: bool,
+    ) -> Result<Served, BenchError> {
+        let settings = ServerSettings {
+            durability,
+            group_commit,
+            log_level: self.log_level.clone(),
+        };
+        process::start_server(&self.binary, dir, &settings).await
+    }
+}
+
+/// Cores and CPU model, from the OS.
+fn machine_label() -> String {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("model name"))
+                .and_then(|rest| rest.split_once(':'))
+                .map(|(_, model)| model.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_string());
+    format!("{cores} cores ({model})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("3h").is_err());
+        assert!(parse_duration("fast").is_err());
+    }
+}

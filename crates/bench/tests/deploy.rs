@@ -1,0 +1,264 @@
+//! The deployment files against the real binaries and loaders: every command line in
+//! docker-compose.yml parses with the binary it runs, every environment variable it sets is
+//! one that binary reads, the Dockerfile builds every binary compose runs, and the example
+//! configurations load with the real configuration loaders.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use yaml_rust2::{Yaml, YamlLoader};
+
+const BINARIES: [(&str, &str); 4] = [
+    ("countersign-server", "countersign-server"),
+    ("countersign-telegram", "countersign-telegram"),
+    ("countersign-github", "countersign-github"),
+    ("countersign", "countersign-cli"),
+];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A workspace binary, built by cargo first when it is not next to this test yet (when the
+/// test runs without `cargo test --workspace`, which builds them all).
+fn binary(name: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        // target/<profile>/deps/deploy-<hash>
+        let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+        if BINARIES.iter().any(|(bin, _)| !dir.join(bin).exists()) {
+            let profile = dir.file_name().unwrap().to_str().unwrap().to_string();
+            let mut build = Command::new(env!("CARGO"));
+            build.current_dir(repo()).arg("build");
+            for (_, package) in BINARIES {
+                build.args(["-p", package]);
+            }
+            match profile.as_str() {
+                "debug" => {}
+                "release" => {
+                    build.arg("--release");
+                }
+                other => {
+                    build.args(["--profile", other]);
+                }
+            }
+            assert!(build.status().unwrap().success(), "building the binaries");
+        }
+        dir
+    });
+    let path = dir.join(name);
+    assert!(path.exists(), "{} missing", path.display());
+    path
+}
+
+/// Runs the binary with `args` followed by `--help`: clap parses (and checks) every argument
+/// before it, so this fails on an unknown flag, a bad value or a missing subcommand.
+fn parse_then_help(name: &str, args: &[String]) -> String {
+    let output = Command::new(binary(name))
+        .args(args)
+        .arg("--help")
+        .env_clear()
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success() && stdout.contains("Usage:"),
+        "{name} {args:?} is refused:\n{}{}",
+        stdout,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+fn compose() -> Yaml {
+    let text = std::fs::read_to_string(repo().join("docker-compose.yml")).unwrap();
+    YamlLoader::load_from_str(&text).unwrap().remove(0)
+}
+
+fn strings(list: &Yaml) -> Vec<String> {
+    list.as_vec()
+        .unwrap_or_else(|| panic!("expected a list, got {list:?}"))
+        .iter()
+        .map(|item| match item {
+            Yaml::String(s) => s.clone(),
+            Yaml::Integer(i) => i.to_string(),
+            other => panic!("unexpected item {other:?}"),
+        })
+        .collect()
+}
+
+/// `value` with a leading `${NAME:-default}` replaced by its default, as compose does when
+/// NAME is unset.
+fn default_of(value: &str) -> String {
+    match value
+        .strip_prefix("${")
+        .and_then(|rest| rest.split_once(":-"))
+    {
+        Some((_, rest)) => {
+            let (default, after) = rest.split_once('}').unwrap();
+            format!("{default}{after}")
+        }
+        None => value.to_string(),
+    }
+}
+
+/// The host file mounted at `target` in a service, from its `volumes`.
+fn mounted_file(service: &Yaml, target: &str) -> Option<PathBuf> {
+    strings(&service["volumes"]).into_iter().find_map(|volume| {
+        let host = default_of(&volume);
+        let (host, rest) = host.split_once(':')?;
+        rest.starts_with(target)
+            .then(|| repo().join(host.trim_start_matches("./")))
+    })
+}
+
+fn example(name: &str) -> PathBuf {
+    repo().join("config").join(name)
+}
+
+#[test]
+fn compose_command_lines_and_environment_are_accepted_by_the_binaries() {
+    let compose = compose();
+    let dockerfile = std::fs::read_to_string(repo().join("Dockerfile")).unwrap();
+    let services = compose["services"].as_hash().unwrap();
+    assert!(services.len() >= 3, "server and both workers");
+    let mut checked_healthcheck = false;
+    for (name, service) in services {
+        let name = name.as_str().unwrap();
+        let command = strings(&service["command"]);
+        let program = command[0].clone();
+        assert!(
+            dockerfile.contains(&format!("target/release/{program}")),
+            "the Dockerfile does not build {program} (service {name})"
+        );
+        let help = parse_then_help(&program, &command[1..]);
+
+        // Every variable is one the binary documents in its help, or (server) one its
+        // configuration file names as a token's `value_env`.
+        let value_envs: Vec<String> =
+            match mounted_file(service, "/etc/countersign/countersign.toml") {
+                Some(config) => {
+                    let config = countersign_server::config::Config::load(&config).unwrap();
+                    config
+                        .tokens
+                        .iter()
+                        .filter_map(|t| t.value_env.clone())
+                        .collect()
+                }
+                None => Vec::new(),
+            };
+        let environment = service["environment"].as_hash().unwrap();
+        for variable in environment.keys() {
+            let variable = variable.as_str().unwrap();
+            assert!(
+                help.contains(variable) || value_envs.iter().any(|v| v == variable),
+                "service {name}: {program} does not read {variable}"
+            );
+        }
+        for variable in &value_envs {
+            assert!(
+                environment.contains_key(&Yaml::String(variable.clone())),
+                "service {name}: the config needs {variable}, compose does not set it"
+            );
+        }
+
+        if !service["healthcheck"].is_badvalue() {
+            let test = strings(&service["healthcheck"]["test"]);
+            assert_eq!(test[0], "CMD");
+            parse_then_help(&test[1], &test[2..]);
+            checked_healthcheck = true;
+        }
+    }
+    assert!(checked_healthcheck, "the server has a health check");
+}
+
+#[test]
+fn compose_mounts_the_example_configurations() {
+    let compose = compose();
+    for (service, target, file) in [
+        (
+            "server",
+            "/etc/countersign/countersign.toml",
+            "countersign.example.toml",
+        ),
+        (
+            "telegram",
+            "/etc/countersign/telegram.toml",
+            "telegram.example.toml",
+        ),
+        (
+            "github",
+            "/etc/countersign/github.toml",
+            "github.example.toml",
+        ),
+    ] {
+        let mounted = mounted_file(&compose["services"][service], target)
+            .unwrap_or_else(|| panic!("{service} mounts no {target}"));
+        assert_eq!(
+            mounted.canonicalize().unwrap(),
+            example(file).canonicalize().unwrap()
+        );
+        let command = strings(&compose["services"][service]["command"]);
+        assert!(
+            command.iter().any(|arg| arg == target),
+            "{service}: {command:?}"
+        );
+    }
+}
+
+#[test]
+fn the_server_example_loads_and_resolves_its_tokens() {
+    let config = countersign_server::config::Config::load(&example("countersign.example.toml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    config.validate().unwrap_or_else(|e| panic!("{e}"));
+    // Every option is written out, so the example cannot drift from the defaults unnoticed.
+    assert!(config.metrics.listen.is_some());
+    assert!(!config.tokens.is_empty() && !config.rules.is_empty() && !config.approvers.is_empty());
+    let secrets: HashMap<String, String> = config
+        .tokens
+        .iter()
+        .filter_map(|t| t.value_env.clone())
+        .map(|name| {
+            (
+                name.clone(),
+                format!("{name}-a-long-random-test-token-value"),
+            )
+        })
+        .collect();
+    countersign_server::auth::Tokens::from_config(&config.tokens, |name| {
+        secrets.get(name).cloned()
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn the_telegram_example_loads() {
+    let text = std::fs::read_to_string(example("telegram.example.toml")).unwrap();
+    let file: countersign_telegram::config::FileConfig = toml::from_str(&text).unwrap();
+    let settings = countersign_telegram::Settings::from_file(
+        file,
+        Some("worker-token".into()),
+        Some("123456:bot-token".into()),
+    )
+    .unwrap();
+    assert_eq!(settings.server_url, "http://server:50051");
+    assert!(settings.default_chat_id.is_some());
+}
+
+#[test]
+fn the_github_example_loads() {
+    struct Secrets;
+    impl countersign_github::config::Environment for Secrets {
+        fn get(&self, name: &str) -> Option<String> {
+            Some(format!("secret-for-{name}"))
+        }
+    }
+    let config =
+        countersign_github::config::Config::load(&example("github.example.toml"), &Secrets)
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.server.url, "http://server:50051");
+    assert!(config.webhook.is_some() && config.polling.is_some());
+}

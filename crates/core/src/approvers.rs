@@ -1,0 +1,396 @@
+//! The approver registry: who may decide, up to which risk, and under which identities on each
+//! channel.
+//!
+//! The server maps every decider to a registered approver before a decision counts. Quorum
+//! counts approvers, so the same person approving on Telegram and on GitHub counts once. An
+//! empty registry accepts any decider (a development setup; the server warns at start).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::policy::{subject, SpecError};
+use crate::validate::{required, validate_channel};
+use crate::{Approval, Decider, Error, Risk, Verdict};
+
+/// The channel whose worker sends the user's login as the decider's display name: there an
+/// identity that is not a number is a login (case-insensitive), a number a user id.
+const LOGIN_CHANNEL: &str = "github";
+
+const MAX_APPROVER_ID_CHARS: usize = 128;
+const MAX_IDENTITY_CHARS: usize = 256;
+
+/// One `[[approvers]]` entry as configured.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApproverSpec {
+    /// Stable id; quorum counts distinct ids.
+    pub id: String,
+    /// Display name, for messages.
+    pub name: String,
+    /// The highest risk this approver may decide: low, medium, high or critical.
+    pub max_risk: String,
+    /// Channel → the approver's identities there: Telegram numeric user ids, GitHub logins
+    /// and/or numeric ids, CLI user names.
+    pub identities: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ApproverRegistry {
+    approvers: Vec<Approver>,
+}
+
+#[derive(Debug, Clone)]
+struct Approver {
+    id: String,
+    name: String,
+    max_risk: Risk,
+    identities: Vec<Identity>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Identity {
+    channel: String,
+    value: String,
+}
+
+impl Identity {
+    fn is_login(&self) -> bool {
+        self.channel == LOGIN_CHANNEL && !self.value.bytes().all(|b| b.is_ascii_digit())
+    }
+
+    fn identifies(&self, decider: &Decider) -> bool {
+        self.channel == decider.channel
+            && if self.is_login() {
+                self.value.eq_ignore_ascii_case(&decider.display_name)
+            } else {
+                self.value == decider.user_id
+            }
+    }
+
+    /// Whether a request's `requester` names this identity: its value, or `channel:value`.
+    fn named_by(&self, requester: &str) -> bool {
+        let same = |text: &str| {
+            if self.is_login() {
+                text.eq_ignore_ascii_case(&self.value)
+            } else {
+                text == self.value
+            }
+        };
+        same(requester)
+            || requester
+                .strip_prefix(self.channel.as_str())
+                .and_then(|rest| rest.strip_prefix(':'))
+                .is_some_and(same)
+    }
+}
+
+impl Approver {
+    fn is_requester(&self, requester: &str) -> bool {
+        !requester.is_empty()
+            && (requester == self.id || self.identities.iter().any(|i| i.named_by(requester)))
+    }
+
+    fn label(&self) -> String {
+        if self.name.is_empty() || self.name == self.id {
+            self.id.clone()
+        } else {
+            format!("{} ({})", self.id, self.name)
+        }
+    }
+}
+
+impl ApproverRegistry {
+    /// Checks every entry; errors name the approver. One identity may belong to one approver
+    /// only.
+    pub fn compile(specs: &[ApproverSpec]) -> Result<ApproverRegistry, SpecError> {
+        let mut approvers: Vec<Approver> = Vec::with_capacity(specs.len());
+        for (index, spec) in specs.iter().enumerate() {
+            let fail = |message: String| SpecError {
+                subject: subject("approver", "approvers", index, &spec.id),
+                message,
+            };
+            let approver = compile_approver(spec).map_err(fail)?;
+            if approvers.iter().any(|a| a.id == approver.id) {
+                return Err(fail("another approver has the same id".into()));
+            }
+            for identity in &approver.identities {
+                if let Some(other) = approvers
+                    .iter()
+                    .find(|a| a.identities.iter().any(|i| same_account(i, identity)))
+                {
+                    return Err(fail(format!(
+                        "identity {}:{} is also listed for approver {:?}",
+                        identity.channel, identity.value, other.id
+                    )));
+                }
+            }
+            approvers.push(approver);
+        }
+        Ok(ApproverRegistry { approvers })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.approvers.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.approvers.len()
+    }
+
+    /// Who `decider` is for quorum purposes (the approver id; with an empty registry, the
+    /// decider's channel identity), or why they may not make this decision on `approval`:
+    /// not registered, above their risk ceiling, or approving their own request while
+    /// separation of duties applies.
+    pub fn authorize(
+        &self,
+        decider: &Decider,
+        verdict: Verdict,
+        approval: &Approval,
+    ) -> Result<String, Error> {
+        if self.is_empty() {
+            return Ok(decider.identity());
+        }
+        let approver = self
+            .approvers
+            .iter()
+            .find(|a| a.identities.iter().any(|i| i.identifies(decider)))
+            .ok_or_else(|| {
+                Error::PermissionDenied(format!(
+                    "decider {} ({:?}) is not a registered approver",
+                    decider.identity(),
+                    decider.display_name
+                ))
+            })?;
+        if approval.risk > approver.max_risk {
+            return Err(Error::PermissionDenied(format!(
+                "approver {} may decide up to {} risk; approval {} is {}",
+                approver.label(),
+                approver.max_risk.as_str(),
+                approval.id,
+                approval.risk.as_str()
+            )));
+        }
+        if verdict == Verdict::Approve
+            && approval.separation_of_duties
+            && approver.is_requester(&approval.requester)
+        {
+            return Err(Error::PermissionDenied(format!(
+                "approver {} requested approval {} (requester {:?}) and may not approve it: separation of duties",
+                approver.label(),
+                approval.id,
+                approval.requester
+            )));
+        }
+        Ok(approver.id.clone())
+    }
+}
+
+/// Whether two identities name the same account (logins compare case-insensitively).
+fn same_account(a: &Identity, b: &Identity) -> bool {
+    a.channel == b.channel
+        && if a.is_login() {
+            a.value.eq_ignore_ascii_case(&b.value)
+        } else {
+            a.value == b.value
+        }
+}
+
+fn compile_approver(spec: &ApproverSpec) -> Result<Approver, String> {
+    let invalid = |e: Error| e.to_string();
+    required("id", &spec.id, MAX_APPROVER_ID_CHARS).map_err(invalid)?;
+    let max_risk = match spec.max_risk.as_str() {
+        "" => return Err("max_risk is required (low, medium, high or critical)".into()),
+        name => Risk::parse(name).ok_or_else(|| {
+            format!("max_risk {name:?} is not a risk level (low, medium, high or critical)")
+        })?,
+    };
+    let mut identities = Vec::new();
+    for (channel, values) in &spec.identities {
+        validate_channel(&format!("identities.{channel}"), channel).map_err(invalid)?;
+        for value in values {
+            required(&format!("identities.{channel}"), value, MAX_IDENTITY_CHARS)
+                .map_err(invalid)?;
+            identities.push(Identity {
+                channel: channel.clone(),
+                value: value.clone(),
+            });
+        }
+    }
+    if identities.is_empty() {
+        return Err("identities lists no identity on any channel".into());
+    }
+    Ok(Approver {
+        id: spec.id.clone(),
+        name: spec.name.clone(),
+        max_risk,
+        identities,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ApprovalRequest, Disposition};
+
+    fn spec(id: &str, max_risk: &str, identities: &[(&str, &[&str])]) -> ApproverSpec {
+        ApproverSpec {
+            id: id.into(),
+            name: id.to_uppercase(),
+            max_risk: max_risk.into(),
+            identities: identities
+                .iter()
+                .map(|(channel, values)| {
+                    (
+                        channel.to_string(),
+                        values.iter().map(|v| v.to_string()).collect(),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    fn decider(channel: &str, user_id: &str, display_name: &str) -> Decider {
+        Decider {
+            channel: channel.into(),
+            user_id: user_id.into(),
+            display_name: display_name.into(),
+        }
+    }
+
+    fn approval(risk: Risk, requester: &str) -> Approval {
+        let request = ApprovalRequest {
+            agent_id: "a".into(),
+            session_id: String::new(),
+            requester: requester.into(),
+            idempotency_key: "k".into(),
+            tool_name: "t".into(),
+            arguments_json: "{}".into(),
+            args_digest: "d".into(),
+            action: String::new(),
+            reason: String::new(),
+            risk,
+            routes: Vec::new(),
+            required_approvals: 1,
+            ttl_seconds: None,
+            labels: BTreeMap::new(),
+            policy_rule: None,
+            separation_of_duties: true,
+        };
+        Approval::new("id-1".into(), request, 60, Disposition::RequireHuman, 0)
+    }
+
+    fn registry() -> ApproverRegistry {
+        ApproverRegistry::compile(&[
+            spec(
+                "alice",
+                "critical",
+                &[("telegram", &["1001"]), ("github", &["Alice-GH", "583231"])],
+            ),
+            spec("bob", "medium", &[("cli", &["bob"])]),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn one_person_on_two_channels_is_one_approver() {
+        let registry = registry();
+        let high = approval(Risk::High, "carol");
+        let telegram = decider("telegram", "1001", "@alice");
+        let by_login = decider("github", "999", "alice-gh");
+        let by_id = decider("github", "583231", "renamed");
+        for d in [telegram, by_login, by_id] {
+            assert_eq!(
+                registry.authorize(&d, Verdict::Approve, &high).unwrap(),
+                "alice"
+            );
+        }
+    }
+
+    #[test]
+    fn strangers_ceilings_and_own_requests_are_refused() {
+        let registry = registry();
+        let refused =
+            |d: Decider, verdict: Verdict, a: &Approval| match registry.authorize(&d, verdict, a) {
+                Err(Error::PermissionDenied(message)) => message,
+                other => panic!("expected a refusal, got {other:?}"),
+            };
+        let high = approval(Risk::High, "carol");
+        assert!(refused(
+            decider("telegram", "7", "@mallory"),
+            Verdict::Approve,
+            &high
+        )
+        .contains("not a registered approver"));
+        // A Telegram display name is not an identity.
+        assert!(
+            refused(decider("telegram", "7", "1001"), Verdict::Approve, &high)
+                .contains("not a registered approver")
+        );
+        assert!(
+            refused(decider("cli", "bob", "bob"), Verdict::Reject, &high).contains("up to MEDIUM")
+        );
+
+        for requester in [
+            "alice",
+            "1001",
+            "telegram:1001",
+            "alice-gh",
+            "github:ALICE-GH",
+        ] {
+            let own = approval(Risk::Low, requester);
+            let alice = decider("telegram", "1001", "@alice");
+            assert!(
+                refused(alice.clone(), Verdict::Approve, &own).contains("separation of duties"),
+                "{requester}"
+            );
+            assert!(registry.authorize(&alice, Verdict::Reject, &own).is_ok());
+            let mut exempt = own.clone();
+            exempt.separation_of_duties = false;
+            assert!(registry
+                .authorize(&alice, Verdict::Approve, &exempt)
+                .is_ok());
+        }
+    }
+
+    #[test]
+    fn an_empty_registry_accepts_any_decider_by_channel_identity() {
+        let anyone = decider("telegram", "7", "@x");
+        let own = approval(Risk::Critical, "7");
+        assert_eq!(
+            ApproverRegistry::default()
+                .authorize(&anyone, Verdict::Approve, &own)
+                .unwrap(),
+            "telegram:7"
+        );
+    }
+
+    #[test]
+    fn malformed_entries_are_named() {
+        let cases = [
+            (spec("x", "huge", &[("cli", &["x"])]), "max_risk"),
+            (spec("x", "", &[("cli", &["x"])]), "max_risk is required"),
+            (spec("x", "low", &[]), "no identity"),
+            (
+                spec("x", "low", &[("Tele gram", &["1"])]),
+                "identities.Tele gram",
+            ),
+            (spec("x", "low", &[("cli", &[""])]), "identities.cli"),
+            (spec("alice", "low", &[("cli", &["other"])]), "same id"),
+            (
+                spec("y", "low", &[("github", &["alice-gh"])]),
+                "also listed",
+            ),
+        ];
+        for (broken, expected) in cases {
+            let id = broken.id.clone();
+            let error = ApproverRegistry::compile(&[
+                spec("alice", "high", &[("github", &["Alice-GH"])]),
+                broken,
+            ])
+            .unwrap_err();
+            assert_eq!(error.subject, format!("approver {id:?} (approvers[1])"));
+            assert!(error.message.contains(expected), "{expected}: {error}");
+        }
+    }
+}

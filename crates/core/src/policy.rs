@@ -1,0 +1,621 @@
+//! Policy rules: ordered, the first match wins, and no match means a human decides (fail
+//! closed).
+//!
+//! A rule matches on the tool name (glob), the agent id (glob), the requested risk and argument
+//! values (a JSON pointer, then a glob or a regex). `allow` and `deny` resolve the request at
+//! once and the resolution names the rule; `require` sends it to people with the rule's risk,
+//! TTL, quorum, routes and separation-of-duties setting. Rules are compiled once, at start, and
+//! every error names the rule it comes from.
+
+use globset::{GlobBuilder, GlobMatcher};
+use regex::Regex;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::digest::canonical_json;
+use crate::validate::{optional, validate_channel, Limits};
+use crate::{ApprovalRequest, Disposition, ResolvedBy, Risk, Route, Verdict};
+
+/// A configuration entry (a rule, an approver) that cannot be used, named so that the operator
+/// finds it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{subject}: {message}")]
+pub struct SpecError {
+    /// Which entry: `rule "deploys" (rules[2])`.
+    pub subject: String,
+    pub message: String,
+}
+
+/// The name of the `index`th entry of `list` in messages: `rule "x" (rules[2])`.
+pub(crate) fn subject(kind: &str, list: &str, index: usize, name: &str) -> String {
+    if name.is_empty() {
+        format!("{list}[{index}]")
+    } else {
+        format!("{kind} {name:?} ({list}[{index}])")
+    }
+}
+
+/// One `[[rules]]` entry as configured.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuleSpec {
+    pub name: String,
+    /// `allow`, `deny` or `require`.
+    pub action: String,
+    #[serde(rename = "match")]
+    pub matches: MatchSpec,
+    /// Shown in the resolution of `allow` and `deny`.
+    pub reason: String,
+    /// `require` only: the risk the approval gets (replaces the requested one).
+    pub risk: Option<String>,
+    /// `require` only: the longest the approval stays open; a request may ask for less.
+    pub ttl_seconds: Option<u32>,
+    /// `require` only: the fewest distinct approvers; a request may ask for more.
+    pub required_approvals: Option<u32>,
+    /// `require` only: where the approval is shown (replaces the request's routes).
+    pub routes: Vec<Route>,
+    /// `require` only: whether the requester is barred from approving (default true).
+    pub separation_of_duties: Option<bool>,
+}
+
+/// What a rule matches; every part that is set must match.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MatchSpec {
+    /// Glob on the tool name.
+    pub tool: Option<String>,
+    /// Glob on the agent id.
+    pub agent: Option<String>,
+    /// The requested risk is one of these.
+    pub risk: Vec<String>,
+    pub arguments: Vec<ArgumentSpec>,
+}
+
+/// A match on one argument value: the JSON pointer, then exactly one of `glob` or `regex`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ArgumentSpec {
+    /// RFC 6901 JSON pointer into the arguments object, e.g. `/command` or `/env/name`.
+    pub pointer: String,
+    /// Matches the whole value.
+    pub glob: Option<String>,
+    /// Matches anywhere in the value unless anchored with `^` and `$`.
+    pub regex: Option<String>,
+}
+
+/// The compiled rules, in order.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    rules: Vec<Rule>,
+    /// Whether any rule looks at argument values (so the arguments need parsing).
+    reads_arguments: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Rule {
+    name: String,
+    tool: Option<GlobMatcher>,
+    agent: Option<GlobMatcher>,
+    risks: Vec<Risk>,
+    arguments: Vec<ArgumentMatcher>,
+    action: Action,
+}
+
+#[derive(Debug, Clone)]
+enum Action {
+    Resolve { verdict: Verdict, reason: String },
+    Require(Requirements),
+}
+
+#[derive(Debug, Clone)]
+struct Requirements {
+    risk: Option<Risk>,
+    ttl_seconds: Option<u32>,
+    required_approvals: Option<u32>,
+    routes: Vec<Route>,
+    separation_of_duties: bool,
+}
+
+#[derive(Debug, Clone)]
+struct ArgumentMatcher {
+    pointer: String,
+    pattern: Pattern,
+}
+
+#[derive(Debug, Clone)]
+enum Pattern {
+    Glob(GlobMatcher),
+    Regex(Regex),
+}
+
+impl Pattern {
+    fn is_match(&self, text: &str) -> bool {
+        match self {
+            Pattern::Glob(glob) => glob.is_match(text),
+            Pattern::Regex(regex) => regex.is_match(text),
+        }
+    }
+}
+
+const MAX_RULE_NAME_CHARS: usize = 128;
+const MAX_TARGET_CHARS: usize = 256;
+
+impl Policy {
+    /// Compiles the rules in order. Every error names the rule.
+    pub fn compile(specs: &[RuleSpec], limits: &Limits) -> Result<Policy, SpecError> {
+        let mut rules: Vec<Rule> = Vec::with_capacity(specs.len());
+        for (index, spec) in specs.iter().enumerate() {
+            let fail = |message: String| SpecError {
+                subject: subject("rule", "rules", index, &spec.name),
+                message,
+            };
+            let rule = compile_rule(spec, limits).map_err(fail)?;
+            if rules.iter().any(|r| r.name == rule.name) {
+                return Err(fail("another rule has the same name".into()));
+            }
+            rules.push(rule);
+        }
+        let reads_arguments = rules.iter().any(|r| !r.arguments.is_empty());
+        Ok(Policy {
+            rules,
+            reads_arguments,
+        })
+    }
+
+    /// Applies the first matching rule: the request as the rule shapes it, and how it starts.
+    /// No match leaves the request as it is, for a human to decide.
+    pub fn apply(&self, mut request: ApprovalRequest) -> (ApprovalRequest, Disposition) {
+        let arguments = if self.reads_arguments {
+            match serde_json::from_str::<Value>(&request.arguments_json) {
+                Ok(arguments) => Some(arguments),
+                // Validation only lets JSON objects through; should that ever fail, no rule is
+                // skipped over on its account: a human decides.
+                Err(_) => return (request, Disposition::RequireHuman),
+            }
+        } else {
+            None
+        };
+        let Some(rule) = self
+            .rules
+            .iter()
+            .find(|rule| rule.matches(&request, arguments.as_ref()))
+        else {
+            return (request, Disposition::RequireHuman);
+        };
+        request.policy_rule = Some(rule.name.clone());
+        let disposition = match &rule.action {
+            Action::Resolve { verdict, reason } => Disposition::Resolve {
+                verdict: *verdict,
+                resolved_by: ResolvedBy::Rule,
+                rule: Some(rule.name.clone()),
+                grant_id: None,
+                reason: reason.clone(),
+            },
+            Action::Require(requirements) => {
+                requirements.shape(&mut request);
+                Disposition::RequireHuman
+            }
+        };
+        (request, disposition)
+    }
+}
+
+impl Rule {
+    fn matches(&self, request: &ApprovalRequest, arguments: Option<&Value>) -> bool {
+        self.tool
+            .as_ref()
+            .is_none_or(|glob| glob.is_match(&request.tool_name))
+            && self
+                .agent
+                .as_ref()
+                .is_none_or(|glob| glob.is_match(&request.agent_id))
+            && (self.risks.is_empty() || self.risks.contains(&request.risk))
+            && self.arguments.iter().all(|matcher| {
+                arguments
+                    .and_then(|arguments| arguments.pointer(&matcher.pointer))
+                    .is_some_and(|value| matcher.pattern.is_match(&value_text(value)))
+            })
+    }
+}
+
+impl Requirements {
+    fn shape(&self, request: &mut ApprovalRequest) {
+        if let Some(risk) = self.risk {
+            request.risk = risk;
+        }
+        if let Some(rule_ttl) = self.ttl_seconds {
+            request.ttl_seconds = Some(
+                request
+                    .ttl_seconds
+                    .map_or(rule_ttl, |ttl| ttl.min(rule_ttl)),
+            );
+        }
+        if let Some(required) = self.required_approvals {
+            request.required_approvals = request.required_approvals.max(required);
+        }
+        if !self.routes.is_empty() {
+            request.routes = self.routes.clone();
+        }
+        request.separation_of_duties = self.separation_of_duties;
+    }
+}
+
+/// The text a pattern sees: a string as it is, any other value as canonical JSON.
+fn value_text(value: &Value) -> std::borrow::Cow<'_, str> {
+    match value {
+        Value::String(text) => std::borrow::Cow::Borrowed(text),
+        other => std::borrow::Cow::Owned(canonical_json(other)),
+    }
+}
+
+fn compile_rule(spec: &RuleSpec, limits: &Limits) -> Result<Rule, String> {
+    if spec.name.is_empty() {
+        return Err("name is required".into());
+    }
+    optional("name", &spec.name, MAX_RULE_NAME_CHARS).map_err(|e| e.to_string())?;
+    let matches = &spec.matches;
+    let tool = matches
+        .tool
+        .as_deref()
+        .map(|glob| compile_glob("match.tool", glob))
+        .transpose()?;
+    let agent = matches
+        .agent
+        .as_deref()
+        .map(|glob| compile_glob("match.agent", glob))
+        .transpose()?;
+    let risks = matches
+        .risk
+        .iter()
+        .map(|name| parse_risk("match.risk", name))
+        .collect::<Result<Vec<_>, _>>()?;
+    let arguments = matches
+        .arguments
+        .iter()
+        .enumerate()
+        .map(|(i, argument)| compile_argument(&format!("match.arguments[{i}]"), argument))
+        .collect::<Result<Vec<_>, _>>()?;
+    let action = match spec.action.as_str() {
+        "allow" | "deny" => {
+            let shapes = spec.risk.is_some()
+                || spec.ttl_seconds.is_some()
+                || spec.required_approvals.is_some()
+                || !spec.routes.is_empty()
+                || spec.separation_of_duties.is_some();
+            if shapes {
+                return Err(format!(
+                    "action {:?} resolves at once; risk, ttl_seconds, required_approvals, routes and separation_of_duties belong to \"require\" rules",
+                    spec.action
+                ));
+            }
+            let (verdict, verb) = if spec.action == "allow" {
+                (Verdict::Approve, "allowed")
+            } else {
+                (Verdict::Reject, "denied")
+            };
+            let reason = if spec.reason.is_empty() {
+                format!("{verb} by policy rule {:?}", spec.name)
+            } else {
+                spec.reason.clone()
+            };
+            Action::Resolve { verdict, reason }
+        }
+        "require" => Action::Require(compile_requirements(spec, limits)?),
+        "" => return Err("action is required (allow, deny or require)".into()),
+        other => {
+            return Err(format!(
+                "action {other:?} is not one of allow, deny or require"
+            ))
+        }
+    };
+    Ok(Rule {
+        name: spec.name.clone(),
+        tool,
+        agent,
+        risks,
+        arguments,
+        action,
+    })
+}
+
+fn compile_requirements(spec: &RuleSpec, limits: &Limits) -> Result<Requirements, String> {
+    let risk = spec
+        .risk
+        .as_deref()
+        .map(|name| parse_risk("risk", name))
+        .transpose()?;
+    if let Some(ttl) = spec.ttl_seconds {
+        if ttl < limits.min_ttl_seconds || ttl > limits.max_ttl_seconds {
+            return Err(format!(
+                "ttl_seconds {ttl} is outside {}..={} (approvals.min_ttl_seconds..approvals.max_ttl_seconds)",
+                limits.min_ttl_seconds, limits.max_ttl_seconds
+            ));
+        }
+    }
+    if let Some(required) = spec.required_approvals {
+        if required == 0 || required > limits.max_required_approvals {
+            return Err(format!(
+                "required_approvals {required} is outside 1..={} (limits.max_required_approvals)",
+                limits.max_required_approvals
+            ));
+        }
+    }
+    if spec.routes.len() > limits.max_routes {
+        return Err(format!(
+            "has {} routes, at most {} are allowed (limits.max_routes)",
+            spec.routes.len(),
+            limits.max_routes
+        ));
+    }
+    for (i, route) in spec.routes.iter().enumerate() {
+        validate_channel(&format!("routes[{i}].channel"), &route.channel)
+            .and_then(|()| {
+                optional(
+                    &format!("routes[{i}].target"),
+                    &route.target,
+                    MAX_TARGET_CHARS,
+                )
+            })
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(Requirements {
+        risk,
+        ttl_seconds: spec.ttl_seconds,
+        required_approvals: spec.required_approvals,
+        routes: spec.routes.clone(),
+        separation_of_duties: spec.separation_of_duties.unwrap_or(true),
+    })
+}
+
+fn compile_argument(field: &str, spec: &ArgumentSpec) -> Result<ArgumentMatcher, String> {
+    validate_pointer(&spec.pointer).map_err(|message| format!("{field}.pointer: {message}"))?;
+    let pattern = match (&spec.glob, &spec.regex) {
+        (Some(glob), None) => Pattern::Glob(compile_glob(&format!("{field}.glob"), glob)?),
+        (None, Some(regex)) => {
+            Pattern::Regex(Regex::new(regex).map_err(|e| format!("{field}.regex {regex:?}: {e}"))?)
+        }
+        _ => return Err(format!("{field} needs exactly one of glob or regex")),
+    };
+    Ok(ArgumentMatcher {
+        pointer: spec.pointer.clone(),
+        pattern,
+    })
+}
+
+/// `*` matches any run of characters (also `/`), `?` one character, `[a-z]` a class and
+/// `{a,b}` either alternative; the glob must match the whole text.
+fn compile_glob(field: &str, glob: &str) -> Result<GlobMatcher, String> {
+    GlobBuilder::new(glob)
+        .literal_separator(false)
+        .backslash_escape(true)
+        .build()
+        .map(|glob| glob.compile_matcher())
+        .map_err(|e| format!("{field} glob {glob:?}: {e}"))
+}
+
+fn parse_risk(field: &str, name: &str) -> Result<Risk, String> {
+    Risk::parse(name).ok_or_else(|| {
+        format!("{field} {name:?} is not a risk level (low, medium, high or critical)")
+    })
+}
+
+/// An RFC 6901 pointer: empty (the whole object) or `/`-separated tokens in which `~` only
+/// appears as `~0` or `~1`.
+fn validate_pointer(pointer: &str) -> Result<(), String> {
+    if pointer.is_empty() {
+        return Err("is required; use \"/name\" for the argument \"name\"".into());
+    }
+    if !pointer.starts_with('/') {
+        return Err(format!("{pointer:?} must start with '/'"));
+    }
+    let mut chars = pointer.chars();
+    while let Some(c) = chars.next() {
+        if c == '~' && !matches!(chars.next(), Some('0' | '1')) {
+            return Err(format!(
+                "{pointer:?} has a '~' not followed by 0 or 1 (write ~0 for '~' and ~1 for '/')"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn request(tool: &str, arguments: &str, risk: Risk) -> ApprovalRequest {
+        ApprovalRequest {
+            agent_id: "coder-1".into(),
+            session_id: "s".into(),
+            requester: "alice".into(),
+            idempotency_key: "k".into(),
+            tool_name: tool.into(),
+            arguments_json: arguments.into(),
+            args_digest: "d".into(),
+            action: String::new(),
+            reason: String::new(),
+            risk,
+            routes: Vec::new(),
+            required_approvals: 1,
+            ttl_seconds: None,
+            labels: BTreeMap::new(),
+            policy_rule: None,
+            separation_of_duties: true,
+        }
+    }
+
+    fn rules(toml_like: Vec<RuleSpec>) -> Policy {
+        Policy::compile(&toml_like, &Limits::default()).unwrap()
+    }
+
+    fn rule(name: &str, action: &str) -> RuleSpec {
+        RuleSpec {
+            name: name.into(),
+            action: action.into(),
+            ..RuleSpec::default()
+        }
+    }
+
+    fn verdict_of(disposition: &Disposition) -> Option<(Verdict, Option<String>)> {
+        match disposition {
+            Disposition::Resolve { verdict, rule, .. } => Some((*verdict, rule.clone())),
+            Disposition::RequireHuman => None,
+        }
+    }
+
+    #[test]
+    fn no_rule_or_no_match_requires_a_human() {
+        let (_, disposition) = Policy::default().apply(request("bash", "{}", Risk::Low));
+        assert_eq!(disposition, Disposition::RequireHuman);
+        let mut only_deploys = rule("deploys", "allow");
+        only_deploys.matches.tool = Some("deploy".into());
+        let (request, disposition) =
+            rules(vec![only_deploys]).apply(request("bash", "{}", Risk::Low));
+        assert_eq!(disposition, Disposition::RequireHuman);
+        assert_eq!(request.policy_rule, None);
+    }
+
+    #[test]
+    fn the_first_matching_rule_wins() {
+        let mut deny_rm = rule("no-rm", "deny");
+        deny_rm.matches.arguments = vec![ArgumentSpec {
+            pointer: "/command".into(),
+            regex: Some(r"\brm\s+-rf\b".into()),
+            glob: None,
+        }];
+        let mut low = rule("auto-low", "allow");
+        low.matches.risk = vec!["low".into()];
+        let policy = rules(vec![deny_rm, low]);
+        let (_, denied) = policy.apply(request("bash", r#"{"command":"rm -rf /"}"#, Risk::Low));
+        assert_eq!(
+            verdict_of(&denied),
+            Some((Verdict::Reject, Some("no-rm".into())))
+        );
+        let (_, allowed) = policy.apply(request("bash", r#"{"command":"ls"}"#, Risk::Low));
+        assert_eq!(
+            verdict_of(&allowed),
+            Some((Verdict::Approve, Some("auto-low".into())))
+        );
+        let (_, high) = policy.apply(request("bash", r#"{"command":"ls"}"#, Risk::High));
+        assert_eq!(high, Disposition::RequireHuman);
+    }
+
+    #[test]
+    fn globs_match_whole_names_and_pointers_reach_nested_values() {
+        let mut prod = rule("prod", "deny");
+        prod.matches.tool = Some("deploy.*".into());
+        prod.matches.arguments = vec![ArgumentSpec {
+            pointer: "/target/env".into(),
+            glob: Some("prod*".into()),
+            regex: None,
+        }];
+        let policy = rules(vec![prod]);
+        let hit = request(
+            "deploy.k8s",
+            r#"{"target":{"env":"production"}}"#,
+            Risk::Low,
+        );
+        assert!(verdict_of(&policy.apply(hit).1).is_some());
+        for (tool, arguments) in [
+            ("deploy", r#"{"target":{"env":"production"}}"#),
+            ("deploy.k8s", r#"{"target":{"env":"staging-prod"}}"#),
+            ("deploy.k8s", r#"{"target":{}}"#),
+            ("xdeploy.k8s", r#"{"target":{"env":"prod"}}"#),
+        ] {
+            let (_, disposition) = policy.apply(request(tool, arguments, Risk::Low));
+            assert_eq!(disposition, Disposition::RequireHuman, "{tool} {arguments}");
+        }
+    }
+
+    #[test]
+    fn non_string_values_match_as_json_text() {
+        let mut many = rule("many", "deny");
+        many.matches.arguments = vec![ArgumentSpec {
+            pointer: "/count".into(),
+            regex: Some("^[0-9]{4,}$".into()),
+            glob: None,
+        }];
+        let policy = rules(vec![many]);
+        let (_, big) = policy.apply(request("mail", r#"{"count":12000}"#, Risk::Low));
+        assert!(verdict_of(&big).is_some());
+        let (_, small) = policy.apply(request("mail", r#"{"count":12}"#, Risk::Low));
+        assert_eq!(small, Disposition::RequireHuman);
+    }
+
+    #[test]
+    fn require_rules_shape_the_request() {
+        let mut require = rule("prod-deploys", "require");
+        require.risk = Some("critical".into());
+        require.ttl_seconds = Some(600);
+        require.required_approvals = Some(2);
+        require.routes = vec![Route {
+            channel: "github".into(),
+            target: "acme/ops#1".into(),
+        }];
+        require.separation_of_duties = Some(false);
+        let policy = rules(vec![require]);
+        let mut asked = request("deploy", "{}", Risk::Low);
+        asked.ttl_seconds = Some(3600);
+        asked.required_approvals = 3;
+        let (shaped, disposition) = policy.apply(asked);
+        assert_eq!(disposition, Disposition::RequireHuman);
+        assert_eq!(shaped.risk, Risk::Critical);
+        assert_eq!(shaped.ttl_seconds, Some(600), "the rule caps the TTL");
+        assert_eq!(shaped.required_approvals, 3, "the rule sets a floor");
+        assert_eq!(shaped.routes[0].target, "acme/ops#1");
+        assert!(!shaped.separation_of_duties);
+        assert_eq!(shaped.policy_rule.as_deref(), Some("prod-deploys"));
+    }
+
+    #[test]
+    fn every_malformed_rule_is_refused_with_its_name() {
+        let argument = |pointer: &str, glob: Option<&str>, regex: Option<&str>| ArgumentSpec {
+            pointer: pointer.into(),
+            glob: glob.map(Into::into),
+            regex: regex.map(Into::into),
+        };
+        type Breakage = Box<dyn Fn(&mut RuleSpec)>;
+        let cases: Vec<(&str, Breakage)> = vec![
+            ("glob", Box::new(|r| r.matches.tool = Some("[a".into()))),
+            (
+                "regex",
+                Box::new(move |r| r.matches.arguments = vec![argument("/x", None, Some("(a"))]),
+            ),
+            (
+                "pointer",
+                Box::new(move |r| r.matches.arguments = vec![argument("x", Some("*"), None)]),
+            ),
+            (
+                "~",
+                Box::new(move |r| r.matches.arguments = vec![argument("/a~2", Some("*"), None)]),
+            ),
+            (
+                "exactly one",
+                Box::new(move |r| r.matches.arguments = vec![argument("/x", Some("*"), Some("x"))]),
+            ),
+            (
+                "risk level",
+                Box::new(|r| r.matches.risk = vec!["huge".into()]),
+            ),
+            ("not one of", Box::new(|r| r.action = "maybe".into())),
+            ("require", Box::new(|r| r.ttl_seconds = Some(60))),
+        ];
+        for (expected, breakage) in cases {
+            let mut broken = rule("broken-one", "allow");
+            breakage(&mut broken);
+            let error =
+                Policy::compile(&[rule("fine", "deny"), broken], &Limits::default()).unwrap_err();
+            assert_eq!(error.subject, r#"rule "broken-one" (rules[1])"#);
+            assert!(error.message.contains(expected), "{expected}: {error}");
+        }
+        let mut slow = rule("slow", "require");
+        slow.ttl_seconds = Some(0);
+        assert!(Policy::compile(&[slow], &Limits::default()).is_err());
+        let twice = Policy::compile(&[rule("a", "deny"), rule("a", "allow")], &Limits::default());
+        assert!(twice.unwrap_err().message.contains("same name"));
+        let unnamed = Policy::compile(&[rule("", "deny")], &Limits::default()).unwrap_err();
+        assert_eq!(unnamed.to_string(), "rules[0]: name is required");
+    }
+}

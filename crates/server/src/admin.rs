@@ -1,0 +1,154 @@
+//! `AdminService`: the audit trail (history and verification) and session grants. Admin
+//! tokens only.
+
+use countersign_core::validate::{optional, required};
+use countersign_core::Error as DomainError;
+use countersign_proto::v1 as pb;
+use countersign_proto::v1::admin_service_server::AdminService;
+use tonic::{Request, Response, Status};
+
+use crate::auth::Caller;
+use crate::convert::{audited_event_to_pb, event_kind_from_pb, grant_to_pb, millis_of};
+use crate::error::{status_of, status_of_domain};
+use crate::history::{EventFilter, GrantFilter};
+use crate::service::paginate;
+use crate::store::{now_millis, Store};
+
+const DEFAULT_PAGE_SIZE: u32 = 100;
+const MAX_PAGE_SIZE: u32 = 1000;
+const MAX_ID_CHARS: usize = 128;
+const MAX_REASON_CHARS: usize = 4096;
+
+pub struct AdminApi {
+    store: Store,
+}
+
+impl AdminApi {
+    pub fn new(store: Store) -> Self {
+        AdminApi { store }
+    }
+}
+
+/// The page size asked for, or the default; too large is an error naming the field.
+fn page_size(asked: u32) -> Result<u32, Status> {
+    match asked {
+        0 => Ok(DEFAULT_PAGE_SIZE),
+        n if n > MAX_PAGE_SIZE => Err(status_of_domain(DomainError::invalid(
+            "page_size",
+            format!("must be at most {MAX_PAGE_SIZE}"),
+        ))),
+        n => Ok(n),
+    }
+}
+
+#[tonic::async_trait]
+impl AdminService for AdminApi {
+    async fn list_events(
+        &self,
+        request: Request<pb::ListEventsRequest>,
+    ) -> Result<Response<pb::ListEventsResponse>, Status> {
+        Caller::of(&request)?.allow("ListEvents", &[])?;
+        let request = request.into_inner();
+        let page_size = page_size(request.page_size)?;
+        let kinds = request
+            .kinds
+            .iter()
+            .map(|kind| event_kind_from_pb("kinds", *kind))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(status_of_domain)?;
+        let after_seq = match request.page_token.as_str() {
+            "" => None,
+            token => Some(token.parse::<i64>().map_err(|_| {
+                status_of_domain(DomainError::invalid(
+                    "page_token",
+                    "is not a token from a previous response",
+                ))
+            })?),
+        };
+        let filter = EventFilter {
+            approval_id: request.approval_id,
+            kinds,
+            agent_id: request.agent_id,
+            decider: request.decider,
+            since: request.since.as_ref().map(millis_of),
+            until: request.until.as_ref().map(millis_of),
+            newest_first: request.newest_first,
+            after_seq,
+            limit: page_size + 1,
+        };
+        let mut events = self.store.list_events(&filter).await.map_err(status_of)?;
+        let next_page_token = paginate(&mut events, page_size, |e| e.event.seq.to_string());
+        Ok(Response::new(pb::ListEventsResponse {
+            events: events.iter().map(audited_event_to_pb).collect(),
+            next_page_token,
+        }))
+    }
+
+    async fn verify_audit(
+        &self,
+        request: Request<pb::VerifyAuditRequest>,
+    ) -> Result<Response<pb::VerifyAuditResponse>, Status> {
+        let caller = Caller::of(&request)?;
+        caller.allow("VerifyAudit", &[])?;
+        let report = self.store.verify_audit().await.map_err(status_of)?;
+        let (broken_seq, problem) = report.broken.unwrap_or_default();
+        if broken_seq > 0 {
+            tracing::error!(broken_seq, problem = %problem, token = %caller.name, "the audit trail does not verify");
+        }
+        Ok(Response::new(pb::VerifyAuditResponse {
+            intact: broken_seq == 0,
+            events_checked: report.events_checked,
+            first_seq: report.first_seq.max(0) as u64,
+            last_seq: report.last_seq.max(0) as u64,
+            broken_seq: broken_seq.max(0) as u64,
+            problem,
+        }))
+    }
+
+    async fn list_grants(
+        &self,
+        request: Request<pb::ListGrantsRequest>,
+    ) -> Result<Response<pb::ListGrantsResponse>, Status> {
+        Caller::of(&request)?.allow("ListGrants", &[])?;
+        let request = request.into_inner();
+        let page_size = page_size(request.page_size)?;
+        let filter = GrantFilter {
+            agent_id: request.agent_id,
+            session_id: request.session_id,
+            tool_name: request.tool_name,
+            include_inactive: request.include_inactive,
+            before_id: request.page_token,
+            limit: page_size + 1,
+        };
+        let now = now_millis();
+        let mut grants = self
+            .store
+            .list_grants(&filter, now)
+            .await
+            .map_err(status_of)?;
+        let next_page_token = paginate(&mut grants, page_size, |g| g.id.clone());
+        Ok(Response::new(pb::ListGrantsResponse {
+            grants: grants.iter().map(|g| grant_to_pb(g, now)).collect(),
+            next_page_token,
+        }))
+    }
+
+    async fn revoke_grant(
+        &self,
+        request: Request<pb::RevokeGrantRequest>,
+    ) -> Result<Response<pb::Grant>, Status> {
+        let caller = Caller::of(&request)?;
+        caller.allow("RevokeGrant", &[])?;
+        let request = request.into_inner();
+        required("grant_id", &request.grant_id, MAX_ID_CHARS).map_err(status_of_domain)?;
+        optional("reason", &request.reason, MAX_REASON_CHARS).map_err(status_of_domain)?;
+        let now = now_millis();
+        let grant = self
+            .store
+            .revoke_grant(&request.grant_id, &caller.name, &request.reason, now)
+            .await
+            .map_err(status_of)?;
+        tracing::info!(grant_id = %grant.id, token = %caller.name, "grant revoked");
+        Ok(Response::new(grant_to_pb(&grant, now)))
+    }
+}

@@ -1,0 +1,446 @@
+//! Authentication and authorization: bearer tokens with a role and an agent or channel scope.
+//!
+//! An interceptor in front of the countersign services turns the `authorization` header into a
+//! [`Caller`] (UNAUTHENTICATED when it is missing or unknown) and hands it to the handlers in
+//! the request's extensions; each handler then checks the caller's role and scope against what
+//! the call touches (PERMISSION_DENIED). Health and reflection have no interceptor. Tokens are
+//! held only as SHA-256 hashes and compared in constant time; they are never logged.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use countersign_core::validate::validate_channel;
+use countersign_core::Approval;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tonic::metadata::MetadataMap;
+use tonic::service::Interceptor;
+use tonic::{Request, Status};
+
+pub use crate::config::Role;
+use crate::config::{ConfigError, TokenConfig};
+
+/// Tokens shorter than this are refused at start: they could be guessed.
+const MIN_TOKEN_CHARS: usize = 16;
+
+/// Who is calling, as established by their token.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The token's configured name.
+    pub name: String,
+    pub role: Role,
+    agents: Scope,
+    channels: Scope,
+}
+
+#[derive(Debug, Clone)]
+enum Scope {
+    Any,
+    Only(Vec<String>),
+}
+
+impl Scope {
+    fn of(values: &[String]) -> Scope {
+        if values.iter().any(|v| v == "*") {
+            Scope::Any
+        } else {
+            Scope::Only(values.to_vec())
+        }
+    }
+
+    fn contains(&self, value: &str) -> bool {
+        match self {
+            Scope::Any => true,
+            Scope::Only(values) => values.iter().any(|v| v == value),
+        }
+    }
+
+    /// The one value of a scope that has exactly one.
+    fn sole(&self) -> Option<&str> {
+        match self {
+            Scope::Only(values) if values.len() == 1 => Some(&values[0]),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scope::Any => f.write_str("any"),
+            Scope::Only(values) => write!(f, "{values:?}"),
+        }
+    }
+}
+
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::Agent => "agent",
+        Role::Worker => "worker",
+        Role::Admin => "admin",
+    }
+}
+
+impl Caller {
+    /// Everyone, when no tokens are configured (the server then serves only on loopback).
+    fn open() -> Caller {
+        Caller {
+            name: "anonymous (no tokens configured)".into(),
+            role: Role::Admin,
+            agents: Scope::Any,
+            channels: Scope::Any,
+        }
+    }
+
+    /// The caller of a request, put there by the [`Authenticator`]. Missing only if the
+    /// interceptor was not installed: then nobody is let in.
+    pub fn of<T>(request: &Request<T>) -> Result<Arc<Caller>, Status> {
+        request
+            .extensions()
+            .get::<Arc<Caller>>()
+            .cloned()
+            .ok_or_else(|| Status::unauthenticated("no authenticated caller"))
+    }
+
+    fn denied(&self, what: String) -> Status {
+        tracing::warn!(token = %self.name, role = role_name(self.role), refused = %what, "permission denied");
+        Status::permission_denied(format!(
+            "token {:?} ({} role) {what}",
+            self.name,
+            role_name(self.role)
+        ))
+    }
+
+    /// Whether the caller's role may call `rpc` at all; admin may call everything.
+    pub fn allow(&self, rpc: &str, roles: &[Role]) -> Result<(), Status> {
+        if self.role == Role::Admin || roles.contains(&self.role) {
+            Ok(())
+        } else {
+            Err(self.denied(format!("may not call {rpc}")))
+        }
+    }
+
+    /// Acting for `agent_id`: admin, or an agent token bound to it.
+    pub fn for_agent(&self, agent_id: &str) -> Result<(), Status> {
+        match self.role {
+            Role::Admin => Ok(()),
+            Role::Agent if self.agents.contains(agent_id) => Ok(()),
+            Role::Agent => Err(self.denied(format!(
+                "may act for agents {} only, not {agent_id:?}",
+                self.agents
+            ))),
+            Role::Worker => Err(self.denied(format!("may not act for agent {agent_id:?}"))),
+        }
+    }
+
+    /// Serving `channel`: admin, or a worker token bound to it.
+    pub fn for_channel(&self, channel: &str) -> Result<(), Status> {
+        match self.role {
+            Role::Admin => Ok(()),
+            Role::Worker if self.channels.contains(channel) => Ok(()),
+            Role::Worker => Err(self.denied(format!(
+                "may serve channels {} only, not {channel:?}",
+                self.channels
+            ))),
+            Role::Agent => Err(self.denied(format!("may not serve channel {channel:?}"))),
+        }
+    }
+
+    /// Seeing `approval`: admin, an agent token bound to its agent, or a worker token bound to
+    /// a channel it is routed to.
+    pub fn may_read(&self, approval: &Approval) -> Result<(), Status> {
+        match (&self.role, &self.channels) {
+            (Role::Admin, _) | (Role::Worker, Scope::Any) => Ok(()),
+            (Role::Agent, _) => self.for_agent(&approval.agent_id),
+            (Role::Worker, Scope::Only(channels)) => {
+                if channels.iter().any(|c| approval.is_routed_to(c)) {
+                    Ok(())
+                } else {
+                    Err(self.denied(format!(
+                        "may serve channels {} only; approval {} is not routed there",
+                        self.channels, approval.id
+                    )))
+                }
+            }
+        }
+    }
+
+    /// Acting on `approval` as `channel` (checked with [`Caller::for_channel`] before): a
+    /// worker only acts on approvals routed to its channel; others are not limited.
+    pub fn routed_to(&self, channel: &str, approval: &Approval) -> Result<(), Status> {
+        if self.role == Role::Worker && !approval.is_routed_to(channel) {
+            return Err(self.denied(format!(
+                "serves {channel:?}, and approval {} is not routed there",
+                approval.id
+            )));
+        }
+        Ok(())
+    }
+
+    /// The filter a list or watch call is limited to: the one asked for, or, when none was
+    /// asked for, the caller's only agent (agent tokens) or channel (worker tokens).
+    pub fn agent_filter(&self, asked: String) -> Result<String, Status> {
+        match (self.role, asked.is_empty(), self.agents.sole()) {
+            (Role::Agent, true, Some(sole)) => Ok(sole.to_owned()),
+            (Role::Agent, true, None) if matches!(self.agents, Scope::Only(_)) => {
+                Err(self.denied("must name one of its agents in agent_id".into()))
+            }
+            (Role::Agent, false, _) => self.for_agent(&asked).map(|()| asked),
+            _ => Ok(asked),
+        }
+    }
+
+    /// See [`Caller::agent_filter`].
+    pub fn channel_filter(&self, asked: String) -> Result<String, Status> {
+        match (self.role, asked.is_empty(), self.channels.sole()) {
+            (Role::Worker, true, Some(sole)) => Ok(sole.to_owned()),
+            (Role::Worker, true, None) if matches!(self.channels, Scope::Only(_)) => {
+                Err(self.denied("must name one of its channels in channel".into()))
+            }
+            (Role::Worker, false, _) => self.for_channel(&asked).map(|()| asked),
+            _ => Ok(asked),
+        }
+    }
+}
+
+struct Token {
+    hash: [u8; 32],
+    caller: Arc<Caller>,
+}
+
+/// The configured tokens, as hashes.
+pub struct Tokens {
+    tokens: Vec<Token>,
+}
+
+impl Tokens {
+    /// Resolves `[[tokens]]`: reads `value_env` variables through `env` and hashes them, and
+    /// checks every entry; errors name the token, never its value.
+    pub fn from_config(
+        configs: &[TokenConfig],
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Tokens, ConfigError> {
+        let mut names = HashSet::new();
+        let mut tokens: Vec<Token> = Vec::with_capacity(configs.len());
+        for (index, config) in configs.iter().enumerate() {
+            let fail = |message: String| {
+                ConfigError::Invalid(format!(
+                    "token {:?} (tokens[{index}]): {message}",
+                    config.name
+                ))
+            };
+            if config.name.is_empty() {
+                return Err(fail("name is required".into()));
+            }
+            if !names.insert(config.name.as_str()) {
+                return Err(fail("another token has the same name".into()));
+            }
+            let hash = token_hash(config, &env).map_err(&fail)?;
+            if tokens.iter().any(|t| bool::from(t.hash.ct_eq(&hash))) {
+                return Err(fail("has the same value as another token".into()));
+            }
+            check_scope(config).map_err(&fail)?;
+            tokens.push(Token {
+                hash,
+                caller: Arc::new(Caller {
+                    name: config.name.clone(),
+                    role: config.role,
+                    agents: Scope::of(&config.agents),
+                    channels: Scope::of(&config.channels),
+                }),
+            });
+        }
+        Ok(Tokens { tokens })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// The caller a presented token belongs to. Every configured hash is compared, in
+    /// constant time, whichever matches.
+    fn find(&self, token: &str) -> Option<Arc<Caller>> {
+        let presented: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let mut found = None;
+        for candidate in &self.tokens {
+            if bool::from(candidate.hash.ct_eq(&presented)) {
+                found = Some(candidate.caller.clone());
+            }
+        }
+        found
+    }
+}
+
+fn token_hash(
+    config: &TokenConfig,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<[u8; 32], String> {
+    match (&config.value_env, &config.sha256) {
+        (Some(variable), None) => {
+            let value = env(variable)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| format!("environment variable {variable} is not set"))?;
+            if value.chars().count() < MIN_TOKEN_CHARS {
+                return Err(format!(
+                    "the value of {variable} is shorter than {MIN_TOKEN_CHARS} characters; use a long random token"
+                ));
+            }
+            Ok(Sha256::digest(value.as_bytes()).into())
+        }
+        (None, Some(hex_hash)) => {
+            let mut hash = [0u8; 32];
+            hex::decode_to_slice(hex_hash.trim(), &mut hash)
+                .map_err(|_| "sha256 must be 64 hex digits".to_string())?;
+            Ok(hash)
+        }
+        _ => Err("needs exactly one of value_env or sha256".into()),
+    }
+}
+
+fn check_scope(config: &TokenConfig) -> Result<(), String> {
+    match config.role {
+        Role::Agent if config.agents.is_empty() => {
+            Err("an agent token needs agents (its agent ids, or \"*\")".into())
+        }
+        Role::Worker if config.channels.is_empty() => {
+            Err("a worker token needs channels (its channels, or \"*\")".into())
+        }
+        Role::Agent if !config.channels.is_empty() => {
+            Err("channels apply to worker tokens only".into())
+        }
+        Role::Worker if !config.agents.is_empty() => {
+            Err("agents apply to agent tokens only".into())
+        }
+        Role::Admin if !config.agents.is_empty() || !config.channels.is_empty() => {
+            Err("an admin token has no agents or channels: it may do everything".into())
+        }
+        _ => {
+            for channel in config.channels.iter().filter(|c| *c != "*") {
+                validate_channel("channels", channel).map_err(|e| e.to_string())?;
+            }
+            if config.agents.iter().any(String::is_empty) {
+                return Err("agents may not hold an empty id".into());
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The interceptor: establishes the [`Caller`] of every call.
+#[derive(Clone)]
+pub struct Authenticator {
+    tokens: Arc<Tokens>,
+}
+
+impl Authenticator {
+    pub fn new(tokens: Arc<Tokens>) -> Authenticator {
+        Authenticator { tokens }
+    }
+
+    fn authenticate(&self, metadata: &MetadataMap) -> Result<Arc<Caller>, Status> {
+        if self.tokens.is_empty() {
+            return Ok(Arc::new(Caller::open()));
+        }
+        let header = metadata.get("authorization").ok_or_else(|| {
+            Status::unauthenticated(
+                "a bearer token is required: send authorization: Bearer <token>",
+            )
+        })?;
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|value| {
+                value
+                    .split_once(' ')
+                    .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            })
+            .map(|(_, token)| token.trim())
+            .ok_or_else(|| {
+                Status::unauthenticated("the authorization header must be: Bearer <token>")
+            })?;
+        self.tokens.find(token).ok_or_else(|| {
+            tracing::warn!("a call with an unknown token was refused");
+            Status::unauthenticated("unknown token")
+        })
+    }
+}
+
+impl Interceptor for Authenticator {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        let caller = self.authenticate(request.metadata())?;
+        request.extensions_mut().insert(caller);
+        Ok(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(name: &str, role: Role) -> TokenConfig {
+        TokenConfig {
+            name: name.into(),
+            role,
+            agents: Vec::new(),
+            channels: Vec::new(),
+            value_env: Some(format!("TOKEN_{name}")),
+            sha256: None,
+        }
+    }
+
+    fn env(variable: &str) -> Option<String> {
+        Some(format!("{variable}-0123456789abcdef"))
+    }
+
+    #[test]
+    fn tokens_resolve_from_the_environment_or_a_hash() {
+        let mut agent = config("a", Role::Agent);
+        agent.agents = vec!["coder".into()];
+        let mut hashed = config("h", Role::Admin);
+        hashed.value_env = None;
+        hashed.sha256 = Some(hex::encode(Sha256::digest(b"hashed-secret-0123456789")));
+        let tokens = Tokens::from_config(&[agent, hashed], env).unwrap();
+        assert_eq!(tokens.find("TOKEN_a-0123456789abcdef").unwrap().name, "a");
+        assert_eq!(tokens.find("hashed-secret-0123456789").unwrap().name, "h");
+        assert!(tokens.find("TOKEN_a").is_none());
+    }
+
+    #[test]
+    fn bad_token_entries_are_named_without_their_value() {
+        let mut short = config("short", Role::Admin);
+        short.value_env = Some("SHORT".into());
+        let mut both = config("both", Role::Admin);
+        both.sha256 = Some("00".repeat(32));
+        let mut bad_hash = config("bad-hash", Role::Admin);
+        bad_hash.value_env = None;
+        bad_hash.sha256 = Some("xyz".into());
+        let unbound = config("unbound", Role::Agent);
+        let mut admin_scoped = config("admin-scoped", Role::Admin);
+        admin_scoped.channels = vec!["telegram".into()];
+        let cases = [
+            (short, "shorter than 16"),
+            (both, "exactly one"),
+            (bad_hash, "64 hex"),
+            (unbound, "needs agents"),
+            (admin_scoped, "no agents or channels"),
+        ];
+        for (entry, expected) in cases {
+            let name = entry.name.clone();
+            let error = Tokens::from_config(&[entry], |v: &str| {
+                (v == "SHORT")
+                    .then(|| "tiny".to_string())
+                    .or_else(|| env(v))
+            })
+            .err()
+            .unwrap()
+            .to_string();
+            assert!(error.contains(&format!("token {name:?}")), "{error}");
+            assert!(error.contains(expected), "{expected}: {error}");
+            assert!(!error.contains("tiny"), "{error}");
+        }
+        let unset = Tokens::from_config(&[config("x", Role::Admin)], |_: &str| None)
+            .err()
+            .unwrap();
+        assert!(unset.to_string().contains("TOKEN_x is not set"), "{unset}");
+    }
+}

@@ -1,0 +1,93 @@
+//! Everything the server decides about who may do what, built once from the configuration at
+//! start: tokens, the approver registry and the policy rules. Any error stops the start and
+//! names the entry.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use countersign_core::approvers::ApproverRegistry;
+use countersign_core::policy::Policy;
+
+use tonic::transport::{Identity, ServerTlsConfig};
+
+use crate::auth::Tokens;
+use crate::config::{Config, ConfigError, TlsConfig};
+
+pub struct Security {
+    pub tokens: Arc<Tokens>,
+    pub approvers: ApproverRegistry,
+    pub policy: Policy,
+}
+
+impl Security {
+    /// Compiles the security configuration for a server listening on `listen`. Without tokens
+    /// only a loopback address is allowed.
+    pub fn from_config(config: &Config, listen: SocketAddr) -> Result<Security, ConfigError> {
+        let tokens = Tokens::from_config(&config.tokens, |variable| std::env::var(variable).ok())?;
+        if tokens.is_empty() {
+            if !listen.ip().is_loopback() {
+                return Err(ConfigError::Invalid(format!(
+                    "refusing to serve on {listen} without tokens: anyone who can reach it could approve; configure [[tokens]] or listen on a loopback address"
+                )));
+            }
+            tracing::warn!(listen = %listen, "no tokens configured: every local caller may do everything; serving on loopback only");
+        }
+        let approvers = ApproverRegistry::compile(&config.approvers)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if approvers.is_empty() {
+            tracing::warn!("no approvers configured: any decider a worker sends is accepted");
+        }
+        let policy = Policy::compile(&config.rules, &config.request_limits())
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        tracing::info!(
+            approvers = approvers.len(),
+            rules = config.rules.len(),
+            tls = config.tls.is_some(),
+            "security configuration loaded"
+        );
+        Ok(Security {
+            tokens: Arc::new(tokens),
+            approvers,
+            policy,
+        })
+    }
+}
+
+/// The TLS settings of the gRPC listener, from the PEM files configured.
+pub fn server_tls(config: &TlsConfig) -> Result<ServerTlsConfig, ConfigError> {
+    let read = |field: &str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| {
+            ConfigError::Invalid(format!("cannot read tls.{field} {}: {e}", path.display()))
+        })
+    };
+    let cert = read("cert_file", &config.cert_file)?;
+    let key = read("key_file", &config.key_file)?;
+    Ok(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_example_configuration_is_valid() {
+        let doc = include_str!("../../../docs/configuration.md");
+        let example = doc
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .expect("a TOML example in docs/configuration.md");
+        let config = Config::parse(example).unwrap();
+        config.validate().unwrap();
+        let tokens =
+            Tokens::from_config(&config.tokens, |v| Some(format!("{v}-0123456789"))).unwrap();
+        assert!(!tokens.is_empty());
+        assert_eq!(
+            ApproverRegistry::compile(&config.approvers).unwrap().len(),
+            2
+        );
+        Policy::compile(&config.rules, &config.request_limits()).unwrap();
+        assert_eq!(config.rules.len(), 3);
+        assert!(config.tls.is_some() && config.storage.redact_arguments);
+    }
+}

@@ -1,0 +1,392 @@
+//! Crash loop: the real `countersign-server` binary under concurrent requests and decisions,
+//! killed with SIGKILL at random moments and restarted on the same database. Afterwards every
+//! request and decision a client saw acknowledged is stored exactly once, the event seqs are
+//! contiguous and no approval has two resolutions.
+//!
+//! CI runs a few kills; `COUNTERSIGN_CRASH_KILLS=50` (and `COUNTERSIGN_CRASH_CLIENTS`) for
+//! long runs.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use countersign_proto::v1 as pb;
+use countersign_proto::v1::approval_service_client::ApprovalServiceClient;
+use rand::Rng;
+use sqlx::Connection;
+use tokio::process::{Child, Command};
+use tonic::transport::Channel;
+use tonic::Code;
+
+const SERVER: &str = env!("CARGO_BIN_EXE_countersign-server");
+const START_PATIENCE: Duration = Duration::from_secs(30);
+
+fn knob(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The server binary on a fixed port and database, restarted after every kill.
+struct Server {
+    addr: SocketAddr,
+    database: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Server {
+    fn new(dir: &Path) -> Server {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        Server {
+            addr: probe.local_addr().unwrap(),
+            database: dir.join("countersign.db"),
+            log: dir.join("server.log"),
+            child: None,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    async fn start(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(SERVER)
+            .arg("--listen")
+            .arg(self.addr.to_string())
+            .arg("--database")
+            .arg(&self.database)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        self.wait_until_serving().await;
+    }
+
+    async fn wait_until_serving(&mut self) {
+        use tonic_health::pb::health_client::HealthClient;
+        use tonic_health::pb::HealthCheckRequest;
+        let deadline = Instant::now() + START_PATIENCE;
+        loop {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                panic!(
+                    "the server exited during start-up ({status}):\n{}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
+            }
+            if let Ok(channel) = Channel::from_shared(self.url()).unwrap().connect().await {
+                let check = HealthClient::new(channel)
+                    .check(HealthCheckRequest {
+                        service: "countersign.v1.ApprovalService".into(),
+                    })
+                    .await;
+                if check.is_ok() {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not start in time"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await.unwrap();
+        }
+    }
+
+    /// SIGTERM and a graceful shutdown.
+    async fn terminate(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = child.id().unwrap();
+            let status = std::process::Command::new("kill")
+                .arg("-TERM")
+                .arg(pid.to_string())
+                .status()
+                .unwrap();
+            assert!(status.success());
+            let exited = tokio::time::timeout(START_PATIENCE, child.wait())
+                .await
+                .expect("graceful shutdown in time")
+                .unwrap();
+            assert!(exited.success(), "{exited}");
+        }
+    }
+}
+
+/// What the clients saw acknowledged.
+#[derive(Default)]
+struct Acknowledged {
+    /// idempotency key -> approval id
+    requests: HashMap<String, String>,
+    /// decision idempotency key -> approval id
+    decisions: HashMap<String, String>,
+}
+
+/// Retries a call until the server acknowledges it. Only failures that a restart explains
+/// (connection lost, unavailable) are retried; anything else fails the test.
+async fn until_acknowledged<T, F, Fut>(url: &str, mut call: F) -> T
+where
+    F: FnMut(ApprovalServiceClient<Channel>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(Instant::now() < deadline, "no acknowledgement in 120 s");
+        let channel = match Channel::from_shared(url.to_string())
+            .unwrap()
+            .connect_timeout(Duration::from_secs(1))
+            .connect()
+            .await
+        {
+            Ok(channel) => channel,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        match call(ApprovalServiceClient::new(channel)).await {
+            Ok(answer) => return answer,
+            Err(status)
+                if matches!(
+                    status.code(),
+                    Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Internal
+                ) =>
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(status) => panic!("refused: {status:?}"),
+        }
+    }
+}
+
+fn request(client: usize, n: usize) -> pb::RequestApprovalRequest {
+    let channel = if n.is_multiple_of(2) {
+        "telegram"
+    } else {
+        "github"
+    };
+    pb::RequestApprovalRequest {
+        agent_id: format!("agent-{client}"),
+        session_id: "crash-session".into(),
+        idempotency_key: format!("c{client}-n{n}"),
+        tool_name: "bash".into(),
+        arguments_json: format!(r#"{{"command": "deploy", "attempt": {n}}}"#),
+        action: "deploy".into(),
+        risk: pb::Risk::High as i32,
+        required_approvals: 1 + (n % 2) as u32,
+        routes: vec![pb::Route {
+            channel: channel.into(),
+            target: "ops".into(),
+        }],
+        ..Default::default()
+    }
+}
+
+/// One client: requests, then decides each approval (two approvers when the quorum is 2,
+/// approving or rejecting at random), until told to stop.
+async fn client(number: usize, url: String, stop: Arc<AtomicBool>, seen: Arc<Mutex<Acknowledged>>) {
+    let mut n = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let req = request(number, n);
+        let quorum = req.required_approvals as usize;
+        let key = req.idempotency_key.clone();
+        let created = until_acknowledged(&url, |mut client| {
+            let req = req.clone();
+            async move { client.request_approval(req).await }
+        })
+        .await
+        .into_inner();
+        let id = created.approval.unwrap().id;
+        seen.lock()
+            .unwrap()
+            .requests
+            .insert(key.clone(), id.clone());
+
+        for approver in 0..quorum {
+            let approve = rand::thread_rng().gen_bool(0.8);
+            let decision = pb::DecideRequest {
+                approval_id: id.clone(),
+                verdict: if approve {
+                    pb::Verdict::Approve
+                } else {
+                    pb::Verdict::Reject
+                } as i32,
+                scope: pb::Scope::Once as i32,
+                reason: String::new(),
+                decider: Some(pb::Decider {
+                    channel: if approver == 0 { "telegram" } else { "github" }.into(),
+                    user_id: format!("approver-{approver}"),
+                    display_name: format!("Approver {approver}"),
+                }),
+                idempotency_key: format!("d-{key}-{approver}"),
+            };
+            let decided = until_acknowledged(&url, |mut client| {
+                let decision = decision.clone();
+                async move { client.decide(decision).await }
+            })
+            .await
+            .into_inner();
+            let outcome = pb::DecideOutcome::try_from(decided.outcome).unwrap();
+            // Votes stop at the resolution, so each one lands on a pending approval (or is
+            // the retry of one that did: DUPLICATE).
+            assert_ne!(outcome, pb::DecideOutcome::AlreadyResolved, "{decided:?}");
+            seen.lock()
+                .unwrap()
+                .decisions
+                .insert(decision.idempotency_key.clone(), id.clone());
+            if !approve {
+                break;
+            }
+        }
+        n += 1;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acknowledged_work_survives_sigkill_exactly_once() {
+    let kills = knob("COUNTERSIGN_CRASH_KILLS", 5);
+    let client_count = knob("COUNTERSIGN_CRASH_CLIENTS", 8);
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::new(dir.path());
+    server.start().await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Acknowledged::default()));
+    let clients: Vec<_> = (0..client_count)
+        .map(|number| tokio::spawn(client(number, server.url(), stop.clone(), seen.clone())))
+        .collect();
+
+    let started = Instant::now();
+    for _ in 0..kills {
+        let pause = rand::thread_rng().gen_range(30..300);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        server.kill().await;
+        server.start().await;
+    }
+    // Let every client get at least one call through after the last restart.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.await.unwrap();
+    }
+    server.terminate().await;
+    let elapsed = started.elapsed();
+
+    // Every client has finished: the record is final.
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    let mut db =
+        sqlx::SqliteConnection::connect(&format!("sqlite://{}", server.database.display()))
+            .await
+            .unwrap();
+
+    // Every acknowledged request: one approval, with the acknowledged id.
+    for (key, id) in &seen.requests {
+        let ids: Vec<String> =
+            sqlx::query_scalar("SELECT id FROM approvals WHERE idempotency_key = ?")
+                .bind(key)
+                .fetch_all(&mut db)
+                .await
+                .unwrap();
+        assert_eq!(ids, vec![id.clone()], "request {key}");
+    }
+    // Clients retried every request until it was acknowledged: nothing else is stored.
+    let approvals: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM approvals")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(approvals as usize, seen.requests.len());
+    let requested: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT approval_id, COUNT(*) FROM events WHERE kind = 'REQUESTED' GROUP BY approval_id",
+    )
+    .fetch_all(&mut db)
+    .await
+    .unwrap();
+    assert_eq!(requested.len(), seen.requests.len());
+    assert!(requested.iter().all(|(_, n)| *n == 1), "{requested:?}");
+
+    // Every acknowledged decision: once on its approval and once in the log.
+    for (decision_key, id) in &seen.decisions {
+        let body: String = sqlx::query_scalar("SELECT body FROM approvals WHERE id = ?")
+            .bind(id)
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
+        let approval: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let on_approval = approval["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["idempotency_key"] == decision_key.as_str())
+            .count();
+        assert_eq!(on_approval, 1, "decision {decision_key}");
+        let logged: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM events WHERE approval_id = ?
+               AND json_extract(body, '$.decision.idempotency_key') = ?",
+        )
+        .bind(id)
+        .bind(decision_key)
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+        assert_eq!(logged, 1, "decision {decision_key} in the log");
+    }
+
+    // The log has no gap: seqs run from 1 to the head.
+    let seqs: Vec<i64> = sqlx::query_scalar("SELECT seq FROM events ORDER BY seq")
+        .fetch_all(&mut db)
+        .await
+        .unwrap();
+    assert!(!seqs.is_empty());
+    for (i, seq) in seqs.iter().enumerate() {
+        assert_eq!(*seq, i as i64 + 1, "seqs are not contiguous");
+    }
+
+    // No approval was resolved twice, and each resolved one is resolved in the log once.
+    let twice: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT approval_id, COUNT(*) AS n FROM events
+          WHERE kind IN ('RESOLVED', 'EXPIRED', 'CANCELLED')
+          GROUP BY approval_id HAVING n > 1",
+    )
+    .fetch_all(&mut db)
+    .await
+    .unwrap();
+    assert!(twice.is_empty(), "resolved more than once: {twice:?}");
+    let unlogged: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM approvals a WHERE a.state != 'PENDING' AND NOT EXISTS
+           (SELECT 1 FROM events e WHERE e.approval_id = a.id AND e.kind = 'RESOLVED')",
+    )
+    .fetch_one(&mut db)
+    .await
+    .unwrap();
+    assert_eq!(unlogged, 0, "resolved approvals without a RESOLVED event");
+
+    eprintln!(
+        "crash loop: {kills} SIGKILLs in {:.1} s, {client_count} clients, {} requests and {} decisions acknowledged, {} events, all present exactly once",
+        elapsed.as_secs_f64(),
+        seen.requests.len(),
+        seen.decisions.len(),
+        seqs.len()
+    );
+    assert!(
+        seen.requests.len() >= client_count,
+        "too little work to mean anything"
+    );
+}
