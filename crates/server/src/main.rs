@@ -52,13 +52,21 @@ enum Command {
         /// Give up after this many milliseconds.
         #[arg(long, default_value_t = 3000)]
         timeout_ms: u64,
+        /// PEM file of the CA that signed the server's certificate, for an https:// URL.
+        #[arg(long, env = "COUNTERSIGN_CA_CERT")]
+        ca_cert: Option<PathBuf>,
     },
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Some(Command::Healthcheck { url, timeout_ms }) = &args.command {
-        return healthcheck(url, Duration::from_millis(*timeout_ms));
+    if let Some(Command::Healthcheck {
+        url,
+        timeout_ms,
+        ca_cert,
+    }) = &args.command
+    {
+        return healthcheck(url, Duration::from_millis(*timeout_ms), ca_cert.as_deref());
     }
     let mut config = match &args.config {
         Some(path) => match Config::load(path) {
@@ -107,7 +115,7 @@ fn main() -> ExitCode {
 }
 
 /// Checks the health of the approval service at `url`, printing the answer.
-fn healthcheck(url: &str, timeout: Duration) -> ExitCode {
+fn healthcheck(url: &str, timeout: Duration, ca_cert: Option<&std::path::Path>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -119,11 +127,18 @@ fn healthcheck(url: &str, timeout: Duration) -> ExitCode {
         }
     };
     let checked = runtime.block_on(async {
-        let channel = tonic::transport::Endpoint::from_shared(url.to_string())?
+        let mut endpoint = tonic::transport::Endpoint::from_shared(url.to_string())?
             .connect_timeout(timeout)
-            .timeout(timeout)
-            .connect()
-            .await?;
+            .timeout(timeout);
+        if let Some(path) = ca_cert {
+            let pem = std::fs::read(path)
+                .map_err(|e| format!("cannot read CA certificate {}: {e}", path.display()))?;
+            endpoint = endpoint.tls_config(
+                tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(pem)),
+            )?;
+        }
+        let channel = endpoint.connect().await?;
         let mut client = HealthClient::new(channel);
         let answer = client
             .check(HealthCheckRequest {
