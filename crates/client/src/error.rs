@@ -45,13 +45,14 @@ impl ClientError {
         match self {
             ClientError::Unavailable(_) | ClientError::DeadlineExceeded(_) => true,
             // A connection torn down mid-call surfaces as CANCELLED or UNKNOWN (an h2 or
-            // transport error), a server-side abort as ABORTED.
-            ClientError::Other(status) => {
-                matches!(
-                    status.code(),
-                    Code::Cancelled | Code::Unknown | Code::Aborted
-                )
-            }
+            // transport error), a server-side abort as ABORTED. A server going away (HTTP/2
+            // GOAWAY during a restart) surfaces as INTERNAL carrying the transport error.
+            ClientError::Other(status) => match status.code() {
+                Code::Cancelled | Code::Unknown | Code::Aborted => true,
+                Code::Internal => std::error::Error::source(status)
+                    .is_some_and(|source| source.is::<tonic::transport::Error>()),
+                _ => false,
+            },
             _ => false,
         }
     }
@@ -95,6 +96,22 @@ impl From<tonic::Status> for ClientError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_internal_status_is_transient_only_when_the_transport_broke() {
+        let server_bug = ClientError::from(tonic::Status::internal("storage failure"));
+        assert!(!server_bug.is_transient());
+        let endpoint = tonic::transport::Endpoint::from_static("http://[::1]:1");
+        let transport = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(endpoint.connect())
+            .unwrap_err();
+        let mut gone = tonic::Status::internal("h2 protocol error: http2 error");
+        gone.set_source(std::sync::Arc::new(transport));
+        assert!(ClientError::from(gone).is_transient());
+    }
 
     #[test]
     fn statuses_map_to_their_variants_and_back() {

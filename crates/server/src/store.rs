@@ -18,11 +18,12 @@ use countersign_core::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sqlx::error::BoxDynError;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
+    SqliteArguments, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool,
+    SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteExecutor};
+use sqlx::{Arguments, Connection, QueryBuilder, Row, Sqlite, SqliteExecutor};
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 
@@ -225,6 +226,7 @@ impl Store {
         let mut writer = SqliteConnection::connect_with(&options).await?;
         MIGRATOR.run_direct(&mut writer).await?;
         chain_unhashed_events(&mut writer).await?;
+        let chain = ChainHead::load(&mut writer).await?;
         let reads = SqlitePoolOptions::new()
             .max_connections(config.read_connections)
             .connect_with(options.create_if_missing(false).read_only(true))
@@ -238,6 +240,7 @@ impl Store {
         };
         tokio::spawn(run_writer(
             writer,
+            chain,
             queue,
             max_batch,
             config.redact_arguments,
@@ -513,7 +516,33 @@ impl Store {
     }
 }
 
-async fn head_seq<'e>(executor: impl SqliteExecutor<'e>) -> Result<i64, StoreError> {
+/// The newest link of the audit hash chain. The single writer appends every event, so it
+/// keeps the head in memory instead of reading it before each insert.
+#[derive(Debug, Clone)]
+struct ChainHead {
+    /// The highest seq ever assigned (AUTOINCREMENT's counter: pruning never frees a seq).
+    seq: i64,
+    /// The hash of the newest stored row; empty when the log is empty.
+    hash: String,
+}
+
+impl ChainHead {
+    async fn load(conn: &mut SqliteConnection) -> Result<ChainHead, sqlx::Error> {
+        let newest: Option<(i64, Option<String>)> =
+            sqlx::query_as("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
+                .fetch_optional(&mut *conn)
+                .await?;
+        let (newest_seq, hash) = newest
+            .map(|(seq, hash)| (seq, hash.unwrap_or_default()))
+            .unwrap_or_default();
+        Ok(ChainHead {
+            seq: head_seq(&mut *conn).await?.max(newest_seq),
+            hash,
+        })
+    }
+}
+
+async fn head_seq<'e>(executor: impl SqliteExecutor<'e>) -> Result<i64, sqlx::Error> {
     let head: Option<i64> =
         sqlx::query_scalar("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
             .fetch_optional(executor)
@@ -564,17 +593,19 @@ fn channels_column(approval: &Approval) -> String {
 
 async fn run_writer(
     mut conn: SqliteConnection,
+    chain: ChainHead,
     mut queue: mpsc::Receiver<Job>,
     max_batch: usize,
     redact_arguments: bool,
     hub: Hub,
     observer: Option<Arc<dyn CommitObserver>>,
 ) {
+    let mut chain = Some(chain);
     let mut batch: Vec<Job> = Vec::with_capacity(max_batch);
     while queue.recv_many(&mut batch, max_batch).await > 0 {
         let started = Instant::now();
         let size = batch.len();
-        let outcome = commit_batch(&mut conn, &mut batch, redact_arguments).await;
+        let outcome = commit_batch(&mut conn, &mut chain, &mut batch, redact_arguments).await;
         if let Some(observer) = &observer {
             observer.committed(size, started.elapsed());
         }
@@ -606,34 +637,225 @@ async fn run_writer(
 
 /// Applies each job in one transaction. A job refused by the domain changes nothing (the
 /// domain refuses before any write), so its refusal is its answer and the others still commit.
+///
+/// `chain` is the head of the audit chain as committed. It is taken for the batch and given
+/// back only when the batch commits, so after a rollback the next batch reads it again.
 async fn commit_batch(
     conn: &mut SqliteConnection,
+    chain: &mut Option<ChainHead>,
     batch: &mut [Job],
     redact_arguments: bool,
 ) -> Result<Vec<Result<Applied, StoreError>>, sqlx::Error> {
     let mut tx = conn.begin().await?;
+    let mut head = match chain.take() {
+        Some(head) => head,
+        None => ChainHead::load(&mut tx).await?,
+    };
     let mut results = Vec::with_capacity(batch.len());
     for job in batch.iter_mut() {
         let change = std::mem::replace(&mut job.change, Change::ExpireDue);
-        let mut result = apply(&mut tx, change, job.now).await;
-        let redacted = match &mut result {
-            Ok(applied) if redact_arguments => redact_resolved(&mut tx, applied).await,
-            _ => Ok(()),
-        };
-        if let Err(e) = redacted {
-            result = Err(e);
+        let mut writes = Writes::new(head);
+        let mut result = apply(&mut tx, &mut writes, change, job.now).await;
+        if let Ok(applied) = &mut result {
+            if redact_arguments {
+                redact_resolved(&mut writes, applied);
+            }
+            if let Err(e) = writes.flush(&mut tx).await {
+                result = Err(e);
+            }
         }
+        head = writes.written();
         match result {
             Err(StoreError::Database(e)) => return Err(e),
             other => results.push(other),
         }
     }
     tx.commit().await?;
+    *chain = Some(head);
     Ok(results)
+}
+
+/// The writes of one change, sent to SQLite as one multi-statement query when the change is
+/// done. Each statement through sqlx is a round trip to the connection's own thread (two
+/// thread wake-ups), which costs far more than SQLite's work for it, and no write of a change
+/// returns anything the change needs.
+struct Writes {
+    sql: String,
+    arguments: SqliteArguments<'static>,
+    /// The first value that could not be bound; `flush` reports it.
+    bind_error: Option<BoxDynError>,
+    /// The head of the audit chain after the statements written so far.
+    written: ChainHead,
+    /// The head after the statements still waiting for `flush`.
+    pending: ChainHead,
+}
+
+impl Writes {
+    fn new(head: ChainHead) -> Writes {
+        Writes {
+            sql: String::new(),
+            arguments: SqliteArguments::default(),
+            bind_error: None,
+            written: head.clone(),
+            pending: head,
+        }
+    }
+
+    /// Adds a statement; its `?` parameters take the values bound next, in order.
+    fn statement(&mut self, sql: &str) -> &mut Writes {
+        if !self.sql.is_empty() {
+            self.sql.push_str(";\n");
+        }
+        self.sql.push_str(sql);
+        self
+    }
+
+    fn bind<T>(&mut self, value: T) -> &mut Writes
+    where
+        T: 'static + sqlx::Encode<'static, Sqlite> + sqlx::Type<Sqlite>,
+    {
+        if let Err(e) = self.arguments.add(value) {
+            self.bind_error.get_or_insert(e);
+        }
+        self
+    }
+
+    /// Runs the statements added since the last flush.
+    async fn flush(&mut self, conn: &mut SqliteConnection) -> Result<(), StoreError> {
+        if self.sql.is_empty() {
+            return Ok(());
+        }
+        let sql = std::mem::take(&mut self.sql);
+        let arguments = std::mem::take(&mut self.arguments);
+        if let Some(e) = self.bind_error.take() {
+            return Err(sqlx::Error::Encode(e).into());
+        }
+        sqlx::query_with(&sql, arguments)
+            .execute(&mut *conn)
+            .await?;
+        self.written = self.pending.clone();
+        Ok(())
+    }
+
+    /// The head of the audit chain as the database has it (statements never flushed are not
+    /// in it).
+    fn written(self) -> ChainHead {
+        self.written
+    }
+
+    fn insert_approval(&mut self, approval: &Approval) -> Result<(), StoreError> {
+        let body = serde_json::to_string(approval)?;
+        self.statement(
+            "INSERT INTO approvals (id, agent_id, idempotency_key, session_id, tool_name, state, channels, created_at_ms, expires_at_ms, body)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(approval.id.clone())
+        .bind(approval.agent_id.clone())
+        .bind(approval.idempotency_key.clone())
+        .bind(approval.session_id.clone())
+        .bind(approval.tool_name.clone())
+        .bind(approval.state.as_str())
+        .bind(channels_column(approval))
+        .bind(approval.created_at)
+        .bind(approval.expires_at)
+        .bind(body);
+        Ok(())
+    }
+
+    fn save_approval(&mut self, approval: &Approval) -> Result<(), StoreError> {
+        let body = serde_json::to_string(approval)?;
+        self.statement("UPDATE approvals SET state = ?, body = ? WHERE id = ?")
+            .bind(approval.state.as_str())
+            .bind(body)
+            .bind(approval.id.clone());
+        Ok(())
+    }
+
+    fn append_event(
+        &mut self,
+        kind: EventKind,
+        at: Millis,
+        approval: &Approval,
+        decision: Option<Decision>,
+        delivery: Option<Delivery>,
+    ) -> Result<StoredEvent, StoreError> {
+        let body = EventBody {
+            approval: approval.clone(),
+            decision,
+            delivery,
+            detail: None,
+        };
+        self.append(kind, at, body)
+    }
+
+    /// Appends an event, chained to the newest row by its hash.
+    fn append(
+        &mut self,
+        kind: EventKind,
+        at: Millis,
+        body: EventBody,
+    ) -> Result<StoredEvent, StoreError> {
+        let seq = self.pending.seq + 1;
+        let mut json = serde_json::to_value(&body)?;
+        let columns = Columns::of(&json);
+        let hash = chain_hash(
+            &self.pending.hash,
+            seq,
+            &body.approval.id,
+            kind.as_str(),
+            at,
+            &mut json,
+        );
+        let next = ChainHead {
+            seq,
+            hash: hash.clone(),
+        };
+        let prev_hash = std::mem::replace(&mut self.pending, next).hash;
+        self.statement(
+            "INSERT INTO events (seq, approval_id, kind, at_ms, body, agent_id, decider, approver, prev_hash, hash)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(seq)
+        .bind(body.approval.id.clone())
+        .bind(kind.as_str())
+        .bind(at)
+        .bind(json.to_string())
+        .bind(columns.agent_id)
+        .bind(columns.decider)
+        .bind(columns.approver)
+        .bind(prev_hash)
+        .bind(hash);
+        Ok(StoredEvent {
+            seq,
+            kind,
+            at,
+            approval: body.approval,
+            decision: body.decision,
+            delivery: body.delivery,
+            detail: body.detail,
+        })
+    }
+
+    /// Saves a changed approval and logs the event that changed it.
+    fn save_and_log(
+        &mut self,
+        approval: Approval,
+        kind: EventKind,
+        now: Millis,
+        delivery: Option<Delivery>,
+    ) -> Result<Applied, StoreError> {
+        self.save_approval(&approval)?;
+        let event = self.append_event(kind, now, &approval, None, delivery)?;
+        Ok(Applied {
+            reply: Reply::Approval(approval),
+            events: vec![event],
+        })
+    }
 }
 
 async fn apply(
     conn: &mut SqliteConnection,
+    writes: &mut Writes,
     change: Change,
     now: Millis,
 ) -> Result<Applied, StoreError> {
@@ -643,7 +865,18 @@ async fn apply(
             ttl_seconds,
             disposition,
             max_pending,
-        } => apply_request(conn, request, ttl_seconds, disposition, max_pending, now).await,
+        } => {
+            apply_request(
+                conn,
+                writes,
+                request,
+                ttl_seconds,
+                disposition,
+                max_pending,
+                now,
+            )
+            .await
+        }
         Change::Decide {
             approval_id,
             decision,
@@ -654,26 +887,25 @@ async fn apply(
             let mut events = Vec::new();
             if let Some(kind) = effect.event {
                 let recorded = (kind != EventKind::Expired).then_some(decision.clone());
-                save_approval(conn, &approval).await?;
-                events.push(append_event(conn, kind, now, &approval, recorded, None).await?);
+                writes.save_approval(&approval)?;
+                events.push(writes.append_event(kind, now, &approval, recorded, None)?);
             }
             if effect.grants_session {
                 let expires_at =
                     (grant_ttl_seconds > 0).then(|| now + i64::from(grant_ttl_seconds) * 1000);
-                sqlx::query(
-                    "INSERT INTO grants (id, agent_id, session_id, tool_name, approval_id, granted_by, created_at_ms, expires_at_ms)
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                )
-                .bind(uuid::Uuid::now_v7().to_string())
-                .bind(&approval.agent_id)
-                .bind(&approval.session_id)
-                .bind(&approval.tool_name)
-                .bind(&approval.id)
-                .bind(&decision.approver)
-                .bind(now)
-                .bind(expires_at)
-                .execute(&mut *conn)
-                .await?;
+                writes
+                    .statement(
+                        "INSERT INTO grants (id, agent_id, session_id, tool_name, approval_id, granted_by, created_at_ms, expires_at_ms)
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    )
+                    .bind(uuid::Uuid::now_v7().to_string())
+                    .bind(approval.agent_id.clone())
+                    .bind(approval.session_id.clone())
+                    .bind(approval.tool_name.clone())
+                    .bind(approval.id.clone())
+                    .bind(decision.approver)
+                    .bind(now)
+                    .bind(expires_at);
             }
             Ok(Applied {
                 reply: Reply::Decided(effect.outcome, approval),
@@ -692,7 +924,7 @@ async fn apply(
                 delivery: None,
                 detail: Some(why),
             };
-            let event = append_body(conn, EventKind::DecisionRefused, now, body).await?;
+            let event = writes.append(EventKind::DecisionRefused, now, body)?;
             Ok(Applied {
                 reply: Reply::Approval(event.approval.clone()),
                 events: vec![event],
@@ -702,14 +934,14 @@ async fn apply(
             grant_id,
             revoked_by,
             reason,
-        } => revoke_grant(conn, &grant_id, &revoked_by, &reason, now).await,
+        } => revoke_grant(conn, writes, &grant_id, &revoked_by, &reason, now).await,
         Change::Cancel {
             approval_id,
             reason,
         } => {
             let mut approval = load_approval(&mut *conn, &approval_id).await?;
             let kind = approval.cancel(&reason, now)?;
-            save_and_log(conn, approval, kind, now, None).await
+            writes.save_and_log(approval, kind, now, None)
         }
         Change::Consume {
             approval_id,
@@ -718,10 +950,10 @@ async fn apply(
         } => {
             let mut approval = load_approval(&mut *conn, &approval_id).await?;
             if approval.expire_if_due(now) {
-                return save_and_log(conn, approval, EventKind::Expired, now, None).await;
+                return writes.save_and_log(approval, EventKind::Expired, now, None);
             }
             let kind = approval.consume(outcome, &detail, now)?;
-            save_and_log(conn, approval, kind, now, None).await
+            writes.save_and_log(approval, kind, now, None)
         }
         Change::RecordDelivery {
             approval_id,
@@ -729,7 +961,7 @@ async fn apply(
         } => {
             let mut approval = load_approval(&mut *conn, &approval_id).await?;
             let kind = approval.record_delivery(delivery.clone());
-            save_and_log(conn, approval, kind, now, Some(delivery)).await
+            writes.save_and_log(approval, kind, now, Some(delivery))
         }
         Change::ExpireDue => {
             let bodies: Vec<String> = sqlx::query_scalar(
@@ -742,10 +974,17 @@ async fn apply(
             for body in bodies {
                 let mut approval: Approval = serde_json::from_str(&body)?;
                 if approval.expire_if_due(now) {
-                    save_approval(conn, &approval).await?;
-                    events.push(
-                        append_event(conn, EventKind::Expired, now, &approval, None, None).await?,
-                    );
+                    writes.save_approval(&approval)?;
+                    events.push(writes.append_event(
+                        EventKind::Expired,
+                        now,
+                        &approval,
+                        None,
+                        None,
+                    )?);
+                    // One approval's writes at a time: the same statements every sweep, so
+                    // sqlx's statement cache keeps them prepared whatever the count.
+                    writes.flush(conn).await?;
                 }
             }
             Ok(Applied {
@@ -770,20 +1009,44 @@ async fn apply(
     }
 }
 
+/// What a request depends on, read in one statement: the approval stored under its
+/// idempotency key (?1, ?2); the session grant that approves it, when ?5 asks (?3 session,
+/// ?4 tool); and when ?6 asks, the agent's pending approvals that have not expired at ?7
+/// (count and next expiry; an aggregate always yields one row).
+const REQUEST_LOOKUP: &str = "SELECT
+    (SELECT body FROM approvals WHERE agent_id = ?1 AND idempotency_key = ?2),
+    (SELECT id FROM grants
+      WHERE ?5 AND agent_id = ?1 AND session_id = ?3 AND tool_name = ?4
+        AND revoked_at_ms IS NULL AND (expires_at_ms IS NULL OR expires_at_ms > ?7)
+      ORDER BY created_at_ms LIMIT 1),
+    COUNT(*), MIN(expires_at_ms)
+  FROM approvals WHERE ?6 AND agent_id = ?1 AND state = 'PENDING' AND expires_at_ms > ?7";
+
 async fn apply_request(
     conn: &mut SqliteConnection,
+    writes: &mut Writes,
     request: ApprovalRequest,
     ttl_seconds: u32,
     disposition: Disposition,
     max_pending: u32,
     now: Millis,
 ) -> Result<Applied, StoreError> {
-    let existing: Option<String> =
-        sqlx::query_scalar("SELECT body FROM approvals WHERE agent_id = ? AND idempotency_key = ?")
-            .bind(&request.agent_id)
-            .bind(&request.idempotency_key)
-            .fetch_optional(&mut *conn)
-            .await?;
+    let needs_human = disposition == Disposition::RequireHuman;
+    let (existing, grant_id, pending, next_expiry): (
+        Option<String>,
+        Option<String>,
+        i64,
+        Option<Millis>,
+    ) = sqlx::query_as(REQUEST_LOOKUP)
+        .bind(&request.agent_id)
+        .bind(&request.idempotency_key)
+        .bind(&request.session_id)
+        .bind(&request.tool_name)
+        .bind(needs_human && !request.session_id.is_empty())
+        .bind(needs_human && max_pending > 0)
+        .bind(now)
+        .fetch_one(&mut *conn)
+        .await?;
     if let Some(body) = existing {
         let approval: Approval = serde_json::from_str(&body)?;
         if approval.args_digest != request.args_digest {
@@ -802,23 +1065,18 @@ async fn apply_request(
         });
     }
 
-    let disposition = match disposition {
-        Disposition::RequireHuman if !request.session_id.is_empty() => {
-            match active_grant(conn, &request, now).await? {
-                Some(grant_id) => Disposition::Resolve {
-                    verdict: Verdict::Approve,
-                    resolved_by: ResolvedBy::Grant,
-                    rule: None,
-                    reason: format!("session grant {grant_id}"),
-                    grant_id: Some(grant_id),
-                },
-                None => Disposition::RequireHuman,
-            }
-        }
-        other => other,
+    let disposition = match grant_id {
+        Some(grant_id) => Disposition::Resolve {
+            verdict: Verdict::Approve,
+            resolved_by: ResolvedBy::Grant,
+            rule: None,
+            reason: format!("session grant {grant_id}"),
+            grant_id: Some(grant_id),
+        },
+        None => disposition,
     };
     if max_pending > 0 && disposition == Disposition::RequireHuman {
-        check_pending_limit(conn, &request.agent_id, max_pending, now).await?;
+        check_pending_limit(&request.agent_id, pending, next_expiry, max_pending, now)?;
     }
     let approval = Approval::new(
         uuid::Uuid::now_v7().to_string(),
@@ -827,26 +1085,10 @@ async fn apply_request(
         disposition,
         now,
     );
-    sqlx::query(
-        "INSERT INTO approvals (id, agent_id, idempotency_key, session_id, tool_name, state, channels, created_at_ms, expires_at_ms, body)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(&approval.id)
-    .bind(&approval.agent_id)
-    .bind(&approval.idempotency_key)
-    .bind(&approval.session_id)
-    .bind(&approval.tool_name)
-    .bind(approval.state.as_str())
-    .bind(channels_column(&approval))
-    .bind(approval.created_at)
-    .bind(approval.expires_at)
-    .bind(serde_json::to_string(&approval)?)
-    .execute(&mut *conn)
-    .await?;
-    let mut events =
-        vec![append_event(conn, EventKind::Requested, now, &approval, None, None).await?];
+    writes.insert_approval(&approval)?;
+    let mut events = vec![writes.append_event(EventKind::Requested, now, &approval, None, None)?];
     if !approval.is_pending() {
-        events.push(append_event(conn, EventKind::Resolved, now, &approval, None, None).await?);
+        events.push(writes.append_event(EventKind::Resolved, now, &approval, None, None)?);
     }
     Ok(Applied {
         reply: Reply::Requested(Requested {
@@ -859,20 +1101,13 @@ async fn apply_request(
 
 /// Refuses a new pending approval for an agent that has `max_pending` pending already, saying
 /// when one of them expires at the latest.
-async fn check_pending_limit(
-    conn: &mut SqliteConnection,
+fn check_pending_limit(
     agent_id: &str,
+    pending: i64,
+    next_expiry: Option<Millis>,
     max_pending: u32,
     now: Millis,
 ) -> Result<(), StoreError> {
-    let (pending, next_expiry): (i64, Option<Millis>) = sqlx::query_as(
-        "SELECT COUNT(*), MIN(expires_at_ms) FROM approvals
-         WHERE agent_id = ? AND state = 'PENDING' AND expires_at_ms > ?",
-    )
-    .bind(agent_id)
-    .bind(now)
-    .fetch_one(&mut *conn)
-    .await?;
     if pending < i64::from(max_pending) {
         return Ok(());
     }
@@ -892,6 +1127,7 @@ async fn check_pending_limit(
 
 async fn revoke_grant(
     conn: &mut SqliteConnection,
+    writes: &mut Writes,
     grant_id: &str,
     revoked_by: &str,
     reason: &str,
@@ -909,11 +1145,10 @@ async fn revoke_grant(
             events: Vec::new(),
         });
     }
-    sqlx::query("UPDATE grants SET revoked_at_ms = ? WHERE id = ?")
+    writes
+        .statement("UPDATE grants SET revoked_at_ms = ? WHERE id = ?")
         .bind(now)
-        .bind(grant_id)
-        .execute(&mut *conn)
-        .await?;
+        .bind(grant_id.to_owned());
     grant.revoked_at = Some(now);
     let approval = load_approval(&mut *conn, &grant.approval_id).await?;
     let mut detail = format!(
@@ -930,134 +1165,18 @@ async fn revoke_grant(
         delivery: None,
         detail: Some(detail),
     };
-    let event = append_body(conn, EventKind::GrantRevoked, now, body).await?;
+    let event = writes.append(EventKind::GrantRevoked, now, body)?;
     Ok(Applied {
         reply: Reply::Grant(grant),
         events: vec![event],
     })
 }
 
-async fn active_grant(
-    conn: &mut SqliteConnection,
-    request: &ApprovalRequest,
-    now: Millis,
-) -> Result<Option<String>, StoreError> {
-    Ok(sqlx::query_scalar(
-        "SELECT id FROM grants WHERE agent_id = ? AND session_id = ? AND tool_name = ?
-           AND revoked_at_ms IS NULL AND (expires_at_ms IS NULL OR expires_at_ms > ?)
-         ORDER BY created_at_ms LIMIT 1",
-    )
-    .bind(&request.agent_id)
-    .bind(&request.session_id)
-    .bind(&request.tool_name)
-    .bind(now)
-    .fetch_optional(&mut *conn)
-    .await?)
-}
-
-async fn save_and_log(
-    conn: &mut SqliteConnection,
-    approval: Approval,
-    kind: EventKind,
-    now: Millis,
-    delivery: Option<Delivery>,
-) -> Result<Applied, StoreError> {
-    save_approval(conn, &approval).await?;
-    let event = append_event(conn, kind, now, &approval, None, delivery).await?;
-    Ok(Applied {
-        reply: Reply::Approval(approval),
-        events: vec![event],
-    })
-}
-
-async fn save_approval(conn: &mut SqliteConnection, approval: &Approval) -> Result<(), StoreError> {
-    sqlx::query("UPDATE approvals SET state = ?, body = ? WHERE id = ?")
-        .bind(approval.state.as_str())
-        .bind(serde_json::to_string(approval)?)
-        .bind(&approval.id)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
-}
-
-async fn append_event(
-    conn: &mut SqliteConnection,
-    kind: EventKind,
-    at: Millis,
-    approval: &Approval,
-    decision: Option<Decision>,
-    delivery: Option<Delivery>,
-) -> Result<StoredEvent, StoreError> {
-    let body = EventBody {
-        approval: approval.clone(),
-        decision,
-        delivery,
-        detail: None,
-    };
-    append_body(conn, kind, at, body).await
-}
-
-/// Appends an event, chained to the newest row by its hash.
-async fn append_body(
-    conn: &mut SqliteConnection,
-    kind: EventKind,
-    at: Millis,
-    body: EventBody,
-) -> Result<StoredEvent, StoreError> {
-    // Inside the writer's transaction: the newest row, committed or not, is the one to chain to.
-    let newest: Option<(i64, Option<String>)> =
-        sqlx::query_as("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
-            .fetch_optional(&mut *conn)
-            .await?;
-    let (previous_seq, prev_hash) = newest
-        .map(|(seq, hash)| (seq, hash.unwrap_or_default()))
-        .unwrap_or_default();
-    let head = head_seq(&mut *conn).await?.max(previous_seq);
-    let seq = head + 1;
-    let mut json = serde_json::to_value(&body)?;
-    let columns = Columns::of(&json);
-    let hash = chain_hash(
-        &prev_hash,
-        seq,
-        &body.approval.id,
-        kind.as_str(),
-        at,
-        &mut json,
-    );
-    sqlx::query(
-        "INSERT INTO events (seq, approval_id, kind, at_ms, body, agent_id, decider, approver, prev_hash, hash)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(seq)
-    .bind(&body.approval.id)
-    .bind(kind.as_str())
-    .bind(at)
-    .bind(json.to_string())
-    .bind(&columns.agent_id)
-    .bind(&columns.decider)
-    .bind(&columns.approver)
-    .bind(&prev_hash)
-    .bind(&hash)
-    .execute(&mut *conn)
-    .await?;
-    Ok(StoredEvent {
-        seq,
-        kind,
-        at,
-        approval: body.approval,
-        decision: body.decision,
-        delivery: body.delivery,
-        detail: body.detail,
-    })
-}
-
 /// With `storage.redact_arguments`: blanks the argument values of every approval this change
-/// resolved, in the approval, in all its stored events, and in what the change returns and
-/// publishes. The digest stays; the hash chain does not cover argument values.
-async fn redact_resolved(
-    conn: &mut SqliteConnection,
-    applied: &mut Applied,
-) -> Result<(), StoreError> {
+/// resolved, in the approval, in all its stored events (the change's own included: these
+/// statements run after its writes), and in what the change returns and publishes. The digest
+/// stays; the hash chain does not cover argument values.
+fn redact_resolved(writes: &mut Writes, applied: &mut Applied) {
     let reply_approval = match &mut applied.reply {
         Reply::Requested(requested) => Some(&mut requested.approval),
         Reply::Decided(_, approval) | Reply::Approval(approval) => Some(approval),
@@ -1078,22 +1197,18 @@ async fn redact_resolved(
         if redacted.contains(&approval.id) {
             continue;
         }
-        sqlx::query(
-            "UPDATE approvals SET body = json_set(body, '$.arguments_json', '') WHERE id = ?",
-        )
-        .bind(&approval.id)
-        .execute(&mut *conn)
-        .await?;
-        sqlx::query(
-            "UPDATE events SET body = json_set(body, '$.approval.arguments_json', '')
-             WHERE approval_id = ? AND json_extract(body, '$.approval.arguments_json') <> ''",
-        )
-        .bind(&approval.id)
-        .execute(&mut *conn)
-        .await?;
+        writes
+            .statement(
+                "UPDATE approvals SET body = json_set(body, '$.arguments_json', '') WHERE id = ?",
+            )
+            .bind(approval.id.clone())
+            .statement(
+                "UPDATE events SET body = json_set(body, '$.approval.arguments_json', '')
+                 WHERE approval_id = ? AND json_extract(body, '$.approval.arguments_json') <> ''",
+            )
+            .bind(approval.id.clone());
         redacted.push(approval.id.clone());
     }
-    Ok(())
 }
 
 /// Chains rows written before the hash chain existed (migration 0002), oldest first.
@@ -1131,4 +1246,97 @@ async fn chain_unhashed_events(conn: &mut SqliteConnection) -> Result<(), StoreE
         "chained the events written before the audit hash chain existed"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use countersign_core::Risk;
+
+    use super::*;
+
+    fn request(key: &str) -> ApprovalRequest {
+        ApprovalRequest {
+            agent_id: "agent".into(),
+            session_id: String::new(),
+            requester: "tester".into(),
+            idempotency_key: key.into(),
+            tool_name: "shell".into(),
+            arguments_json: r#"{"cmd":"ls"}"#.into(),
+            args_digest: countersign_core::digest::args_digest(&serde_json::json!({"cmd": "ls"})),
+            action: "list files".into(),
+            reason: String::new(),
+            risk: Risk::Low,
+            routes: Vec::new(),
+            required_approvals: 1,
+            ttl_seconds: None,
+            labels: BTreeMap::new(),
+            policy_rule: None,
+            separation_of_duties: false,
+        }
+    }
+
+    fn auto_approved() -> Disposition {
+        Disposition::Resolve {
+            verdict: Verdict::Approve,
+            resolved_by: ResolvedBy::Rule,
+            rule: Some("allow-ls".into()),
+            grant_id: None,
+            reason: "policy".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn after_a_rolled_back_batch_the_chain_continues_from_the_committed_head() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let store = Store::open(&path, &StorageConfig::default(), Hub::new(16), None)
+            .await
+            .unwrap();
+        let now = now_millis();
+        store
+            .request(request("first"), 60, Disposition::RequireHuman, 0, now)
+            .await
+            .unwrap();
+
+        // A change whose first event is appended (advancing the writer's head) and whose
+        // second one fails, so the whole batch rolls back.
+        let mut admin = SqliteConnection::connect(&format!("sqlite:{}", path.display()))
+            .await
+            .unwrap();
+        sqlx::query(
+            "CREATE TRIGGER refuse_resolved AFTER INSERT ON events WHEN NEW.kind = 'RESOLVED'
+             BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+        )
+        .execute(&mut admin)
+        .await
+        .unwrap();
+        let refused = store
+            .request(request("auto"), 60, auto_approved(), 0, now)
+            .await;
+        assert!(
+            matches!(refused, Err(StoreError::Corrupt(_))),
+            "{refused:?}"
+        );
+        sqlx::query("DROP TRIGGER refuse_resolved")
+            .execute(&mut admin)
+            .await
+            .unwrap();
+
+        store
+            .request(request("second"), 60, Disposition::RequireHuman, 0, now)
+            .await
+            .unwrap();
+        store
+            .request(request("auto"), 60, auto_approved(), 0, now)
+            .await
+            .unwrap();
+        let report = store.verify_audit().await.unwrap();
+        assert_eq!(report.broken, None, "{report:?}");
+        assert_eq!(
+            (report.first_seq, report.last_seq, report.events_checked),
+            (1, 4, 4)
+        );
+    }
 }

@@ -92,7 +92,10 @@ fn healthcheck_speaks_tls_with_the_servers_ca() {
     };
     assert!(with_ca.status.success(), "{with_ca:?}");
     let plaintext = plaintext.expect("checked plaintext while the server ran");
-    assert!(!plaintext.status.success(), "a plaintext check must not pass a TLS server");
+    assert!(
+        !plaintext.status.success(),
+        "a plaintext check must not pass a TLS server"
+    );
 }
 
 #[test]
