@@ -468,33 +468,13 @@ impl GitHubApi {
         not_before: OffsetDateTime,
         body: &str,
     ) -> Result<IssueComment, ApiError> {
-        if let Some(found) = self
-            .find_marked_comment(issue, approval_id, not_before)
-            .await?
-        {
-            tracing::info!(%issue, approval_id, comment_id = found.id, "found the earlier request comment");
-            return Ok(found);
-        }
-        let mut attempt = 1;
-        loop {
-            match self.create_comment(issue, body).await {
-                Ok(created) => return Ok(created),
-                Err(error) if error.is_transient() && attempt < self.settings.max_attempts => {
-                    // The comment may exist even though its answer was lost.
-                    if let Some(found) = self
-                        .find_marked_comment(issue, approval_id, not_before)
-                        .await?
-                    {
-                        tracing::info!(%issue, approval_id, comment_id = found.id, "the comment was created although its answer was lost");
-                        return Ok(found);
-                    }
-                    tracing::warn!(%issue, approval_id, attempt, %error, "posting the request comment failed; trying again");
-                    tokio::time::sleep(backoff(attempt)).await;
-                    attempt += 1;
-                }
-                Err(error) => return Err(error),
-            }
-        }
+        self.find_or_create(
+            &format!("request comment for approval {approval_id} on {issue}"),
+            || self.find_marked_comment(issue, approval_id, not_before),
+            || self.create_comment(issue, body),
+        )
+        .await
+        .inspect(|comment| tracing::debug!(%issue, approval_id, comment_id = comment.id, "request comment in place"))
     }
 
     async fn find_marked_comment(
@@ -525,24 +505,40 @@ impl GitHubApi {
         title: &str,
         body: &str,
     ) -> Result<IssueSummary, ApiError> {
-        if let Some(found) = self
-            .find_marked_issue(repo, approval_id, not_before)
-            .await?
-        {
+        self.find_or_create(
+            &format!("issue for approval {approval_id} in {repo}"),
+            || self.find_marked_issue(repo, approval_id, not_before),
+            || self.create_issue(repo, title, body),
+        )
+        .await
+    }
+
+    /// What an earlier attempt (or a crashed run) created, found by `find`, or else `create`.
+    /// A create that fails transiently may still have succeeded (its answer lost), so before
+    /// each retry the marker is looked for again: never two of the same.
+    async fn find_or_create<T, Found, Created>(
+        &self,
+        subject: &str,
+        find: impl Fn() -> Found,
+        create: impl Fn() -> Created,
+    ) -> Result<T, ApiError>
+    where
+        Found: std::future::Future<Output = Result<Option<T>, ApiError>>,
+        Created: std::future::Future<Output = Result<T, ApiError>>,
+    {
+        if let Some(found) = find().await? {
             return Ok(found);
         }
         let mut attempt = 1;
         loop {
-            match self.create_issue(repo, title, body).await {
+            match create().await {
                 Ok(created) => return Ok(created),
                 Err(error) if error.is_transient() && attempt < self.settings.max_attempts => {
-                    if let Some(found) = self
-                        .find_marked_issue(repo, approval_id, not_before)
-                        .await?
-                    {
+                    if let Some(found) = find().await? {
+                        tracing::info!(subject, "created although the answer was lost; using it");
                         return Ok(found);
                     }
-                    tracing::warn!(%repo, approval_id, attempt, %error, "opening the issue failed; trying again");
+                    tracing::warn!(subject, attempt, %error, "creating on GitHub failed; trying again");
                     tokio::time::sleep(backoff(attempt)).await;
                     attempt += 1;
                 }
