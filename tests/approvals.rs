@@ -113,6 +113,17 @@ async fn idempotent_repeat_and_changed_arguments() {
     assert_eq!(count_rows(&server, "approvals").await, 1);
     assert_eq!(count_rows(&server, "events").await, events_before);
 
+    // The same key for another tool or session is another call, not a repeat.
+    let mut other_tool = request("agent-1", "call-1");
+    other_tool.tool_name = "delete_file".into();
+    let err = agent.request_approval(other_tool).await.unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists);
+    let mut other_session = request("agent-1", "call-1");
+    other_session.session_id = "session-9".into();
+    let err = agent.request_approval(other_session).await.unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists);
+    assert_eq!(count_rows(&server, "approvals").await, 1);
+
     // The same key from another agent is another call.
     let other = agent
         .request_approval(request("agent-2", "call-1"))

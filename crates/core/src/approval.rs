@@ -24,6 +24,16 @@ pub enum Risk {
 impl Risk {
     pub const ALL: [Risk; 4] = [Risk::Low, Risk::Medium, Risk::High, Risk::Critical];
 
+    /// LOW = 1 … CRITICAL = 4, for comparisons in storage.
+    pub fn rank(self) -> i64 {
+        match self {
+            Risk::Low => 1,
+            Risk::Medium => 2,
+            Risk::High => 3,
+            Risk::Critical => 4,
+        }
+    }
+
     /// The name used in storage and in messages.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -364,6 +374,15 @@ impl Approval {
             });
         }
         approval
+    }
+
+    /// Whether `request` asks for the same call as this approval, so that it is an idempotent
+    /// repeat: the same tool, session and arguments. Anything else under the same idempotency
+    /// key is another call and must not inherit this approval's decision.
+    pub fn is_same_call(&self, request: &ApprovalRequest) -> bool {
+        self.tool_name == request.tool_name
+            && self.session_id == request.session_id
+            && self.args_digest == request.args_digest
     }
 
     pub fn is_pending(&self) -> bool {

@@ -895,8 +895,8 @@ async fn apply(
                     (grant_ttl_seconds > 0).then(|| now + i64::from(grant_ttl_seconds) * 1000);
                 writes
                     .statement(
-                        "INSERT INTO grants (id, agent_id, session_id, tool_name, approval_id, granted_by, created_at_ms, expires_at_ms)
-                         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO grants (id, agent_id, session_id, tool_name, approval_id, granted_by, created_at_ms, expires_at_ms, max_risk_rank, max_required_approvals)
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     )
                     .bind(uuid::Uuid::now_v7().to_string())
                     .bind(approval.agent_id.clone())
@@ -905,7 +905,9 @@ async fn apply(
                     .bind(approval.id.clone())
                     .bind(decision.approver)
                     .bind(now)
-                    .bind(expires_at);
+                    .bind(expires_at)
+                    .bind(approval.risk.rank())
+                    .bind(i64::from(approval.required_approvals));
             }
             Ok(Applied {
                 reply: Reply::Decided(effect.outcome, approval),
@@ -1011,13 +1013,15 @@ async fn apply(
 
 /// What a request depends on, read in one statement: the approval stored under its
 /// idempotency key (?1, ?2); the session grant that approves it, when ?5 asks (?3 session,
-/// ?4 tool); and when ?6 asks, the agent's pending approvals that have not expired at ?7
+/// ?4 tool; a grant covers no more risk (?8 rank) and no larger quorum (?9) than the approval
+/// that made it); and when ?6 asks, the agent's pending approvals that have not expired at ?7
 /// (count and next expiry; an aggregate always yields one row).
 const REQUEST_LOOKUP: &str = "SELECT
     (SELECT body FROM approvals WHERE agent_id = ?1 AND idempotency_key = ?2),
     (SELECT id FROM grants
       WHERE ?5 AND agent_id = ?1 AND session_id = ?3 AND tool_name = ?4
         AND revoked_at_ms IS NULL AND (expires_at_ms IS NULL OR expires_at_ms > ?7)
+        AND max_risk_rank >= ?8 AND max_required_approvals >= ?9
       ORDER BY created_at_ms LIMIT 1),
     COUNT(*), MIN(expires_at_ms)
   FROM approvals WHERE ?6 AND agent_id = ?1 AND state = 'PENDING' AND expires_at_ms > ?7";
@@ -1045,14 +1049,16 @@ async fn apply_request(
         .bind(needs_human && !request.session_id.is_empty())
         .bind(needs_human && max_pending > 0)
         .bind(now)
+        .bind(request.risk.rank())
+        .bind(i64::from(request.required_approvals))
         .fetch_one(&mut *conn)
         .await?;
     if let Some(body) = existing {
         let approval: Approval = serde_json::from_str(&body)?;
-        if approval.args_digest != request.args_digest {
+        if !approval.is_same_call(&request) {
             return Err(DomainError::AlreadyExists(format!(
-                "idempotency_key {:?} of agent {:?} was used for approval {} with different arguments (digest {}); changed arguments need a new idempotency_key",
-                request.idempotency_key, request.agent_id, approval.id, approval.args_digest
+                "idempotency_key {:?} of agent {:?} was used for approval {} of another call (tool {:?}, session {:?}, arguments digest {}); a changed call needs a new idempotency_key",
+                request.idempotency_key, request.agent_id, approval.id, approval.tool_name, approval.session_id, approval.args_digest
             ))
             .into());
         }
