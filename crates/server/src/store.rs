@@ -973,8 +973,14 @@ async fn apply(
             .fetch_all(&mut *conn)
             .await?;
             let mut events = Vec::with_capacity(bodies.len());
-            for body in bodies {
-                let mut approval: Approval = serde_json::from_str(&body)?;
+            // An unreadable row is skipped, not fatal: failing here would leave the expiries
+            // already written committed but unpublished, and stall every later sweep.
+            let approvals = bodies.iter().filter_map(|body| {
+                serde_json::from_str::<Approval>(body)
+                    .inspect_err(|e| tracing::error!(error = %e, "skipping an unreadable pending approval in the expiry sweep"))
+                    .ok()
+            });
+            for mut approval in approvals {
                 if approval.expire_if_due(now) {
                     writes.save_approval(&approval)?;
                     events.push(writes.append_event(
