@@ -14,7 +14,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 use tokio::sync::{mpsc, watch};
 
-use crate::api::GitHubApi;
+use crate::api::{GitHubApi, IssueComment};
 use crate::target::IssueRef;
 use crate::worker::{IncomingComment, Input};
 
@@ -79,18 +79,24 @@ pub async fn run(
             let Some(newest) = comments.iter().map(|c| c.updated_at).max() else {
                 continue;
             };
-            let new: Vec<IncomingComment> = comments
-                .into_iter()
-                .filter(|comment| comment.updated_at == comment.created_at)
-                .map(|comment| IncomingComment {
-                    issue: issue.clone(),
-                    comment,
-                })
-                .collect();
+            let new = unedited(&issue, comments);
             if !new.is_empty() && inputs.send(Input::Comments(new)).await.is_err() {
                 return;
             }
             targets.advance(&issue, newest);
         }
     }
+}
+
+/// The comments of `issue` never edited: a listing shows only the current text, and only new
+/// comments count as commands.
+pub fn unedited(issue: &IssueRef, comments: Vec<IssueComment>) -> Vec<IncomingComment> {
+    comments
+        .into_iter()
+        .filter(|comment| comment.updated_at == comment.created_at)
+        .map(|comment| IncomingComment {
+            issue: issue.clone(),
+            comment,
+        })
+        .collect()
 }

@@ -342,6 +342,8 @@ pub enum Reply {
     AlreadyResolved { approval: Box<pb::Approval> },
     /// The server refused the decision (approver list, risk ceiling, own request…).
     Refused { message: String },
+    /// The server or GitHub failed (for good, or through every attempt); the worker gave up.
+    NotRecorded,
 }
 
 /// A reply to the command in comment `comment_id` by `login`, with a hidden marker naming
@@ -383,6 +385,7 @@ pub fn reply_body(login: &str, comment_id: u64, reply: &Reply) -> String {
             "countersign refused this decision: {}. Nothing was decided.",
             inline(message, 500)
         ),
+        Reply::NotRecorded => "this command could not be recorded because countersign or GitHub failed. Please repeat it.".to_string(),
     };
     format!("{REPLY_MARKER_PREFIX}{comment_id}{MARKER_SUFFIX}\n{mention} {text}")
 }

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use crate::api::{ApiError, Author, GitHubApi, IssueComment, ReactionContent};
 use crate::command::{parse_command, Command, Verdict};
-use crate::poller::PollTargets;
+use crate::poller::{unedited, PollTargets};
 use crate::recent::RecentSet;
 use crate::render::{self, names_approval, replied_comment_id, Reply};
 use crate::target::{IssueRef, RepoName, Target};
@@ -180,21 +180,23 @@ impl Relay {
                     }
                 }
             },
-            Input::Comments(comments) => {
-                // The worker's earlier replies first: the commands they answer are done.
-                for incoming in &comments {
-                    if let Some(answered) = self.replied_by_bot(&incoming.comment) {
-                        self.handled.insert(answered);
-                    }
-                }
-                for incoming in comments {
-                    self.handle_comment(incoming, 0).await;
-                }
-            }
+            Input::Comments(comments) => self.handle_comments(comments).await,
             Input::RetryCommand(incoming, attempts) => {
                 self.retrying.remove(&incoming.comment.id);
                 self.handle_comment(incoming, attempts).await;
             }
+        }
+    }
+
+    async fn handle_comments(&mut self, comments: Vec<IncomingComment>) {
+        // The worker's earlier replies first: the commands they answer are done.
+        for incoming in &comments {
+            if let Some(answered) = self.replied_by_bot(&incoming.comment) {
+                self.handled.insert(answered);
+            }
+        }
+        for incoming in comments {
+            self.handle_comment(incoming, 0).await;
         }
     }
 
@@ -227,9 +229,32 @@ impl Relay {
         for approval in approvals {
             self.update(approval).await;
         }
+        self.catch_up().await;
         if !self.resynced {
             self.resynced = true;
             self.resync_recently_resolved().await;
+        }
+    }
+
+    /// Commands written while the worker was away or out of touch: GitHub does not redeliver
+    /// webhooks, so after each snapshot the comments of every issue with a pending request
+    /// are listed once, from the earliest such request on (polling or not). Comments seen
+    /// before are recognised by id, answered ones by the marker of the reply.
+    async fn catch_up(&mut self) {
+        let mut since: BTreeMap<IssueRef, OffsetDateTime> = BTreeMap::new();
+        for message in self.pending.values().flat_map(|tracked| &tracked.messages) {
+            since
+                .entry(message.issue.clone())
+                .and_modify(|earliest| *earliest = (*earliest).min(message.created_at))
+                .or_insert(message.created_at);
+        }
+        for (issue, since) in since {
+            match self.api.list_comments(&issue, Some(since)).await {
+                Ok(comments) => self.handle_comments(unedited(&issue, comments)).await,
+                Err(error) => {
+                    tracing::warn!(%issue, %error, "cannot list the comments written while away")
+                }
+            }
         }
     }
 
@@ -608,8 +633,9 @@ impl Relay {
         };
         let issue = &incoming.issue;
         if !self.knows_issue(issue) {
-            tracing::debug!(%issue, comment_id, "command on an issue without approvals; ignored");
-            self.handled.insert(comment_id);
+            // Not marked handled: right after a start the watch snapshot may not have been
+            // adopted yet, and the same comment comes back by poll or catch-up once it is.
+            tracing::debug!(%issue, comment_id, "command on an issue without known approvals; ignored for now");
             return;
         }
         match self.apply(issue, comment_id, &author, &command).await {
@@ -632,8 +658,11 @@ impl Relay {
                 });
             }
             Err(error) => {
-                tracing::error!(%issue, comment_id, %error, "command failed");
+                tracing::error!(%issue, comment_id, attempts = attempts + 1, %error, "command failed; giving up");
                 self.handled.insert(comment_id);
+                // Silence would read as "not seen": say it must be repeated.
+                self.explain(issue, comment_id, &author, &Reply::NotRecorded)
+                    .await;
             }
         }
     }
@@ -774,10 +803,15 @@ impl Relay {
         author: &Author,
         reply: &Reply,
     ) -> Result<(), CommandError> {
+        self.explain(issue, comment_id, author, reply).await;
+        Ok(())
+    }
+
+    /// A confused reaction on the command and a reply saying why it was not applied.
+    async fn explain(&self, issue: &IssueRef, comment_id: u64, author: &Author, reply: &Reply) {
         self.react(&issue.repo, comment_id, ReactionContent::Confused)
             .await;
         self.reply(issue, comment_id, author, reply).await;
-        Ok(())
     }
 
     async fn react(&self, repo: &RepoName, comment_id: u64, reaction: ReactionContent) {

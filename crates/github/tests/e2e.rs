@@ -738,3 +738,112 @@ async fn a_restarted_worker_corrects_comments_resolved_meanwhile() {
         .await;
     assert_eq!(harness.requests_comments(harness.issue).len(), 1);
 }
+
+/// After a restart, a `/approve` that arrives by webhook before the worker has adopted the
+/// watch snapshot is not written off: it is applied once the approval is known.
+#[tokio::test]
+async fn a_command_received_before_the_snapshot_is_applied_after_it() {
+    let mut harness = Harness::start(Mode::Both).await;
+    let approval = harness
+        .request_approval(harness.request("call-early", ""))
+        .await;
+    harness.request_comment(&approval.id).await;
+    wait_delivered(&harness, &approval.id).await;
+    if let Some(worker) = harness.worker.take() {
+        worker.shutdown().await;
+    }
+    // With the server down the restarted worker gets no snapshot, so the delivery below is
+    // queued (and handled) before it.
+    harness.server.stop().await;
+    harness.start_worker().await;
+    let command = harness.say(&harness.writer, "/approve").await;
+    harness.server.restart().await;
+
+    let resolved = harness.resolved(&approval.id).await;
+    assert_eq!(resolved.state(), pb::ApprovalState::Approved);
+    assert_eq!(resolved.decisions.len(), 1);
+    assert_eq!(
+        resolved.decisions[0].idempotency_key,
+        command.id.to_string()
+    );
+    assert_eq!(harness.reactions(command.id, 1).await, vec!["+1"]);
+}
+
+/// Webhooks only: a command written while the worker was down is never delivered again by
+/// GitHub; the restarted worker lists the issue's comments once and applies it.
+#[tokio::test]
+async fn webhook_only_catches_up_commands_written_while_down() {
+    let mut harness = Harness::start(Mode::Webhook).await;
+    let approval = harness
+        .request_approval(harness.request("call-while-down", ""))
+        .await;
+    let request_comment = harness.request_comment(&approval.id).await;
+    wait_delivered(&harness, &approval.id).await;
+    if let Some(worker) = harness.worker.take() {
+        worker.shutdown().await;
+    }
+    // Written while the worker is down: the webhook delivery fails and is not repeated.
+    let command = harness
+        .github
+        .add_comment(REPO, harness.issue, &harness.writer, "/approve");
+
+    let listed_before = harness.github.requests_to(Endpoint::ListComments).len();
+    harness.start_worker().await;
+    let resolved = harness.resolved(&approval.id).await;
+    assert_eq!(resolved.state(), pb::ApprovalState::Approved);
+    assert_eq!(
+        resolved.decisions[0].idempotency_key,
+        command.id.to_string()
+    );
+    assert_eq!(harness.reactions(command.id, 1).await, vec!["+1"]);
+    let listings = &harness.github.requests_to(Endpoint::ListComments)[listed_before..];
+    assert_eq!(listings.len(), 1, "one catch-up listing");
+    // From the request comment on, to the second (the raw query has `:` encoded).
+    let since = request_comment
+        .created_at
+        .replace_nanosecond(0)
+        .expect("whole second")
+        .format(&time::format_description::well_known::Rfc3339)
+        .expect("format the time")
+        .replace(':', "%3A");
+    let query = listings[0].query.as_deref().unwrap_or_default();
+    assert!(query.contains(&format!("since={since}")), "{query}");
+}
+
+/// The server stays unreachable through every attempt at a command: the worker gives up with
+/// a confused reaction and a reply asking for the command again, which then works.
+#[tokio::test]
+async fn a_command_that_cannot_be_recorded_asks_to_be_repeated() {
+    let mut harness = Harness::start(Mode::Webhook).await;
+    let approval = harness
+        .request_approval(harness.request("call-unrecorded", ""))
+        .await;
+    let request_comment = harness.request_comment(&approval.id).await;
+    wait_delivered(&harness, &approval.id).await;
+
+    harness.server.stop().await;
+    let command = harness.say(&harness.writer, "/approve").await;
+    let reply = harness.reply_to(harness.issue, command.id).await;
+    assert!(reply
+        .body
+        .contains("@alice this command could not be recorded"));
+    assert!(reply.body.contains("Please repeat it."));
+    assert_eq!(harness.reactions(command.id, 1).await, vec!["confused"]);
+
+    harness.server.restart().await;
+    let unchanged = harness.approval(&approval.id).await;
+    assert_eq!(unchanged.state(), pb::ApprovalState::Pending);
+    assert!(unchanged.decisions.is_empty());
+    let repeated = harness.say(&harness.writer, "/approve").await;
+    let resolved = harness.resolved(&approval.id).await;
+    assert_eq!(resolved.state(), pb::ApprovalState::Approved);
+    assert_eq!(
+        resolved.decisions[0].idempotency_key,
+        repeated.id.to_string()
+    );
+    harness
+        .request_comment_where(request_comment.id, "the approved comment", |body| {
+            body.contains("✅ **Approved** by @alice")
+        })
+        .await;
+}
