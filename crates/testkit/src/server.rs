@@ -24,6 +24,23 @@ impl TestServer {
         TestServer::start_with(|_| {}).await
     }
 
+    /// With the approvers, rules and tokens (or any section) of a server TOML file; the test
+    /// settings above still apply. For crates that test against the server without depending
+    /// on its config types.
+    pub async fn start_with_toml(toml: &str) -> TestServer {
+        let parsed = Config::parse(toml).expect("test server TOML");
+        TestServer::start_with(|config| {
+            let test_defaults = (
+                config.database.clone(),
+                config.approvals.clone(),
+                config.watch.clone(),
+            );
+            *config = parsed;
+            (config.database, config.approvals, config.watch) = test_defaults;
+        })
+        .await
+    }
+
     pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> TestServer {
         let dir = tempfile::tempdir().expect("temporary directory");
         let mut config = Config {

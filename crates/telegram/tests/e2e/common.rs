@@ -45,7 +45,18 @@ impl Harness {
 
     /// Server and fake Telegram only; `settings` are what [`Harness::start_worker`] would use.
     pub async fn without_worker() -> Harness {
-        let server = TestServer::start().await;
+        Harness::with_server(TestServer::start().await).await
+    }
+
+    /// Like [`Harness::start`], against a server configured by `server_toml` (e.g. approvers).
+    pub async fn start_with_server_toml(server_toml: &str) -> Harness {
+        let mut harness =
+            Harness::with_server(TestServer::start_with_toml(server_toml).await).await;
+        harness.start_worker();
+        harness
+    }
+
+    async fn with_server(server: TestServer) -> Harness {
         let telegram = FakeTelegram::start(BOT_TOKEN).await;
         let mut settings = Settings::new(&server.url(), BOT_TOKEN).expect("test settings");
         settings.api_url = telegram.api_url();

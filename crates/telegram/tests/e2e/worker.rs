@@ -213,6 +213,60 @@ async fn taps_that_are_not_allowed_or_malformed_change_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tap_the_servers_approver_registry_refuses_changes_nothing() {
+    // Both are on the worker's allowlist; only Alice is an approver on the server.
+    let harness = Harness::start_with_server_toml(&format!(
+        "[[approvers]]\nid = \"alice\"\nname = \"Alice\"\nmax_risk = \"critical\"\nidentities = {{ telegram = [\"{}\"] }}\n",
+        alice().id
+    ))
+    .await;
+    let approval = harness.request("call-1", "{}").await;
+    let message = harness.request_message(0).await;
+
+    let (_, refused) = harness.telegram.tap_button(
+        &bob(),
+        CHAT,
+        message.message_id,
+        &button(&message, "Approve"),
+    );
+    assert_eq!(
+        wait_for_answer(&harness, &refused, 0)
+            .await
+            .param_str("text"),
+        Some("Not allowed")
+    );
+    let unchanged = harness.agent.get_approval(&approval.id).await.unwrap();
+    assert_eq!(unchanged.state(), ApprovalState::Pending);
+    assert!(unchanged.decisions.is_empty());
+    assert_eq!(
+        harness
+            .telegram
+            .message(CHAT, message.message_id)
+            .unwrap()
+            .button_texts()
+            .len(),
+        3
+    );
+
+    let (_, accepted) = harness.telegram.tap_button(
+        &alice(),
+        CHAT,
+        message.message_id,
+        &button(&message, "Approve"),
+    );
+    assert_eq!(
+        wait_for_answer(&harness, &accepted, 0)
+            .await
+            .param_str("text"),
+        Some("Approved")
+    );
+    assert_eq!(
+        harness.agent_waits(&approval.id).await.state(),
+        ApprovalState::Approved
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_follow_decisions_elsewhere_expiry_and_cancellation() {
     let harness = Harness::start().await;
     let decided_elsewhere = harness.request("call-1", "{}").await;
