@@ -137,6 +137,39 @@ async fn a_readers_approve_is_refused_and_decides_nothing() {
     );
 }
 
+/// The server's approver registry stays authoritative: a maintainer with write access who
+/// is not a registered approver is refused by the server, and the command says so.
+#[tokio::test]
+async fn a_command_the_servers_approver_registry_refuses_decides_nothing() {
+    let harness = Harness::start_with_server_toml(
+        Mode::Webhook,
+        "[[approvers]]\nid = \"alice\"\nname = \"Alice\"\nmax_risk = \"critical\"\nidentities = { github = [\"alice\"] }\n",
+    )
+    .await;
+    let approval = harness
+        .request_approval(harness.request("call-registry", ""))
+        .await;
+    harness.request_comment(&approval.id).await;
+
+    let command = harness.say(&harness.maintainer, "/approve").await;
+    let reply = harness.reply_to(harness.issue, command.id).await;
+    assert!(
+        reply.body.contains("countersign refused this decision"),
+        "{}",
+        reply.body
+    );
+    assert_eq!(harness.reactions(command.id, 1).await, vec!["confused"]);
+    let unchanged = harness.approval(&approval.id).await;
+    assert_eq!(unchanged.state(), pb::ApprovalState::Pending);
+    assert!(unchanged.decisions.is_empty());
+
+    harness.say(&harness.writer, "/approve").await;
+    assert_eq!(
+        harness.resolved(&approval.id).await.state(),
+        pb::ApprovalState::Approved
+    );
+}
+
 /// Commands in code or quotes, an edited comment, a bot's comment and the worker's own
 /// account decide nothing; the writer's plain command after them is the only decision.
 #[tokio::test]

@@ -61,7 +61,18 @@ impl Harness {
 
     /// The server, the fake and the users, but no worker yet.
     pub async fn start_without_worker(mode: Mode) -> Harness {
-        let server = TestServer::start().await;
+        Harness::with_server(mode, TestServer::start().await).await
+    }
+
+    /// Like [`Harness::start`], against a server configured by `server_toml` (e.g. approvers).
+    pub async fn start_with_server_toml(mode: Mode, server_toml: &str) -> Harness {
+        let mut harness =
+            Harness::with_server(mode, TestServer::start_with_toml(server_toml).await).await;
+        harness.start_worker().await;
+        harness
+    }
+
+    async fn with_server(mode: Mode, server: TestServer) -> Harness {
         let github = FakeGitHub::start().await;
         let issue = github.add_issue(REPO, "Deploy approvals");
         let writer = github.add_user("alice", UserKind::User);
