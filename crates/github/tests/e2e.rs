@@ -312,11 +312,20 @@ async fn two_pending_and_a_bare_approve_lists_the_ids() {
 
 #[tokio::test]
 async fn webhook_signatures_duplicates_and_ping() {
-    let harness = Harness::start(Mode::Webhook).await;
+    // The approval exists before the worker starts, so its start-up catch-up listing of the
+    // issue's comments is over before the command is written: only webhooks can apply it.
+    let mut harness = Harness::start_without_worker(Mode::Webhook).await;
     let approval = harness
         .request_approval(harness.request("call-signature", ""))
         .await;
+    harness.start_worker().await;
     harness.request_comment(&approval.id).await;
+    harness
+        .github
+        .wait_for("the start-up catch-up listing", PATIENCE, |github| {
+            (!github.requests_to(Endpoint::ListComments).is_empty()).then_some(())
+        })
+        .await;
     let url = harness.webhook_url();
 
     let comment = harness
@@ -857,9 +866,13 @@ async fn a_command_that_cannot_be_recorded_asks_to_be_repeated() {
     harness.server.stop().await;
     let command = harness.say(&harness.writer, "/approve").await;
     let reply = harness.reply_to(harness.issue, command.id).await;
-    assert!(reply
-        .body
-        .contains("@alice this command could not be recorded"));
+    assert!(
+        reply
+            .body
+            .contains("@alice this command could not be recorded"),
+        "{}",
+        reply.body
+    );
     assert!(reply.body.contains("Please repeat it."));
     assert_eq!(harness.reactions(command.id, 1).await, vec!["confused"]);
 
