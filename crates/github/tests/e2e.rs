@@ -10,8 +10,8 @@ use common::{github_decider, Harness, Mode, PATIENCE, REPO, SECRET};
 use countersign_client::pb;
 use countersign_github::render::{marked_approval_id, short_id};
 use countersign_testkit::github::{
-    captured_bot_comment_payload, issue_comment_payload, post_webhook, sign_webhook, CommentAction,
-    Endpoint, Failure, UserKind, DEFAULT_BOT_LOGIN, WEBHOOK_PING_PAYLOAD,
+    captured_bot_comment_payload, issue_comment_payload, post_webhook, sign_webhook, Comment,
+    CommentAction, Endpoint, Failure, UserKind, DEFAULT_BOT_LOGIN, WEBHOOK_PING_PAYLOAD,
 };
 
 /// The agent waits; a writer approves; the wait returns APPROVED, the command gets +1 and the
@@ -312,48 +312,60 @@ async fn two_pending_and_a_bare_approve_lists_the_ids() {
 
 #[tokio::test]
 async fn webhook_signatures_duplicates_and_ping() {
-    // The approval exists before the worker starts, so its start-up catch-up listing of the
-    // issue's comments is over before the command is written: only webhooks can apply it.
-    let mut harness = Harness::start_without_worker(Mode::Webhook).await;
+    let harness = Harness::start(Mode::Webhook).await;
     let approval = harness
         .request_approval(harness.request("call-signature", ""))
         .await;
-    harness.start_worker().await;
-    harness.request_comment(&approval.id).await;
-    harness
-        .github
-        .wait_for("the start-up catch-up listing", PATIENCE, |github| {
-            (!github.requests_to(Endpoint::ListComments).is_empty()).then_some(())
-        })
-        .await;
+    let request_comment = harness.request_comment(&approval.id).await;
     let url = harness.webhook_url();
 
-    let comment = harness
-        .github
-        .add_comment(REPO, harness.issue, &harness.writer, "/approve");
-    let payload = issue_comment_payload(&harness.github, CommentAction::Created, &comment, None);
-    let forged = sign_webhook("not the secret", &payload);
+    // A forger's payload names a comment that does not exist on GitHub (a real one could also
+    // reach the worker through its catch-up listing, rightly).
+    let forged_comment = Comment {
+        id: request_comment.id + 1_000_000,
+        body: "/approve".to_string(),
+        user: harness.writer.clone(),
+        ..request_comment.clone()
+    };
+    let forged_payload = issue_comment_payload(
+        &harness.github,
+        CommentAction::Created,
+        &forged_comment,
+        None,
+    );
+    let forged = sign_webhook("not the secret", &forged_payload);
+    let (status, _) = post_webhook(
+        &url,
+        "issue_comment",
+        "d-forged",
+        &forged_payload,
+        Some(&forged),
+    )
+    .await;
+    assert_eq!(status, 401);
     let (status, _) =
-        post_webhook(&url, "issue_comment", "d-forged", &payload, Some(&forged)).await;
+        post_webhook(&url, "issue_comment", "d-unsigned", &forged_payload, None).await;
     assert_eq!(status, 401);
-    let (status, _) = post_webhook(&url, "issue_comment", "d-unsigned", &payload, None).await;
-    assert_eq!(status, 401);
-    let mut tampered = payload.clone();
+    let mut tampered = forged_payload.clone();
     tampered.extend_from_slice(b" ");
-    let signature = sign_webhook(SECRET, &payload);
     let (status, _) = post_webhook(
         &url,
         "issue_comment",
         "d-tampered",
         &tampered,
-        Some(&signature),
+        Some(&sign_webhook(SECRET, &forged_payload)),
     )
     .await;
     assert_eq!(status, 401);
     // Refused deliveries are not queued: nothing changed.
     assert!(harness.approval(&approval.id).await.decisions.is_empty());
-    assert!(harness.github.reactions(comment.id).is_empty());
+    assert!(harness.github.reactions(forged_comment.id).is_empty());
 
+    let comment = harness
+        .github
+        .add_comment(REPO, harness.issue, &harness.writer, "/approve");
+    let payload = issue_comment_payload(&harness.github, CommentAction::Created, &comment, None);
+    let signature = sign_webhook(SECRET, &payload);
     let (first, _) = post_webhook(&url, "issue_comment", "d-1", &payload, Some(&signature)).await;
     let (again, body) =
         post_webhook(&url, "issue_comment", "d-1", &payload, Some(&signature)).await;
