@@ -188,6 +188,9 @@ async fn webhook_ignores_code_quotes_edits_and_bots() {
         .await;
 
     let edited = harness.say(&harness.writer, "looking").await;
+    // GitHub's times are whole seconds: an edit within the creation second would look
+    // unedited to a catch-up listing (which a watch resync may run at any moment).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let edited = harness.github.edit_comment(edited.id, "/approve");
     let payload = issue_comment_payload(
         &harness.github,
