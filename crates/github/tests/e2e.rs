@@ -774,9 +774,7 @@ async fn a_restarted_worker_corrects_comments_resolved_meanwhile() {
         .await;
     let comment = harness.request_comment(&approval.id).await;
     wait_delivered(&harness, &approval.id).await;
-    if let Some(worker) = harness.worker.take() {
-        worker.shutdown().await;
-    }
+    harness.stop_worker().await;
     harness
         .agent
         .cancel_approval(&approval.id, "superseded")
@@ -806,9 +804,7 @@ async fn a_command_received_before_the_snapshot_is_applied_after_it() {
         .await;
     harness.request_comment(&approval.id).await;
     wait_delivered(&harness, &approval.id).await;
-    if let Some(worker) = harness.worker.take() {
-        worker.shutdown().await;
-    }
+    harness.stop_worker().await;
     // With the server down the restarted worker gets no snapshot, so the delivery below is
     // queued (and handled) before it.
     harness.server.stop().await;
@@ -836,9 +832,7 @@ async fn webhook_only_catches_up_commands_written_while_down() {
         .await;
     let request_comment = harness.request_comment(&approval.id).await;
     wait_delivered(&harness, &approval.id).await;
-    if let Some(worker) = harness.worker.take() {
-        worker.shutdown().await;
-    }
+    harness.stop_worker().await;
     // Written while the worker is down: the webhook delivery fails and is not repeated.
     let command = harness
         .github

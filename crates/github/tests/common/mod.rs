@@ -139,6 +139,13 @@ impl Harness {
         self.worker = Some(worker);
     }
 
+    /// Shuts the worker down (as a deployment stop would); the fake and the server stay.
+    pub async fn stop_worker(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            worker.shutdown().await;
+        }
+    }
+
     pub fn webhook_url(&self) -> String {
         let addr = self
             .worker

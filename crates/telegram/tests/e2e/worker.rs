@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::common::{alice, bob, button, mallory, request, Harness, BOT_TOKEN, CHAT};
 use countersign_client::pb::{self, ApprovalState, ResolvedBy, Scope, Verdict};
-use countersign_testkit::telegram::{InjectedError, RecordedRequest, MAX_TEXT_UTF16};
+use countersign_testkit::telegram::{ChatMessage, InjectedError, RecordedRequest, MAX_TEXT_UTF16};
 
 /// The answers to one callback query, in order.
 fn answers_to(harness: &Harness, callback_id: &str) -> Vec<RecordedRequest> {
@@ -281,13 +281,7 @@ async fn messages_follow_decisions_elsewhere_expiry_and_cancellation() {
     for nth in 0..3 {
         messages.push(harness.request_message(nth).await);
     }
-    let message_of = |approval: &pb::Approval| {
-        messages
-            .iter()
-            .find(|m| m.callback_data()[0].contains(&approval.id))
-            .expect("a message per approval")
-            .message_id
-    };
+    let message_of = |approval: &pb::Approval| message_id_of(&messages, approval);
 
     // Decided through another channel (the CLI uses the same Decide call).
     harness
@@ -312,37 +306,20 @@ async fn messages_follow_decisions_elsewhere_expiry_and_cancellation() {
         .await
         .unwrap();
 
-    let rejected = harness
-        .telegram
-        .wait_for_message(
-            "the rejection from the CLI",
-            CHAT,
-            message_of(&decided_elsewhere),
-            |m| m.reply_markup.is_none(),
-        )
-        .await;
-    assert!(
-        rejected.text.contains("Rejected by Carol (cli)"),
-        "{}",
-        rejected.text
-    );
-    assert!(
-        rejected.text.contains("not during the freeze"),
-        "{}",
-        rejected.text
-    );
-    let gone = harness
-        .telegram
-        .wait_for_message("the cancellation", CHAT, message_of(&cancelled), |m| {
-            m.reply_markup.is_none()
-        })
-        .await;
-    assert!(gone.text.contains("Cancelled"), "{}", gone.text);
-    assert!(
-        gone.text.contains("the agent found another way"),
-        "{}",
-        gone.text
-    );
+    shown_resolved(
+        &harness,
+        "the rejection from the CLI",
+        message_of(&decided_elsewhere),
+        &["Rejected by Carol (cli)", "not during the freeze"],
+    )
+    .await;
+    shown_resolved(
+        &harness,
+        "the cancellation",
+        message_of(&cancelled),
+        &["Cancelled", "the agent found another way"],
+    )
+    .await;
     let expired = harness
         .telegram
         .wait_for_message("the expiry", CHAT, message_of(&expiring), |m| {
@@ -610,13 +587,7 @@ async fn approvals_resolved_while_the_worker_was_down_are_shown_resolved_after_a
     for nth in 0..approvals.len() {
         messages.push(harness.request_message(nth).await);
     }
-    let message_of = |approval: &pb::Approval| {
-        messages
-            .iter()
-            .find(|m| m.callback_data()[0].contains(&approval.id))
-            .expect("a message per approval")
-            .message_id
-    };
+    let message_of = |approval: &pb::Approval| message_id_of(&messages, approval);
     for approval in approvals {
         harness.wait_for_delivery(&approval.id).await;
     }
@@ -675,37 +646,20 @@ async fn approvals_resolved_while_the_worker_was_down_are_shown_resolved_after_a
     let sent_before = harness.sent_count();
     let edits_before = harness.telegram.requests_of("editMessageText").len();
     harness.start_worker();
-    let rejected = harness
-        .telegram
-        .wait_for_message(
-            "the rejection from the CLI",
-            CHAT,
-            message_of(&decided_elsewhere),
-            |m| m.reply_markup.is_none(),
-        )
-        .await;
-    assert!(
-        rejected.text.contains("Rejected by Carol (cli)"),
-        "{}",
-        rejected.text
-    );
-    assert!(
-        rejected.text.contains("not during the freeze"),
-        "{}",
-        rejected.text
-    );
-    let gone = harness
-        .telegram
-        .wait_for_message("the cancellation", CHAT, message_of(&cancelled), |m| {
-            m.reply_markup.is_none()
-        })
-        .await;
-    assert!(gone.text.contains("Cancelled"), "{}", gone.text);
-    assert!(
-        gone.text.contains("the agent found another way"),
-        "{}",
-        gone.text
-    );
+    shown_resolved(
+        &harness,
+        "the rejection from the CLI",
+        message_of(&decided_elsewhere),
+        &["Rejected by Carol (cli)", "not during the freeze"],
+    )
+    .await;
+    shown_resolved(
+        &harness,
+        "the cancellation",
+        message_of(&cancelled),
+        &["Cancelled", "the agent found another way"],
+    )
+    .await;
     let expired = harness
         .telegram
         .wait_for_message("the expiry", CHAT, message_of(&expiring), |m| {
@@ -1189,4 +1143,31 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
     fn make_writer(&'a self) -> LogCapture {
         self.clone()
     }
+}
+
+/// Waits until message `message_id` of the default chat has lost its buttons, then checks it
+/// says each of `expected`.
+async fn shown_resolved(
+    harness: &Harness,
+    what: &str,
+    message_id: i64,
+    expected: &[&str],
+) -> ChatMessage {
+    let shown = harness
+        .telegram
+        .wait_for_message(what, CHAT, message_id, |m| m.reply_markup.is_none())
+        .await;
+    for text in expected {
+        assert!(shown.text.contains(text), "{what}: {}", shown.text);
+    }
+    shown
+}
+
+/// The id of the request message, among `messages`, whose buttons name `approval`.
+fn message_id_of(messages: &[ChatMessage], approval: &pb::Approval) -> i64 {
+    messages
+        .iter()
+        .find(|m| m.callback_data()[0].contains(&approval.id))
+        .expect("a message per approval")
+        .message_id
 }
