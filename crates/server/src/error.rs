@@ -20,6 +20,7 @@ pub fn status_of(error: StoreError) -> Status {
     match error {
         StoreError::Domain(e) => status_of_domain(e),
         StoreError::Closed => Status::unavailable("the server is shutting down"),
+        e @ StoreError::Unavailable(_) => Status::unavailable(e.to_string()),
         other => {
             tracing::error!(error = %other, "storage failure");
             Status::internal("storage failure; see the server log")

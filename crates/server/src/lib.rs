@@ -26,6 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch as signal;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
+use tonic_health::server::HealthReporter;
 
 use crate::admin::AdminApi;
 use crate::auth::Authenticator;
@@ -105,12 +106,8 @@ pub async fn serve_with_metrics(
         });
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    health_reporter
-        .set_serving::<ApprovalServiceServer<ApprovalApi>>()
-        .await;
-    health_reporter
-        .set_serving::<AdminServiceServer<AdminApi>>()
-        .await;
+    set_health(&health_reporter, true).await;
+    let health_follower = tokio::spawn(follow_storage_health(store.writable(), health_reporter));
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(countersign_proto::v1::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -154,10 +151,35 @@ pub async fn serve_with_metrics(
         })
         .await?;
     sweeper.abort();
+    health_follower.abort();
     for task in metrics_tasks.into_iter().flatten() {
         task.abort();
     }
     Ok(())
+}
+
+async fn set_health(reporter: &HealthReporter, serving: bool) {
+    if serving {
+        reporter
+            .set_serving::<ApprovalServiceServer<ApprovalApi>>()
+            .await;
+        reporter.set_serving::<AdminServiceServer<AdminApi>>().await;
+    } else {
+        reporter
+            .set_not_serving::<ApprovalServiceServer<ApprovalApi>>()
+            .await;
+        reporter
+            .set_not_serving::<AdminServiceServer<AdminApi>>()
+            .await;
+    }
+}
+
+/// The services are NOT_SERVING while the database refuses writes (e.g. its disk is full).
+async fn follow_storage_health(mut writable: signal::Receiver<bool>, reporter: HealthReporter) {
+    while writable.changed().await.is_ok() {
+        let serving = *writable.borrow_and_update();
+        set_health(&reporter, serving).await;
+    }
 }
 
 /// Starts the metrics endpoint and the follower of the event log that feeds it.

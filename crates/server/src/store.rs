@@ -25,7 +25,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Arguments, Connection, QueryBuilder, Row, Sqlite, SqliteExecutor};
 use thiserror::Error;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::audit::{chain_hash, Columns};
 use crate::config::{Durability, StorageConfig};
@@ -43,6 +43,9 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("stored data is unreadable: {0}")]
     Corrupt(String),
+    /// The database refused to commit (disk full, I/O error); nothing of the change was kept.
+    #[error("storage refuses writes ({0}); nothing was changed, retry later")]
+    Unavailable(String),
     #[error("the store is shutting down")]
     Closed,
 }
@@ -195,6 +198,7 @@ impl Grant {
 pub struct Store {
     jobs: mpsc::Sender<Job>,
     pub(crate) reads: SqlitePool,
+    writable: watch::Receiver<bool>,
 }
 
 pub fn now_millis() -> Millis {
@@ -223,13 +227,13 @@ impl Store {
             .synchronous(synchronous)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
-        let mut writer = SqliteConnection::connect_with(&options).await?;
-        MIGRATOR.run_direct(&mut writer).await?;
-        chain_unhashed_events(&mut writer).await?;
-        let chain = ChainHead::load(&mut writer).await?;
+        let mut conn = SqliteConnection::connect_with(&options).await?;
+        MIGRATOR.run_direct(&mut conn).await?;
+        chain_unhashed_events(&mut conn).await?;
+        let chain = ChainHead::load(&mut conn).await?;
         let reads = SqlitePoolOptions::new()
             .max_connections(config.read_connections)
-            .connect_with(options.create_if_missing(false).read_only(true))
+            .connect_with(options.clone().create_if_missing(false).read_only(true))
             .await?;
 
         let (jobs, queue) = mpsc::channel(config.max_batch.max(1) * 4);
@@ -238,16 +242,26 @@ impl Store {
         } else {
             1
         };
-        tokio::spawn(run_writer(
-            writer,
-            chain,
-            queue,
-            max_batch,
-            config.redact_arguments,
-            hub,
-            observer,
-        ));
-        Ok(Store { jobs, reads })
+        let (health, writable) = watch::channel(true);
+        let writer = Writer {
+            options,
+            conn: Some(conn),
+            chain: Some(chain),
+            health,
+            redact_arguments: config.redact_arguments,
+        };
+        tokio::spawn(writer.run(queue, max_batch, hub, observer));
+        Ok(Store {
+            jobs,
+            reads,
+            writable,
+        })
+    }
+
+    /// Whether the database accepts writes: false from a failed commit until a later write
+    /// (a caller's or the writer's own probe) commits again.
+    pub fn writable(&self) -> watch::Receiver<bool> {
+        self.writable.clone()
     }
 
     async fn submit(&self, change: Change, now: Millis) -> Result<Reply, StoreError> {
@@ -591,48 +605,156 @@ fn channels_column(approval: &Approval) -> String {
     format!(",{},", channels.join(","))
 }
 
-async fn run_writer(
-    mut conn: SqliteConnection,
-    chain: ChainHead,
-    mut queue: mpsc::Receiver<Job>,
-    max_batch: usize,
+/// How often the writer, while the database refuses writes, tries a write of its own, so that
+/// health recovers when space returns even if no caller writes (a load balancer sends none to
+/// a replica that is NOT_SERVING).
+const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The single writer: owns the only writing connection and the head of the audit chain.
+struct Writer {
+    options: SqliteConnectOptions,
+    /// None after a failed commit whose connection could not be replaced yet.
+    conn: Option<SqliteConnection>,
+    /// The head of the audit chain as committed; None when it must be read again from the
+    /// database (after a rollback, or on a new connection).
+    chain: Option<ChainHead>,
+    health: watch::Sender<bool>,
     redact_arguments: bool,
-    hub: Hub,
-    observer: Option<Arc<dyn CommitObserver>>,
-) {
-    let mut chain = Some(chain);
-    let mut batch: Vec<Job> = Vec::with_capacity(max_batch);
-    while queue.recv_many(&mut batch, max_batch).await > 0 {
-        let started = Instant::now();
-        let size = batch.len();
-        let outcome = commit_batch(&mut conn, &mut chain, &mut batch, redact_arguments).await;
-        if let Some(observer) = &observer {
-            observer.committed(size, started.elapsed());
-        }
-        match outcome {
-            Ok(results) => {
-                for (job, result) in batch.drain(..).zip(results) {
-                    let answer = result.map(|applied| {
-                        for event in applied.events {
-                            hub.publish(event);
-                        }
-                        applied.reply
-                    });
-                    // A caller that went away does not undo a committed change.
-                    let _ = job.reply.send(answer);
+}
+
+impl Writer {
+    async fn run(
+        mut self,
+        mut queue: mpsc::Receiver<Job>,
+        max_batch: usize,
+        hub: Hub,
+        observer: Option<Arc<dyn CommitObserver>>,
+    ) {
+        let mut batch: Vec<Job> = Vec::with_capacity(max_batch);
+        let mut next_probe = Instant::now();
+        loop {
+            if !*self.health.borrow() && Instant::now() >= next_probe {
+                self.probe().await;
+                next_probe = Instant::now() + PROBE_INTERVAL;
+            }
+            let received = if *self.health.borrow() {
+                queue.recv_many(&mut batch, max_batch).await
+            } else {
+                let deadline = tokio::time::Instant::from_std(next_probe);
+                match tokio::time::timeout_at(deadline, queue.recv_many(&mut batch, max_batch))
+                    .await
+                {
+                    Ok(received) => received,
+                    Err(_) => continue,
+                }
+            };
+            if received == 0 {
+                break;
+            }
+            let started = Instant::now();
+            let size = batch.len();
+            let outcome = self.commit(&mut batch).await;
+            if let Some(observer) = &observer {
+                observer.committed(size, started.elapsed());
+            }
+            match outcome {
+                Ok(results) => {
+                    for (job, result) in batch.drain(..).zip(results) {
+                        let answer = result.map(|applied| {
+                            for event in applied.events {
+                                hub.publish(event);
+                            }
+                            applied.reply
+                        });
+                        // A caller that went away does not undo a committed change.
+                        let _ = job.reply.send(answer);
+                    }
+                }
+                Err(e) => {
+                    next_probe = Instant::now() + PROBE_INTERVAL;
+                    let reason = e.to_string();
+                    for job in batch.drain(..) {
+                        let _ = job.reply.send(Err(StoreError::Unavailable(reason.clone())));
+                    }
                 }
             }
-            Err(e) => {
-                tracing::error!(error = %e, batch = size, "group commit failed; every change in it was rolled back");
-                for job in batch.drain(..) {
-                    let _ = job
-                        .reply
-                        .send(Err(StoreError::Corrupt(format!("commit failed: {e}"))));
+        }
+        tracing::debug!("store writer stopped");
+    }
+
+    /// Commits `batch` in one transaction. On any failure the connection is dropped: after a
+    /// failed COMMIT (SQLITE_FULL, I/O error) SQLite has rolled the transaction back itself,
+    /// and sqlx, whose ROLLBACK then fails, would turn every later BEGIN into a SAVEPOINT of a
+    /// transaction that never commits, acknowledging writes that are never stored.
+    async fn commit(
+        &mut self,
+        batch: &mut [Job],
+    ) -> Result<Vec<Result<Applied, StoreError>>, sqlx::Error> {
+        let mut conn = match self.conn.take() {
+            Some(conn) => conn,
+            None => SqliteConnection::connect_with(&self.options).await?,
+        };
+        match commit_batch(&mut conn, &mut self.chain, batch, self.redact_arguments).await {
+            Ok(results) => {
+                self.conn = Some(conn);
+                // Only a commit that wrote something shows that writes are accepted again
+                // (an empty expiry sweep commits even on a full disk).
+                if results
+                    .iter()
+                    .any(|result| matches!(result, Ok(applied) if !applied.events.is_empty()))
+                {
+                    self.set_writable(true);
                 }
+                Ok(results)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, batch = batch.len(), "storage refused a commit; every change of the batch was rolled back and answered with an error; reconnecting");
+                self.set_writable(false);
+                self.chain = None;
+                // Closing a connection whose transaction state is unknown; a fresh one is
+                // opened for the next batch.
+                drop(conn);
+                Err(e)
             }
         }
     }
-    tracing::debug!("store writer stopped");
+
+    /// Tries one small write; health follows its outcome.
+    async fn probe(&mut self) {
+        let written = async {
+            let mut conn = match self.conn.take() {
+                Some(conn) => conn,
+                None => SqliteConnection::connect_with(&self.options).await?,
+            };
+            let outcome = sqlx::query(
+                "INSERT INTO storage_probe (id, at_ms) VALUES (1, ?)
+                 ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms",
+            )
+            .bind(now_millis())
+            .execute(&mut conn)
+            .await;
+            if outcome.is_ok() {
+                self.conn = Some(conn);
+            }
+            outcome.map(|_| ())
+        }
+        .await;
+        match written {
+            Ok(()) => {
+                tracing::info!("storage accepts writes again");
+                self.set_writable(true);
+            }
+            Err(e) => tracing::warn!(error = %e, "storage still refuses writes"),
+        }
+    }
+
+    fn set_writable(&self, writable: bool) {
+        self.health.send_if_modified(|current| {
+            let changed = *current != writable;
+            *current = writable;
+            changed
+        });
+    }
 }
 
 /// Applies each job in one transaction. A job refused by the domain changes nothing (the
@@ -1328,7 +1450,7 @@ mod tests {
             .request(request("auto"), 60, auto_approved(), 0, now)
             .await;
         assert!(
-            matches!(refused, Err(StoreError::Corrupt(_))),
+            matches!(refused, Err(StoreError::Unavailable(_))),
             "{refused:?}"
         );
         sqlx::query("DROP TRIGGER refuse_resolved")
