@@ -1,0 +1,744 @@
+//! Applies a batch of changes in memory, whatever the backend: what the batch needs is read
+//! from the database once ([`BatchKeys`] → [`Loaded`]), every change is applied in queue order
+//! to that state (so a later change sees the earlier ones: two decisions on one approval in one
+//! batch, the first wins), and what changed is collected as one [`WriteSet`] that the backend
+//! writes with a fixed number of set-based statements.
+
+use std::collections::{BTreeMap, HashMap};
+
+use countersign_core::{
+    Approval, ApprovalRequest, ConsumeOutcome, Decision, Delivery, Disposition,
+    Error as DomainError, EventKind, Millis, ResolvedBy, Verdict,
+};
+use serde_json::Value;
+
+use super::{Applied, ChainHead, EventBody, Grant, Reply, Requested, StoreError, StoredEvent};
+use crate::audit::{chain_hash, Columns};
+
+/// How many due approvals one expiry sweep expires at most; the next sweep takes the rest.
+pub const EXPIRY_SWEEP_LIMIT: i64 = 1000;
+
+pub(crate) enum Change {
+    Request {
+        request: ApprovalRequest,
+        ttl_seconds: u32,
+        disposition: Disposition,
+        max_pending: u32,
+    },
+    Decide {
+        approval_id: String,
+        decision: Decision,
+        grant_ttl_seconds: u32,
+    },
+    RefuseDecision {
+        approval_id: String,
+        decision: Decision,
+        why: String,
+    },
+    RevokeGrant {
+        grant_id: String,
+        revoked_by: String,
+        reason: String,
+    },
+    Cancel {
+        approval_id: String,
+        reason: String,
+    },
+    Consume {
+        approval_id: String,
+        outcome: ConsumeOutcome,
+        detail: String,
+    },
+    RecordDelivery {
+        approval_id: String,
+        delivery: Delivery,
+    },
+    ExpireDue,
+    PruneEvents {
+        before: Millis,
+    },
+}
+
+/// What a batch reads before it is applied.
+#[derive(Debug, Default)]
+pub struct BatchKeys {
+    /// Approvals a change names by id.
+    pub approval_ids: Vec<String>,
+    /// (agent id, idempotency key) of each request.
+    pub request_keys: Vec<(String, String)>,
+    /// Grants to revoke (their approvals are read too).
+    pub grant_ids: Vec<String>,
+    /// (agent id, session id) of requests a session grant may approve.
+    pub grant_scopes: Vec<(String, String)>,
+    /// Agents whose pending approvals a request counts against its limit.
+    pub pending_agents: Vec<String>,
+    /// For an expiry sweep: approvals pending with a deadline at or before this time.
+    pub due_at: Option<Millis>,
+}
+
+impl BatchKeys {
+    pub(crate) fn of<'a>(changes: impl Iterator<Item = (&'a Change, Millis)>) -> BatchKeys {
+        let mut keys = BatchKeys::default();
+        for (change, now) in changes {
+            match change {
+                Change::Request {
+                    request,
+                    disposition,
+                    max_pending,
+                    ..
+                } => {
+                    keys.request_keys
+                        .push((request.agent_id.clone(), request.idempotency_key.clone()));
+                    if *disposition == Disposition::RequireHuman {
+                        if !request.session_id.is_empty() {
+                            keys.grant_scopes
+                                .push((request.agent_id.clone(), request.session_id.clone()));
+                        }
+                        if *max_pending > 0 {
+                            keys.pending_agents.push(request.agent_id.clone());
+                        }
+                    }
+                }
+                Change::Decide { approval_id, .. }
+                | Change::RefuseDecision { approval_id, .. }
+                | Change::Cancel { approval_id, .. }
+                | Change::Consume { approval_id, .. }
+                | Change::RecordDelivery { approval_id, .. } => {
+                    keys.approval_ids.push(approval_id.clone());
+                }
+                Change::RevokeGrant { grant_id, .. } => keys.grant_ids.push(grant_id.clone()),
+                Change::ExpireDue => keys.due_at = Some(keys.due_at.unwrap_or(now).max(now)),
+                Change::PruneEvents { .. } => {}
+            }
+        }
+        keys.grant_scopes.sort_unstable();
+        keys.grant_scopes.dedup();
+        keys.pending_agents.sort_unstable();
+        keys.pending_agents.dedup();
+        keys
+    }
+}
+
+/// A grant with the bounds of the approval that made it.
+#[derive(Debug, Clone)]
+pub struct BoundedGrant {
+    pub grant: Grant,
+    pub max_risk_rank: i64,
+    pub max_required_approvals: i64,
+}
+
+/// What the database holds for a batch's keys.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub approvals: Vec<Approval>,
+    /// Grants by id, and the unrevoked grants of the requested sessions.
+    pub grants: Vec<BoundedGrant>,
+    /// (agent id, deadline) of each pending approval of the agents in `pending_agents`.
+    pub pending: Vec<(String, Millis)>,
+}
+
+/// One event row to append.
+pub struct EventWrite {
+    pub seq: i64,
+    pub approval_id: String,
+    pub kind: EventKind,
+    pub at: Millis,
+    pub body: Value,
+    pub columns: Columns,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+/// Everything a batch writes.
+#[derive(Default)]
+pub struct WriteSet {
+    /// New or changed approvals, as they are at the end of the batch.
+    pub approvals: BTreeMap<String, Approval>,
+    pub events: Vec<EventWrite>,
+    pub new_grants: Vec<BoundedGrant>,
+    /// (grant id, revoked at).
+    pub revoked_grants: Vec<(String, Millis)>,
+    /// Approvals whose stored events still carry argument values to blank.
+    pub redact: Vec<String>,
+    /// Delete events older than this (the newest event always stays).
+    pub prune_before: Option<Millis>,
+}
+
+impl WriteSet {
+    pub fn is_empty(&self) -> bool {
+        self.approvals.is_empty()
+            && self.events.is_empty()
+            && self.new_grants.is_empty()
+            && self.revoked_grants.is_empty()
+            && self.prune_before.is_none()
+    }
+}
+
+/// The batch's view of the database: what was read, with the batch's own changes applied.
+pub(crate) struct Plan {
+    approvals: HashMap<String, Approval>,
+    by_key: HashMap<(String, String), String>,
+    grants: Vec<BoundedGrant>,
+    pending: HashMap<String, Vec<Millis>>,
+    head: ChainHead,
+    redact_arguments: bool,
+    writes: WriteSet,
+    /// The approvals the current change saved, as they were before it (in the batch's view
+    /// and in the write set; None: not there), to undo a change that fails half way.
+    undo: Vec<(String, Option<Approval>, Option<Approval>)>,
+}
+
+/// Where a plan stood before a change.
+struct Mark {
+    head: ChainHead,
+    events: usize,
+    redact: usize,
+}
+
+impl Plan {
+    pub fn new(loaded: Loaded, head: ChainHead, redact_arguments: bool) -> Plan {
+        let mut approvals = HashMap::with_capacity(loaded.approvals.len());
+        let mut by_key = HashMap::with_capacity(loaded.approvals.len());
+        for approval in loaded.approvals {
+            by_key.insert(
+                (approval.agent_id.clone(), approval.idempotency_key.clone()),
+                approval.id.clone(),
+            );
+            approvals.insert(approval.id.clone(), approval);
+        }
+        let mut pending: HashMap<String, Vec<Millis>> = HashMap::new();
+        for (agent, expires_at) in loaded.pending {
+            pending.entry(agent).or_default().push(expires_at);
+        }
+        Plan {
+            approvals,
+            by_key,
+            grants: loaded.grants,
+            pending,
+            head,
+            redact_arguments,
+            writes: WriteSet::default(),
+            undo: Vec::new(),
+        }
+    }
+
+    /// The chain head after the batch and what to write.
+    pub fn finish(self) -> (ChainHead, WriteSet) {
+        (self.head, self.writes)
+    }
+
+    /// Applies one change. A change that fails leaves the plan as it was. (Grants are created
+    /// and revoked as the last, infallible step of a change, so only approvals and events need
+    /// undoing.)
+    pub fn apply(&mut self, change: Change, now: Millis) -> Result<Applied, StoreError> {
+        let mark = Mark {
+            head: self.head.clone(),
+            events: self.writes.events.len(),
+            redact: self.writes.redact.len(),
+        };
+        self.undo.clear();
+        let result = self.apply_change(change, now);
+        match result {
+            Ok(mut applied) => {
+                if self.redact_arguments {
+                    self.redact_resolved(&mut applied);
+                }
+                Ok(applied)
+            }
+            Err(e) => {
+                self.undo(mark);
+                Err(e)
+            }
+        }
+    }
+
+    fn undo(&mut self, mark: Mark) {
+        self.head = mark.head;
+        self.writes.events.truncate(mark.events);
+        self.writes.redact.truncate(mark.redact);
+        for (id, before, written_before) in std::mem::take(&mut self.undo).into_iter().rev() {
+            match written_before {
+                Some(previous) => self.writes.approvals.insert(id.clone(), previous),
+                None => self.writes.approvals.remove(&id),
+            };
+            match before {
+                Some(previous) => {
+                    self.approvals.insert(id, previous);
+                }
+                None => {
+                    if let Some(removed) = self.approvals.remove(&id) {
+                        self.by_key
+                            .remove(&(removed.agent_id, removed.idempotency_key));
+                    }
+                }
+            }
+        }
+    }
+
+    fn load(&self, approval_id: &str) -> Result<Approval, StoreError> {
+        self.approvals.get(approval_id).cloned().ok_or_else(|| {
+            DomainError::NotFound(format!("approval {approval_id} not found")).into()
+        })
+    }
+
+    /// Keeps a new or changed approval for the rest of the batch and for the write.
+    fn save(&mut self, approval: &Approval) {
+        let before = self.approvals.get(&approval.id).cloned();
+        if let Some(deadlines) = self.pending.get_mut(&approval.agent_id) {
+            let was_pending = before.as_ref().is_some_and(Approval::is_pending);
+            if was_pending && !approval.is_pending() {
+                if let Some(at) = deadlines.iter().position(|&at| at == approval.expires_at) {
+                    deadlines.swap_remove(at);
+                }
+            } else if before.is_none() && approval.is_pending() {
+                deadlines.push(approval.expires_at);
+            }
+        }
+        if before.is_none() {
+            self.by_key.insert(
+                (approval.agent_id.clone(), approval.idempotency_key.clone()),
+                approval.id.clone(),
+            );
+        }
+        let written_before = self
+            .writes
+            .approvals
+            .insert(approval.id.clone(), approval.clone());
+        self.undo
+            .push((approval.id.clone(), before, written_before));
+        self.approvals.insert(approval.id.clone(), approval.clone());
+    }
+
+    /// Appends an event, chained to the newest one by its hash.
+    fn append(
+        &mut self,
+        kind: EventKind,
+        at: Millis,
+        body: EventBody,
+    ) -> Result<StoredEvent, StoreError> {
+        let seq = self.head.seq + 1;
+        let mut json = serde_json::to_value(&body)?;
+        let columns = Columns::of(&json);
+        let hash = chain_hash(
+            &self.head.hash,
+            seq,
+            &body.approval.id,
+            kind.as_str(),
+            at,
+            &mut json,
+        );
+        let prev_hash = std::mem::replace(
+            &mut self.head,
+            ChainHead {
+                seq,
+                hash: hash.clone(),
+            },
+        )
+        .hash;
+        self.writes.events.push(EventWrite {
+            seq,
+            approval_id: body.approval.id.clone(),
+            kind,
+            at,
+            body: json,
+            columns,
+            prev_hash,
+            hash,
+        });
+        Ok(StoredEvent {
+            seq,
+            kind,
+            at,
+            approval: body.approval,
+            decision: body.decision,
+            delivery: body.delivery,
+            detail: body.detail,
+        })
+    }
+
+    fn append_event(
+        &mut self,
+        kind: EventKind,
+        at: Millis,
+        approval: &Approval,
+        decision: Option<Decision>,
+        delivery: Option<Delivery>,
+    ) -> Result<StoredEvent, StoreError> {
+        let body = EventBody {
+            approval: approval.clone(),
+            decision,
+            delivery,
+            detail: None,
+        };
+        self.append(kind, at, body)
+    }
+
+    /// Saves a changed approval and logs the event that changed it.
+    fn save_and_log(
+        &mut self,
+        approval: Approval,
+        kind: EventKind,
+        now: Millis,
+        delivery: Option<Delivery>,
+    ) -> Result<Applied, StoreError> {
+        self.save(&approval);
+        let event = self.append_event(kind, now, &approval, None, delivery)?;
+        Ok(Applied {
+            reply: Reply::Approval(approval),
+            events: vec![event],
+        })
+    }
+
+    fn apply_change(&mut self, change: Change, now: Millis) -> Result<Applied, StoreError> {
+        match change {
+            Change::Request {
+                request,
+                ttl_seconds,
+                disposition,
+                max_pending,
+            } => self.request(request, ttl_seconds, disposition, max_pending, now),
+            Change::Decide {
+                approval_id,
+                decision,
+                grant_ttl_seconds,
+            } => {
+                let mut approval = self.load(&approval_id)?;
+                let effect = approval.decide(decision.clone(), now)?;
+                let mut events = Vec::new();
+                if let Some(kind) = effect.event {
+                    let recorded = (kind != EventKind::Expired).then_some(decision.clone());
+                    self.save(&approval);
+                    events.push(self.append_event(kind, now, &approval, recorded, None)?);
+                }
+                if effect.grants_session {
+                    let grant = BoundedGrant {
+                        grant: Grant {
+                            id: uuid::Uuid::now_v7().to_string(),
+                            agent_id: approval.agent_id.clone(),
+                            session_id: approval.session_id.clone(),
+                            tool_name: approval.tool_name.clone(),
+                            approval_id: approval.id.clone(),
+                            granted_by: decision.approver,
+                            created_at: now,
+                            expires_at: (grant_ttl_seconds > 0)
+                                .then(|| now + i64::from(grant_ttl_seconds) * 1000),
+                            revoked_at: None,
+                        },
+                        max_risk_rank: approval.risk.rank(),
+                        max_required_approvals: i64::from(approval.required_approvals),
+                    };
+                    self.grants.push(grant.clone());
+                    self.writes.new_grants.push(grant);
+                }
+                Ok(Applied {
+                    reply: Reply::Decided(effect.outcome, approval),
+                    events,
+                })
+            }
+            Change::RefuseDecision {
+                approval_id,
+                decision,
+                why,
+            } => {
+                let approval = self.load(&approval_id)?;
+                let body = EventBody {
+                    approval,
+                    decision: Some(decision),
+                    delivery: None,
+                    detail: Some(why),
+                };
+                let event = self.append(EventKind::DecisionRefused, now, body)?;
+                Ok(Applied {
+                    reply: Reply::Approval(event.approval.clone()),
+                    events: vec![event],
+                })
+            }
+            Change::RevokeGrant {
+                grant_id,
+                revoked_by,
+                reason,
+            } => self.revoke_grant(&grant_id, &revoked_by, &reason, now),
+            Change::Cancel {
+                approval_id,
+                reason,
+            } => {
+                let mut approval = self.load(&approval_id)?;
+                let kind = approval.cancel(&reason, now)?;
+                self.save_and_log(approval, kind, now, None)
+            }
+            Change::Consume {
+                approval_id,
+                outcome,
+                detail,
+            } => {
+                let mut approval = self.load(&approval_id)?;
+                if approval.expire_if_due(now) {
+                    return self.save_and_log(approval, EventKind::Expired, now, None);
+                }
+                let kind = approval.consume(outcome, &detail, now)?;
+                self.save_and_log(approval, kind, now, None)
+            }
+            Change::RecordDelivery {
+                approval_id,
+                delivery,
+            } => {
+                let mut approval = self.load(&approval_id)?;
+                let kind = approval.record_delivery(delivery.clone());
+                self.save_and_log(approval, kind, now, Some(delivery))
+            }
+            Change::ExpireDue => {
+                let mut due: Vec<&Approval> = self
+                    .approvals
+                    .values()
+                    .filter(|a| a.is_pending() && a.expires_at <= now)
+                    .collect();
+                due.sort_by(|a, b| (a.expires_at, &a.id).cmp(&(b.expires_at, &b.id)));
+                let due: Vec<Approval> = due
+                    .into_iter()
+                    .take(EXPIRY_SWEEP_LIMIT as usize)
+                    .cloned()
+                    .collect();
+                let mut events = Vec::with_capacity(due.len());
+                for mut approval in due {
+                    if approval.expire_if_due(now) {
+                        self.save(&approval);
+                        events.push(self.append_event(
+                            EventKind::Expired,
+                            now,
+                            &approval,
+                            None,
+                            None,
+                        )?);
+                    }
+                }
+                Ok(Applied {
+                    reply: Reply::Count(events.len() as u64),
+                    events,
+                })
+            }
+            Change::PruneEvents { before } => {
+                self.writes.prune_before =
+                    Some(self.writes.prune_before.unwrap_or(before).max(before));
+                Ok(Applied {
+                    reply: Reply::Pruned,
+                    events: Vec::new(),
+                })
+            }
+        }
+    }
+
+    fn request(
+        &mut self,
+        request: ApprovalRequest,
+        ttl_seconds: u32,
+        disposition: Disposition,
+        max_pending: u32,
+        now: Millis,
+    ) -> Result<Applied, StoreError> {
+        let key = (request.agent_id.clone(), request.idempotency_key.clone());
+        if let Some(existing) = self.by_key.get(&key) {
+            let approval = self.load(existing)?;
+            if !approval.is_same_call(&request) {
+                return Err(DomainError::AlreadyExists(format!(
+                    "idempotency_key {:?} of agent {:?} was used for approval {} of another call (tool {:?}, session {:?}, arguments digest {}); a changed call needs a new idempotency_key",
+                    request.idempotency_key, request.agent_id, approval.id, approval.tool_name, approval.session_id, approval.args_digest
+                ))
+                .into());
+            }
+            return Ok(Applied {
+                reply: Reply::Requested(Requested {
+                    approval,
+                    created: false,
+                }),
+                events: Vec::new(),
+            });
+        }
+
+        let needs_human = disposition == Disposition::RequireHuman;
+        let grant_id = if needs_human && !request.session_id.is_empty() {
+            self.covering_grant(&request, now)
+        } else {
+            None
+        };
+        let disposition = match grant_id {
+            Some(grant_id) => Disposition::Resolve {
+                verdict: Verdict::Approve,
+                resolved_by: ResolvedBy::Grant,
+                rule: None,
+                reason: format!("session grant {grant_id}"),
+                grant_id: Some(grant_id),
+            },
+            None => disposition,
+        };
+        if max_pending > 0 && disposition == Disposition::RequireHuman {
+            let deadlines = self
+                .pending
+                .get(&request.agent_id)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let live = deadlines.iter().filter(|&&at| at > now);
+            let pending = live.clone().count() as i64;
+            let next_expiry = live.min().copied();
+            check_pending_limit(&request.agent_id, pending, next_expiry, max_pending, now)?;
+        }
+        let approval = Approval::new(
+            uuid::Uuid::now_v7().to_string(),
+            request,
+            ttl_seconds,
+            disposition,
+            now,
+        );
+        self.save(&approval);
+        let mut events =
+            vec![self.append_event(EventKind::Requested, now, &approval, None, None)?];
+        if !approval.is_pending() {
+            events.push(self.append_event(EventKind::Resolved, now, &approval, None, None)?);
+        }
+        Ok(Applied {
+            reply: Reply::Requested(Requested {
+                approval,
+                created: true,
+            }),
+            events,
+        })
+    }
+
+    /// The oldest active grant of the request's session and tool that covers its risk and
+    /// quorum (a grant covers no more than the approval that made it).
+    fn covering_grant(&self, request: &ApprovalRequest, now: Millis) -> Option<String> {
+        self.grants
+            .iter()
+            .filter(|g| {
+                g.grant.agent_id == request.agent_id
+                    && g.grant.session_id == request.session_id
+                    && g.grant.tool_name == request.tool_name
+                    && g.grant.is_active(now)
+                    && g.max_risk_rank >= request.risk.rank()
+                    && g.max_required_approvals >= i64::from(request.required_approvals)
+            })
+            .min_by_key(|g| g.grant.created_at)
+            .map(|g| g.grant.id.clone())
+    }
+
+    fn revoke_grant(
+        &mut self,
+        grant_id: &str,
+        revoked_by: &str,
+        reason: &str,
+        now: Millis,
+    ) -> Result<Applied, StoreError> {
+        let mut grant = self
+            .grants
+            .iter()
+            .find(|g| g.grant.id == grant_id)
+            .map(|g| g.grant.clone())
+            .ok_or_else(|| DomainError::NotFound(format!("grant {grant_id} not found")))?;
+        if grant.revoked_at.is_some() {
+            return Ok(Applied {
+                reply: Reply::Grant(grant),
+                events: Vec::new(),
+            });
+        }
+        let approval = self.load(&grant.approval_id)?;
+        let mut detail = format!(
+            "grant {grant_id} (agent {:?}, session {:?}, tool {:?}) revoked by {revoked_by}",
+            grant.agent_id, grant.session_id, grant.tool_name
+        );
+        if !reason.is_empty() {
+            detail.push_str(": ");
+            detail.push_str(reason);
+        }
+        let body = EventBody {
+            approval,
+            decision: None,
+            delivery: None,
+            detail: Some(detail),
+        };
+        let event = self.append(EventKind::GrantRevoked, now, body)?;
+        grant.revoked_at = Some(now);
+        if let Some(stored) = self.grants.iter_mut().find(|g| g.grant.id == grant_id) {
+            stored.grant.revoked_at = Some(now);
+        }
+        self.writes.revoked_grants.push((grant_id.to_owned(), now));
+        Ok(Applied {
+            reply: Reply::Grant(grant),
+            events: vec![event],
+        })
+    }
+
+    /// With `storage.redact_arguments`: blanks the argument values of every approval this
+    /// change resolved: in the approval written, in every event of this batch and, through
+    /// the write set, in its events already stored; and in what the change returns and
+    /// publishes. The digest stays; the hash chain does not cover argument values.
+    fn redact_resolved(&mut self, applied: &mut Applied) {
+        let reply_approval = match &mut applied.reply {
+            Reply::Requested(requested) => Some(&mut requested.approval),
+            Reply::Decided(_, approval) | Reply::Approval(approval) => Some(approval),
+            Reply::Grant(_) | Reply::Count(_) | Reply::Pruned => None,
+        };
+        let mut resolved: Vec<String> = Vec::new();
+        for approval in applied
+            .events
+            .iter_mut()
+            .map(|event| &mut event.approval)
+            .chain(reply_approval)
+            .filter(|approval| !approval.is_pending())
+        {
+            approval.arguments_json.clear();
+            if !resolved.contains(&approval.id) {
+                resolved.push(approval.id.clone());
+            }
+        }
+        for id in resolved {
+            if let Some(approval) = self.approvals.get_mut(&id) {
+                approval.arguments_json.clear();
+            }
+            if let Some(approval) = self.writes.approvals.get_mut(&id) {
+                approval.arguments_json.clear();
+            }
+            for event in self
+                .writes
+                .events
+                .iter_mut()
+                .filter(|e| e.approval_id == id)
+            {
+                if let Some(approval) = event
+                    .body
+                    .get_mut("approval")
+                    .and_then(Value::as_object_mut)
+                {
+                    approval.insert("arguments_json".into(), Value::from(""));
+                }
+            }
+            if !self.writes.redact.contains(&id) {
+                self.writes.redact.push(id);
+            }
+        }
+    }
+}
+
+/// Refuses a new pending approval for an agent that has `max_pending` pending already, saying
+/// when one of them expires at the latest.
+fn check_pending_limit(
+    agent_id: &str,
+    pending: i64,
+    next_expiry: Option<Millis>,
+    max_pending: u32,
+    now: Millis,
+) -> Result<(), StoreError> {
+    if pending < i64::from(max_pending) {
+        return Ok(());
+    }
+    let retry = next_expiry
+        .map(|at| {
+            format!(
+                ", or in {} s when the next one expires",
+                (at - now + 999) / 1000
+            )
+        })
+        .unwrap_or_default();
+    Err(DomainError::ResourceExhausted(format!(
+        "agent {agent_id:?} has {pending} pending approvals, the limit (limits.max_pending_per_agent) is {max_pending}; retry once one of them is decided or cancelled{retry}"
+    ))
+    .into())
+}

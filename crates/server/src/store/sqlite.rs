@@ -1,0 +1,618 @@
+//! The SQLite backend: one file in WAL mode, schema from `migrations/`. The writer's
+//! connection reads what a batch needs with at most three statements and writes the batch with
+//! one multi-statement query whose statements take their rows as a JSON array expanded by
+//! `json_each`, so the statement text never changes (prepared once) and the number of round
+//! trips to SQLite's thread does not grow with the batch.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use countersign_core::{Approval, Error as DomainError, EventKind, Millis};
+use futures::TryStreamExt;
+use serde_json::Value;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
+};
+use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteExecutor};
+
+use super::batch::{BatchKeys, BoundedGrant, Loaded, WriteSet, EXPIRY_SWEEP_LIMIT};
+use super::{
+    Backend, ChainHead, EventBody, Grant, ListFilter, Snapshot, StoreError, StoredEvent,
+    WriterConnection,
+};
+use crate::audit::{chain_hash, AuditReport, Columns, EventRow, Verifier};
+use crate::config::{Durability, StorageConfig};
+use crate::history::{AuditedEvent, EventFilter, GrantFilter};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+pub struct SqliteBackend {
+    options: SqliteConnectOptions,
+    reads: SqlitePool,
+}
+
+impl SqliteBackend {
+    /// Opens (creating if needed) the database, applies migrations and returns the backend
+    /// with the writer's connection.
+    pub async fn open(
+        path: &Path,
+        config: &StorageConfig,
+    ) -> Result<(SqliteBackend, Box<dyn WriterConnection>), StoreError> {
+        let synchronous = match config.durability {
+            Durability::Full => SqliteSynchronous::Full,
+            Durability::Normal => SqliteSynchronous::Normal,
+        };
+        let options = SqliteConnectOptions::from_str("sqlite:")?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(synchronous)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10));
+        let mut conn = SqliteConnection::connect_with(&options).await?;
+        MIGRATOR.run_direct(&mut conn).await?;
+        chain_unhashed_events(&mut conn).await?;
+        let reads = SqlitePoolOptions::new()
+            .max_connections(config.read_connections)
+            .connect_with(options.clone().create_if_missing(false).read_only(true))
+            .await?;
+        let backend = SqliteBackend { options, reads };
+        Ok((backend, Box::new(SqliteWriter { conn })))
+    }
+}
+
+/// The only writing connection. Transactions are begun and committed with plain SQL: after
+/// any failure the store drops the connection (closing it rolls back whatever SQLite still
+/// holds), so no transaction state survives into the next batch.
+struct SqliteWriter {
+    conn: SqliteConnection,
+}
+
+/// What a batch reads of approvals: named by id, made by a revoked grant, under a requested
+/// idempotency key, and due for expiry.
+const LOAD_APPROVALS: &str = "
+SELECT body FROM approvals WHERE id IN (SELECT value FROM json_each(?))
+UNION ALL
+SELECT body FROM approvals
+ WHERE id IN (SELECT approval_id FROM grants WHERE id IN (SELECT value FROM json_each(?)))
+UNION ALL
+SELECT body FROM approvals
+ WHERE (agent_id, idempotency_key) IN (SELECT value->>0, value->>1 FROM json_each(?))
+UNION ALL
+SELECT body FROM (SELECT body FROM approvals WHERE state = 'PENDING' AND expires_at_ms <= ?
+                  ORDER BY expires_at_ms LIMIT ?)";
+
+const GRANT_COLUMNS: &str = "id, agent_id, session_id, tool_name, approval_id, granted_by,
+    created_at_ms, expires_at_ms, revoked_at_ms, max_risk_rank, max_required_approvals";
+
+/// Every write of a batch, each statement taking its rows as one JSON array.
+const WRITE_BATCH: &str = "
+INSERT INTO approvals (id, agent_id, idempotency_key, session_id, tool_name, state, channels,
+                       created_at_ms, expires_at_ms, body)
+SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7,
+       value->>8, value->>9
+  FROM json_each(?) WHERE true
+    ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body;
+INSERT INTO events (seq, approval_id, kind, at_ms, body, agent_id, decider, approver, prev_hash,
+                    hash)
+SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7,
+       value->>8, value->>9
+  FROM json_each(?);
+INSERT INTO grants (id, agent_id, session_id, tool_name, approval_id, granted_by, created_at_ms,
+                    expires_at_ms, max_risk_rank, max_required_approvals)
+SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7,
+       value->>8, value->>9
+  FROM json_each(?);
+UPDATE grants SET revoked_at_ms = revoked.value->>1
+  FROM json_each(?) AS revoked WHERE grants.id = revoked.value->>0;
+UPDATE events SET body = json_set(body, '$.approval.arguments_json', '')
+ WHERE approval_id IN (SELECT value FROM json_each(?))
+   AND json_extract(body, '$.approval.arguments_json') <> ''";
+
+#[async_trait]
+impl WriterConnection for SqliteWriter {
+    async fn begin(&mut self) -> Result<(), StoreError> {
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut self.conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn chain_head(&mut self) -> Result<ChainHead, StoreError> {
+        let newest: Option<(i64, Option<String>)> =
+            sqlx::query_as("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
+                .fetch_optional(&mut self.conn)
+                .await?;
+        let (newest_seq, hash) = newest
+            .map(|(seq, hash)| (seq, hash.unwrap_or_default()))
+            .unwrap_or_default();
+        Ok(ChainHead {
+            seq: head_seq(&mut self.conn).await?.max(newest_seq),
+            hash,
+        })
+    }
+
+    async fn load(&mut self, keys: &BatchKeys) -> Result<Loaded, StoreError> {
+        let mut loaded = Loaded::default();
+        if !keys.approval_ids.is_empty()
+            || !keys.grant_ids.is_empty()
+            || !keys.request_keys.is_empty()
+            || keys.due_at.is_some()
+        {
+            let bodies: Vec<String> = sqlx::query_scalar(LOAD_APPROVALS)
+                .bind(serde_json::to_string(&keys.approval_ids)?)
+                .bind(serde_json::to_string(&keys.grant_ids)?)
+                .bind(serde_json::to_string(&keys.request_keys)?)
+                .bind(keys.due_at)
+                .bind(EXPIRY_SWEEP_LIMIT)
+                .fetch_all(&mut self.conn)
+                .await?;
+            // An unreadable row is skipped, not fatal: failing here would stall every later
+            // batch (a change naming it gets NOT_FOUND).
+            loaded.approvals = bodies
+                .iter()
+                .filter_map(|body| {
+                    serde_json::from_str::<Approval>(body)
+                        .inspect_err(|e| tracing::error!(error = %e, "skipping an unreadable stored approval"))
+                        .ok()
+                })
+                .collect();
+        }
+        if !keys.grant_ids.is_empty() || !keys.grant_scopes.is_empty() {
+            let rows = sqlx::query(&format!(
+                "SELECT {GRANT_COLUMNS} FROM grants WHERE id IN (SELECT value FROM json_each(?))
+                 UNION
+                 SELECT {GRANT_COLUMNS} FROM grants
+                  WHERE (agent_id, session_id) IN (SELECT value->>0, value->>1 FROM json_each(?))
+                    AND revoked_at_ms IS NULL"
+            ))
+            .bind(serde_json::to_string(&keys.grant_ids)?)
+            .bind(serde_json::to_string(&keys.grant_scopes)?)
+            .fetch_all(&mut self.conn)
+            .await?;
+            loaded.grants = rows
+                .iter()
+                .map(bounded_grant_from_row)
+                .collect::<Result<_, _>>()?;
+        }
+        if !keys.pending_agents.is_empty() {
+            loaded.pending = sqlx::query_as(
+                "SELECT agent_id, expires_at_ms FROM approvals
+                  WHERE agent_id IN (SELECT value FROM json_each(?)) AND state = 'PENDING'",
+            )
+            .bind(serde_json::to_string(&keys.pending_agents)?)
+            .fetch_all(&mut self.conn)
+            .await?;
+        }
+        Ok(loaded)
+    }
+
+    async fn write(&mut self, writes: &WriteSet) -> Result<u64, StoreError> {
+        let approvals = writes
+            .approvals
+            .values()
+            .map(|a| {
+                Ok(serde_json::json!([
+                    a.id,
+                    a.agent_id,
+                    a.idempotency_key,
+                    a.session_id,
+                    a.tool_name,
+                    a.state.as_str(),
+                    channels_column(a),
+                    a.created_at,
+                    a.expires_at,
+                    serde_json::to_string(a)?,
+                ]))
+            })
+            .collect::<Result<Vec<Value>, serde_json::Error>>()?;
+        let events: Vec<Value> = writes
+            .events
+            .iter()
+            .map(|e| {
+                serde_json::json!([
+                    e.seq,
+                    e.approval_id,
+                    e.kind.as_str(),
+                    e.at,
+                    e.body.to_string(),
+                    e.columns.agent_id,
+                    e.columns.decider,
+                    e.columns.approver,
+                    e.prev_hash,
+                    e.hash,
+                ])
+            })
+            .collect();
+        let grants: Vec<Value> = writes
+            .new_grants
+            .iter()
+            .map(|g| {
+                serde_json::json!([
+                    g.grant.id,
+                    g.grant.agent_id,
+                    g.grant.session_id,
+                    g.grant.tool_name,
+                    g.grant.approval_id,
+                    g.grant.granted_by,
+                    g.grant.created_at,
+                    g.grant.expires_at,
+                    g.max_risk_rank,
+                    g.max_required_approvals,
+                ])
+            })
+            .collect();
+        sqlx::query(WRITE_BATCH)
+            .bind(Value::from(approvals).to_string())
+            .bind(Value::from(events).to_string())
+            .bind(Value::from(grants).to_string())
+            .bind(serde_json::to_string(&writes.revoked_grants)?)
+            .bind(serde_json::to_string(&writes.redact)?)
+            .execute(&mut self.conn)
+            .await?;
+        let Some(before) = writes.prune_before else {
+            return Ok(0);
+        };
+        // The newest event always stays, so the log's head is never lost.
+        Ok(sqlx::query(
+            "DELETE FROM events WHERE at_ms < ? AND seq < (SELECT MAX(seq) FROM events)",
+        )
+        .bind(before)
+        .execute(&mut self.conn)
+        .await?
+        .rows_affected())
+    }
+
+    async fn commit(&mut self) -> Result<(), StoreError> {
+        sqlx::query("COMMIT").execute(&mut self.conn).await?;
+        Ok(())
+    }
+
+    async fn probe(&mut self, now: Millis) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO storage_probe (id, at_ms) VALUES (1, ?)
+             ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms",
+        )
+        .bind(now)
+        .execute(&mut self.conn)
+        .await?;
+        Ok(())
+    }
+}
+
+fn bounded_grant_from_row(row: &SqliteRow) -> Result<BoundedGrant, sqlx::Error> {
+    Ok(BoundedGrant {
+        grant: Grant {
+            id: row.try_get("id")?,
+            agent_id: row.try_get("agent_id")?,
+            session_id: row.try_get("session_id")?,
+            tool_name: row.try_get("tool_name")?,
+            approval_id: row.try_get("approval_id")?,
+            granted_by: row.try_get("granted_by")?,
+            created_at: row.try_get("created_at_ms")?,
+            expires_at: row.try_get("expires_at_ms")?,
+            revoked_at: row.try_get("revoked_at_ms")?,
+        },
+        max_risk_rank: row.try_get("max_risk_rank")?,
+        max_required_approvals: row.try_get("max_required_approvals")?,
+    })
+}
+
+#[async_trait]
+impl Backend for SqliteBackend {
+    async fn connect_writer(&self) -> Result<Box<dyn WriterConnection>, StoreError> {
+        let conn = SqliteConnection::connect_with(&self.options).await?;
+        Ok(Box::new(SqliteWriter { conn }))
+    }
+
+    async fn get(&self, approval_id: &str) -> Result<Approval, StoreError> {
+        load_approval(&self.reads, approval_id).await
+    }
+
+    async fn count_pending(&self) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT COUNT(*) FROM approvals WHERE state = 'PENDING'")
+                .fetch_one(&self.reads)
+                .await?,
+        )
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<Approval>, StoreError> {
+        let mut query: QueryBuilder<Sqlite> =
+            QueryBuilder::new("SELECT body FROM approvals WHERE 1 = 1");
+        if !filter.states.is_empty() {
+            query.push(" AND state IN (");
+            let mut states = query.separated(", ");
+            for state in &filter.states {
+                states.push_bind(state.as_str());
+            }
+            query.push(")");
+        }
+        for (column, value) in [
+            ("agent_id", &filter.agent_id),
+            ("session_id", &filter.session_id),
+            ("tool_name", &filter.tool_name),
+        ] {
+            if !value.is_empty() {
+                query
+                    .push(format!(" AND {column} = "))
+                    .push_bind(value.clone());
+            }
+        }
+        if !filter.channel.is_empty() {
+            query
+                .push(" AND (channels = '*' OR instr(channels, ")
+                .push_bind(format!(",{},", filter.channel))
+                .push(") > 0)");
+        }
+        if !filter.before_id.is_empty() {
+            query.push(" AND id < ").push_bind(filter.before_id.clone());
+        }
+        query
+            .push(" ORDER BY id DESC LIMIT ")
+            .push_bind(i64::from(filter.limit));
+        let rows = query.build().fetch_all(&self.reads).await?;
+        rows.iter()
+            .map(|row| Ok(serde_json::from_str(row.try_get::<&str, _>("body")?)?))
+            .collect()
+    }
+
+    async fn snapshot(&self, channel: &str) -> Result<Snapshot, StoreError> {
+        let mut tx = self.reads.begin().await?;
+        let head_seq = head_seq(&mut *tx).await?;
+        let rows = sqlx::query(
+            "SELECT body FROM approvals WHERE state = 'PENDING'
+               AND (?1 = '' OR channels = '*' OR instr(channels, ',' || ?1 || ',') > 0)
+             ORDER BY id",
+        )
+        .bind(channel)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let pending = rows
+            .iter()
+            .map(|row| Ok(serde_json::from_str(row.try_get::<&str, _>("body")?)?))
+            .collect::<Result<Vec<Approval>, StoreError>>()?;
+        Ok(Snapshot { head_seq, pending })
+    }
+
+    async fn events_after(
+        &self,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT seq, kind, at_ms, body FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+        )
+        .bind(after_seq)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reads)
+        .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    async fn log_bounds(&self) -> Result<(i64, i64), StoreError> {
+        let mut tx = self.reads.begin().await?;
+        let head = head_seq(&mut *tx).await?;
+        let oldest: Option<i64> = sqlx::query_scalar("SELECT MIN(seq) FROM events")
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok((head, oldest.unwrap_or(head + 1)))
+    }
+
+    async fn list_events(&self, filter: &EventFilter) -> Result<Vec<AuditedEvent>, StoreError> {
+        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "SELECT seq, kind, at_ms, body, prev_hash, hash FROM events WHERE 1 = 1",
+        );
+        if !filter.approval_id.is_empty() {
+            query
+                .push(" AND approval_id = ")
+                .push_bind(filter.approval_id.clone());
+        }
+        if !filter.kinds.is_empty() {
+            query.push(" AND kind IN (");
+            let mut kinds = query.separated(", ");
+            for kind in &filter.kinds {
+                kinds.push_bind(kind.as_str());
+            }
+            query.push(")");
+        }
+        if !filter.agent_id.is_empty() {
+            query
+                .push(" AND agent_id = ")
+                .push_bind(filter.agent_id.clone());
+        }
+        if !filter.decider.is_empty() {
+            query
+                .push(" AND (decider = ")
+                .push_bind(filter.decider.clone())
+                .push(" OR approver = ")
+                .push_bind(filter.decider.clone())
+                .push(")");
+        }
+        if let Some(since) = filter.since {
+            query.push(" AND at_ms >= ").push_bind(since);
+        }
+        if let Some(until) = filter.until {
+            query.push(" AND at_ms < ").push_bind(until);
+        }
+        let (after, order) = if filter.newest_first {
+            (" AND seq < ", " ORDER BY seq DESC LIMIT ")
+        } else {
+            (" AND seq > ", " ORDER BY seq LIMIT ")
+        };
+        if let Some(seq) = filter.after_seq {
+            query.push(after).push_bind(seq);
+        }
+        query.push(order).push_bind(i64::from(filter.limit));
+        let rows = query.build().fetch_all(&self.reads).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(AuditedEvent {
+                    event: event_from_row(row)?,
+                    prev_hash: row
+                        .try_get::<Option<String>, _>("prev_hash")?
+                        .unwrap_or_default(),
+                    hash: row
+                        .try_get::<Option<String>, _>("hash")?
+                        .unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
+
+    async fn verify_audit(&self) -> Result<AuditReport, StoreError> {
+        let mut tx = self.reads.begin().await?;
+        let mut verifier = Verifier::default();
+        {
+            let mut rows = sqlx::query(
+                "SELECT seq, approval_id, kind, at_ms, body, agent_id, decider, approver, prev_hash, hash
+                 FROM events ORDER BY seq",
+            )
+            .fetch(&mut *tx);
+            while let Some(row) = rows.try_next().await? {
+                let row = EventRow {
+                    seq: row.try_get("seq")?,
+                    approval_id: row.try_get("approval_id")?,
+                    kind: row.try_get("kind")?,
+                    at_ms: row.try_get("at_ms")?,
+                    body: row.try_get("body")?,
+                    columns: Columns {
+                        agent_id: row.try_get("agent_id")?,
+                        decider: row.try_get("decider")?,
+                        approver: row.try_get("approver")?,
+                    },
+                    prev_hash: row.try_get("prev_hash")?,
+                    hash: row.try_get("hash")?,
+                };
+                if !verifier.check(row) {
+                    break;
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(verifier.finish())
+    }
+
+    async fn list_grants(
+        &self,
+        filter: &GrantFilter,
+        now: Millis,
+    ) -> Result<Vec<Grant>, StoreError> {
+        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new("SELECT * FROM grants WHERE 1 = 1");
+        for (column, value) in [
+            ("agent_id", &filter.agent_id),
+            ("session_id", &filter.session_id),
+            ("tool_name", &filter.tool_name),
+        ] {
+            if !value.is_empty() {
+                query
+                    .push(format!(" AND {column} = "))
+                    .push_bind(value.clone());
+            }
+        }
+        if !filter.include_inactive {
+            query
+                .push(" AND revoked_at_ms IS NULL AND (expires_at_ms IS NULL OR expires_at_ms > ")
+                .push_bind(now)
+                .push(")");
+        }
+        if !filter.before_id.is_empty() {
+            query.push(" AND id < ").push_bind(filter.before_id.clone());
+        }
+        query
+            .push(" ORDER BY id DESC LIMIT ")
+            .push_bind(i64::from(filter.limit));
+        Ok(query.build_query_as().fetch_all(&self.reads).await?)
+    }
+}
+
+async fn head_seq<'e>(executor: impl SqliteExecutor<'e>) -> Result<i64, sqlx::Error> {
+    let head: Option<i64> =
+        sqlx::query_scalar("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
+            .fetch_optional(executor)
+            .await?;
+    Ok(head.unwrap_or(0))
+}
+
+fn event_from_row(row: &SqliteRow) -> Result<StoredEvent, StoreError> {
+    let kind_name: &str = row.try_get("kind")?;
+    let kind = EventKind::parse(kind_name)
+        .ok_or_else(|| StoreError::Corrupt(format!("unknown event kind {kind_name}")))?;
+    let body: EventBody = serde_json::from_str(row.try_get::<&str, _>("body")?)?;
+    Ok(StoredEvent {
+        seq: row.try_get("seq")?,
+        kind,
+        at: row.try_get("at_ms")?,
+        approval: body.approval,
+        decision: body.decision,
+        delivery: body.delivery,
+        detail: body.detail,
+    })
+}
+
+async fn load_approval<'e>(
+    executor: impl SqliteExecutor<'e>,
+    approval_id: &str,
+) -> Result<Approval, StoreError> {
+    let body: Option<String> = sqlx::query_scalar("SELECT body FROM approvals WHERE id = ?")
+        .bind(approval_id)
+        .fetch_optional(executor)
+        .await?;
+    match body {
+        Some(body) => Ok(serde_json::from_str(&body)?),
+        None => Err(DomainError::NotFound(format!("approval {approval_id} not found")).into()),
+    }
+}
+
+/// The `channels` column: where an approval is shown.
+fn channels_column(approval: &Approval) -> String {
+    if approval.routes.is_empty() {
+        return "*".to_string();
+    }
+    let mut channels: Vec<&str> = approval.routes.iter().map(|r| r.channel.as_str()).collect();
+    channels.sort_unstable();
+    channels.dedup();
+    format!(",{},", channels.join(","))
+}
+
+/// Chains rows written before the hash chain existed (migration 0002), oldest first.
+async fn chain_unhashed_events(conn: &mut SqliteConnection) -> Result<(), StoreError> {
+    let mut tx = conn.begin().await?;
+    let unhashed: Vec<(i64, String, String, i64, String)> = sqlx::query_as(
+        "SELECT seq, approval_id, kind, at_ms, body FROM events WHERE hash IS NULL ORDER BY seq",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    if unhashed.is_empty() {
+        return Ok(());
+    }
+    let mut prev_hash: String = sqlx::query_scalar(
+        "SELECT hash FROM events WHERE seq < ? AND hash IS NOT NULL ORDER BY seq DESC LIMIT 1",
+    )
+    .bind(unhashed[0].0)
+    .fetch_optional(&mut *tx)
+    .await?
+    .unwrap_or_default();
+    for (seq, approval_id, kind, at_ms, body) in &unhashed {
+        let mut json: Value = serde_json::from_str(body)?;
+        let hash = chain_hash(&prev_hash, *seq, approval_id, kind, *at_ms, &mut json);
+        sqlx::query("UPDATE events SET prev_hash = ?, hash = ? WHERE seq = ?")
+            .bind(&prev_hash)
+            .bind(&hash)
+            .bind(seq)
+            .execute(&mut *tx)
+            .await?;
+        prev_hash = hash;
+    }
+    tx.commit().await?;
+    tracing::info!(
+        events = unhashed.len(),
+        "chained the events written before the audit hash chain existed"
+    );
+    Ok(())
+}
