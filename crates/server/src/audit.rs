@@ -52,8 +52,14 @@ impl Columns {
             (Some(channel), Some(user_id)) => format!("{channel}:{user_id}"),
             _ => String::new(),
         };
+        // A REQUESTED event (and every event before migration 0007) has the approval; a
+        // later lean event has its progress.
+        let agent_id = match text("/approval/agent_id") {
+            id if id.is_empty() => text("/after/agent_id"),
+            id => id,
+        };
         Columns {
-            agent_id: text("/approval/agent_id"),
+            agent_id,
             decider,
             approver: text("/decision/approver"),
         }
@@ -181,6 +187,50 @@ impl Verifier {
             );
         }
         None
+    }
+}
+
+impl Verifier {
+    /// Checks an approval's row against its REQUESTED event, whose content the chain covers:
+    /// the row must serve the digest that was requested, and arguments that match it. (Events
+    /// since migration 0007 do not repeat the arguments; the row holds them.) A problem is
+    /// reported at the REQUESTED event's seq. Returns false once anything is broken.
+    pub fn check_approval(&mut self, requested_seq: i64, approval: &str, requested: &str) -> bool {
+        if self.report.broken.is_some() {
+            return false;
+        }
+        let problem = match (
+            serde_json::from_str::<Value>(approval),
+            serde_json::from_str::<Value>(requested),
+        ) {
+            (Ok(approval), Ok(requested)) => {
+                let digest = |body: &Value, pointer: &str| {
+                    body.pointer(pointer)
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                };
+                let wrapped = serde_json::json!({ "approval": approval });
+                if digest(&approval, "/args_digest") != digest(&requested, "/approval/args_digest")
+                {
+                    Some(format!(
+                        "approval {}: its args_digest differs from the one requested: the approval's row was edited",
+                        digest(&approval, "/id").unwrap_or_default()
+                    ))
+                } else {
+                    arguments_problem(&wrapped).map(|problem| {
+                        problem.replace("the row was edited", "the approval's row was edited")
+                    })
+                }
+            }
+            _ => Some("an approval's row or its REQUESTED event is not valid JSON".into()),
+        };
+        match problem {
+            Some(problem) => {
+                self.report.broken = Some((requested_seq, problem));
+                false
+            }
+            None => true,
+        }
     }
 }
 

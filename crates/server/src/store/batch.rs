@@ -317,7 +317,7 @@ impl Plan {
         body: EventBody,
     ) -> Result<StoredEvent, StoreError> {
         let seq = self.head.seq + 1;
-        let mut json = serde_json::to_value(&body)?;
+        let mut json = body.stored(kind)?;
         let columns = Columns::of(&json);
         let hash = chain_hash(
             &self.head.hash,
@@ -667,9 +667,9 @@ impl Plan {
     }
 
     /// With `storage.redact_arguments`: blanks the argument values of every approval this
-    /// change resolved: in the approval written, in every event of this batch and, through
-    /// the write set, in its events already stored; and in what the change returns and
-    /// publishes. The digest stays; the hash chain does not cover argument values.
+    /// change resolved: in the approval written (events store none) and, through the write
+    /// set, in events stored before migration 0007 (which do); and in what the change returns
+    /// and publishes. The digest stays; the hash chain does not cover argument values.
     fn redact_resolved(&mut self, applied: &mut Applied) {
         let reply_approval = match &mut applied.reply {
             Reply::Requested(requested) => Some(&mut requested.approval),
@@ -695,20 +695,6 @@ impl Plan {
             }
             if let Some(approval) = self.writes.approvals.get_mut(&id) {
                 approval.arguments_json.clear();
-            }
-            for event in self
-                .writes
-                .events
-                .iter_mut()
-                .filter(|e| e.approval_id == id)
-            {
-                if let Some(approval) = event
-                    .body
-                    .get_mut("approval")
-                    .and_then(Value::as_object_mut)
-                {
-                    approval.insert("arguments_json".into(), Value::from(""));
-                }
             }
             if !self.writes.redact.contains(&id) {
                 self.writes.redact.push(id);

@@ -66,14 +66,105 @@ pub struct StoredEvent {
     pub detail: Option<String>,
 }
 
-/// The JSON stored in `events.body`.
-#[derive(Serialize, Deserialize)]
+/// An event as the writer makes it: the approval as it is right after the event.
 pub(crate) struct EventBody {
-    approval: Approval,
+    pub approval: Approval,
+    pub decision: Option<Decision>,
+    pub delivery: Option<Delivery>,
+    pub detail: Option<String>,
+}
+
+/// The JSON stored in `events.body`. A REQUESTED event stores the approval as requested,
+/// without its argument values (the approval's row holds them; `args_digest` stands for them
+/// in the hash chain); every later event stores only what the approval's changing parts are
+/// right after it ([`Progress`]), so an event costs what changed, not a copy of the approval.
+/// Rows written before this format (migration 0007) store the whole approval in every event
+/// and are read as they are.
+#[derive(Serialize, Deserialize)]
+struct StoredBody {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    approval: Option<Approval>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    after: Option<Progress>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     decision: Option<Decision>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     delivery: Option<Delivery>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     detail: Option<String>,
+}
+
+/// The parts of an approval that change after its request, right after an event. Decisions
+/// are only ever appended, and the resolution and consumption are set once, so with the
+/// approval as it is now they give back the approval as it was then.
+#[derive(Serialize, Deserialize)]
+struct Progress {
+    agent_id: String,
+    state: State,
+    decisions: usize,
+    deliveries: Vec<Delivery>,
+}
+
+impl EventBody {
+    /// The JSON to store for this event.
+    fn stored(&self, kind: EventKind) -> Result<serde_json::Value, StoreError> {
+        let (approval, after) = if kind == EventKind::Requested {
+            let mut requested = self.approval.clone();
+            requested.arguments_json.clear();
+            (Some(requested), None)
+        } else {
+            let progress = Progress {
+                agent_id: self.approval.agent_id.clone(),
+                state: self.approval.state,
+                decisions: self.approval.decisions.len(),
+                deliveries: self.approval.deliveries.clone(),
+            };
+            (None, Some(progress))
+        };
+        Ok(serde_json::to_value(StoredBody {
+            approval,
+            after,
+            decision: self.decision.clone(),
+            delivery: self.delivery.clone(),
+            detail: self.detail.clone(),
+        })?)
+    }
+
+    /// Reads a stored body back; `current` is the approval as stored now (its row).
+    fn from_stored(body: &str, current: Option<Approval>) -> Result<EventBody, StoreError> {
+        let stored: StoredBody = serde_json::from_str(body)?;
+        let approval = match (stored.approval, stored.after, current) {
+            (Some(mut approval), _, current) => {
+                if approval.arguments_json.is_empty() {
+                    approval.arguments_json = current.map(|c| c.arguments_json).unwrap_or_default();
+                }
+                approval
+            }
+            (None, Some(after), Some(mut approval)) => {
+                approval.state = after.state;
+                approval.decisions.truncate(after.decisions);
+                approval.deliveries = after.deliveries;
+                if after.state == State::Pending {
+                    approval.resolution = None;
+                }
+                if after.state != State::Consumed {
+                    approval.consumption = None;
+                }
+                approval
+            }
+            _ => {
+                return Err(StoreError::Corrupt(
+                    "an event names an approval that is not stored".into(),
+                ))
+            }
+        };
+        Ok(EventBody {
+            approval,
+            decision: stored.decision,
+            delivery: stored.delivery,
+            detail: stored.detail,
+        })
+    }
 }
 
 /// The answer to a request for approval.

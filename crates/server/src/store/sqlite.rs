@@ -85,6 +85,10 @@ UNION ALL
 SELECT body FROM (SELECT body FROM approvals WHERE state = 'PENDING' AND expires_at_ms <= ?
                   ORDER BY expires_at_ms LIMIT ?)";
 
+/// An event row with its approval's current row, which lean events are read against.
+const EVENT_COLUMNS: &str = "e.seq, e.kind, e.at_ms, e.body, e.prev_hash, e.hash, a.body AS current
+    FROM events AS e LEFT JOIN approvals AS a ON a.id = e.approval_id";
+
 const GRANT_COLUMNS: &str = "id, agent_id, session_id, tool_name, approval_id, granted_by,
     created_at_ms, expires_at_ms, revoked_at_ms, max_risk_rank, max_required_approvals";
 
@@ -384,9 +388,9 @@ impl Backend for SqliteBackend {
         after_seq: i64,
         limit: u32,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT seq, kind, at_ms, body FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {EVENT_COLUMNS} WHERE e.seq > ? ORDER BY e.seq LIMIT ?"
+        ))
         .bind(after_seq)
         .bind(i64::from(limit))
         .fetch_all(&self.reads)
@@ -405,16 +409,15 @@ impl Backend for SqliteBackend {
     }
 
     async fn list_events(&self, filter: &EventFilter) -> Result<Vec<AuditedEvent>, StoreError> {
-        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "SELECT seq, kind, at_ms, body, prev_hash, hash FROM events WHERE 1 = 1",
-        );
+        let mut query: QueryBuilder<Sqlite> =
+            QueryBuilder::new(format!("SELECT {EVENT_COLUMNS} WHERE 1 = 1"));
         if !filter.approval_id.is_empty() {
             query
-                .push(" AND approval_id = ")
+                .push(" AND e.approval_id = ")
                 .push_bind(filter.approval_id.clone());
         }
         if !filter.kinds.is_empty() {
-            query.push(" AND kind IN (");
+            query.push(" AND e.kind IN (");
             let mut kinds = query.separated(", ");
             for kind in &filter.kinds {
                 kinds.push_bind(kind.as_str());
@@ -423,27 +426,28 @@ impl Backend for SqliteBackend {
         }
         if !filter.agent_id.is_empty() {
             query
-                .push(" AND agent_id = ")
+                .push(" AND e.agent_id = ")
                 .push_bind(filter.agent_id.clone());
         }
         if !filter.decider.is_empty() {
+            // The `<> ''` terms let each side use its partial index.
             query
-                .push(" AND (decider = ")
+                .push(" AND ((e.decider = ")
                 .push_bind(filter.decider.clone())
-                .push(" OR approver = ")
+                .push(" AND e.decider <> '') OR (e.approver = ")
                 .push_bind(filter.decider.clone())
-                .push(")");
+                .push(" AND e.approver <> ''))");
         }
         if let Some(since) = filter.since {
-            query.push(" AND at_ms >= ").push_bind(since);
+            query.push(" AND e.at_ms >= ").push_bind(since);
         }
         if let Some(until) = filter.until {
-            query.push(" AND at_ms < ").push_bind(until);
+            query.push(" AND e.at_ms < ").push_bind(until);
         }
         let (after, order) = if filter.newest_first {
-            (" AND seq < ", " ORDER BY seq DESC LIMIT ")
+            (" AND e.seq < ", " ORDER BY e.seq DESC LIMIT ")
         } else {
-            (" AND seq > ", " ORDER BY seq LIMIT ")
+            (" AND e.seq > ", " ORDER BY e.seq LIMIT ")
         };
         if let Some(seq) = filter.after_seq {
             query.push(after).push_bind(seq);
@@ -494,6 +498,23 @@ impl Backend for SqliteBackend {
                 }
             }
         }
+        {
+            let mut rows = sqlx::query(
+                "SELECT a.body AS approval, e.seq, e.body AS requested
+                   FROM approvals AS a
+                   JOIN events AS e ON e.approval_id = a.id AND e.kind = 'REQUESTED'",
+            )
+            .fetch(&mut *tx);
+            while let Some(row) = rows.try_next().await? {
+                if !verifier.check_approval(
+                    row.try_get("seq")?,
+                    row.try_get("approval")?,
+                    row.try_get("requested")?,
+                ) {
+                    break;
+                }
+            }
+        }
         tx.commit().await?;
         Ok(verifier.finish())
     }
@@ -539,11 +560,17 @@ async fn head_seq<'e>(executor: impl SqliteExecutor<'e>) -> Result<i64, sqlx::Er
     Ok(head.unwrap_or(0))
 }
 
+/// An event row read with its approval's current row (`current`, from the join in
+/// [`EVENT_COLUMNS`]).
 fn event_from_row(row: &SqliteRow) -> Result<StoredEvent, StoreError> {
     let kind_name: &str = row.try_get("kind")?;
     let kind = EventKind::parse(kind_name)
         .ok_or_else(|| StoreError::Corrupt(format!("unknown event kind {kind_name}")))?;
-    let body: EventBody = serde_json::from_str(row.try_get::<&str, _>("body")?)?;
+    let current = row
+        .try_get::<Option<&str>, _>("current")?
+        .map(serde_json::from_str::<Approval>)
+        .transpose()?;
+    let body = EventBody::from_stored(row.try_get::<&str, _>("body")?, current)?;
     Ok(StoredEvent {
         seq: row.try_get("seq")?,
         kind,
