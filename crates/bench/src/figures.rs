@@ -194,6 +194,71 @@ pub async fn full_cycle(url: &str, load: &Load) -> Result<Figure, BenchError> {
     ))
 }
 
+/// One approval's whole life, one step after the other in each loop: requested, delivered
+/// (a worker records its message), approved, consumed. Returns the summary and the encoded
+/// size of the approval as it ends (the size the bytes written per lifecycle are compared to).
+pub async fn lifecycle(url: &str, load: &Load) -> Result<(Summary, usize), BenchError> {
+    let clients = clients(&connections(url, load.connections).await?);
+    let prefix = run_prefix();
+    let sample = live_once(clients[0].clone(), format!("{prefix}-lifecycle-sample"))
+        .await
+        .map_err(BenchError::Setup)?;
+    let summary = closed_loop(
+        load.concurrency,
+        load.warmup,
+        load.duration,
+        move |worker, iteration| {
+            let client = clients[worker % clients.len()].clone();
+            let key = format!("{prefix}-lifecycle-w{worker:02}-{iteration:010}");
+            async move { live_once(client, key).await.map(|_| ()) }
+        },
+    )
+    .await;
+    Ok((summary, sample.encoded_len()))
+}
+
+/// Requests, delivers, approves and consumes one approval; returns it as it ends.
+async fn live_once(
+    mut client: ApprovalServiceClient<Channel>,
+    key: String,
+) -> Result<pb::Approval, String> {
+    let request = approval_request("bench-agent".into(), key);
+    let id = client
+        .request_approval(request)
+        .await
+        .map_err(|s| format!("request: {s}"))?
+        .into_inner()
+        .approval
+        .map(|a| a.id)
+        .ok_or("request: no approval in the answer")?;
+    client
+        .record_delivery(pb::RecordDeliveryRequest {
+            approval_id: id.clone(),
+            channel: BENCH_CHANNEL.into(),
+            target: "bench-target".into(),
+            message_ref: format!("message-{id}"),
+        })
+        .await
+        .map_err(|s| format!("record delivery: {s}"))?;
+    client
+        .decide(decide_request(
+            id.clone(),
+            pb::Verdict::Approve,
+            "approver".into(),
+        ))
+        .await
+        .map_err(|s| format!("decide: {s}"))?;
+    client
+        .consume(pb::ConsumeRequest {
+            approval_id: id,
+            outcome: pb::ConsumeOutcome::Succeeded as i32,
+            detail: "ran".into(),
+        })
+        .await
+        .map(|answer| answer.into_inner())
+        .map_err(|s| format!("consume: {s}"))
+}
+
 /// At a fixed rate of new approvals: how long until a watcher sees each one, and how long
 /// from each `Decide` until the agent's pending `WaitForDecision` returns.
 pub async fn delivery_latency(

@@ -33,6 +33,8 @@ enum Part {
     Requests,
     /// request -> Decide -> WaitForDecision in closed loops
     Cycle,
+    /// request -> RecordDelivery -> Decide -> Consume: bytes written per approval lifecycle
+    Lifecycle,
     /// watcher delivery and waiter latency at a fixed rate
     Latency,
     /// server memory with many idle watch streams
@@ -158,12 +160,15 @@ fn progress(what: &str) {
     eprintln!("countersign-bench: {what}");
 }
 
-/// Mean changes per group commit since the server started, from its `/metrics`.
-async fn mean_commit_batch(served: &Served) -> Option<f64> {
+/// Mean changes per group commit, and the writer's time per change (a batch's time from
+/// taking it off the queue to its commit, over its changes) in microseconds, since the server
+/// started, from its `/metrics`.
+async fn commit_figures(served: &Served) -> Option<(f64, f64)> {
     let text = scrape::get(served.metrics?).await.ok()?;
     let commits = scrape::value(&text, "countersign_commit_batch_size_count")?;
     let changes = scrape::value(&text, "countersign_commit_batch_size_sum")?;
-    (commits > 0.0).then(|| changes / commits)
+    let seconds = scrape::value(&text, "countersign_commit_latency_seconds_sum")?;
+    (commits > 0.0 && changes > 0.0).then(|| (changes / commits, seconds * 1e6 / changes))
 }
 
 async fn run(args: &Args) -> Result<Report, BenchError> {
@@ -224,11 +229,16 @@ async fn run(args: &Args) -> Result<Report, BenchError> {
                         &load,
                     );
                     let mut notes = Vec::new();
-                    if let Some(batch) = mean_commit_batch(&served).await {
-                        notes.push(format!("{batch:.1} changes/commit"));
+                    if let Some((batch, writer_us)) = commit_figures(&served).await {
+                        notes.push(format!(
+                            "{batch:.1} changes/commit, writer {writer_us:.0} us/change"
+                        ));
                         figure
                             .extra
                             .insert("mean_commit_batch".into(), serde_json::json!(batch));
+                        figure
+                            .extra
+                            .insert("writer_us_per_change".into(), serde_json::json!(writer_us));
                     }
                     notes.push(cpu.note());
                     figure.note = notes.join(", ");
@@ -272,6 +282,38 @@ async fn run(args: &Args) -> Result<Report, BenchError> {
         if let Some(served) = served {
             served.stop().await?;
         }
+    }
+
+    if let Some(servers) = servers.as_mut().filter(|_| wants(args, Part::Lifecycle)) {
+        progress("approval lifecycle: request -> RecordDelivery -> Decide -> Consume (full)");
+        let (served, _) = servers.start("full", true).await?;
+        let written_before = served.bytes_written()?;
+        // No unmeasured warm-up: every lifecycle's writes are counted.
+        let unwarmed = Load {
+            warmup: Duration::ZERO,
+            ..load.clone()
+        };
+        let (summary, approval_bytes) = figures::lifecycle(&served.url(), &unwarmed).await?;
+        let written = served.bytes_written()?.saturating_sub(written_before);
+        served.stop().await?;
+        // One more lifecycle measured the approval's size.
+        let per_lifecycle = written as f64 / (summary.ops + 1) as f64;
+        let mut figure =
+            Figure::throughput("lifecycle: request, deliver, approve, consume", &summary);
+        figure.note = format!(
+            "{:.1} KiB written per lifecycle (database + WAL), {:.1}x the approval's {approval_bytes} encoded bytes",
+            per_lifecycle / 1024.0,
+            per_lifecycle / approval_bytes.max(1) as f64
+        );
+        figure.extra.insert(
+            "bytes_written_per_lifecycle".into(),
+            serde_json::json!(per_lifecycle),
+        );
+        figure.extra.insert(
+            "approval_encoded_bytes".into(),
+            serde_json::json!(approval_bytes),
+        );
+        figures.push(figure);
     }
 
     if let Some(servers) = servers.as_mut().filter(|_| wants(args, Part::IdleStreams)) {

@@ -107,6 +107,22 @@ impl Served {
         Ok(by_name)
     }
 
+    /// Bytes the process caused to be written to storage so far (`write_bytes` of
+    /// `/proc/PID/io`: the database, its WAL and its log file, as the kernel sends them to
+    /// the disk).
+    pub fn bytes_written(&self) -> Result<u64, BenchError> {
+        let pid = self
+            .child
+            .id()
+            .ok_or_else(|| BenchError::Setup("the process has exited".into()))?;
+        let io = std::fs::read_to_string(format!("/proc/{pid}/io"))
+            .map_err(|e| BenchError::Setup(format!("cannot read /proc/{pid}/io: {e}")))?;
+        io.lines()
+            .find_map(|line| line.strip_prefix("write_bytes:"))
+            .and_then(|value| value.trim().parse().ok())
+            .ok_or_else(|| BenchError::Setup("no write_bytes in /proc io".into()))
+    }
+
     /// SIGTERM, then the process's graceful shutdown; SIGKILL if that takes too long.
     pub async fn stop(mut self) -> Result<(), BenchError> {
         if let Some(pid) = self.child.id() {
