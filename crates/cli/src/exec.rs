@@ -147,7 +147,7 @@ fn describe(status: ExitStatus) -> String {
 }
 
 /// The argv as a shell would read it back, quoting where needed.
-fn shell_join(argv: &[String]) -> String {
+pub(crate) fn shell_join(argv: &[String]) -> String {
     argv.iter()
         .map(|arg| {
             let plain = !arg.is_empty()
