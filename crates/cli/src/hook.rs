@@ -82,7 +82,12 @@ pub struct Call {
 }
 
 impl Call {
-    pub fn new(session_id: String, tool_name: String, input: Value, call_id: Option<String>) -> Call {
+    pub fn new(
+        session_id: String,
+        tool_name: String,
+        input: Value,
+        call_id: Option<String>,
+    ) -> Call {
         let input = match input {
             Value::Object(_) => input,
             Value::Null => json!({}),
@@ -118,9 +123,10 @@ impl Call {
                 .unwrap_or_else(|| default_agent.to_owned()),
             session_id: self.session_id.clone(),
             requester: local_user().unwrap_or_default(),
-            idempotency_key: self.call_id.clone().unwrap_or_else(|| {
-                gate::call_key(&self.session_id, &self.tool_name, &self.input)
-            }),
+            idempotency_key: self
+                .call_id
+                .clone()
+                .unwrap_or_else(|| gate::call_key(&self.session_id, &self.tool_name, &self.input)),
             tool_name: self.tool_name.clone(),
             arguments_json: self.input.to_string(),
             action: gate::describe_call(&self.tool_name, &self.input),
@@ -217,10 +223,7 @@ async fn decide(
             approval.id, approval.action
         );
     }
-    let withdraw_reason = format!(
-        "no decision within {}",
-        humantime::format_duration(budget)
-    );
+    let withdraw_reason = format!("no decision within {}", humantime::format_duration(budget));
     gate::await_verdict(&client, approval, deadline, &withdraw_reason).await
 }
 

@@ -125,7 +125,12 @@ fn is_countersign_hook(hook: &Value, host: Host) -> bool {
 
 /// Merges `group` into `settings` under `hooks.<event>`: replaces a countersign group for the
 /// same host, keeps everything else.
-fn merge(settings: &mut Map<String, Value>, event: &str, host: Host, group: Value) -> Result<(), String> {
+fn merge(
+    settings: &mut Map<String, Value>,
+    event: &str,
+    host: Host,
+    group: Value,
+) -> Result<(), String> {
     let hooks = settings
         .entry("hooks")
         .or_insert_with(|| json!({}))
@@ -204,7 +209,10 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
     if let Some(original) = existing {
         let backup = backup_path(&path);
         std::fs::write(&backup, original).map_err(|error| write_error(&backup, &error))?;
-        eprintln!("countersign: saved the previous settings as {}", backup.display());
+        eprintln!(
+            "countersign: saved the previous settings as {}",
+            backup.display()
+        );
     }
     // Written next to the file and renamed over it, so the host never reads half a file.
     let partial = path.with_extension("json.countersign-partial");
@@ -253,7 +261,10 @@ pub async fn doctor(client: &Client, only: Option<Host>) -> Exit {
         .await
     {
         Ok(_) | Err(ClientError::NotFound(_) | ClientError::InvalidArgument(_)) => {
-            println!("ok    server {} answers and accepts the token", client.url())
+            println!(
+                "ok    server {} answers and accepts the token",
+                client.url()
+            )
         }
         Err(ClientError::PermissionDenied(_)) => println!(
             "ok    server {} answers and accepts the token (its role may not read approvals)",
@@ -285,7 +296,10 @@ pub async fn doctor(client: &Client, only: Option<Host>) -> Exit {
             let settings: Value = match serde_json::from_str(&text) {
                 Ok(settings) => settings,
                 Err(error) => {
-                    fail(format!("{} is not valid JSON: {error}", path.display()), Exit::Failure);
+                    fail(
+                        format!("{} is not valid JSON: {error}", path.display()),
+                        Exit::Failure,
+                    );
                     continue;
                 }
             };
@@ -293,9 +307,10 @@ pub async fn doctor(client: &Client, only: Option<Host>) -> Exit {
                 installed += 1;
                 match check_hook(host, &hook) {
                     Ok(summary) => println!("ok    {} {event}: {summary}", path.display()),
-                    Err(problem) => {
-                        fail(format!("{} {event}: {problem}", path.display()), Exit::Failure)
-                    }
+                    Err(problem) => fail(
+                        format!("{} {event}: {problem}", path.display()),
+                        Exit::Failure,
+                    ),
                 }
             }
         }
@@ -332,7 +347,10 @@ fn countersign_hooks(settings: &Value, host: Host) -> Vec<(String, Value)> {
 
 /// The host must time the hook out later than countersign gives up waiting.
 fn check_hook(host: Host, hook: &Value) -> Result<String, String> {
-    let command = hook.get("command").and_then(Value::as_str).unwrap_or_default();
+    let command = hook
+        .get("command")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     let wait = command
         .split_whitespace()
         .skip_while(|word| *word != "--timeout")

@@ -64,8 +64,14 @@ const HOOK_BLOCK: i32 = 2;
 /// True when the command line runs `hook`: its first word that is not an option or an
 /// option's value.
 fn is_hook(args: impl Iterator<Item = String>) -> bool {
-    const GLOBALS_WITH_VALUES: [&str; 6] =
-        ["--server", "--token", "--ca-cert", "--config", "--output", "-o"];
+    const GLOBALS_WITH_VALUES: [&str; 6] = [
+        "--server",
+        "--token",
+        "--ca-cert",
+        "--config",
+        "--output",
+        "-o",
+    ];
     let mut args = args.skip(1);
     while let Some(arg) = args.next() {
         if GLOBALS_WITH_VALUES.contains(&arg.as_str()) {

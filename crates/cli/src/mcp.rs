@@ -143,13 +143,18 @@ fn handle(
         Err(error) => return Some(error_reply(&Value::Null, PARSE_ERROR, &format!("{error}"))),
     };
     let Some(method) = message.get("method").and_then(Value::as_str) else {
-        if message.is_object() && (message.get("result").is_some() || message.get("error").is_some())
+        if message.is_object()
+            && (message.get("result").is_some() || message.get("error").is_some())
         {
             // A response to a request this server never sends.
             return None;
         }
         let id = message.get("id").cloned().unwrap_or(Value::Null);
-        return Some(error_reply(&id, INVALID_REQUEST, "not a JSON-RPC 2.0 request"));
+        return Some(error_reply(
+            &id,
+            INVALID_REQUEST,
+            "not a JSON-RPC 2.0 request",
+        ));
     };
     let params = message.get("params").cloned().unwrap_or(Value::Null);
     let Some(id) = message.get("id").filter(|id| !id.is_null()).cloned() else {
@@ -186,7 +191,10 @@ fn handle(
         "ping" => Some(result_reply(&id, json!({}))),
         "tools/list" => Some(result_reply(&id, json!({"tools": tool_definitions()}))),
         "tools/call" => {
-            let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
+            let name = params
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
             if !["approve", "request_approval", "check_approval"].contains(&name) {
                 return Some(error_reply(
                     &id,
@@ -354,16 +362,17 @@ impl Tools {
         };
         if arguments.get("wait").and_then(Value::as_bool) == Some(false) {
             let deadline = Instant::now() + self.timeout;
-            return Some(match gate::request(&self.client, &request, deadline, false).await {
-                Ok(approval) if approval.state() == pb::ApprovalState::Pending => text_result(
-                    json!({"status": "awaiting_approval", "approval_id": approval.id}).to_string(),
-                    false,
-                ),
-                Ok(approval) => text_result(status_of(&approval).to_string(), false),
-                Err(error) => {
-                    text_result(gate::failure_text(&error, self.client.url()), true)
-                }
-            });
+            return Some(
+                match gate::request(&self.client, &request, deadline, false).await {
+                    Ok(approval) if approval.state() == pb::ApprovalState::Pending => text_result(
+                        json!({"status": "awaiting_approval", "approval_id": approval.id})
+                            .to_string(),
+                        false,
+                    ),
+                    Ok(approval) => text_result(status_of(&approval).to_string(), false),
+                    Err(error) => text_result(gate::failure_text(&error, self.client.url()), true),
+                },
+            );
         }
         let verdict = self.gate(request, false, progress, cancelled).await?;
         Some(self.verdict_result(&verdict).await)

@@ -109,6 +109,7 @@ async fn request_once(
 ) -> Result<pb::Approval, ClientError> {
     let give_up_at = deadline_at.min(Instant::now() + REQUEST_RETRY_WINDOW);
     let mut backoff = Backoff::new(Duration::from_secs(1));
+    let mut last_error = None;
     loop {
         let remaining = give_up_at.saturating_duration_since(Instant::now());
         let attempt = tokio::time::timeout(remaining, client.request_approval(req.clone())).await;
@@ -121,14 +122,19 @@ async fn request_once(
                 })
             }
             Ok(Err(error)) => error,
-            Err(_) => ClientError::DeadlineExceeded("requesting approval took too long".into()),
+            // Cut short by the window: the failure before says more than the cut.
+            Err(_) => last_error.unwrap_or_else(|| {
+                ClientError::DeadlineExceeded("requesting approval took too long".into())
+            }),
         };
         if !error.is_transient() || Instant::now() >= give_up_at {
+            tracing::warn!(%error, agent_id = %req.agent_id, "requesting approval failed");
             return Err(error);
         }
         log_retry!(backoff, %error, agent_id = %req.agent_id, "requesting approval failed; retrying");
         let delay = backoff.next_delay();
         tokio::time::sleep_until((Instant::now() + delay).min(give_up_at)).await;
+        last_error = Some(error);
     }
 }
 
@@ -178,22 +184,35 @@ pub async fn withdraw(client: &Client, approval_id: &str, reason: &str) -> Verdi
                 Ok(Ok(approval)) if approval.state() != pb::ApprovalState::Pending => {
                     verdict_of(&approval)
                 }
-                _ => withdrawn(approval_id, reason),
+                _ => withdrawn(
+                    approval_id,
+                    reason,
+                    "was decided meanwhile but cannot be read",
+                ),
             }
         }
+        Ok(Ok(_)) => withdrawn(approval_id, reason, "was withdrawn"),
         Ok(Err(error)) => {
             tracing::warn!(%error, approval_id, "could not withdraw the approval");
-            withdrawn(approval_id, reason)
+            withdrawn(
+                approval_id,
+                reason,
+                "could not be withdrawn and will expire",
+            )
         }
-        _ => withdrawn(approval_id, reason),
+        Err(_) => withdrawn(
+            approval_id,
+            reason,
+            "could not be withdrawn and will expire",
+        ),
     }
 }
 
-fn withdrawn(approval_id: &str, reason: &str) -> Verdict {
+fn withdrawn(approval_id: &str, reason: &str, outcome: &str) -> Verdict {
     Verdict::Deny {
         approval_id: Some(approval_id.to_owned()),
         failure: true,
-        explanation: format!("countersign: {reason}; approval {approval_id} was withdrawn"),
+        explanation: format!("countersign: {reason}; approval {approval_id} {outcome}"),
     }
 }
 
@@ -281,15 +300,16 @@ pub fn resolved_by(approval: &pb::Approval) -> String {
 /// What to tell the model when countersign itself failed.
 pub fn failure_text(error: &ClientError, server_url: &str) -> String {
     match error {
+        // Transport details go to the log, not to the model.
         ClientError::Unavailable(_) | ClientError::DeadlineExceeded(_) => format!(
-            "countersign: cannot reach the approval server at {server_url} ({error}); nothing was approved"
+            "countersign: cannot reach the approval server at {server_url}; nothing was approved"
         ),
-        ClientError::Unauthenticated(_) => format!(
-            "countersign: the approval server refused the token ({error}); check COUNTERSIGN_TOKEN"
-        ),
-        ClientError::PermissionDenied(_) => format!(
-            "countersign: the approval server refused this agent ({error}); check the token's agents"
-        ),
+        ClientError::Unauthenticated(_) => {
+            "countersign: the approval server refused the token; check COUNTERSIGN_TOKEN".into()
+        }
+        ClientError::PermissionDenied(_) => {
+            "countersign: the approval server refused this agent; check the token's agents".into()
+        }
         _ => format!("countersign: the approval server refused the request ({error})"),
     }
 }
@@ -311,8 +331,17 @@ pub fn call_key(session_id: &str, tool_name: &str, input: &Value) -> String {
 pub fn default_risk(tool_name: &str) -> pb::Risk {
     match tool_name {
         "Bash" | "run_shell_command" | "shell" | "exec_command" | "local_shell" => pb::Risk::High,
-        "Read" | "Glob" | "Grep" | "LS" | "read_file" | "read_many_files" | "list_directory"
-        | "glob" | "search_file_content" | "grep" | "TodoWrite" => pb::Risk::Low,
+        "Read"
+        | "Glob"
+        | "Grep"
+        | "LS"
+        | "read_file"
+        | "read_many_files"
+        | "list_directory"
+        | "glob"
+        | "search_file_content"
+        | "grep"
+        | "TodoWrite" => pb::Risk::Low,
         _ => pb::Risk::Medium,
     }
 }
@@ -345,7 +374,10 @@ pub fn describe_call(tool_name: &str, input: &Value) -> String {
             ),
             None => generic(tool_name, input),
         },
-        "MultiEdit" => match (text("file_path"), input.get("edits").and_then(Value::as_array)) {
+        "MultiEdit" => match (
+            text("file_path"),
+            input.get("edits").and_then(Value::as_array),
+        ) {
             (Some(path), Some(edits)) => {
                 let count = |key: &str| -> usize {
                     edits
@@ -449,7 +481,11 @@ mod tests {
     #[test]
     fn actions_say_what_the_call_does() {
         let cases = [
-            ("Bash", json!({"command": "rm -rf build"}), "run: rm -rf build"),
+            (
+                "Bash",
+                json!({"command": "rm -rf build"}),
+                "run: rm -rf build",
+            ),
             (
                 "Edit",
                 json!({"file_path": "/src/a.rs", "old_string": "a\nb", "new_string": "c"}),
@@ -465,7 +501,11 @@ mod tests {
                 json!({"file_path": "/a.txt", "content": "1\n2\n3\n"}),
                 "write /a.txt: 3 lines",
             ),
-            ("WebFetch", json!({"url": "https://x.test/", "prompt": "p"}), "fetch https://x.test/"),
+            (
+                "WebFetch",
+                json!({"url": "https://x.test/", "prompt": "p"}),
+                "fetch https://x.test/",
+            ),
             (
                 "mcp__github__create_issue",
                 json!({"title": "t"}),
