@@ -268,7 +268,7 @@ fn tool_definitions() -> Value {
                     "reason": {"type": "string", "description": "Why it is needed"},
                     "risk_level": {"type": "string", "enum": ["low", "medium", "high", "critical"]},
                     "arguments": {"type": "object", "description": "The exact parameters of the action"},
-                    "tool_name": {"type": "string", "description": "The tool or operation [default: request_approval]"},
+                    "tool_name": {"type": "string", "description": "The tool or operation; an approval for the session then covers its later calls (without it, every request is decided on its own)"},
                     "wait": {"type": "boolean", "description": "Wait for the decision (default true); false returns an approval_id for check_approval"}
                 },
                 "required": ["action"]
@@ -394,7 +394,12 @@ impl Tools {
         let action = text("action")
             .filter(|action| !action.trim().is_empty())
             .ok_or("request_approval needs action: one line saying what you are about to do")?;
-        let tool_name = text("tool_name").unwrap_or("request_approval").to_owned();
+        // A session grant approves later calls of the same tool: only for a named tool, never
+        // for every later request_approval of unrelated actions.
+        let (tool_name, session_id) = match text("tool_name") {
+            Some(tool_name) => (tool_name.to_owned(), self.session_id.clone()),
+            None => ("request_approval".to_owned(), String::new()),
+        };
         let call_arguments = match arguments.get("arguments") {
             None | Some(Value::Null) => json!({}),
             Some(object @ Value::Object(_)) => object.clone(),
@@ -409,7 +414,7 @@ impl Tools {
                 pb::Risk::from(risk)
             }
         };
-        let call = Call::new(self.session_id.clone(), tool_name, call_arguments, None);
+        let call = Call::new(session_id, tool_name, call_arguments, None);
         let mut request = call.request(&self.settings, &self.args.gate, REQUEST_AGENT);
         request.idempotency_key = uuid::Uuid::now_v7().to_string();
         request.action = action.to_owned();
