@@ -80,10 +80,7 @@ fn hook_command(flags: &InstallFlags, args: &InstallArgs) -> Result<String, CliE
     if args.event == HookEvent::PermissionRequest {
         argv.extend(["--event".into(), "permission-request".into()]);
     }
-    argv.extend([
-        "--timeout".into(),
-        humantime::format_duration(args.timeout).to_string(),
-    ]);
+    argv.extend(["--timeout".into(), format!("{}s", args.timeout.as_secs())]);
     if let Some(config) = &flags.config {
         let config = std::path::absolute(config).unwrap_or_else(|_| config.clone());
         argv.extend(["--config".into(), config.to_string_lossy().into_owned()]);
