@@ -219,8 +219,8 @@ async fn decide(
     tracing::info!(approval_id = %approval.id, tool = %call.tool_name, args_digest = %approval.args_digest, "approval requested");
     if approval.state() == pb::ApprovalState::Pending {
         eprintln!(
-            "countersign: waiting for a decision on approval {} ({})",
-            approval.id, approval.action
+            "countersign: waiting for a decision on approval {}",
+            approval.id
         );
     }
     let withdraw_reason = format!("no decision within {}", humantime::format_duration(budget));
@@ -329,5 +329,40 @@ fn answer(
                 "decision": decision,
             }}))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_ends_early_enough_to_withdraw_and_answer() {
+        let started = Instant::now();
+        for (budget, wait) in [(540, 537_000), (50, 47_000), (2, 1_600), (1, 800)] {
+            let deadline = wait_deadline(started, Duration::from_secs(budget));
+            assert_eq!(deadline - started, Duration::from_millis(wait), "{budget}s");
+        }
+        for host in [Host::ClaudeCode, Host::Codex, Host::Gemini] {
+            let host_default = match host {
+                Host::Gemini => Duration::from_millis(60_000),
+                _ => Duration::from_secs(600),
+            };
+            assert!(default_timeout(host) < host_default, "{host:?}");
+        }
+    }
+
+    #[test]
+    fn inputs_that_are_not_objects_are_wrapped_and_the_description_is_the_reason() {
+        let call = Call::new("s".into(), "T".into(), json!("text"), Some(String::new()));
+        assert_eq!(call.input, json!({"input": "text"}));
+        assert_eq!(call.call_id, None, "an empty id is no id");
+        let call = Call::new(
+            "s".into(),
+            "Bash".into(),
+            json!({"description": "why"}),
+            None,
+        );
+        assert_eq!(call.reason, "why");
     }
 }

@@ -87,3 +87,26 @@ fn is_hook(args: impl Iterator<Item = String>) -> bool {
 fn exit_code(code: i32) -> ExitCode {
     ExitCode::from(u8::try_from(code).unwrap_or(Exit::Failure as u8))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hook_is_recognised_after_global_options_and_their_values() {
+        fn line(words: &[&str]) -> impl Iterator<Item = String> {
+            let words: Vec<String> = std::iter::once("countersign")
+                .chain(words.iter().copied())
+                .map(str::to_owned)
+                .collect();
+            words.into_iter()
+        }
+        assert!(is_hook(line(&["hook", "codex", "--bogus"])));
+        assert!(is_hook(line(&[
+            "--server", "http://x", "-o", "json", "hook"
+        ])));
+        assert!(!is_hook(line(&["--server", "hook", "list"])));
+        assert!(!is_hook(line(&["request", "--tool", "hook"])));
+        assert!(!is_hook(line(&["--bogus"])));
+    }
+}
