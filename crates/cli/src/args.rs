@@ -20,7 +20,9 @@ Exit codes:
   72   verify-audit: the audit trail does not verify
   77   unauthenticated or permission denied
   exec: the command's own exit status when it ran (128+N when killed by signal N),
-        126 when it could not be started, 127 when it was not found";
+        126 when it could not be started, 127 when it was not found
+  hook: 0 with the decision on stdout, whatever happened; 2 (the hosts' \"block\") for a
+        command line it cannot use";
 
 /// The countersign command-line client: ask for, inspect, decide and watch approvals of
 /// AI-agent tool calls, and gate shell commands on a human's approval.

@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::process::Output;
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use countersign_client::pb;
@@ -486,7 +486,10 @@ async fn the_hook_answers_before_the_host_times_it_out_and_withdraws_the_request
     for surface in SURFACES {
         let session = session_of(surface, "deadline");
         let mut child = surface.command(&server.url(), &["--timeout", "2s"]);
-        child.stdin(std::process::Stdio::piped());
+        child
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut child = child.spawn().unwrap();
         let mut stdin = child.stdin.take().unwrap();
         tokio::io::AsyncWriteExt::write_all(&mut stdin, &surface.payload(&session, 0))
@@ -551,14 +554,7 @@ async fn a_host_retrying_the_same_call_gets_the_same_approval() {
         // Let the retry attach to the approval before anyone decides (if it is later, it
         // finds the approval resolved: the same answer, still one approval).
         tokio::time::sleep(Duration::from_millis(300)).await;
-        decide(
-            &client,
-            &approval.id,
-            pb::Verdict::Approve,
-            pb::Scope::Once,
-            "",
-        )
-        .await;
+        approve(&client, &approval.id, pb::Scope::Once, "").await;
         let expected = surface.allowed(&format!("countersign: approved by {APPROVER}"), None);
         assert_answer(surface, &first.await.unwrap(), expected.clone());
         assert_answer(surface, &second.await.unwrap(), expected);

@@ -24,7 +24,8 @@ impl McpClient {
         let mut command = countersign(server);
         command
             .args(["mcp", "--progress-interval", "100ms"])
-            .stdin(Stdio::piped());
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
         let mut child = command.spawn().expect("start countersign mcp");
         let stdin = child.stdin.take();
         let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -195,14 +196,7 @@ async fn approve_answers_the_permission_prompt_and_reports_progress_while_waitin
         assert_eq!(message["params"]["progressToken"], "tok-10");
         assert_eq!(message["params"]["progress"], expected);
     }
-    decide(
-        &client,
-        &approval.id,
-        pb::Verdict::Approve,
-        pb::Scope::Once,
-        "",
-    )
-    .await;
+    approve(&client, &approval.id, pb::Scope::Once, "").await;
     let response = mcp.response().await;
     assert_eq!(response["id"], 10);
     assert_eq!(
@@ -222,14 +216,7 @@ async fn approve_answers_the_permission_prompt_and_reports_progress_while_waitin
         approval.action,
         r#"MCP db/query {"sql":"DROP TABLE users"}"#
     );
-    decide(
-        &client,
-        &approval.id,
-        pb::Verdict::Reject,
-        pb::Scope::Once,
-        "no",
-    )
-    .await;
+    reject(&client, &approval.id, "no").await;
     let response = mcp.response().await;
     assert_eq!(
         tool_text(&response),
@@ -277,14 +264,7 @@ async fn request_approval_waits_or_returns_an_id_to_check_later() {
     assert_eq!(approval.risk(), pb::Risk::Critical);
     assert_eq!(approval.agent_id, "mcp-agent");
     assert_eq!(approval.arguments_json, r#"{"database":"staging"}"#);
-    decide(
-        &client,
-        &approval.id,
-        pb::Verdict::Approve,
-        pb::Scope::Session,
-        "go",
-    )
-    .await;
+    approve(&client, &approval.id, pb::Scope::Session, "go").await;
     let response = mcp.response().await;
     assert_eq!(
         tool_text(&response),
@@ -316,14 +296,7 @@ async fn request_approval_waits_or_returns_an_id_to_check_later() {
         tool_text(&response),
         json!({"status": "awaiting_approval", "approval_id": id})
     );
-    decide(
-        &client,
-        &id,
-        pb::Verdict::Reject,
-        pb::Scope::Once,
-        "too late",
-    )
-    .await;
+    reject(&client, &id, "too late").await;
     let response = mcp
         .call(
             23,

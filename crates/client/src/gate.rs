@@ -23,7 +23,7 @@ pub const REQUEST_RETRY_WINDOW: Duration = Duration::from_secs(5);
 pub const WITHDRAW_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The server's limit on `action`, in characters.
-const MAX_ACTION_CHARS: usize = 1024;
+pub const MAX_ACTION_CHARS: usize = 1024;
 
 /// How much of an argument value an action line quotes.
 const MAX_QUOTED_CHARS: usize = 300;
@@ -464,7 +464,8 @@ fn quote(text: &str) -> String {
     truncate(text, MAX_QUOTED_CHARS)
 }
 
-fn truncate(text: &str, max_chars: usize) -> String {
+/// `text` cut to at most `max_chars` characters, ending in `…` when cut.
+pub fn truncate(text: &str, max_chars: usize) -> String {
     if text.chars().count() <= max_chars {
         return text.to_owned();
     }
@@ -524,6 +525,8 @@ mod tests {
         }
         let long = describe_call("Bash", &json!({"command": "x".repeat(5000)}));
         assert_eq!(long.chars().count(), MAX_ACTION_CHARS);
+        assert!(long.ends_with('…'));
+        assert_eq!(truncate("short", MAX_ACTION_CHARS), "short");
     }
 
     #[test]

@@ -31,15 +31,16 @@ pub fn countersign(server: &str) -> Command {
         .env_remove("COUNTERSIGN_AGENT_ID")
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .kill_on_drop(true);
     command
 }
 
 /// Runs `command` with `input` on stdin (then closed) and collects its output.
 pub async fn run_with_input(mut command: Command, input: &[u8]) -> Output {
-    command.stdin(Stdio::piped());
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut child = command.spawn().expect("start countersign");
     let mut stdin = child.stdin.take().expect("stdin");
     stdin.write_all(input).await.expect("write stdin");
@@ -104,6 +105,21 @@ pub async fn next_pending(watch: &mut Watch) -> pb::Approval {
             }
         }
     }
+}
+
+pub async fn approve(client: &Client, approval_id: &str, scope: pb::Scope, reason: &str) {
+    decide(client, approval_id, pb::Verdict::Approve, scope, reason).await;
+}
+
+pub async fn reject(client: &Client, approval_id: &str, reason: &str) {
+    decide(
+        client,
+        approval_id,
+        pb::Verdict::Reject,
+        pb::Scope::Once,
+        reason,
+    )
+    .await;
 }
 
 /// Decides as Alice on Telegram, the way the Telegram worker calls `Decide`.
