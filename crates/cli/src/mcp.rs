@@ -38,8 +38,11 @@ const REQUEST_AGENT: &str = "mcp-agent";
 /// The wait of a tool call unless `--timeout` says otherwise.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(540);
 
-/// How long in-flight calls get to withdraw their approvals once stdin closed.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// How long in-flight calls get to withdraw their approvals once stdin closed: time to finish
+/// a request being retried, then to cancel it.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(
+    gate::REQUEST_RETRY_WINDOW.as_secs() + gate::WITHDRAW_TIMEOUT.as_secs() + 1,
+);
 
 const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
@@ -433,14 +436,16 @@ impl Tools {
         mut cancelled: oneshot::Receiver<String>,
     ) -> Option<Verdict> {
         let deadline = Instant::now() + self.timeout;
-        let approval = tokio::select! {
-            requested = gate::request(&self.client, &request, deadline, renew_ended) => {
-                match requested {
-                    Ok(approval) => approval,
-                    Err(error) => return Some(Verdict::failed(gate::failure_text(&error, self.client.url()))),
-                }
+        // Not raced against a cancellation: the request may be stored already, and must then
+        // be withdrawn below.
+        let approval = match gate::request(&self.client, &request, deadline, renew_ended).await {
+            Ok(approval) => approval,
+            Err(error) => {
+                return Some(Verdict::failed(gate::failure_text(
+                    &error,
+                    self.client.url(),
+                )))
             }
-            _ = &mut cancelled => return None,
         };
         tracing::info!(approval_id = %approval.id, tool = %approval.tool_name, args_digest = %approval.args_digest, "approval requested");
         let withdraw_reason = format!(
