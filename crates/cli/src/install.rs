@@ -17,7 +17,7 @@ use crate::hook::{default_timeout, event_name};
 const HOST_TIMEOUT_MARGIN: Duration = Duration::from_secs(60);
 
 /// The hosts' own hook timeouts when the settings name none. Codex's is not documented where
-/// we could check it; 600 s is what its hooks engine uses for command hooks.
+/// we could check it: assumed to be Claude Code's 600 s (`install` always writes one).
 fn host_default_timeout(host: Host) -> Duration {
     match host {
         Host::Gemini => Duration::from_millis(60_000),

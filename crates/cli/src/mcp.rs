@@ -329,10 +329,11 @@ impl Tools {
         let verdict = match tool_name.filter(|name| !name.is_empty()) {
             None => Verdict::failed("countersign: the approve tool was called without tool_name"),
             Some(tool_name) => {
+                let input = arguments.get("input").cloned().unwrap_or(json!({}));
                 let call = Call::new(
                     self.session_id.clone(),
                     tool_name.to_owned(),
-                    arguments.get("input").cloned().unwrap_or(json!({})),
+                    input.clone(),
                     arguments
                         .get("tool_use_id")
                         .and_then(Value::as_str)
@@ -343,7 +344,8 @@ impl Tools {
                     .gate(request, call.key_is_derived(), progress, cancelled)
                     .await?;
                 if verdict.is_allow() {
-                    let answer = json!({"behavior": "allow", "updatedInput": call.input});
+                    // The input exactly as the host sent it: the approval does not change it.
+                    let answer = json!({"behavior": "allow", "updatedInput": input});
                     return Some(text_result(answer.to_string(), false));
                 }
                 verdict

@@ -416,7 +416,7 @@ async fn an_unreachable_server_or_a_refused_token_is_a_denial_or_with_on_error_a
     let refused = "countersign: the approval server refused the token; check COUNTERSIGN_TOKEN";
     for surface in SURFACES {
         let input = surface.payload(&session_of(surface, "down"), 0);
-        let output = surface.run(down, &input, &["--timeout", "3s"]).await;
+        let output = surface.run(down, &input, &["--timeout", "1s"]).await;
         assert_answer(surface, &output, surface.denied(&unreachable));
         assert!(
             stderr(&output).contains("unavailable"),
@@ -424,7 +424,7 @@ async fn an_unreachable_server_or_a_refused_token_is_a_denial_or_with_on_error_a
             stderr(&output)
         );
         let output = surface
-            .run(down, &input, &["--timeout", "3s", "--on-error", "ask"])
+            .run(down, &input, &["--timeout", "1s", "--on-error", "ask"])
             .await;
         assert_answer(surface, &output, surface.asked(&unreachable));
 
