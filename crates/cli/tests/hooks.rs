@@ -382,23 +382,38 @@ async fn an_approval_nobody_decided_in_time_expires_and_is_denied() {
         "#,
     )
     .await;
+    let client = client(&server.url());
     for surface in SURFACES {
+        let session = session_of(surface, "expiry");
         let mut watch = watch_requests(&server.url()).await;
-        let input = surface.payload(&session_of(surface, "expiry"), 0);
+        let input = surface.payload(&session, 0);
         let hook = tokio::spawn({
-            let url = server.url();
+            let (url, input) = (server.url(), input.clone());
             async move { surface.run(&url, &input, &[]).await }
         });
         let approval = next_pending(&mut watch).await;
         let output = hook.await.unwrap();
-        assert_answer(
-            surface,
-            &output,
+        let expired = |id: &str| {
             surface.denied(&format!(
-                "countersign: approval {} expired before anyone decided",
-                approval.id
-            )),
-        );
+                "countersign: approval {id} expired before anyone decided"
+            ))
+        };
+        assert_answer(surface, &output, expired(&approval.id));
+
+        // The same call again: a host retry of a named call gets the same answer; a call
+        // known only by its digest is a new call, asked anew (its earlier approval ended).
+        let output = surface.run(&server.url(), &input, &[]).await;
+        let approvals = approvals_of(&client, &session).await;
+        if surface.has_call_id() {
+            assert_eq!(approvals.len(), 1, "{surface:?}");
+        } else {
+            assert_eq!(approvals.len(), 2, "{surface:?}");
+            assert_eq!(
+                approvals[0].idempotency_key,
+                format!("{}.1", approval.idempotency_key)
+            );
+        }
+        assert_answer(surface, &output, expired(&approvals[0].id));
     }
 }
 
