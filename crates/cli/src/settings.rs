@@ -133,3 +133,34 @@ impl Settings {
 pub fn local_user() -> Option<String> {
     std::env::var("USER").ok().filter(|user| !user.is_empty())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_risk_takes_flags_then_the_config_file_then_the_default() {
+        let file: FileConfig =
+            toml::from_str("[tool_risk]\nBash = \"critical\"\n\"mcp__github__*\" = \"high\"\n")
+                .unwrap();
+        let settings = Settings {
+            client: ClientConfig::new("http://127.0.0.1:1"),
+            agent_id: None,
+            user: None,
+            tool_risk: file.tool_risk,
+        };
+        let flags = [("Bash".to_owned(), Risk::Low)];
+        assert_eq!(settings.tool_risk(&flags, "Bash"), pb::Risk::Low);
+        assert_eq!(settings.tool_risk(&[], "Bash"), pb::Risk::Critical);
+        assert_eq!(
+            settings.tool_risk(&[], "mcp__github__merge"),
+            pb::Risk::High
+        );
+        assert_eq!(
+            settings.tool_risk(&[], "mcp__slack__post"),
+            pb::Risk::Medium
+        );
+        assert_eq!(settings.tool_risk(&[], "Read"), pb::Risk::Low);
+        assert!(toml::from_str::<FileConfig>("[tool_risk]\nBash = \"severe\"\n").is_err());
+    }
+}
