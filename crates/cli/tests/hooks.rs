@@ -485,6 +485,20 @@ async fn unusable_input_is_denied_without_asking_anyone() {
             );
         }
     }
+    // An unreadable config file is as much a reason to deny.
+    for surface in SURFACES {
+        let input = surface.payload(&session_of(surface, "config"), 0);
+        let output = surface
+            .run(&server.url(), &input, &["--config", "/nonexistent/cs.toml"])
+            .await;
+        assert_answer(
+            surface,
+            &output,
+            surface.denied(
+                "countersign: cannot read config file /nonexistent/cs.toml: No such file or directory (os error 2)",
+            ),
+        );
+    }
     let all = client(&server.url())
         .list_approvals(pb::ListApprovalsRequest::default())
         .await
