@@ -5,7 +5,7 @@ mod support;
 
 use std::process::Stdio;
 
-use countersign_client::pb;
+use countersign_client::{pb, Client, Watch};
 use countersign_testkit::server::TestServer;
 use serde_json::{json, Value};
 use support::*;
@@ -100,6 +100,17 @@ impl McpClient {
     }
 }
 
+/// A server, an approver's client, a watch of what gets requested and an initialized MCP
+/// server on it.
+async fn started() -> (TestServer, Client, Watch, McpClient) {
+    let server = TestServer::start().await;
+    let client = client(&server.url());
+    let watch = watch_requests(&server.url()).await;
+    let mut mcp = McpClient::start(&server.url());
+    mcp.initialize().await;
+    (server, client, watch, mcp)
+}
+
 /// The JSON held by the single text block of a tool result.
 #[track_caller]
 fn tool_text(response: &Value) -> Value {
@@ -164,11 +175,7 @@ async fn the_handshake_lists_the_tools_and_answers_ping_and_unknown_methods() {
 
 #[tokio::test]
 async fn approve_answers_the_permission_prompt_and_reports_progress_while_waiting() {
-    let server = TestServer::start().await;
-    let client = client(&server.url());
-    let mut watch = watch_requests(&server.url()).await;
-    let mut mcp = McpClient::start(&server.url());
-    mcp.initialize().await;
+    let (_server, client, mut watch, mut mcp) = started().await;
 
     let input = json!({"command": "git push --force", "description": "Publish the fix"});
     mcp.call_tool(
@@ -239,11 +246,7 @@ async fn approve_answers_the_permission_prompt_and_reports_progress_while_waitin
 
 #[tokio::test]
 async fn request_approval_waits_or_returns_an_id_to_check_later() {
-    let server = TestServer::start().await;
-    let client = client(&server.url());
-    let mut watch = watch_requests(&server.url()).await;
-    let mut mcp = McpClient::start(&server.url());
-    mcp.initialize().await;
+    let (_server, client, mut watch, mut mcp) = started().await;
 
     mcp.call_tool(
         20,
@@ -327,11 +330,7 @@ async fn request_approval_waits_or_returns_an_id_to_check_later() {
 
 #[tokio::test]
 async fn a_cancelled_call_or_a_closed_stdin_withdraws_the_approval() {
-    let server = TestServer::start().await;
-    let client = client(&server.url());
-    let mut watch = watch_requests(&server.url()).await;
-    let mut mcp = McpClient::start(&server.url());
-    mcp.initialize().await;
+    let (_server, client, mut watch, mut mcp) = started().await;
 
     mcp.call_tool(
         30,
