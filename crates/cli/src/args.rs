@@ -20,7 +20,9 @@ Exit codes:
   72   verify-audit: the audit trail does not verify
   77   unauthenticated or permission denied
   exec: the command's own exit status when it ran (128+N when killed by signal N),
-        126 when it could not be started, 127 when it was not found";
+        126 when it could not be started, 127 when it was not found
+  hook: 0 with the decision on stdout, whatever happened; 2 (the hosts' \"block\") for a
+        command line it cannot use";
 
 /// The countersign command-line client: ask for, inspect, decide and watch approvals of
 /// AI-agent tool calls, and gate shell commands on a human's approval.
@@ -136,6 +138,123 @@ pub enum Command {
     Grants(GrantsCommand),
     /// Check the audit trail's hash chain; exit 72 naming the first broken row (admin token)
     VerifyAudit,
+    /// Gate a coding agent's tool call: the host's hook JSON on stdin, its decision on stdout
+    ///
+    /// Always exits 0 with the decision the host understands, and denies when countersign cannot
+    /// decide (server unreachable, token refused, expiry, unreadable input, --timeout reached),
+    /// saying why. Set --timeout shorter than the host's hook timeout. Logs go to stderr.
+    Hook(HookArgs),
+    /// Serve the approval tools to an agent over MCP (stdio, newline-delimited JSON-RPC)
+    ///
+    /// Tools: `approve` (Claude Code's --permission-prompt-tool), `request_approval` and
+    /// `check_approval`. Logs go to stderr.
+    Mcp(McpArgs),
+    /// Add the countersign hook to a coding agent's settings (merging, with a backup)
+    Install(InstallArgs),
+    /// Check the server, the token and the installed hooks
+    Doctor {
+        /// Only this host's hook [default: every host; at least one must be installed]
+        #[arg(value_enum)]
+        host: Option<Host>,
+    },
+}
+
+/// A coding agent that runs countersign as its hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Host {
+    /// Claude Code (PreToolUse and PermissionRequest hooks)
+    ClaudeCode,
+    /// OpenAI Codex CLI (PreToolUse and PermissionRequest hooks)
+    Codex,
+    /// Gemini CLI (BeforeTool hook)
+    Gemini,
+}
+
+/// The hook event the host runs countersign for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HookEvent {
+    /// Before a tool runs (Gemini CLI: BeforeTool)
+    PreToolUse,
+    /// When the host would show its permission prompt (Claude Code and Codex)
+    PermissionRequest,
+}
+
+/// What to answer when countersign cannot decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnError {
+    /// Deny the call, saying what went wrong
+    Deny,
+    /// Hand the call back to the host's own permission prompt
+    Ask,
+}
+
+/// How a hook or the MCP server asks: agent, routes, risks, deadline.
+#[derive(Debug, Args)]
+pub struct GateArgs {
+    /// Agent id of the requests [default: config agent_id, else the host's name]
+    #[arg(long = "agent", env = "COUNTERSIGN_AGENT_ID", value_name = "ID")]
+    pub agent_id: Option<String>,
+    /// Where to ask, as CHANNEL or CHANNEL:TARGET; repeatable. None: every channel
+    #[arg(long = "route", value_name = "CHANNEL[:TARGET]", value_parser = parse_route)]
+    pub routes: Vec<pb::Route>,
+    /// The risk of a tool, TOOL=LEVEL (TOOL may end in *); repeatable; before the config
+    /// file's [tool_risk] and the defaults (shells high, reads low, others medium)
+    #[arg(long = "risk", value_name = "TOOL=LEVEL", value_parser = parse_tool_risk)]
+    pub risks: Vec<(String, Risk)>,
+    /// How long to wait for a decision; then the request is withdrawn and the call denied.
+    /// Keep it below the host's hook timeout [default: 540s (Claude Code and Codex time hooks
+    /// out after 600s); gemini: 50s (Gemini CLI: 60000 ms)]
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub struct HookArgs {
+    /// The agent host whose hook JSON arrives on stdin
+    #[arg(value_enum)]
+    pub host: Host,
+    /// The hook event
+    #[arg(long, value_enum, default_value_t = HookEvent::PreToolUse)]
+    pub event: HookEvent,
+    /// When countersign cannot decide: deny, or fall back to the host's own prompt
+    #[arg(long, value_enum, default_value_t = OnError::Deny)]
+    pub on_error: OnError,
+    #[command(flatten)]
+    pub gate: GateArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    #[command(flatten)]
+    pub gate: GateArgs,
+    /// How often a waiting tool call reports progress (when the client asked for it)
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub progress_interval: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// The agent host to configure
+    #[arg(value_enum)]
+    pub host: Host,
+    /// The project's settings file, under the current directory (the default)
+    #[arg(long, conflicts_with = "user")]
+    pub project: bool,
+    /// The user's settings file, under the home directory
+    #[arg(long)]
+    pub user: bool,
+    /// The hook event to install
+    #[arg(long, value_enum, default_value_t = HookEvent::PreToolUse)]
+    pub event: HookEvent,
+    /// Which tools to gate: the host's matcher regex [default: shells, edits, fetches, MCP]
+    #[arg(long)]
+    pub matcher: Option<String>,
+    /// countersign's wait; the host's hook timeout is set 60s longer [default: 540s]
+    #[arg(long, default_value = "540s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Show the settings snippet instead of writing it
+    #[arg(long)]
+    pub print: bool,
 }
 
 #[derive(Debug, Args)]
@@ -390,7 +509,8 @@ pub struct ApproveArgs {
     pub scope: DecisionScope,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Risk {
     Low,
     Medium,
@@ -489,6 +609,16 @@ fn parse_route(text: &str) -> Result<pb::Route, String> {
         channel: channel.to_owned(),
         target: target.to_owned(),
     })
+}
+
+fn parse_tool_risk(text: &str) -> Result<(String, Risk), String> {
+    let (tool, level) = text
+        .split_once('=')
+        .filter(|(tool, _)| !tool.is_empty())
+        .ok_or("expected TOOL=LEVEL, e.g. Bash=high")?;
+    let risk = Risk::from_str(level, true)
+        .map_err(|_| format!("{level:?} is not a risk level (low, medium, high, critical)"))?;
+    Ok((tool.to_owned(), risk))
 }
 
 fn parse_label(text: &str) -> Result<(String, String), String> {

@@ -29,11 +29,21 @@ const MAX_ADMIN_PAGE_SIZE: usize = 1000;
 
 /// Runs the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> i32 {
-    let settings = match Settings::resolve(&cli) {
+    let settings = Settings::resolve(&cli);
+    let install_flags = InstallFlags {
+        config: cli.config.clone(),
+        server: cli.server.clone(),
+    };
+    let command = match cli.command {
+        // A hook answers the host on stdout whatever goes wrong, bad settings included.
+        Command::Hook(args) => return crate::hook::run(settings, args).await,
+        command => command,
+    };
+    let settings = match settings {
         Ok(settings) => settings,
         Err(error) => return fail(&error),
     };
-    match dispatch(cli, &settings).await {
+    match dispatch(command, cli.output, &install_flags, &settings).await {
         Ok(code) => code,
         Err(error) if error.exit() == Exit::Unavailable => {
             eprintln!(
@@ -46,15 +56,27 @@ pub async fn run(cli: Cli) -> i32 {
     }
 }
 
+/// The global flags an installed hook command repeats, so that it talks to the same server
+/// with the same config (never the token: settings files are often shared).
+pub struct InstallFlags {
+    pub config: Option<std::path::PathBuf>,
+    pub server: Option<String>,
+}
+
 fn fail(error: &CliError) -> i32 {
     eprintln!("countersign: {error}");
     error.exit().code()
 }
 
-async fn dispatch(cli: Cli, settings: &Settings) -> Result<i32, CliError> {
+async fn dispatch(
+    command: Command,
+    output: Output,
+    install_flags: &InstallFlags,
+    settings: &Settings,
+) -> Result<i32, CliError> {
     let client = Client::connect(settings.client.clone())?;
-    let out = Printer { format: cli.output };
-    let exit = match cli.command {
+    let out = Printer { format: output };
+    let exit = match command {
         Command::Request(args) => request(&client, settings, &out, args).await?,
         Command::Get { id } => {
             out.approval(&client.get_approval(&id).await?)?;
@@ -108,6 +130,10 @@ async fn dispatch(cli: Cli, settings: &Settings) -> Result<i32, CliError> {
             Exit::Success
         }
         Command::VerifyAudit => verify_audit(&client, &out).await?,
+        Command::Hook(args) => return Ok(crate::hook::run(Ok(settings.clone()), args).await),
+        Command::Mcp(args) => crate::mcp::serve(client, settings, args).await?,
+        Command::Install(args) => crate::install::install(install_flags, args)?,
+        Command::Doctor { host } => crate::install::doctor(&client, host).await,
     };
     Ok(exit.code())
 }

@@ -2,6 +2,7 @@
 
 use std::process::ExitStatus;
 
+use countersign_client::gate::{truncate, MAX_ACTION_CHARS};
 use countersign_client::{pb, Client};
 use serde_json::json;
 
@@ -9,9 +10,6 @@ use crate::args::ExecArgs;
 use crate::commands::{approval_request, await_decision, outcome_text, verdict_exit};
 use crate::exit::{CliError, Exit};
 use crate::settings::Settings;
-
-/// The server's limit on the length of `action`.
-const MAX_ACTION_CHARS: usize = 1024;
 
 /// Requests approval to run `args.command`, waits, and runs it only when approved. Returns the
 /// command's exit status, or the code saying why it did not run.
@@ -147,7 +145,7 @@ fn describe(status: ExitStatus) -> String {
 }
 
 /// The argv as a shell would read it back, quoting where needed.
-fn shell_join(argv: &[String]) -> String {
+pub(crate) fn shell_join(argv: &[String]) -> String {
     argv.iter()
         .map(|arg| {
             let plain = !arg.is_empty()
@@ -164,15 +162,6 @@ fn shell_join(argv: &[String]) -> String {
         .join(" ")
 }
 
-fn truncate(text: &str, max_chars: usize) -> String {
-    if text.chars().count() <= max_chars {
-        return text.to_owned();
-    }
-    let mut cut: String = text.chars().take(max_chars.saturating_sub(1)).collect();
-    cut.push('…');
-    cut
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,14 +172,5 @@ mod tests {
             .map(String::from)
             .to_vec();
         assert_eq!(shell_join(&argv), r"rm -rf 'my dir' 'it'\''s' ''");
-    }
-
-    #[test]
-    fn long_actions_are_cut_to_the_limit() {
-        let long = "x".repeat(2000);
-        let cut = truncate(&long, MAX_ACTION_CHARS);
-        assert_eq!(cut.chars().count(), MAX_ACTION_CHARS);
-        assert!(cut.ends_with('…'));
-        assert_eq!(truncate("short", MAX_ACTION_CHARS), "short");
     }
 }

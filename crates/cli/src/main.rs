@@ -4,6 +4,9 @@ mod args;
 mod commands;
 mod exec;
 mod exit;
+mod hook;
+mod install;
+mod mcp;
 mod render;
 mod settings;
 
@@ -22,12 +25,15 @@ fn main() -> ExitCode {
         Err(error) => {
             // --help and --version end here too, on stdout and with success.
             let _ = error.print();
-            let exit = if error.use_stderr() {
-                Exit::Usage
+            let code = if !error.use_stderr() {
+                Exit::Success.code()
+            } else if is_hook(std::env::args()) {
+                // Hosts go on with the tool call after most exit codes; 2 blocks it in all.
+                HOOK_BLOCK
             } else {
-                Exit::Success
+                Exit::Usage.code()
             };
-            return exit_code(exit.code());
+            return exit_code(code);
         }
     };
     // Diagnostics (reconnects, retries) go to stderr; RUST_LOG adjusts them.
@@ -52,7 +58,55 @@ fn main() -> ExitCode {
     exit_code(runtime.block_on(commands::run(cli)))
 }
 
+/// The exit code Claude Code, Codex and Gemini CLI all read as "block this tool call".
+const HOOK_BLOCK: i32 = 2;
+
+/// True when the command line runs `hook`: its first word that is not an option or an
+/// option's value.
+fn is_hook(args: impl Iterator<Item = String>) -> bool {
+    const GLOBALS_WITH_VALUES: [&str; 6] = [
+        "--server",
+        "--token",
+        "--ca-cert",
+        "--config",
+        "--output",
+        "-o",
+    ];
+    let mut args = args.skip(1);
+    while let Some(arg) = args.next() {
+        if GLOBALS_WITH_VALUES.contains(&arg.as_str()) {
+            args.next();
+        } else if !arg.starts_with('-') {
+            return arg == "hook";
+        }
+    }
+    false
+}
+
 /// Process exit codes are one byte; anything outside it reports a failure.
 fn exit_code(code: i32) -> ExitCode {
     ExitCode::from(u8::try_from(code).unwrap_or(Exit::Failure as u8))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hook_is_recognised_after_global_options_and_their_values() {
+        fn line(words: &[&str]) -> impl Iterator<Item = String> {
+            let words: Vec<String> = std::iter::once("countersign")
+                .chain(words.iter().copied())
+                .map(str::to_owned)
+                .collect();
+            words.into_iter()
+        }
+        assert!(is_hook(line(&["hook", "codex", "--bogus"])));
+        assert!(is_hook(line(&[
+            "--server", "http://x", "-o", "json", "hook"
+        ])));
+        assert!(!is_hook(line(&["--server", "hook", "list"])));
+        assert!(!is_hook(line(&["request", "--tool", "hook"])));
+        assert!(!is_hook(line(&["--bogus"])));
+    }
 }

@@ -1,12 +1,13 @@
 //! Settings from flags, environment variables and the optional TOML config file, in that order
 //! of precedence.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use countersign_client::ClientConfig;
+use countersign_client::{pb, ClientConfig};
 use serde::Deserialize;
 
-use crate::args::Cli;
+use crate::args::{Cli, Risk};
 use crate::exit::CliError;
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:50051";
@@ -24,6 +25,9 @@ pub struct FileConfig {
     pub agent_id: Option<String>,
     /// Who `approve` / `reject` decide as.
     pub user: Option<String>,
+    /// Hooks and MCP: the risk of a tool (`Bash = "high"`; a name may end in `*`).
+    #[serde(default)]
+    pub tool_risk: BTreeMap<String, Risk>,
 }
 
 impl FileConfig {
@@ -44,11 +48,12 @@ impl FileConfig {
 }
 
 /// Everything the subcommands need besides their own arguments.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     pub client: ClientConfig,
     pub agent_id: Option<String>,
     pub user: Option<String>,
+    pub tool_risk: BTreeMap<String, Risk>,
 }
 
 impl Settings {
@@ -81,6 +86,7 @@ impl Settings {
             client,
             agent_id: file.agent_id,
             user: file.user,
+            tool_risk: file.tool_risk,
         })
     }
 
@@ -90,6 +96,22 @@ impl Settings {
         flag.map(str::to_owned)
             .or_else(|| self.agent_id.clone())
             .unwrap_or_else(|| DEFAULT_AGENT_ID.to_owned())
+    }
+
+    /// The risk of a tool call: the first matching flag, then the config file, then the
+    /// default for the tool.
+    pub fn tool_risk(&self, flags: &[(String, Risk)], tool_name: &str) -> pb::Risk {
+        let matches = |pattern: &str| match pattern.strip_suffix('*') {
+            Some(prefix) => tool_name.starts_with(prefix),
+            None => pattern == tool_name,
+        };
+        flags
+            .iter()
+            .map(|(pattern, risk)| (pattern.as_str(), *risk))
+            .chain(self.tool_risk.iter().map(|(p, r)| (p.as_str(), *r)))
+            .find(|(pattern, _)| matches(pattern))
+            .map(|(_, risk)| pb::Risk::from(risk))
+            .unwrap_or_else(|| countersign_client::gate::default_risk(tool_name))
     }
 
     /// The user `approve` / `reject` decide as: `--as`, the config file, `$USER`.
@@ -110,4 +132,35 @@ impl Settings {
 /// The local login name, recorded as the requester of CLI requests.
 pub fn local_user() -> Option<String> {
     std::env::var("USER").ok().filter(|user| !user.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_risk_takes_flags_then_the_config_file_then_the_default() {
+        let file: FileConfig =
+            toml::from_str("[tool_risk]\nBash = \"critical\"\n\"mcp__github__*\" = \"high\"\n")
+                .unwrap();
+        let settings = Settings {
+            client: ClientConfig::new("http://127.0.0.1:1"),
+            agent_id: None,
+            user: None,
+            tool_risk: file.tool_risk,
+        };
+        let flags = [("Bash".to_owned(), Risk::Low)];
+        assert_eq!(settings.tool_risk(&flags, "Bash"), pb::Risk::Low);
+        assert_eq!(settings.tool_risk(&[], "Bash"), pb::Risk::Critical);
+        assert_eq!(
+            settings.tool_risk(&[], "mcp__github__merge"),
+            pb::Risk::High
+        );
+        assert_eq!(
+            settings.tool_risk(&[], "mcp__slack__post"),
+            pb::Risk::Medium
+        );
+        assert_eq!(settings.tool_risk(&[], "Read"), pb::Risk::Low);
+        assert!(toml::from_str::<FileConfig>("[tool_risk]\nBash = \"severe\"\n").is_err());
+    }
 }

@@ -3,32 +3,15 @@
 
 use std::path::Path;
 use std::process::{Output, Stdio};
-use std::time::Duration;
 
-use countersign_client::{pb, Client, ClientConfig, Watch, WatchItem, WatchOptions};
+mod support;
+
+use countersign_client::{pb, Watch, WatchItem};
 use countersign_testkit::server::TestServer;
 use serde_json::Value;
+use support::{assert_exit, countersign, stderr, stdout, watch_requests, STEP};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
-
-/// Generous bound on any single step, so that a bug fails the test instead of hanging it.
-const STEP: Duration = Duration::from_secs(30);
-
-/// `countersign` talking to `server`, as user `tester`, with no settings from the machine.
-fn countersign(server: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_countersign"));
-    command
-        .env("COUNTERSIGN_SERVER", server)
-        .env("USER", "tester")
-        .env_remove("COUNTERSIGN_TOKEN")
-        .env_remove("COUNTERSIGN_CONFIG")
-        .env_remove("COUNTERSIGN_CA_CERT")
-        .env_remove("COUNTERSIGN_AGENT_ID")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    command
-}
+use tokio::process::{Child, ChildStdout};
 
 async fn run(server: &str, args: &[&str]) -> Output {
     let output = countersign(server).args(args).output();
@@ -38,28 +21,9 @@ async fn run(server: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
 fn json(output: &Output) -> Value {
     serde_json::from_slice(&output.stdout)
         .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", stdout(output)))
-}
-
-#[track_caller]
-fn assert_exit(output: &Output, code: i32) {
-    assert_eq!(
-        output.status.code(),
-        Some(code),
-        "stdout: {}\nstderr: {}",
-        stdout(output),
-        stderr(output)
-    );
 }
 
 async fn request_id(server: &str, extra: &[&str]) -> String {
@@ -76,22 +40,6 @@ async fn request_id(server: &str, extra: &[&str]) -> String {
     let output = run(server, &args).await;
     assert_exit(&output, 0);
     json(&output)["id"].as_str().unwrap().to_owned()
-}
-
-/// A watch on all channels, past its (empty) snapshot: the next event tells what a CLI
-/// process just requested.
-async fn watch_requests(server: &str) -> Watch {
-    let client = Client::connect(ClientConfig::new(server)).unwrap();
-    let mut watch = client.watch(WatchOptions::channel(""));
-    match tokio::time::timeout(STEP, watch.next())
-        .await
-        .unwrap()
-        .unwrap()
-    {
-        WatchItem::Snapshot(pending) => assert!(pending.is_empty()),
-        WatchItem::Event(event) => panic!("expected the snapshot, got {event:?}"),
-    }
-    watch
 }
 
 async fn next_requested(watch: &mut Watch) -> pb::Approval {

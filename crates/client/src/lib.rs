@@ -46,6 +46,7 @@
 mod backoff;
 mod client;
 mod error;
+pub mod gate;
 mod watch;
 
 pub use client::{Client, ClientConfig};

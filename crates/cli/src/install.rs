@@ -1,0 +1,379 @@
+//! `install`: add the countersign hook to a coding agent's settings file; `doctor`: check the
+//! server, the token and the installed hooks.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use countersign_client::{Client, ClientError};
+use serde_json::{json, Map, Value};
+
+use crate::args::{HookEvent, Host, InstallArgs};
+use crate::commands::InstallFlags;
+use crate::exit::{CliError, Exit};
+use crate::hook::{default_timeout, event_name};
+
+/// How much longer than countersign's wait the host's hook timeout is set, so that countersign
+/// always answers first.
+const HOST_TIMEOUT_MARGIN: Duration = Duration::from_secs(60);
+
+/// The hosts' own hook timeouts when the settings name none. Codex's is not documented where
+/// we could check it: assumed to be Claude Code's 600 s (`install` always writes one).
+fn host_default_timeout(host: Host) -> Duration {
+    match host {
+        Host::Gemini => Duration::from_millis(60_000),
+        Host::ClaudeCode | Host::Codex => Duration::from_secs(600),
+    }
+}
+
+/// The settings file holding the host's hooks.
+fn settings_path(host: Host, user: bool) -> Result<PathBuf, CliError> {
+    let relative = match host {
+        Host::ClaudeCode => ".claude/settings.json",
+        Host::Codex => ".codex/hooks.json",
+        Host::Gemini => ".gemini/settings.json",
+    };
+    let base = if user {
+        std::env::var_os("HOME")
+            .filter(|home| !home.is_empty())
+            .map(PathBuf::from)
+            .ok_or_else(|| CliError::Usage("--user needs $HOME".into()))?
+    } else {
+        std::env::current_dir().map_err(|error| {
+            CliError::Failure(format!("cannot determine the working directory: {error}"))
+        })?
+    };
+    Ok(base.join(relative))
+}
+
+/// The tools gated unless `--matcher` says otherwise: shells, file changes, fetches and MCP
+/// tools (reads stay local).
+fn default_matcher(host: Host, event: HookEvent) -> &'static str {
+    match (host, event) {
+        (Host::ClaudeCode, HookEvent::PreToolUse) => {
+            "Bash|Edit|Write|MultiEdit|NotebookEdit|WebFetch|mcp__.*"
+        }
+        (Host::ClaudeCode, HookEvent::PermissionRequest) => "*",
+        (Host::Codex, HookEvent::PreToolUse) => "Bash|apply_patch|mcp__.*",
+        (Host::Codex, HookEvent::PermissionRequest) => ".*",
+        (Host::Gemini, _) => "run_shell_command|write_file|replace|web_fetch|mcp__.*",
+    }
+}
+
+fn host_word(host: Host) -> &'static str {
+    match host {
+        Host::ClaudeCode => "claude-code",
+        Host::Codex => "codex",
+        Host::Gemini => "gemini",
+    }
+}
+
+/// The shell command the host runs.
+fn hook_command(flags: &InstallFlags, args: &InstallArgs) -> Result<String, CliError> {
+    let exe = std::env::current_exe().map_err(|error| {
+        CliError::Failure(format!("cannot find the countersign executable: {error}"))
+    })?;
+    let mut argv = vec![
+        exe.to_string_lossy().into_owned(),
+        "hook".into(),
+        host_word(args.host).into(),
+    ];
+    if args.event == HookEvent::PermissionRequest {
+        argv.extend(["--event".into(), "permission-request".into()]);
+    }
+    argv.extend(["--timeout".into(), format!("{}s", args.timeout.as_secs())]);
+    if let Some(config) = &flags.config {
+        let config = std::path::absolute(config).unwrap_or_else(|_| config.clone());
+        argv.extend(["--config".into(), config.to_string_lossy().into_owned()]);
+    }
+    if let Some(server) = &flags.server {
+        argv.extend(["--server".into(), server.clone()]);
+    }
+    Ok(crate::exec::shell_join(&argv))
+}
+
+/// The matcher group to add under the host's event.
+fn hook_group(host: Host, args: &InstallArgs, command: String) -> Value {
+    let host_timeout = args.timeout + HOST_TIMEOUT_MARGIN;
+    let hook = match host {
+        Host::Gemini => json!({
+            "name": "countersign",
+            "type": "command",
+            "command": command,
+            "timeout": u64::try_from(host_timeout.as_millis()).unwrap_or(u64::MAX),
+        }),
+        Host::ClaudeCode | Host::Codex => json!({
+            "type": "command",
+            "command": command,
+            "timeout": host_timeout.as_secs(),
+        }),
+    };
+    let matcher = args
+        .matcher
+        .clone()
+        .unwrap_or_else(|| default_matcher(host, args.event).to_owned());
+    json!({"matcher": matcher, "hooks": [hook]})
+}
+
+fn is_countersign_hook(hook: &Value, host: Host) -> bool {
+    hook.get("command")
+        .and_then(Value::as_str)
+        .is_some_and(|command| command.contains(&format!("hook {}", host_word(host))))
+}
+
+/// Merges `group` into `settings` under `hooks.<event>`: replaces a countersign group for the
+/// same host, keeps everything else.
+fn merge(
+    settings: &mut Map<String, Value>,
+    event: &str,
+    host: Host,
+    group: Value,
+) -> Result<(), String> {
+    let hooks = settings
+        .entry("hooks")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or("\"hooks\" is not a JSON object")?;
+    let groups = hooks
+        .entry(event)
+        .or_insert_with(|| json!([]))
+        .as_array_mut()
+        .ok_or_else(|| format!("\"hooks.{event}\" is not a JSON array"))?;
+    let ours = groups.iter_mut().find(|existing| {
+        existing
+            .get("hooks")
+            .and_then(Value::as_array)
+            .is_some_and(|hooks| hooks.iter().any(|hook| is_countersign_hook(hook, host)))
+    });
+    match ours {
+        Some(existing) => *existing = group,
+        None => groups.push(group),
+    }
+    Ok(())
+}
+
+pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError> {
+    if args.host == Host::Gemini && args.event == HookEvent::PermissionRequest {
+        return Err(CliError::Usage(
+            "Gemini CLI has no PermissionRequest event; install the default (BeforeTool)".into(),
+        ));
+    }
+    if args.timeout < Duration::from_secs(1) {
+        return Err(CliError::Usage("--timeout must be at least 1s".into()));
+    }
+    let event = event_name(args.host, args.event);
+    let group = hook_group(args.host, &args, hook_command(flags, &args)?);
+    if args.print {
+        let snippet = json!({"hooks": {event: [group]}});
+        println!("{}", pretty(&snippet)?);
+        return Ok(Exit::Success);
+    }
+    let path = settings_path(args.host, args.user)?;
+    let existing = match std::fs::read_to_string(&path) {
+        Ok(text) => Some(text),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+        Err(error) => {
+            return Err(CliError::Failure(format!(
+                "cannot read {}: {error}",
+                path.display()
+            )))
+        }
+    };
+    let mut settings = match existing.as_deref().map(str::trim) {
+        None | Some("") => Map::new(),
+        Some(text) => match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(settings)) => settings,
+            Ok(_) => {
+                return Err(CliError::Failure(format!(
+                    "{} does not hold a JSON object; not changing it",
+                    path.display()
+                )))
+            }
+            Err(error) => {
+                return Err(CliError::Failure(format!(
+                    "{} is not valid JSON ({error}); not changing it",
+                    path.display()
+                )))
+            }
+        },
+    };
+    merge(&mut settings, event, args.host, group).map_err(|problem| {
+        CliError::Failure(format!("{}: {problem}; not changing it", path.display()))
+    })?;
+    let text = pretty(&Value::Object(settings))?;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|error| write_error(parent, &error))?;
+    }
+    if let Some(original) = existing {
+        let backup = backup_path(&path);
+        std::fs::write(&backup, original).map_err(|error| write_error(&backup, &error))?;
+        eprintln!(
+            "countersign: saved the previous settings as {}",
+            backup.display()
+        );
+    }
+    // Written next to the file and renamed over it, so the host never reads half a file.
+    let partial = path.with_extension("json.countersign-partial");
+    std::fs::write(&partial, format!("{text}\n")).map_err(|error| write_error(&partial, &error))?;
+    std::fs::rename(&partial, &path).map_err(|error| write_error(&path, &error))?;
+    println!(
+        "installed the countersign {event} hook in {}",
+        path.display()
+    );
+    Ok(Exit::Success)
+}
+
+fn pretty(value: &Value) -> Result<String, CliError> {
+    serde_json::to_string_pretty(value)
+        .map_err(|error| CliError::Failure(format!("cannot encode JSON: {error}")))
+}
+
+fn write_error(path: &Path, error: &std::io::Error) -> CliError {
+    CliError::Failure(format!("cannot write {}: {error}", path.display()))
+}
+
+/// `settings.json.bak`, or `.bak.2`, `.bak.3`... when taken.
+fn backup_path(path: &Path) -> PathBuf {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let mut backup = path.with_file_name(format!("{name}.bak"));
+    let mut n = 2;
+    while backup.exists() {
+        backup = path.with_file_name(format!("{name}.bak.{n}"));
+        n += 1;
+    }
+    backup
+}
+
+/// Checks the server and the installed hooks; prints one line per check.
+pub async fn doctor(client: &Client, only: Option<Host>) -> Exit {
+    let mut exit = Exit::Success;
+    let mut fail = |line: String, code: Exit| {
+        println!("FAIL  {line}");
+        if exit == Exit::Success {
+            exit = code;
+        }
+    };
+    // Any answer about a made-up approval proves the server is there and took the token.
+    match client
+        .get_approval("00000000-0000-7000-8000-000000000000")
+        .await
+    {
+        Ok(_) | Err(ClientError::NotFound(_) | ClientError::InvalidArgument(_)) => {
+            println!(
+                "ok    server {} answers and accepts the token",
+                client.url()
+            )
+        }
+        Err(ClientError::PermissionDenied(_)) => println!(
+            "ok    server {} answers and accepts the token (its role may not read approvals)",
+            client.url()
+        ),
+        Err(error @ (ClientError::Unauthenticated(_) | ClientError::Config(_))) => fail(
+            format!("server {}: {error} (set COUNTERSIGN_TOKEN)", client.url()),
+            Exit::Denied,
+        ),
+        Err(error @ ClientError::Unavailable(_)) => fail(
+            format!("server {}: {error}", client.url()),
+            Exit::Unavailable,
+        ),
+        Err(error) => fail(format!("server {}: {error}", client.url()), Exit::Failure),
+    }
+    let hosts: Vec<Host> = match only {
+        Some(host) => vec![host],
+        None => vec![Host::ClaudeCode, Host::Codex, Host::Gemini],
+    };
+    let mut installed = 0;
+    for host in hosts {
+        for user in [false, true] {
+            let Ok(path) = settings_path(host, user) else {
+                continue;
+            };
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let settings: Value = match serde_json::from_str(&text) {
+                Ok(settings) => settings,
+                Err(error) => {
+                    fail(
+                        format!("{} is not valid JSON: {error}", path.display()),
+                        Exit::Failure,
+                    );
+                    continue;
+                }
+            };
+            for (event, hook) in countersign_hooks(&settings, host) {
+                installed += 1;
+                match check_hook(host, &hook) {
+                    Ok(summary) => println!("ok    {} {event}: {summary}", path.display()),
+                    Err(problem) => fail(
+                        format!("{} {event}: {problem}", path.display()),
+                        Exit::Failure,
+                    ),
+                }
+            }
+        }
+    }
+    if installed == 0 {
+        let which = only.map_or("any host".to_owned(), |host| host_word(host).to_owned());
+        fail(
+            format!("no countersign hook is installed for {which} (run countersign install)"),
+            Exit::Failure,
+        );
+    }
+    exit
+}
+
+/// The countersign hooks of `host` in a settings file, with their event names.
+fn countersign_hooks(settings: &Value, host: Host) -> Vec<(String, Value)> {
+    let Some(events) = settings.get("hooks").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    events
+        .iter()
+        .flat_map(|(event, groups)| {
+            groups
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|group| group.get("hooks").and_then(Value::as_array))
+                .flatten()
+                .filter(|hook| is_countersign_hook(hook, host))
+                .map(move |hook| (event.clone(), hook.clone()))
+        })
+        .collect()
+}
+
+/// The host must time the hook out later than countersign gives up waiting.
+fn check_hook(host: Host, hook: &Value) -> Result<String, String> {
+    let command = hook
+        .get("command")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let wait = command
+        .split_whitespace()
+        .skip_while(|word| *word != "--timeout")
+        .nth(1)
+        .map(|value| {
+            humantime::parse_duration(value.trim_matches('\''))
+                .map_err(|error| format!("--timeout {value}: {error}"))
+        })
+        .transpose()?
+        .unwrap_or_else(|| default_timeout(host));
+    let host_timeout = match hook.get("timeout").and_then(Value::as_u64) {
+        None => host_default_timeout(host),
+        Some(timeout) if host == Host::Gemini => Duration::from_millis(timeout),
+        Some(timeout) => Duration::from_secs(timeout),
+    };
+    let shown = |duration: Duration| humantime::format_duration(duration).to_string();
+    if host_timeout <= wait {
+        return Err(format!(
+            "the host times the hook out after {} but countersign waits {}: raise the hook's timeout",
+            shown(host_timeout),
+            shown(wait)
+        ));
+    }
+    Ok(format!(
+        "countersign waits {}, the host {}",
+        shown(wait),
+        shown(host_timeout)
+    ))
+}

@@ -1,0 +1,277 @@
+//! `countersign install` and `countersign doctor` on real settings files in a temporary
+//! project and home directory.
+
+mod support;
+
+use std::path::Path;
+
+use countersign_testkit::server::TestServer;
+use serde_json::{json, Value};
+use support::*;
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// `countersign` run in `project` with `home` as $HOME. The server (from the environment) is
+/// repeated in installed hook commands, as the host may not have the same environment.
+async fn run_in(server: &str, project: &Path, home: &Path, args: &[&str]) -> std::process::Output {
+    let mut command = countersign(server);
+    command.current_dir(project).env("HOME", home).args(args);
+    tokio::time::timeout(STEP, command.output())
+        .await
+        .expect("countersign hung")
+        .unwrap()
+}
+
+fn hook_of(settings: &Value, event: &str) -> Value {
+    let groups = settings["hooks"][event].as_array().unwrap();
+    let ours: Vec<&Value> = groups
+        .iter()
+        .filter(|group| {
+            group["hooks"][0]["command"]
+                .as_str()
+                .unwrap_or("")
+                .contains(" hook ")
+        })
+        .collect();
+    assert_eq!(ours.len(), 1, "one countersign group in {settings}");
+    ours[0].clone()
+}
+
+#[tokio::test]
+async fn install_merges_into_existing_settings_keeps_a_backup_and_never_duplicates() {
+    let project = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let settings_path = project.path().join(".claude/settings.json");
+    std::fs::create_dir_all(settings_path.parent().unwrap()).unwrap();
+    let original = json!({
+        "model": "opus",
+        "permissions": {"allow": ["Read"]},
+        "hooks": {"PreToolUse": [{"matcher": "Write", "hooks": [{"type": "command", "command": "prettier --check"}]}]}
+    });
+    std::fs::write(&settings_path, original.to_string()).unwrap();
+    let exe = env!("CARGO_BIN_EXE_countersign");
+
+    for _ in 0..2 {
+        let output = run_in(
+            "http://127.0.0.1:1",
+            project.path(),
+            home.path(),
+            &["install", "claude-code"],
+        )
+        .await;
+        assert_exit(&output, 0);
+    }
+    let settings = read_json(&settings_path);
+    assert_eq!(settings["model"], "opus");
+    assert_eq!(settings["permissions"], original["permissions"]);
+    let groups = settings["hooks"]["PreToolUse"].as_array().unwrap();
+    assert_eq!(
+        groups.len(),
+        2,
+        "the user's hook stays, ours is added once: {settings}"
+    );
+    assert_eq!(groups[0], original["hooks"]["PreToolUse"][0]);
+    assert_eq!(
+        hook_of(&settings, "PreToolUse"),
+        json!({
+            "matcher": "Bash|Edit|Write|MultiEdit|NotebookEdit|WebFetch|mcp__.*",
+            "hooks": [{"type": "command", "command": format!("{exe} hook claude-code --timeout 540s --server http://127.0.0.1:1"), "timeout": 600}],
+        })
+    );
+    let backup = project.path().join(".claude/settings.json.bak");
+    assert_eq!(
+        read_json(&backup),
+        original,
+        "the first backup holds the original"
+    );
+    assert!(project.path().join(".claude/settings.json.bak.2").exists());
+
+    // The PermissionRequest hook goes next to it, with the config path carried along.
+    std::fs::write(
+        project.path().join("cs.toml"),
+        "agent_id = \"claude-code-ci\"\n",
+    )
+    .unwrap();
+    let output = run_in(
+        "http://127.0.0.1:1",
+        project.path(),
+        home.path(),
+        &[
+            "install",
+            "claude-code",
+            "--event",
+            "permission-request",
+            "--timeout",
+            "100s",
+            "--config",
+            "cs.toml",
+        ],
+    )
+    .await;
+    assert_exit(&output, 0);
+    let config = project.path().join("cs.toml");
+    assert_eq!(
+        hook_of(&read_json(&settings_path), "PermissionRequest"),
+        json!({
+            "matcher": "*",
+            "hooks": [{"type": "command", "command": format!("{exe} hook claude-code --event permission-request --timeout 100s --config {} --server http://127.0.0.1:1", config.display()), "timeout": 160}],
+        })
+    );
+}
+
+#[tokio::test]
+async fn install_writes_each_hosts_file_and_format() {
+    let project = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let exe = env!("CARGO_BIN_EXE_countersign");
+    let output = run_in(
+        "http://127.0.0.1:1",
+        project.path(),
+        home.path(),
+        &["install", "codex", "--user"],
+    )
+    .await;
+    assert_exit(&output, 0);
+    assert_eq!(
+        read_json(&home.path().join(".codex/hooks.json")),
+        json!({"hooks": {"PreToolUse": [{
+            "matcher": "Bash|apply_patch|mcp__.*",
+            "hooks": [{"type": "command", "command": format!("{exe} hook codex --timeout 540s --server http://127.0.0.1:1"), "timeout": 600}],
+        }]}})
+    );
+    let output = run_in(
+        "http://127.0.0.1:1",
+        project.path(),
+        home.path(),
+        &["install", "gemini", "--project"],
+    )
+    .await;
+    assert_exit(&output, 0);
+    assert_eq!(
+        read_json(&project.path().join(".gemini/settings.json")),
+        json!({"hooks": {"BeforeTool": [{
+            "matcher": "run_shell_command|write_file|replace|web_fetch|mcp__.*",
+            "hooks": [{"name": "countersign", "type": "command", "command": format!("{exe} hook gemini --timeout 540s --server http://127.0.0.1:1"), "timeout": 600000}],
+        }]}})
+    );
+    // --print shows the snippet and writes nothing.
+    let output = run_in(
+        "http://127.0.0.1:1",
+        project.path(),
+        home.path(),
+        &["install", "claude-code", "--print"],
+    )
+    .await;
+    assert_exit(&output, 0);
+    let snippet: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(
+        snippet["hooks"]["PreToolUse"][0]["hooks"][0]["timeout"],
+        600
+    );
+    assert!(!project.path().join(".claude").exists());
+}
+
+#[tokio::test]
+async fn install_refuses_a_settings_file_it_cannot_read_and_leaves_it_alone() {
+    let project = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let path = project.path().join(".gemini/settings.json");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    for text in [
+        "{\"hooks\": ",
+        "[1, 2]",
+        "{\"hooks\": {\"BeforeTool\": {}}}",
+    ] {
+        std::fs::write(&path, text).unwrap();
+        let output = run_in(
+            "http://127.0.0.1:1",
+            project.path(),
+            home.path(),
+            &["install", "gemini"],
+        )
+        .await;
+        assert_exit(&output, 70);
+        assert!(
+            stderr(&output).contains("not changing it"),
+            "{}",
+            stderr(&output)
+        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        assert!(!project.path().join(".gemini/settings.json.bak").exists());
+    }
+    let output = run_in(
+        "http://127.0.0.1:1",
+        project.path(),
+        home.path(),
+        &["install", "gemini", "--event", "permission-request"],
+    )
+    .await;
+    assert_exit(&output, 64);
+}
+
+#[tokio::test]
+async fn doctor_checks_the_server_the_token_and_the_installed_hooks() {
+    let server = TestServer::start().await;
+    let project = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let output = run_in(&server.url(), project.path(), home.path(), &["doctor"]).await;
+    assert_exit(&output, 70);
+    assert!(
+        stdout(&output).contains("no countersign hook is installed"),
+        "{}",
+        stdout(&output)
+    );
+
+    let output = run_in(
+        &server.url(),
+        project.path(),
+        home.path(),
+        &["install", "claude-code"],
+    )
+    .await;
+    assert_exit(&output, 0);
+    let output = run_in(&server.url(), project.path(), home.path(), &["doctor"]).await;
+    assert_exit(&output, 0);
+    let report = stdout(&output);
+    assert!(
+        report.contains(&format!(
+            "ok    server {} answers and accepts the token",
+            server.url()
+        )),
+        "{report}"
+    );
+    assert!(
+        report.contains("PreToolUse: countersign waits 9m, the host 10m"),
+        "{report}"
+    );
+
+    // A host timeout shorter than countersign's wait would let the host run the tool.
+    let path = project.path().join(".claude/settings.json");
+    let mut settings = read_json(&path);
+    settings["hooks"]["PreToolUse"][0]["hooks"][0]["timeout"] = json!(300);
+    std::fs::write(&path, settings.to_string()).unwrap();
+    let output = run_in(
+        &server.url(),
+        project.path(),
+        home.path(),
+        &["doctor", "claude-code"],
+    )
+    .await;
+    assert_exit(&output, 70);
+    assert!(
+        stdout(&output).contains("raise the hook's timeout"),
+        "{}",
+        stdout(&output)
+    );
+
+    let output = run_in(
+        "http://127.0.0.1:1",
+        project.path(),
+        home.path(),
+        &["doctor"],
+    )
+    .await;
+    assert_exit(&output, 69);
+}

@@ -1,0 +1,171 @@
+//! What the tests of the agent integrations share: the `countersign` binary with a clean
+//! environment, a watch that reports what a child requested, and an approver deciding over
+//! gRPC as Telegram's worker would.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use countersign_client::{pb, Client, ClientConfig, Watch, WatchItem, WatchOptions};
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+/// Generous bound on any single step, so that a bug fails the test instead of hanging it.
+pub const STEP: Duration = Duration::from_secs(30);
+
+/// The approver the tests decide as.
+pub const APPROVER: &str = "Alice (telegram)";
+
+/// `countersign` talking to `server`, as user `tester`, with no settings from the machine.
+pub fn countersign(server: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_countersign"));
+    command
+        .env("COUNTERSIGN_SERVER", server)
+        .env("USER", "tester")
+        .env_remove("COUNTERSIGN_TOKEN")
+        .env_remove("COUNTERSIGN_CONFIG")
+        .env_remove("COUNTERSIGN_CA_CERT")
+        .env_remove("COUNTERSIGN_AGENT_ID")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// Runs `command` with `input` on stdin (then closed) and collects its output.
+pub async fn run_with_input(mut command: Command, input: &[u8]) -> Output {
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().expect("start countersign");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input).await.expect("write stdin");
+    drop(stdin);
+    tokio::time::timeout(STEP, child.wait_with_output())
+        .await
+        .expect("countersign did not exit")
+        .expect("countersign output")
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[track_caller]
+pub fn assert_exit(output: &Output, code: i32) {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stdout: {}\nstderr: {}",
+        stdout(output),
+        stderr(output)
+    );
+}
+
+pub fn client(server: &str) -> Client {
+    Client::connect(ClientConfig::new(server)).expect("client")
+}
+
+/// A watch on all channels, past its (empty) snapshot: the next events tell what a child
+/// process just requested.
+pub async fn watch_requests(server: &str) -> Watch {
+    let mut watch = client(server).watch(WatchOptions::channel(""));
+    match tokio::time::timeout(STEP, watch.next())
+        .await
+        .expect("snapshot in time")
+        .expect("snapshot")
+    {
+        WatchItem::Snapshot(pending) => assert!(pending.is_empty(), "{pending:?}"),
+        WatchItem::Event(event) => panic!("expected the snapshot, got {event:?}"),
+    }
+    watch
+}
+
+/// The next approval requested and left pending for a human.
+pub async fn next_pending(watch: &mut Watch) -> pb::Approval {
+    loop {
+        let item = tokio::time::timeout(STEP, watch.next())
+            .await
+            .expect("a request in time")
+            .expect("watch");
+        if let WatchItem::Event(event) = item {
+            let approval = event.approval.clone().unwrap_or_default();
+            if event.kind() == pb::EventKind::Requested
+                && approval.state() == pb::ApprovalState::Pending
+            {
+                return approval;
+            }
+        }
+    }
+}
+
+pub async fn approve(client: &Client, approval_id: &str, scope: pb::Scope, reason: &str) {
+    decide(client, approval_id, pb::Verdict::Approve, scope, reason).await;
+}
+
+pub async fn reject(client: &Client, approval_id: &str, reason: &str) {
+    decide(
+        client,
+        approval_id,
+        pb::Verdict::Reject,
+        pb::Scope::Once,
+        reason,
+    )
+    .await;
+}
+
+/// Decides as Alice on Telegram, the way the Telegram worker calls `Decide`.
+pub async fn decide(
+    client: &Client,
+    approval_id: &str,
+    verdict: pb::Verdict,
+    scope: pb::Scope,
+    reason: &str,
+) {
+    let response = client
+        .decide(pb::DecideRequest {
+            approval_id: approval_id.to_owned(),
+            verdict: verdict.into(),
+            scope: scope.into(),
+            reason: reason.to_owned(),
+            decider: Some(pb::Decider {
+                channel: "telegram".into(),
+                user_id: "1001".into(),
+                display_name: "Alice".into(),
+            }),
+            idempotency_key: format!("cb-{}", uuid::Uuid::now_v7()),
+        })
+        .await
+        .expect("decide");
+    assert_eq!(response.outcome(), pb::DecideOutcome::Resolved);
+}
+
+/// The approvals of a session, newest first.
+pub async fn approvals_of(client: &Client, session_id: &str) -> Vec<pb::Approval> {
+    client
+        .list_approvals(pb::ListApprovalsRequest {
+            session_id: session_id.to_owned(),
+            page_size: 100,
+            ..Default::default()
+        })
+        .await
+        .expect("list approvals")
+        .approvals
+}
+
+pub fn fixture(path: &str) -> Value {
+    let path: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(path);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    serde_json::from_str(&text).expect("fixture JSON")
+}
