@@ -3,8 +3,9 @@
 //! request and decision a client saw acknowledged is stored exactly once, the event seqs are
 //! contiguous and no approval has two resolutions.
 //!
-//! CI runs a few kills; `COUNTERSIGN_CRASH_KILLS=50` (and `COUNTERSIGN_CRASH_CLIENTS`) for
-//! long runs.
+//! Enough clients write at once that the server commits batches of a hundred changes and more
+//! (the test reports the largest batch it saw, from the server's `/metrics`). CI runs a few
+//! kills; `COUNTERSIGN_CRASH_KILLS=50` (and `COUNTERSIGN_CRASH_CLIENTS`) for long runs.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -35,6 +36,7 @@ fn knob(name: &str, default: usize) -> usize {
 /// The server binary on a fixed port and database, restarted after every kill.
 struct Server {
     addr: SocketAddr,
+    metrics: SocketAddr,
     database: PathBuf,
     log: PathBuf,
     child: Option<Child>,
@@ -43,8 +45,10 @@ struct Server {
 impl Server {
     fn new(dir: &Path) -> Server {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let metrics_probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         Server {
             addr: probe.local_addr().unwrap(),
+            metrics: metrics_probe.local_addr().unwrap(),
             database: dir.join("countersign.db"),
             log: dir.join("server.log"),
             child: None,
@@ -66,6 +70,8 @@ impl Server {
             .arg(self.addr.to_string())
             .arg("--database")
             .arg(&self.database)
+            .arg("--metrics-listen")
+            .arg(self.metrics.to_string())
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -104,6 +110,44 @@ impl Server {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// The upper bound of the histogram bucket of the largest batch this server process has
+    /// committed (0 when its metrics cannot be read).
+    fn largest_batch(&self) -> u64 {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(self.metrics) else {
+            return 0;
+        };
+        let mut text = String::new();
+        if stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .and_then(|_| stream.read_to_string(&mut text))
+            .is_err()
+        {
+            return 0;
+        }
+        let buckets: Vec<(f64, u64)> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("countersign_commit_batch_size_bucket{le=\""))
+            .filter_map(|rest| {
+                let (le, count) = rest.split_once("\"} ")?;
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().ok()?
+                };
+                Some((le, count.trim().parse().ok()?))
+            })
+            .collect();
+        let total = buckets.iter().map(|&(_, n)| n).max().unwrap_or(0);
+        // The smallest bound every batch stays under.
+        buckets
+            .iter()
+            .filter(|&&(_, n)| n == total && total > 0)
+            .map(|&(le, _)| le)
+            .fold(f64::INFINITY, f64::min)
+            .min(1e9) as u64
     }
 
     async fn kill(&mut self) {
@@ -263,7 +307,7 @@ async fn client(number: usize, url: String, stop: Arc<AtomicBool>, seen: Arc<Mut
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn acknowledged_work_survives_sigkill_exactly_once() {
     let kills = knob("COUNTERSIGN_CRASH_KILLS", 5);
-    let client_count = knob("COUNTERSIGN_CRASH_CLIENTS", 8);
+    let client_count = knob("COUNTERSIGN_CRASH_CLIENTS", 160);
     let dir = tempfile::tempdir().unwrap();
     let mut server = Server::new(dir.path());
     server.start().await;
@@ -275,9 +319,11 @@ async fn acknowledged_work_survives_sigkill_exactly_once() {
         .collect();
 
     let started = Instant::now();
+    let mut largest_batch = 0;
     for _ in 0..kills {
-        let pause = rand::thread_rng().gen_range(30..300);
+        let pause = rand::thread_rng().gen_range(100..400);
         tokio::time::sleep(Duration::from_millis(pause)).await;
+        largest_batch = largest_batch.max(server.largest_batch());
         server.kill().await;
         server.start().await;
     }
@@ -379,7 +425,7 @@ async fn acknowledged_work_survives_sigkill_exactly_once() {
     assert_eq!(unlogged, 0, "resolved approvals without a RESOLVED event");
 
     eprintln!(
-        "crash loop: {kills} SIGKILLs in {:.1} s, {client_count} clients, {} requests and {} decisions acknowledged, {} events, all present exactly once",
+        "crash loop: {kills} SIGKILLs in {:.1} s, {client_count} clients, batches of up to {largest_batch} changes, {} requests and {} decisions acknowledged, {} events, all present exactly once",
         elapsed.as_secs_f64(),
         seen.requests.len(),
         seen.decisions.len(),
