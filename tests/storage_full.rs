@@ -101,6 +101,29 @@ async fn wait_for_health(server: &TestServer, wanted: ServingStatus) {
     panic!("health never became {wanted:?}");
 }
 
+/// Panics unless every acknowledged approval can be read back.
+async fn assert_all_stored(client: &mut Client, acknowledged: &[String], when: &str) {
+    for id in acknowledged {
+        client
+            .get_approval(pb::GetApprovalRequest {
+                approval_id: id.clone(),
+            })
+            .await
+            .unwrap_or_else(|status| panic!("acknowledged approval {id} lost {when}: {status:?}"));
+    }
+}
+
+async fn state_of(client: &mut Client, id: &str) -> pb::ApprovalState {
+    let approval = client
+        .get_approval(pb::GetApprovalRequest {
+            approval_id: id.to_string(),
+        })
+        .await
+        .expect("get approval")
+        .into_inner();
+    state(&approval)
+}
+
 fn assert_storage_refusal(status: &tonic::Status) {
     assert!(
         matches!(status.code(), Code::Unavailable | Code::ResourceExhausted),
@@ -120,20 +143,17 @@ async fn a_full_disk_refuses_writes_loses_nothing_acknowledged_and_recovers_with
     let mut client = connect(&server).await;
     let mut events = watch(&mut client, pb::WatchApprovalsRequest::default()).await;
 
-    // Acknowledged writes: (approval id, state the caller was told).
-    let mut acknowledged: Vec<(String, pb::ApprovalState)> = Vec::new();
+    // The approvals whose creation was acknowledged.
+    let mut acknowledged: Vec<String> = Vec::new();
     let to_decide = create(&mut client, bulky("before-0")).await;
-    acknowledged.push((to_decide.id.clone(), pb::ApprovalState::Pending));
+    acknowledged.push(to_decide.id.clone());
 
     let filler = fill(volume.path());
     let mut refusals = 0;
     let mut decided_while_full = false;
     for i in 0..400 {
         match client.request_approval(bulky(&format!("full-{i}"))).await {
-            Ok(answer) => {
-                let approval = answer.into_inner().approval.expect("approval");
-                acknowledged.push((approval.id, pb::ApprovalState::Pending));
-            }
+            Ok(answer) => acknowledged.push(answer.into_inner().approval.expect("approval").id),
             Err(status) => {
                 assert_storage_refusal(&status);
                 refusals += 1;
@@ -160,46 +180,30 @@ async fn a_full_disk_refuses_writes_loses_nothing_acknowledged_and_recovers_with
         acknowledged.len()
     );
 
-    // Every acknowledged write is readable now.
-    for (id, _) in &acknowledged {
-        client
-            .get_approval(pb::GetApprovalRequest {
-                approval_id: id.clone(),
-            })
-            .await
-            .unwrap_or_else(|status| {
-                panic!("acknowledged approval {id} is not stored: {status:?}")
-            });
-    }
-    let decided = client
-        .get_approval(pb::GetApprovalRequest {
-            approval_id: to_decide.id.clone(),
-        })
-        .await
-        .expect("get")
-        .into_inner();
+    assert_all_stored(&mut client, &acknowledged, "while the disk was full").await;
     let expected = if decided_while_full {
         pb::ApprovalState::Approved
     } else {
         pb::ApprovalState::Pending
     };
     assert_eq!(
-        state(&decided),
+        state_of(&mut client, &to_decide.id).await,
         expected,
         "decision acknowledged = {decided_while_full}"
     );
 
     // Space returns: writes work again without a restart, and health follows.
     std::fs::remove_file(&filler).expect("free the disk");
-    let after = create(&mut client, bulky("after-0")).await;
-    acknowledged.push((after.id.clone(), pb::ApprovalState::Pending));
+    acknowledged.push(create(&mut client, bulky("after-0")).await.id);
     let outcome = client
         .decide(decide(&to_decide.id, pb::Verdict::Approve, "ops", "d-2"))
         .await
         .expect("decide after space returned")
         .into_inner();
-    let approval = outcome.approval.expect("approval");
-    assert_eq!(state(&approval), pb::ApprovalState::Approved);
+    assert_eq!(
+        state(&outcome.approval.expect("approval")),
+        pb::ApprovalState::Approved
+    );
     wait_for_health(&server, ServingStatus::Serving).await;
 
     // Every event a watcher saw is in the stored log.
@@ -218,24 +222,11 @@ async fn a_full_disk_refuses_writes_loses_nothing_acknowledged_and_recovers_with
     // After a restart, the same.
     server.restart().await;
     let mut client = connect(&server).await;
-    for (id, _) in &acknowledged {
-        client
-            .get_approval(pb::GetApprovalRequest {
-                approval_id: id.clone(),
-            })
-            .await
-            .unwrap_or_else(|status| {
-                panic!("acknowledged approval {id} lost at restart: {status:?}")
-            });
-    }
-    let decided = client
-        .get_approval(pb::GetApprovalRequest {
-            approval_id: to_decide.id.clone(),
-        })
-        .await
-        .expect("get")
-        .into_inner();
-    assert_eq!(state(&decided), pb::ApprovalState::Approved);
+    assert_all_stored(&mut client, &acknowledged, "at restart").await;
+    assert_eq!(
+        state_of(&mut client, &to_decide.id).await,
+        pb::ApprovalState::Approved
+    );
     let mut admin = admin(&channel(&server).await, None);
     let stored: BTreeSet<u64> = all_events(&mut admin, pb::ListEventsRequest::default())
         .await

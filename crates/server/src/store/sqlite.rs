@@ -335,17 +335,14 @@ impl Backend for SqliteBackend {
             }
             query.push(")");
         }
-        for (column, value) in [
-            ("agent_id", &filter.agent_id),
-            ("session_id", &filter.session_id),
-            ("tool_name", &filter.tool_name),
-        ] {
-            if !value.is_empty() {
-                query
-                    .push(format!(" AND {column} = "))
-                    .push_bind(value.clone());
-            }
-        }
+        push_equal(
+            &mut query,
+            [
+                ("agent_id", &filter.agent_id),
+                ("session_id", &filter.session_id),
+                ("tool_name", &filter.tool_name),
+            ],
+        );
         if !filter.channel.is_empty() {
             query
                 .push(" AND (channels = '*' OR instr(channels, ")
@@ -525,17 +522,14 @@ impl Backend for SqliteBackend {
         now: Millis,
     ) -> Result<Vec<Grant>, StoreError> {
         let mut query: QueryBuilder<Sqlite> = QueryBuilder::new("SELECT * FROM grants WHERE 1 = 1");
-        for (column, value) in [
-            ("agent_id", &filter.agent_id),
-            ("session_id", &filter.session_id),
-            ("tool_name", &filter.tool_name),
-        ] {
-            if !value.is_empty() {
-                query
-                    .push(format!(" AND {column} = "))
-                    .push_bind(value.clone());
-            }
-        }
+        push_equal(
+            &mut query,
+            [
+                ("agent_id", &filter.agent_id),
+                ("session_id", &filter.session_id),
+                ("tool_name", &filter.tool_name),
+            ],
+        );
         if !filter.include_inactive {
             query
                 .push(" AND revoked_at_ms IS NULL AND (expires_at_ms IS NULL OR expires_at_ms > ")
@@ -549,6 +543,17 @@ impl Backend for SqliteBackend {
             .push(" ORDER BY id DESC LIMIT ")
             .push_bind(i64::from(filter.limit));
         Ok(query.build_query_as().fetch_all(&self.reads).await?)
+    }
+}
+
+/// Adds `AND column = value` for each filter that is set (not empty).
+fn push_equal<'a>(query: &mut QueryBuilder<'a, Sqlite>, filters: [(&str, &String); 3]) {
+    for (column, value) in filters {
+        if !value.is_empty() {
+            query
+                .push(format!(" AND {column} = "))
+                .push_bind(value.clone());
+        }
     }
 }
 
