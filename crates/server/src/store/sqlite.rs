@@ -71,8 +71,8 @@ struct SqliteWriter {
     conn: SqliteConnection,
 }
 
-/// What a batch reads of approvals: named by id, made by a revoked grant, under a requested
-/// idempotency key, and due for expiry.
+/// What a batch reads of approvals: named by id, made by a revoked grant, and under a
+/// requested idempotency key.
 const LOAD_APPROVALS: &str = "
 SELECT body FROM approvals WHERE id IN (SELECT value FROM json_each(?))
 UNION ALL
@@ -80,10 +80,13 @@ SELECT body FROM approvals
  WHERE id IN (SELECT approval_id FROM grants WHERE id IN (SELECT value FROM json_each(?)))
 UNION ALL
 SELECT body FROM approvals
- WHERE (agent_id, idempotency_key) IN (SELECT value->>0, value->>1 FROM json_each(?))
-UNION ALL
-SELECT body FROM (SELECT body FROM approvals WHERE state = 'PENDING' AND expires_at_ms <= ?
-                  ORDER BY expires_at_ms LIMIT ?)";
+ WHERE (agent_id, idempotency_key) IN (SELECT value->>0, value->>1 FROM json_each(?))";
+
+/// The approvals an expiry sweep expires, oldest deadline first. Only a sweep's batch reads
+/// them: walking the pending approvals is not free when many wait.
+const LOAD_DUE: &str = "
+SELECT body FROM approvals INDEXED BY approvals_pending_by_expiry
+ WHERE state = 'PENDING' AND expires_at_ms <= ? ORDER BY expires_at_ms LIMIT ?";
 
 /// An event row with its approval's current row, which lean events are read against.
 const EVENT_COLUMNS: &str = "e.seq, e.kind, e.at_ms, e.body, e.prev_hash, e.hash, a.body AS current
@@ -141,30 +144,38 @@ impl WriterConnection for SqliteWriter {
 
     async fn load(&mut self, keys: &BatchKeys) -> Result<Loaded, StoreError> {
         let mut loaded = Loaded::default();
+        let mut bodies: Vec<String> = Vec::new();
         if !keys.approval_ids.is_empty()
             || !keys.grant_ids.is_empty()
             || !keys.request_keys.is_empty()
-            || keys.due_at.is_some()
         {
-            let bodies: Vec<String> = sqlx::query_scalar(LOAD_APPROVALS)
+            bodies = sqlx::query_scalar(LOAD_APPROVALS)
                 .bind(serde_json::to_string(&keys.approval_ids)?)
                 .bind(serde_json::to_string(&keys.grant_ids)?)
                 .bind(serde_json::to_string(&keys.request_keys)?)
-                .bind(keys.due_at)
+                .fetch_all(&mut self.conn)
+                .await?;
+        }
+        if let Some(due_at) = keys.due_at {
+            let due: Vec<String> = sqlx::query_scalar(LOAD_DUE)
+                .bind(due_at)
                 .bind(EXPIRY_SWEEP_LIMIT)
                 .fetch_all(&mut self.conn)
                 .await?;
-            // An unreadable row is skipped, not fatal: failing here would stall every later
-            // batch (a change naming it gets NOT_FOUND).
-            loaded.approvals = bodies
-                .iter()
-                .filter_map(|body| {
-                    serde_json::from_str::<Approval>(body)
-                        .inspect_err(|e| tracing::error!(error = %e, "skipping an unreadable stored approval"))
-                        .ok()
-                })
-                .collect();
+            bodies.extend(due);
         }
+        // An unreadable row is skipped, not fatal: failing here would stall every later batch
+        // (a change naming it gets NOT_FOUND).
+        loaded.approvals = bodies
+            .iter()
+            .filter_map(|body| {
+                serde_json::from_str::<Approval>(body)
+                    .inspect_err(
+                        |e| tracing::error!(error = %e, "skipping an unreadable stored approval"),
+                    )
+                    .ok()
+            })
+            .collect();
         if !keys.grant_ids.is_empty() || !keys.grant_scopes.is_empty() {
             let rows = sqlx::query(&format!(
                 "SELECT {GRANT_COLUMNS} FROM grants WHERE id IN (SELECT value FROM json_each(?))
