@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use countersign_core::{
-    Approval, ApprovalRequest, ConsumeOutcome, DecideOutcome, Decision, Delivery, Disposition,
-    Error as DomainError, EventKind, Millis, State,
+    Approval, ApprovalRequest, ConsumeOutcome, Consumption, DecideOutcome, Decision, Delivery,
+    Disposition, Error as DomainError, EventKind, Millis, Resolution, State,
 };
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -95,14 +95,18 @@ struct StoredBody {
 }
 
 /// The parts of an approval that change after its request, right after an event. Decisions
-/// are only ever appended, and the resolution and consumption are set once, so with the
-/// approval as it is now they give back the approval as it was then.
+/// are only ever appended (each is in the event that added it), so with the approval as it is
+/// now they give back the approval as it was then.
 #[derive(Serialize, Deserialize)]
 struct Progress {
     agent_id: String,
     state: State,
     decisions: usize,
     deliveries: Vec<Delivery>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    resolution: Option<Resolution>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    consumption: Option<Consumption>,
 }
 
 impl EventBody {
@@ -118,6 +122,8 @@ impl EventBody {
                 state: self.approval.state,
                 decisions: self.approval.decisions.len(),
                 deliveries: self.approval.deliveries.clone(),
+                resolution: self.approval.resolution.clone(),
+                consumption: self.approval.consumption.clone(),
             };
             (None, Some(progress))
         };
@@ -144,12 +150,8 @@ impl EventBody {
                 approval.state = after.state;
                 approval.decisions.truncate(after.decisions);
                 approval.deliveries = after.deliveries;
-                if after.state == State::Pending {
-                    approval.resolution = None;
-                }
-                if after.state != State::Consumed {
-                    approval.consumption = None;
-                }
+                approval.resolution = after.resolution;
+                approval.consumption = after.consumption;
                 approval
             }
             _ => {
