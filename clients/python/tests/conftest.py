@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import socket
@@ -99,22 +100,31 @@ class Server:
         return Client(self.address, **options)
 
 
-BASE_CONFIG = """
-[approvals]
-sweep_interval_ms = 100
-[watch]
-heartbeat_interval_ms = 500
-"""
+BASE_SETTINGS: dict[str, dict[str, object]] = {
+    "approvals": {"sweep_interval_ms": 100},
+    "watch": {"heartbeat_interval_ms": 500},
+}
+
+
+def render(sections: dict[str, dict[str, object]]) -> str:
+    """TOML tables of scalar settings."""
+    lines = []
+    for table, settings in sections.items():
+        lines.append(f"[{table}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in settings.items()]
+    return "\n".join(lines) + "\n"
 
 
 @pytest.fixture(scope="session")
 def start_server(server_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Server]]:
-    """Starts a server with BASE_CONFIG plus ``extra`` TOML; all are stopped at the end."""
+    """Starts a server with BASE_SETTINGS merged with ``sections`` (table -> settings), then
+    ``extra`` TOML (arrays of tables); all are stopped at the end."""
     servers: list[Server] = []
 
-    def start(extra: str = "", env: dict[str, str] | None = None) -> Server:
+    def start(extra: str = "", env: dict[str, str] | None = None, **sections: dict[str, object]) -> Server:
         workdir = tmp_path_factory.mktemp("server")
-        server = Server(server_binary, workdir, BASE_CONFIG + extra, env or {})
+        merged = {t: {**BASE_SETTINGS.get(t, {}), **sections.get(t, {})} for t in {*BASE_SETTINGS, *sections}}
+        server = Server(server_binary, workdir, render(merged) + extra, env or {})
         servers.append(server)
         return server
 

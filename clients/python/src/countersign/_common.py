@@ -133,6 +133,10 @@ class Connection:
             ("grpc.keepalive_time_ms", 30_000),
             ("grpc.keepalive_timeout_ms", 10_000),
             ("grpc.http2.max_pings_without_data", 0),
+            # Each channel its own connections: grpc shares subchannels between channels by
+            # default, so a new channel (a watch reconnecting) would inherit a dead
+            # connection's backoff.
+            ("grpc.use_local_subchannel_pool", 1),
         ]
 
 

@@ -245,6 +245,8 @@ class Watch:
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._watchdog: threading.Thread | None = None
+        # Opened now, so that a watch "from now on" sees what happens after this call.
+        self._open()
 
     @property
     def cursor(self) -> int | None:
