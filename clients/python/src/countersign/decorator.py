@@ -57,12 +57,13 @@ def requires_approval(
     (``"delete {path}"``) or a callable taking the same arguments. ``client``: a Client (for
     functions) or AsyncClient (for coroutine functions), or a callable returning one; None uses
     ``from_env()``. ``agent_id`` defaults to $COUNTERSIGN_AGENT_ID, then "python";
-    ``tool_name`` to the function's qualified name.
+    ``tool_name`` to the function's module and qualified name.
     """
 
     def decorate(func: F) -> F:
         signature = inspect.signature(func)
-        name = tool_name or func.__qualname__
+        # The server allows letters, digits and . _ : / - in a tool name.
+        name = tool_name or f"{func.__module__}.{func.__qualname__.replace('<locals>.', '')}"
 
         def request(args: tuple[Any, ...], kwargs: dict[str, Any]) -> ApprovalRequest:
             bound = signature.bind(*args, **kwargs)
