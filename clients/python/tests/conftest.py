@@ -26,7 +26,7 @@ _names = itertools.count()
 @pytest.fixture(scope="session")
 def server_binary() -> Path:
     """target/debug/countersign-server, built by cargo when it is missing."""
-    target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+    target = REPO / os.environ.get("CARGO_TARGET_DIR", "target")
     binary = target / "debug" / "countersign-server"
     if not binary.exists():
         cargo = shutil.which("cargo")
@@ -116,7 +116,9 @@ def render(sections: dict[str, dict[str, object]]) -> str:
 
 
 @pytest.fixture(scope="session")
-def start_server(server_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Server]]:
+def start_server(
+    server_binary: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., Server]]:
     """Starts a server with BASE_SETTINGS merged with ``sections`` (table -> settings), then
     ``extra`` TOML (arrays of tables); all are stopped at the end."""
     servers: list[Server] = []

@@ -9,16 +9,16 @@ from conftest import Approver, Server
 
 pytest.importorskip("langchain")
 
-from langchain.agents import create_agent  # noqa: E402
-from langchain.agents.middleware import HumanInTheLoopMiddleware  # noqa: E402
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage  # noqa: E402
-from langchain_core.tools import tool  # noqa: E402
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
-from pydantic import Field  # noqa: E402
+from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import Field
 
-from countersign import Client, ResolvedBy, Scope, Verdict  # noqa: E402
-from countersign.langchain import CountersignMiddleware, resume_command  # noqa: E402
+from countersign import Client, ResolvedBy, Scope, Verdict
+from countersign.langchain import CountersignMiddleware, resume_command
 
 
 class ScriptedChatModel(GenericFakeChatModel):
@@ -91,9 +91,9 @@ def test_middleware_rejection_becomes_an_error_tool_message(server: Server, agen
     [answer] = [m for m in result["messages"] if isinstance(m, ToolMessage)]
     assert answer.status == "error" and answer.tool_call_id == "tc-9"
     assert "never the production db" in answer.content
-    assert any(isinstance(m, ToolMessage) and "never the production db" in m.content for m in model.seen[-1]), (
-        "the model saw the reason"
-    )
+    assert any(
+        isinstance(m, ToolMessage) and "never the production db" in m.content for m in model.seen[-1]
+    ), "the model saw the reason"
 
 
 def test_human_in_the_loop_interrupts_are_answered_by_countersign(server: Server, agent_id: str) -> None:
@@ -133,7 +133,9 @@ def test_human_in_the_loop_interrupts_are_answered_by_countersign(server: Server
         assert command.resume["decisions"][1]["type"] == "reject"
         finished = agent.invoke(command, config, version="v2")
         assert deleted == ["a.tmp"]
-        rejected = [m for m in finished.value["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "tc-2"]
+        rejected = [
+            m for m in finished.value["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "tc-2"
+        ]
         assert rejected and "keep the database" in rejected[0].content
         # Answering the same interrupt again asks nothing new: the keys are the interrupt's.
         again = resume_command(client, paused.interrupts, agent_id=agent_id, deadline=5)

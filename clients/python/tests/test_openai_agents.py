@@ -11,16 +11,16 @@ from conftest import Approver, Server
 
 pytest.importorskip("agents")
 
-from agents import Agent, ModelResponse, Usage, function_tool, set_tracing_disabled  # noqa: E402
-from agents.models.interface import Model  # noqa: E402
-from openai.types.responses import (  # noqa: E402
+from agents import Agent, ModelResponse, Usage, function_tool, set_tracing_disabled
+from agents.models.interface import Model
+from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
     ResponseOutputText,
 )
 
-from countersign import AsyncClient, Client, ResolvedBy, Scope, Verdict  # noqa: E402
-from countersign.openai_agents import run_with_approvals  # noqa: E402
+from countersign import AsyncClient, Client, ResolvedBy, Scope, Verdict
+from countersign.openai_agents import run_with_approvals
 
 set_tracing_disabled(True)
 
@@ -98,12 +98,18 @@ def test_a_session_approval_lets_the_second_call_run_without_asking(server: Serv
 def test_a_rejection_skips_the_tool_and_tells_the_model_why(server: Server, agent_id: str) -> None:
     deleted: list[str] = []
     model = ScriptedModel([[tool_call("call-1", "prod.db")], [message("understood")]])
-    approver = Approver(server.address, agent_id, [(Verdict.REJECT, Scope.ONCE, "that is the production database")])
+    approver = Approver(
+        server.address, agent_id, [(Verdict.REJECT, Scope.ONCE, "that is the production database")]
+    )
     result = run(server, agent_with(model, deleted), agent_id)
     approver.join()
     assert deleted == [], "a rejected tool never runs"
     assert result.final_output == "understood"
-    outputs = [item for item in model.inputs[-1] if isinstance(item, dict) and item.get("type") == "function_call_output"]
+    outputs = [
+        item
+        for item in model.inputs[-1]
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    ]
     assert len(outputs) == 1 and outputs[0]["call_id"] == "call-1"
     assert "that is the production database" in str(outputs[0]["output"])
 

@@ -187,7 +187,7 @@ class SilentWatchService(pb_grpc.ApprovalServiceServicer):
         self.opened = 0
         self.stop = threading.Event()
 
-    def WatchApprovals(self, request, context):  # noqa: N802 - the gRPC method name
+    def WatchApprovals(self, request, context):
         self.opened += 1
         self.stop.wait()
         return iter(())

@@ -97,7 +97,9 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Pat
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = certificate("countersign test CA", ca_key, ca_key.public_key(), None, ca=True)
     server_key = ec.generate_private_key(ec.SECP256R1())
-    server_cert = certificate("countersign test server", ca_key, server_key.public_key(), ca.subject, ca=False)
+    server_cert = certificate(
+        "countersign test server", ca_key, server_key.public_key(), ca.subject, ca=False
+    )
     pem = serialization.Encoding.PEM
     paths = directory / "ca.pem", directory / "server.pem", directory / "server.key"
     paths[0].write_bytes(ca.public_bytes(pem))
@@ -108,7 +110,9 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Pat
     return paths
 
 
-def test_tls_with_the_ca_file(start_server: Callable[..., Server], tls_files: tuple[Path, Path, Path]) -> None:
+def test_tls_with_the_ca_file(
+    start_server: Callable[..., Server], tls_files: tuple[Path, Path, Path]
+) -> None:
     ca, cert, key = tls_files
     server = start_server(tls={"cert_file": str(cert), "key_file": str(key)})
     with Client(f"https://{server.address}", ca_file=ca) as client:

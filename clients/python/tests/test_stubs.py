@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-import generate_stubs  # noqa: E402
+import generate_stubs
 
 
 def test_shipped_stubs_match_the_proto(tmp_path: Path) -> None:

@@ -1,14 +1,14 @@
 """Python client for countersign: human approval of AI-agent tool calls.
 
-    from countersign import Client
+from countersign import Client
 
-    client = Client("127.0.0.1:50051", token="...")
-    approval = client.request_and_wait(
-        agent_id="deploy-bot", tool_name="deploy", arguments={"env": "prod"},
-        action="deploy v1.2 to prod", risk="high", idempotency_key=tool_call_id,
-    )
-    if approval.approved:
-        ...  # run it, then client.consume(approval.id)
+client = Client("127.0.0.1:50051", token="...")
+approval = client.request_and_wait(
+    agent_id="deploy-bot", tool_name="deploy", arguments={"env": "prod"},
+    action="deploy v1.2 to prod", risk="high", idempotency_key=tool_call_id,
+)
+if approval.approved:
+    ...  # run it, then client.consume(approval.id)
 """
 
 from countersign.aio import AsyncClient
@@ -39,8 +39,8 @@ from countersign.model import (
     ApprovalPage,
     ApprovalRequest,
     DecideOutcome,
-    DecideResult,
     Decider,
+    DecideResult,
     Decision,
     Event,
     EventKind,

@@ -20,8 +20,8 @@ from countersign.model import (
     Approval,
     ApprovalRequest,
     DecideOutcome,
-    DecideResult,
     Decider,
+    DecideResult,
     Event,
     Scope,
     Snapshot,
@@ -216,7 +216,9 @@ class WatchCursor:
             after_seq = self.cursor or 0
             include_snapshot = not after_seq
         self.snapshot = []
-        log.debug("opening watch channel=%r after_seq=%d snapshot=%s", self.channel, after_seq, include_snapshot)
+        log.debug(
+            "opening watch channel=%r after_seq=%d snapshot=%s", self.channel, after_seq, include_snapshot
+        )
         return pb.WatchApprovalsRequest(
             after_seq=after_seq, channel=self.channel, include_snapshot=include_snapshot
         )
@@ -249,7 +251,9 @@ class WatchCursor:
         if isinstance(error, RpcError) and error.code in WATCH_FATAL:
             raise error
         if isinstance(error, OutOfRange):
-            log.warning("watch cursor %s out of range (%s); taking a new snapshot", self.cursor, error.message)
+            log.warning(
+                "watch cursor %s out of range (%s); taking a new snapshot", self.cursor, error.message
+            )
             self.cursor = None
         elif error.code is grpc.StatusCode.RESOURCE_EXHAUSTED:
             log.warning("watch cut off as a slow consumer after seq %s; resuming", self.cursor)

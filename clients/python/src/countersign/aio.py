@@ -18,8 +18,8 @@ from countersign.model import (
     Approval,
     ApprovalPage,
     ApprovalRequest,
-    DecideResult,
     Decider,
+    DecideResult,
     Event,
     RequestResult,
     Scope,
@@ -80,7 +80,9 @@ class AsyncClient:
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
 
-    async def request_approval(self, request: ApprovalRequest | None = None, /, **fields: Any) -> RequestResult:
+    async def request_approval(
+        self, request: ApprovalRequest | None = None, /, **fields: Any
+    ) -> RequestResult:
         """As ``Client.request_approval``."""
         message = _common.as_request(request, fields).to_proto()
         response = await self._call("RequestApproval", message)
@@ -160,7 +162,9 @@ class AsyncClient:
         page_size: int = 0,
         page_token: str = "",
     ) -> ApprovalPage:
-        request = _common.list_request(states, agent_id, channel, session_id, tool_name, page_size, page_token)
+        request = _common.list_request(
+            states, agent_id, channel, session_id, tool_name, page_size, page_token
+        )
         response = await self._call("ListApprovals", request)
         return ApprovalPage([approval_of(a) for a in response.approvals], response.next_page_token)
 

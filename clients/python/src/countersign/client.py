@@ -17,8 +17,8 @@ from countersign.model import (
     Approval,
     ApprovalPage,
     ApprovalRequest,
-    DecideResult,
     Decider,
+    DecideResult,
     Event,
     RequestResult,
     Scope,
@@ -179,7 +179,9 @@ class Client:
         page_token: str = "",
     ) -> ApprovalPage:
         """One page of approvals, newest first, filtered."""
-        request = _common.list_request(states, agent_id, channel, session_id, tool_name, page_size, page_token)
+        request = _common.list_request(
+            states, agent_id, channel, session_id, tool_name, page_size, page_token
+        )
         response = self._call("ListApprovals", request)
         return ApprovalPage([approval_of(a) for a in response.approvals], response.next_page_token)
 
@@ -292,7 +294,9 @@ class Watch:
         with self._lock:
             self._call, self._channel = call, channel
         if self._watchdog is None:
-            self._watchdog = threading.Thread(target=self._watch_silence, name="countersign-watchdog", daemon=True)
+            self._watchdog = threading.Thread(
+                target=self._watch_silence, name="countersign-watchdog", daemon=True
+            )
             self._watchdog.start()
 
     def _reconnect_after(self, delay: float) -> None:
@@ -309,7 +313,9 @@ class Watch:
         while not self._closed.wait(min(1.0, self._heartbeat_timeout / 4)):
             with self._lock:
                 waiting_since = self._waiting_since
-                silent = waiting_since is not None and time.monotonic() - waiting_since > self._heartbeat_timeout
+                silent = (
+                    waiting_since is not None and time.monotonic() - waiting_since > self._heartbeat_timeout
+                )
                 if silent and self._call is not None:
                     log.warning("watch silent for %.1f s; reconnecting", self._heartbeat_timeout)
                     self._call.cancel()

@@ -92,9 +92,9 @@ def requires_approval(
                     try:
                         result = await func(*args, **kwargs)
                     except BaseException as error:
-                        await _report(api.consume(approval.id, succeeded=False, detail=type(error).__name__), approval)
+                        await _report(api, approval, error)
                         raise
-                    await _report(api.consume(approval.id, detail="ok"), approval)
+                    await _report(api, approval, None)
                     return result
                 finally:
                     if client is None:
@@ -110,9 +110,9 @@ def requires_approval(
             try:
                 result = func(*args, **kwargs)
             except BaseException as error:
-                _report_sync(lambda: api.consume(approval.id, succeeded=False, detail=type(error).__name__), approval)
+                _report_sync(api, approval, error)
                 raise
-            _report_sync(lambda: api.consume(approval.id, detail="ok"), approval)
+            _report_sync(api, approval, None)
             return result
 
         return gated  # type: ignore[return-value]
@@ -141,16 +141,22 @@ def _check(approval: Approval) -> None:
     raise ApprovalNotGranted(approval)
 
 
-async def _report(consume: Any, approval: Approval) -> None:
-    # The call ran; failing to record it must not hide its result.
-    try:
-        await consume
-    except Exception as error:  # noqa: BLE001
-        log.warning("recording approval %s as consumed failed: %s", approval.id, error)
+def _consumption(error: BaseException | None) -> dict[str, Any]:
+    if error is None:
+        return {"succeeded": True, "detail": "ok"}
+    return {"succeeded": False, "detail": type(error).__name__}
 
 
-def _report_sync(consume: Callable[[], Any], approval: Approval) -> None:
+async def _report(api: AsyncClient, approval: Approval, error: BaseException | None) -> None:
+    """Records that the call ran (and how); failing to record it must not hide its result."""
     try:
-        consume()
-    except Exception as error:  # noqa: BLE001
-        log.warning("recording approval %s as consumed failed: %s", approval.id, error)
+        await api.consume(approval.id, **_consumption(error))
+    except Exception as failure:  # noqa: BLE001
+        log.warning("recording approval %s as consumed failed: %s", approval.id, failure)
+
+
+def _report_sync(api: Client, approval: Approval, error: BaseException | None) -> None:
+    try:
+        api.consume(approval.id, **_consumption(error))
+    except Exception as failure:  # noqa: BLE001
+        log.warning("recording approval %s as consumed failed: %s", approval.id, failure)

@@ -15,7 +15,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from agents import Agent, RunResult, RunState, Runner
+from agents import Agent, Runner, RunResult, RunState
 from agents.items import ToolApprovalItem
 
 from countersign._common import rejection_text
