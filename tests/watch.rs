@@ -394,8 +394,8 @@ macro_rules! list_services {
     ($version:ident, $channel:expr) => {{
         use tonic_reflection::pb::$version::server_reflection_client::ServerReflectionClient;
         use tonic_reflection::pb::$version::{
-            server_reflection_request::MessageRequest,
-            server_reflection_response::MessageResponse, ServerReflectionRequest,
+            server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+            ServerReflectionRequest,
         };
         let request = ServerReflectionRequest {
             host: String::new(),
