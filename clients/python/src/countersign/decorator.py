@@ -55,8 +55,10 @@ def requires_approval(
 
     ``action`` is shown to the approver: a template formatted with the arguments
     (``"delete {path}"``) or a callable taking the same arguments. ``client``: a Client (for
-    functions) or AsyncClient (for coroutine functions), or a callable returning one; None uses
-    ``from_env()``. ``agent_id`` defaults to $COUNTERSIGN_AGENT_ID, then "python";
+    functions) or AsyncClient (for coroutine functions), or a callable returning one, called on
+    each call; None uses ``from_env()``. An AsyncClient obtained from a callable or from the
+    environment is closed after the call (it belongs to the event loop it was made in); a
+    Client from a callable is left open (return a shared one). ``agent_id`` defaults to $COUNTERSIGN_AGENT_ID, then "python";
     ``tool_name`` to the function's module and qualified name.
     """
 
@@ -97,7 +99,9 @@ def requires_approval(
                     await _report(api, approval, None)
                     return result
                 finally:
-                    if client is None:
+                    if not isinstance(client, AsyncClient):
+                        # Made for this call (from the environment or the factory): an
+                        # AsyncClient belongs to the event loop it was made in.
                         await api.close()
 
             return gated_coroutine  # type: ignore[return-value]
