@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -11,7 +12,7 @@ import grpc
 import pytest
 from conftest import ALICE, Server, first_pending
 
-from countersign import Approval, Client, Event, EventKind, Snapshot, State, Unavailable
+from countersign import Approval, AsyncClient, Client, Event, EventKind, Snapshot, State, Unavailable
 from countersign.v1 import approval_pb2_grpc as pb_grpc
 
 
@@ -219,3 +220,41 @@ def test_a_silent_stream_is_replaced_and_close_ends_the_iteration() -> None:
     client.close()
     service.stop.set()
     silent.stop(0)
+
+
+def test_async_wait_and_watch_resume_across_a_restart(
+    start_server: Callable[..., Server], agent_id: str
+) -> None:
+    server = start_server()
+
+    async def scenario() -> None:
+        async with AsyncClient(server.address, timeout=2) as client:
+            watch = client.watch(max_backoff=0.5)
+            assert isinstance(await anext(watch), Snapshot)
+            approval = (await client.request_approval(agent_id=agent_id, tool_name="deploy")).approval
+            requested = await anext(watch)
+            assert requested.approval.id == approval.id
+
+            waiting = asyncio.create_task(client.wait_until_resolved(approval.id, deadline=60))
+            await asyncio.sleep(0.3)
+            server.kill()
+            await asyncio.sleep(1.0)
+            assert not waiting.done()
+            server.start()
+            with server.client() as approver:
+                approver.decide(approval.id, "approve", decider=ALICE, reason="restarted")
+            decided = await waiting
+            assert decided.approved and decided.reason == "restarted"
+
+            resolved = await anext(watch)
+            assert resolved.seq == requested.seq + 1 and resolved.kind is EventKind.RESOLVED
+            await watch.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_sync_wait_until_resolved_reports_an_expiry(client: Client, agent_id: str) -> None:
+    approval = client.request_approval(agent_id=agent_id, tool_name="deploy", ttl=1).approval
+    expired = client.wait_until_resolved(approval.id)
+    assert expired.state is State.EXPIRED and not expired.approved
+    assert expired.outcome.startswith("expired")
