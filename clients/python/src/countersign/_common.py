@@ -116,10 +116,12 @@ class Connection:
             "ca_file": os.environ.get("COUNTERSIGN_CA_FILE") or None,
         }
 
-    def credentials(self) -> grpc.ChannelCredentials | None:
+    def open(self, api: Any) -> Any:
+        """A new channel from ``api``: the ``grpc`` module, or ``grpc.aio``."""
         if not self.tls:
-            return None
-        return grpc.ssl_channel_credentials(root_certificates=self.root_certificates)
+            return api.insecure_channel(self.target, options=self.options())
+        credentials = grpc.ssl_channel_credentials(root_certificates=self.root_certificates)
+        return api.secure_channel(self.target, credentials, options=self.options())
 
     @staticmethod
     def options() -> list[tuple[str, int]]:

@@ -55,11 +55,7 @@ class AsyncClient:
         return cls(**{**Connection.from_env(), **overrides})
 
     def _open_channel(self) -> grpc.aio.Channel:
-        connection = self._connection
-        credentials = connection.credentials()
-        if credentials is None:
-            return grpc.aio.insecure_channel(connection.target, options=connection.options())
-        return grpc.aio.secure_channel(connection.target, credentials, options=connection.options())
+        return self._connection.open(grpc.aio)
 
     async def close(self) -> None:
         await self._channel.close()

@@ -61,11 +61,7 @@ class Client:
         return cls(**{**Connection.from_env(), **overrides})
 
     def _open_channel(self) -> grpc.Channel:
-        connection = self._connection
-        credentials = connection.credentials()
-        if credentials is None:
-            return grpc.insecure_channel(connection.target, options=connection.options())
-        return grpc.secure_channel(connection.target, credentials, options=connection.options())
+        return self._connection.open(grpc)
 
     def close(self) -> None:
         self._channel.close()

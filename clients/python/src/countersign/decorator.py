@@ -58,8 +58,9 @@ def requires_approval(
     functions) or AsyncClient (for coroutine functions), or a callable returning one, called on
     each call; None uses ``from_env()``. An AsyncClient obtained from a callable or from the
     environment is closed after the call (it belongs to the event loop it was made in); a
-    Client from a callable is left open (return a shared one). ``agent_id`` defaults to $COUNTERSIGN_AGENT_ID, then "python";
-    ``tool_name`` to the function's module and qualified name.
+    Client from a callable is left open (return a shared one). ``agent_id`` defaults to
+    $COUNTERSIGN_AGENT_ID, then "python"; ``tool_name`` to the function's module and qualified
+    name.
     """
 
     def decorate(func: F) -> F:

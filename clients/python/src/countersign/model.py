@@ -17,22 +17,21 @@ class _WireEnum(str, Enum):
     """A str enum whose values are the proto enum names without their prefix, lower case."""
 
     @classmethod
-    def _prefix(cls) -> str:
-        raise NotImplementedError
+    def _wire(cls) -> tuple[Any, str]:
+        """The proto enum and the prefix of its value names."""
+        return _WIRE_ENUMS[cls.__name__]
 
     @classmethod
     def of(cls, value: int) -> Any:
         """The member for a proto enum number; None for UNSPECIFIED."""
-        name = cls._wire().Name(value).removeprefix(cls._prefix())
+        wire, prefix = cls._wire()
+        name = wire.Name(value).removeprefix(prefix)
         return None if name == "UNSPECIFIED" else cls(name.lower())
 
     @property
     def number(self) -> int:
-        return self._wire().Value(self._prefix() + self.value.upper())
-
-    @classmethod
-    def _wire(cls) -> Any:
-        raise NotImplementedError
+        wire, prefix = self._wire()
+        return wire.Value(prefix + self.value.upper())
 
     @classmethod
     def parse(cls, value: _WireEnum | str) -> _WireEnum:
@@ -52,14 +51,6 @@ class Risk(_WireEnum):
     HIGH = "high"
     CRITICAL = "critical"
 
-    @classmethod
-    def _prefix(cls) -> str:
-        return "RISK_"
-
-    @classmethod
-    def _wire(cls) -> Any:
-        return pb.Risk
-
 
 class State(_WireEnum):
     PENDING = "pending"
@@ -69,39 +60,15 @@ class State(_WireEnum):
     CANCELLED = "cancelled"
     CONSUMED = "consumed"
 
-    @classmethod
-    def _prefix(cls) -> str:
-        return "APPROVAL_STATE_"
-
-    @classmethod
-    def _wire(cls) -> Any:
-        return pb.ApprovalState
-
 
 class Scope(_WireEnum):
     ONCE = "once"
     SESSION = "session"
 
-    @classmethod
-    def _prefix(cls) -> str:
-        return "SCOPE_"
-
-    @classmethod
-    def _wire(cls) -> Any:
-        return pb.Scope
-
 
 class Verdict(_WireEnum):
     APPROVE = "approve"
     REJECT = "reject"
-
-    @classmethod
-    def _prefix(cls) -> str:
-        return "VERDICT_"
-
-    @classmethod
-    def _wire(cls) -> Any:
-        return pb.Verdict
 
 
 class ResolvedBy(_WireEnum):
@@ -110,14 +77,6 @@ class ResolvedBy(_WireEnum):
     GRANT = "grant"
     EXPIRY = "expiry"
     CANCELLATION = "cancellation"
-
-    @classmethod
-    def _prefix(cls) -> str:
-        return "RESOLVED_BY_"
-
-    @classmethod
-    def _wire(cls) -> Any:
-        return pb.ResolvedBy
 
 
 class EventKind(_WireEnum):
@@ -134,14 +93,6 @@ class EventKind(_WireEnum):
     DECISION_REFUSED = "decision_refused"
     GRANT_REVOKED = "grant_revoked"
 
-    @classmethod
-    def _prefix(cls) -> str:
-        return "EVENT_KIND_"
-
-    @classmethod
-    def _wire(cls) -> Any:
-        return pb.EventKind
-
 
 class DecideOutcome(_WireEnum):
     RECORDED = "recorded"
@@ -149,13 +100,16 @@ class DecideOutcome(_WireEnum):
     ALREADY_RESOLVED = "already_resolved"
     DUPLICATE = "duplicate"
 
-    @classmethod
-    def _prefix(cls) -> str:
-        return "DECIDE_OUTCOME_"
 
-    @classmethod
-    def _wire(cls) -> Any:
-        return pb.DecideOutcome
+_WIRE_ENUMS: dict[str, tuple[Any, str]] = {
+    "Risk": (pb.Risk, "RISK_"),
+    "State": (pb.ApprovalState, "APPROVAL_STATE_"),
+    "Scope": (pb.Scope, "SCOPE_"),
+    "Verdict": (pb.Verdict, "VERDICT_"),
+    "ResolvedBy": (pb.ResolvedBy, "RESOLVED_BY_"),
+    "EventKind": (pb.EventKind, "EVENT_KIND_"),
+    "DecideOutcome": (pb.DecideOutcome, "DECIDE_OUTCOME_"),
+}
 
 
 @dataclass(frozen=True)
