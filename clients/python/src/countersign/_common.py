@@ -31,6 +31,7 @@ from countersign.model import (
     event_of,
 )
 from countersign.v1 import approval_pb2 as pb
+from countersign.v1 import approval_pb2_grpc as pb_grpc
 
 log = logging.getLogger("countersign")
 
@@ -333,3 +334,31 @@ def as_request(request: ApprovalRequest | None, fields: dict[str, Any]) -> Appro
     if request is not None and fields:
         raise TypeError("pass an ApprovalRequest or keyword fields, not both")
     return request if request is not None else ApprovalRequest(**fields)
+
+
+class ClientBase:
+    """Construction shared by Client and AsyncClient; ``_grpc`` is ``grpc`` or ``grpc.aio``."""
+
+    _grpc: Any
+
+    def __init__(
+        self,
+        address: str = "127.0.0.1:50051",
+        *,
+        token: str | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
+        tls: bool | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self._connection = Connection.of(address, token, ca_file, tls, timeout)
+        self._channel = self._open_channel()
+        self._stub = pb_grpc.ApprovalServiceStub(self._channel)
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Any:
+        """A client for COUNTERSIGN_ADDRESS (default 127.0.0.1:50051) with COUNTERSIGN_TOKEN and
+        COUNTERSIGN_CA_FILE when set."""
+        return cls(**{**Connection.from_env(), **overrides})
+
+    def _open_channel(self) -> Any:
+        return self._connection.open(self._grpc)

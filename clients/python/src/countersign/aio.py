@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
@@ -12,7 +11,7 @@ import grpc
 import grpc.aio
 
 from countersign import _common
-from countersign._common import Backoff, Connection, WatchCursor, log
+from countersign._common import Backoff, ClientBase, WatchCursor, log
 from countersign.errors import CountersignError, from_rpc_error
 from countersign.model import (
     Approval,
@@ -32,30 +31,11 @@ from countersign.v1 import approval_pb2 as pb
 from countersign.v1 import approval_pb2_grpc as pb_grpc
 
 
-class AsyncClient:
+class AsyncClient(ClientBase):
     """An asyncio connection to a countersign server; parameters as for ``Client``. Create it
     inside the event loop that uses it."""
 
-    def __init__(
-        self,
-        address: str = "127.0.0.1:50051",
-        *,
-        token: str | None = None,
-        ca_file: str | os.PathLike[str] | None = None,
-        tls: bool | None = None,
-        timeout: float = 10.0,
-    ) -> None:
-        self._connection = Connection.of(address, token, ca_file, tls, timeout)
-        self._channel = self._open_channel()
-        self._stub = pb_grpc.ApprovalServiceStub(self._channel)
-
-    @classmethod
-    def from_env(cls, **overrides: Any) -> AsyncClient:
-        """As ``Client.from_env``."""
-        return cls(**{**Connection.from_env(), **overrides})
-
-    def _open_channel(self) -> grpc.aio.Channel:
-        return self._connection.open(grpc.aio)
+    _grpc = grpc.aio
 
     async def close(self) -> None:
         await self._channel.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -11,7 +10,7 @@ from typing import Any
 import grpc
 
 from countersign import _common
-from countersign._common import Backoff, Connection, WatchCursor, log
+from countersign._common import Backoff, ClientBase, WatchCursor, log
 from countersign.errors import CountersignError, from_rpc_error
 from countersign.model import (
     Approval,
@@ -31,7 +30,7 @@ from countersign.v1 import approval_pb2 as pb
 from countersign.v1 import approval_pb2_grpc as pb_grpc
 
 
-class Client:
+class Client(ClientBase):
     """A connection to a countersign server, safe to share between threads.
 
     ``address`` is ``host:port``, ``http://host:port`` or ``https://host:port``; TLS is on for
@@ -41,27 +40,7 @@ class Client:
     grace) and watches.
     """
 
-    def __init__(
-        self,
-        address: str = "127.0.0.1:50051",
-        *,
-        token: str | None = None,
-        ca_file: str | os.PathLike[str] | None = None,
-        tls: bool | None = None,
-        timeout: float = 10.0,
-    ) -> None:
-        self._connection = Connection.of(address, token, ca_file, tls, timeout)
-        self._channel = self._open_channel()
-        self._stub = pb_grpc.ApprovalServiceStub(self._channel)
-
-    @classmethod
-    def from_env(cls, **overrides: Any) -> Client:
-        """A client for COUNTERSIGN_ADDRESS (default 127.0.0.1:50051) with COUNTERSIGN_TOKEN and
-        COUNTERSIGN_CA_FILE when set."""
-        return cls(**{**Connection.from_env(), **overrides})
-
-    def _open_channel(self) -> grpc.Channel:
-        return self._connection.open(grpc)
+    _grpc = grpc
 
     def close(self) -> None:
         self._channel.close()

@@ -50,17 +50,9 @@ async def approve_item(
     )
 
 
-async def resolve_interruptions(
-    client: AsyncClient,
-    result: RunResult,
-    *,
-    agent_id: str,
-    session_id: str = "",
-    risk: Risk | str = Risk.MEDIUM,
-    ttl: float | timedelta | None = None,
-    deadline: float | None = None,
-) -> RunState[Any]:
-    """The run state with every interruption of ``result`` approved or rejected by countersign.
+async def resolve_interruptions(client: AsyncClient, result: RunResult, **options: Any) -> RunState[Any]:
+    """The run state with every interruption of ``result`` approved or rejected by countersign;
+    ``options`` (agent_id, session_id, risk, ttl, deadline) as for ``approve_item``.
 
     An approval with scope SESSION approves later calls of that tool in this run at once
     (``always_approve=True``); anything but APPROVED is a rejection whose message tells the
@@ -68,9 +60,7 @@ async def resolve_interruptions(
     """
     state = result.to_state()
     for item in result.interruptions:
-        approval = await approve_item(
-            client, item, agent_id=agent_id, session_id=session_id, risk=risk, ttl=ttl, deadline=deadline
-        )
+        approval = await approve_item(client, item, **options)
         if approval.approved:
             state.approve(item, always_approve=approval.scope is Scope.SESSION)
         else:
