@@ -56,9 +56,12 @@ def test_a_missing_or_wrong_token_is_unauthenticated(token_server: Server, token
         with pytest.raises(Unauthenticated) as refused:
             client.request_approval(agent_id="coder-1", tool_name="bash")
         assert refused.value.message
-        # A watch cannot fix this by retrying: it raises.
-        with pytest.raises(Unauthenticated):
-            next(client.watch())
+        # A watch cannot fix this by retrying: it raises, and again when iterated again.
+        watch = client.watch(max_backoff=0.1)
+        for _ in range(2):
+            with pytest.raises(Unauthenticated):
+                next(watch)
+        watch.close()
 
 
 def test_over_the_rate_limit_says_when_to_retry(start_server: Callable[..., Server]) -> None:

@@ -246,12 +246,16 @@ class Watch:
             try:
                 message = next(self._call)
             except StopIteration:
-                self._reconnect_after(self._state.ended())
+                self._drop_call()
+                self._retry_at = time.monotonic() + self._state.ended()
                 continue
             except grpc.RpcError as error:
                 if self._closed.is_set():
                     break
-                self._reconnect_after(self._state.failed(from_rpc_error(error)))
+                # Dropped first: after a fatal error (raised by failed) the next iteration
+                # reconnects.
+                self._drop_call()
+                self._retry_at = time.monotonic() + self._state.failed(from_rpc_error(error))
                 continue
             finally:
                 self._waiting_since = None
@@ -274,14 +278,13 @@ class Watch:
             )
             self._watchdog.start()
 
-    def _reconnect_after(self, delay: float) -> None:
+    def _drop_call(self) -> None:
         with self._lock:
             call, self._call = self._call, None
             channel = self._channel
         if call is not None:
             call.cancel()
             channel.close()
-        self._retry_at = time.monotonic() + delay
 
     def _watch_silence(self) -> None:
         """Cancels a stream that delivered nothing, not even a heartbeat, for too long."""
@@ -297,11 +300,7 @@ class Watch:
 
     def close(self) -> None:
         self._closed.set()
-        with self._lock:
-            if self._call is not None:
-                self._call.cancel()
-                self._channel.close()
-                self._call = None
+        self._drop_call()
 
     def __enter__(self) -> Watch:
         return self
