@@ -136,15 +136,25 @@ def test_watch_snapshot_then_events_resuming_across_a_restart(
 
 
 def test_watch_from_now_on_without_snapshot(client: Client, agent_id: str) -> None:
-    earlier = request(client, agent_id, 99)  # not shown: it happened before the watch
+    earlier = request(client, agent_id, 0)  # not shown: it happened before the watch
     watch = client.watch(include_snapshot=False)
-    created: list[Approval] = []
-    timer = threading.Timer(0.3, lambda: created.append(request(client, agent_id, 0)))
-    timer.start()
+    # The stream has no "subscribed" signal: keep creating approvals until the watch sees one.
+    created: list[str] = []
+    seen = threading.Event()
+
+    def create() -> None:
+        for n in range(1, 100):
+            created.append(request(client, agent_id, n).id)
+            if seen.wait(0.2):
+                return
+
+    creator = threading.Thread(target=create)
+    creator.start()
     event = next(watch)
-    timer.join()
+    seen.set()
+    creator.join()
     assert isinstance(event, Event) and event.approval is not None
-    assert event.approval.id == created[0].id != earlier.id
+    assert event.approval.id in created and event.approval.id != earlier.id
     resumed = client.watch(after_seq=event.seq - 1, include_snapshot=False)
     again = next(resumed)
     assert isinstance(again, Event) and again.seq == event.seq
