@@ -53,12 +53,15 @@ class Server:
         self.database = workdir / "countersign.db"
         self.config = workdir / "countersign.toml"
         self.config.write_text(config)
-        self.env = {**os.environ, "RUST_LOG": "warn", **env}
+        self.env = {**os.environ, "RUST_LOG": "warn,countersign_server=info", **env}
         self.log = workdir / "server.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.start()
 
     def start(self) -> None:
+        """Starts the binary and returns once it serves: it binds its port before it opens the
+        database, so an open port is not enough; it logs "listening" right before serving."""
+        logged_before = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 [
@@ -78,12 +81,12 @@ class Server:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"countersign-server exited at start:\n{self.log.read_text()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"countersign-server did not listen within {STARTUP_TIMEOUT} s")
+            with self.log.open("rb") as log:
+                log.seek(logged_before)
+                if b"countersign-server listening" in log.read():
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"countersign-server did not serve within {STARTUP_TIMEOUT} s")
 
     def kill(self) -> None:
         """SIGKILL: the server gets no chance to say goodbye."""
