@@ -199,7 +199,7 @@ def test_an_unreachable_server_is_an_error_never_an_approval(agent_id: str) -> N
         assert time.monotonic() - started < 10
 
 
-def test_clients_share_one_client_across_threads(client: Client, agent_id: str) -> None:
+def test_one_client_serves_many_threads(client: Client, agent_id: str) -> None:
     errors: list[BaseException] = []
 
     def worker(n: int) -> None:
