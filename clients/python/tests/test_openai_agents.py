@@ -6,13 +6,9 @@ import asyncio
 import json
 from typing import Any
 
-import pytest
-from conftest import Approver, Server
-
-pytest.importorskip("agents")
-
 from agents import Agent, ModelResponse, Usage, function_tool, set_tracing_disabled
 from agents.models.interface import Model
+from conftest import Approver, Server
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
