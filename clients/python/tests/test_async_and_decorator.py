@@ -137,3 +137,20 @@ def test_a_decorated_coroutine_runs_only_when_approved(server: Server, agent_id:
     decided = approver.join()
     assert ran == [3]
     assert decided[0].action == "scale to 3" and decided[0].arguments == {"n": 3}
+
+
+def test_a_decorated_call_that_fails_is_recorded_as_failed(server: Server, agent_id: str) -> None:
+    client = Client(server.address)
+
+    @requires_approval(action="migrate", client=client, agent_id=agent_id, tool_name="migrate")
+    def migrate() -> None:
+        raise RuntimeError("disk full")
+
+    approver = Approver(server.address, agent_id, [(Verdict.APPROVE, Scope.ONCE, "")])
+    with pytest.raises(RuntimeError, match="disk full"):
+        migrate()
+    [approved] = approver.join()
+    consumed = client.get(approved.id)
+    assert consumed.state is State.CONSUMED and consumed.tool_name == "migrate"
+    assert consumed.consumption is not None
+    assert not consumed.consumption.succeeded and consumed.consumption.detail == "RuntimeError"

@@ -80,6 +80,8 @@ def test_wait_for_decision_returns_pending_then_the_decision(client: Client, age
 
     consumed = client.consume(approval.id, detail="deleted")
     assert consumed.state is State.CONSUMED
+    assert consumed.consumption is not None and consumed.consumption.succeeded
+    assert consumed.consumption.detail == "deleted"
     with pytest.raises(FailedPrecondition, match="already consumed"):
         client.consume(approval.id)
 

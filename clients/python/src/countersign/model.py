@@ -134,6 +134,15 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class Consumption:
+    """How an approved call went, as its runtime reported with ``consume``."""
+
+    succeeded: bool
+    detail: str
+    consumed_at: datetime | None
+
+
+@dataclass(frozen=True)
 class Approval:
     """An approval as the server reported it. Only ``approved`` means go ahead."""
 
@@ -169,6 +178,8 @@ class Approval:
     created_at: datetime | None
     expires_at: datetime | None
     resolved_at: datetime | None
+    #: Set once the call was consumed.
+    consumption: Consumption | None = None
 
     @property
     def approved(self) -> bool:
@@ -336,6 +347,13 @@ def approval_of(message: pb.Approval) -> Approval:
         created_at=_time(message, "created_at"),
         expires_at=_time(message, "expires_at"),
         resolved_at=_time(message, "resolved_at"),
+        consumption=Consumption(
+            succeeded=message.consumption.outcome == pb.CONSUME_OUTCOME_SUCCEEDED,
+            detail=message.consumption.detail,
+            consumed_at=_time(message.consumption, "consumed_at"),
+        )
+        if message.HasField("consumption")
+        else None,
     )
 
 
