@@ -388,10 +388,10 @@ async fn idle_streams_get_heartbeats_carrying_a_safe_cursor() {
     assert!(beat.approval.is_none());
 }
 
-/// The names of the services a server lists through reflection protocol `$version` (`v1` or
-/// `v1alpha`: the two are the same messages in different packages).
+/// The names of the services the server at `$url` lists through reflection protocol
+/// `$version` (`v1` or `v1alpha`: the two are the same messages in different packages).
 macro_rules! list_services {
-    ($version:ident, $channel:expr) => {{
+    ($version:ident, $url:expr) => {{
         use tonic_reflection::pb::$version::server_reflection_client::ServerReflectionClient;
         use tonic_reflection::pb::$version::{
             server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
@@ -401,7 +401,12 @@ macro_rules! list_services {
             host: String::new(),
             message_request: Some(MessageRequest::ListServices(String::new())),
         };
-        let mut answers = ServerReflectionClient::new($channel)
+        let channel = tonic::transport::Channel::from_shared($url)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut answers = ServerReflectionClient::new(channel)
             .server_reflection_info(tokio_stream::iter(vec![request]))
             .await
             .unwrap()
@@ -426,7 +431,7 @@ async fn health_and_reflection_services_answer() {
         .connect()
         .await
         .unwrap();
-    let mut health = HealthClient::new(channel.clone());
+    let mut health = HealthClient::new(channel);
     let answer = health
         .check(tonic_health::pb::HealthCheckRequest {
             service: "countersign.v1.ApprovalService".into(),
@@ -439,7 +444,7 @@ async fn health_and_reflection_services_answer() {
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     );
 
-    let names = list_services!(v1, channel);
+    let names = list_services!(v1, server.url());
     assert!(
         names.contains(&"countersign.v1.ApprovalService".to_string()),
         "{names:?}"
@@ -450,12 +455,7 @@ async fn health_and_reflection_services_answer() {
 #[tokio::test]
 async fn reflection_v1alpha_lists_the_services() {
     let server = TestServer::start().await;
-    let channel = tonic::transport::Channel::from_shared(server.url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let names = list_services!(v1alpha, channel);
+    let names = list_services!(v1alpha, server.url());
     for service in [
         "countersign.v1.ApprovalService",
         "countersign.v1.AdminService",
