@@ -388,6 +388,40 @@ async fn idle_streams_get_heartbeats_carrying_a_safe_cursor() {
     assert!(beat.approval.is_none());
 }
 
+/// The names of the services the server at `$url` lists through reflection protocol
+/// `$version` (`v1` or `v1alpha`: the two are the same messages in different packages).
+macro_rules! list_services {
+    ($version:ident, $url:expr) => {{
+        use tonic_reflection::pb::$version::server_reflection_client::ServerReflectionClient;
+        use tonic_reflection::pb::$version::{
+            server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+            ServerReflectionRequest,
+        };
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let channel = tonic::transport::Channel::from_shared($url)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut answers = ServerReflectionClient::new(channel)
+            .server_reflection_info(tokio_stream::iter(vec![request]))
+            .await
+            .unwrap()
+            .into_inner();
+        let answer = answers.message().await.unwrap().unwrap();
+        let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
+            panic!("unexpected reflection answer");
+        };
+        list.service
+            .into_iter()
+            .map(|service| service.name)
+            .collect::<Vec<String>>()
+    }};
+}
+
 #[tokio::test]
 async fn health_and_reflection_services_answer() {
     use tonic_health::pb::health_client::HealthClient;
@@ -397,7 +431,7 @@ async fn health_and_reflection_services_answer() {
         .connect()
         .await
         .unwrap();
-    let mut health = HealthClient::new(channel.clone());
+    let mut health = HealthClient::new(channel);
     let answer = health
         .check(tonic_health::pb::HealthCheckRequest {
             service: "countersign.v1.ApprovalService".into(),
@@ -410,28 +444,23 @@ async fn health_and_reflection_services_answer() {
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     );
 
-    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
-    use tonic_reflection::pb::v1::{
-        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
-        ServerReflectionRequest,
-    };
-    let mut reflection = ServerReflectionClient::new(channel);
-    let request = ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
-    };
-    let mut answers = reflection
-        .server_reflection_info(tokio_stream::iter(vec![request]))
-        .await
-        .unwrap()
-        .into_inner();
-    let answer = answers.message().await.unwrap().unwrap();
-    let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
-        panic!("unexpected reflection answer");
-    };
-    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    let names = list_services!(v1, server.url());
     assert!(
         names.contains(&"countersign.v1.ApprovalService".to_string()),
         "{names:?}"
     );
+}
+
+/// Older tools (grpcio's reflection client, some grpcurl builds) speak only v1alpha.
+#[tokio::test]
+async fn reflection_v1alpha_lists_the_services() {
+    let server = TestServer::start().await;
+    let names = list_services!(v1alpha, server.url());
+    for service in [
+        "countersign.v1.ApprovalService",
+        "countersign.v1.AdminService",
+        "grpc.health.v1.Health",
+    ] {
+        assert!(names.contains(&service.to_string()), "{names:?}");
+    }
 }

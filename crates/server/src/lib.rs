@@ -108,10 +108,15 @@ pub async fn serve_with_metrics(
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     set_health(&health_reporter, true).await;
     let health_follower = tokio::spawn(follow_storage_health(store.writable(), health_reporter));
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(countersign_proto::v1::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
+    // v1alpha beside v1: grpcurl, grpcio's reflection client and other older tools only
+    // speak v1alpha.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(countersign_proto::v1::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
     // Health and reflection stay open; the countersign services need a token when any is
     // configured.
     let auth = Authenticator::new(security.tokens.clone());
@@ -139,7 +144,8 @@ pub async fn serve_with_metrics(
         .layer(RpcMetricsLayer::new(metrics))
         .layer(MessageSizeStatusLayer)
         .add_service(health_service)
-        .add_service(reflection)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .add_service(InterceptedService::new(api, auth.clone()))
         .add_service(InterceptedService::new(admin, auth))
         .serve_with_incoming_shutdown(incoming, async move {

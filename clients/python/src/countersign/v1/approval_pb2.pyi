@@ -1,0 +1,539 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Risk(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RISK_UNSPECIFIED: _ClassVar[Risk]
+    RISK_LOW: _ClassVar[Risk]
+    RISK_MEDIUM: _ClassVar[Risk]
+    RISK_HIGH: _ClassVar[Risk]
+    RISK_CRITICAL: _ClassVar[Risk]
+
+class ApprovalState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    APPROVAL_STATE_UNSPECIFIED: _ClassVar[ApprovalState]
+    APPROVAL_STATE_PENDING: _ClassVar[ApprovalState]
+    APPROVAL_STATE_APPROVED: _ClassVar[ApprovalState]
+    APPROVAL_STATE_REJECTED: _ClassVar[ApprovalState]
+    APPROVAL_STATE_EXPIRED: _ClassVar[ApprovalState]
+    APPROVAL_STATE_CANCELLED: _ClassVar[ApprovalState]
+    APPROVAL_STATE_CONSUMED: _ClassVar[ApprovalState]
+
+class Verdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    VERDICT_UNSPECIFIED: _ClassVar[Verdict]
+    VERDICT_APPROVE: _ClassVar[Verdict]
+    VERDICT_REJECT: _ClassVar[Verdict]
+
+class Scope(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SCOPE_UNSPECIFIED: _ClassVar[Scope]
+    SCOPE_ONCE: _ClassVar[Scope]
+    SCOPE_SESSION: _ClassVar[Scope]
+
+class ResolvedBy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESOLVED_BY_UNSPECIFIED: _ClassVar[ResolvedBy]
+    RESOLVED_BY_DECISION: _ClassVar[ResolvedBy]
+    RESOLVED_BY_RULE: _ClassVar[ResolvedBy]
+    RESOLVED_BY_GRANT: _ClassVar[ResolvedBy]
+    RESOLVED_BY_EXPIRY: _ClassVar[ResolvedBy]
+    RESOLVED_BY_CANCELLATION: _ClassVar[ResolvedBy]
+
+class ConsumeOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONSUME_OUTCOME_UNSPECIFIED: _ClassVar[ConsumeOutcome]
+    CONSUME_OUTCOME_SUCCEEDED: _ClassVar[ConsumeOutcome]
+    CONSUME_OUTCOME_FAILED: _ClassVar[ConsumeOutcome]
+
+class EventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EVENT_KIND_UNSPECIFIED: _ClassVar[EventKind]
+    EVENT_KIND_SNAPSHOT: _ClassVar[EventKind]
+    EVENT_KIND_SNAPSHOT_COMPLETE: _ClassVar[EventKind]
+    EVENT_KIND_REQUESTED: _ClassVar[EventKind]
+    EVENT_KIND_DECISION_RECORDED: _ClassVar[EventKind]
+    EVENT_KIND_RESOLVED: _ClassVar[EventKind]
+    EVENT_KIND_EXPIRED: _ClassVar[EventKind]
+    EVENT_KIND_CANCELLED: _ClassVar[EventKind]
+    EVENT_KIND_CONSUMED: _ClassVar[EventKind]
+    EVENT_KIND_DELIVERED: _ClassVar[EventKind]
+    EVENT_KIND_HEARTBEAT: _ClassVar[EventKind]
+    EVENT_KIND_DECISION_REFUSED: _ClassVar[EventKind]
+    EVENT_KIND_GRANT_REVOKED: _ClassVar[EventKind]
+
+class DecideOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DECIDE_OUTCOME_UNSPECIFIED: _ClassVar[DecideOutcome]
+    DECIDE_OUTCOME_RECORDED: _ClassVar[DecideOutcome]
+    DECIDE_OUTCOME_RESOLVED: _ClassVar[DecideOutcome]
+    DECIDE_OUTCOME_ALREADY_RESOLVED: _ClassVar[DecideOutcome]
+    DECIDE_OUTCOME_DUPLICATE: _ClassVar[DecideOutcome]
+RISK_UNSPECIFIED: Risk
+RISK_LOW: Risk
+RISK_MEDIUM: Risk
+RISK_HIGH: Risk
+RISK_CRITICAL: Risk
+APPROVAL_STATE_UNSPECIFIED: ApprovalState
+APPROVAL_STATE_PENDING: ApprovalState
+APPROVAL_STATE_APPROVED: ApprovalState
+APPROVAL_STATE_REJECTED: ApprovalState
+APPROVAL_STATE_EXPIRED: ApprovalState
+APPROVAL_STATE_CANCELLED: ApprovalState
+APPROVAL_STATE_CONSUMED: ApprovalState
+VERDICT_UNSPECIFIED: Verdict
+VERDICT_APPROVE: Verdict
+VERDICT_REJECT: Verdict
+SCOPE_UNSPECIFIED: Scope
+SCOPE_ONCE: Scope
+SCOPE_SESSION: Scope
+RESOLVED_BY_UNSPECIFIED: ResolvedBy
+RESOLVED_BY_DECISION: ResolvedBy
+RESOLVED_BY_RULE: ResolvedBy
+RESOLVED_BY_GRANT: ResolvedBy
+RESOLVED_BY_EXPIRY: ResolvedBy
+RESOLVED_BY_CANCELLATION: ResolvedBy
+CONSUME_OUTCOME_UNSPECIFIED: ConsumeOutcome
+CONSUME_OUTCOME_SUCCEEDED: ConsumeOutcome
+CONSUME_OUTCOME_FAILED: ConsumeOutcome
+EVENT_KIND_UNSPECIFIED: EventKind
+EVENT_KIND_SNAPSHOT: EventKind
+EVENT_KIND_SNAPSHOT_COMPLETE: EventKind
+EVENT_KIND_REQUESTED: EventKind
+EVENT_KIND_DECISION_RECORDED: EventKind
+EVENT_KIND_RESOLVED: EventKind
+EVENT_KIND_EXPIRED: EventKind
+EVENT_KIND_CANCELLED: EventKind
+EVENT_KIND_CONSUMED: EventKind
+EVENT_KIND_DELIVERED: EventKind
+EVENT_KIND_HEARTBEAT: EventKind
+EVENT_KIND_DECISION_REFUSED: EventKind
+EVENT_KIND_GRANT_REVOKED: EventKind
+DECIDE_OUTCOME_UNSPECIFIED: DecideOutcome
+DECIDE_OUTCOME_RECORDED: DecideOutcome
+DECIDE_OUTCOME_RESOLVED: DecideOutcome
+DECIDE_OUTCOME_ALREADY_RESOLVED: DecideOutcome
+DECIDE_OUTCOME_DUPLICATE: DecideOutcome
+
+class Route(_message.Message):
+    __slots__ = ("channel", "target")
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    channel: str
+    target: str
+    def __init__(self, channel: _Optional[str] = ..., target: _Optional[str] = ...) -> None: ...
+
+class Decider(_message.Message):
+    __slots__ = ("channel", "user_id", "display_name")
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
+    channel: str
+    user_id: str
+    display_name: str
+    def __init__(self, channel: _Optional[str] = ..., user_id: _Optional[str] = ..., display_name: _Optional[str] = ...) -> None: ...
+
+class Decision(_message.Message):
+    __slots__ = ("verdict", "scope", "reason", "decider", "idempotency_key", "decided_at")
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DECIDER_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_AT_FIELD_NUMBER: _ClassVar[int]
+    verdict: Verdict
+    scope: Scope
+    reason: str
+    decider: Decider
+    idempotency_key: str
+    decided_at: _timestamp_pb2.Timestamp
+    def __init__(self, verdict: _Optional[_Union[Verdict, str]] = ..., scope: _Optional[_Union[Scope, str]] = ..., reason: _Optional[str] = ..., decider: _Optional[_Union[Decider, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Resolution(_message.Message):
+    __slots__ = ("verdict", "resolved_by", "deciders", "rule", "grant_id", "reason", "resolved_at")
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_BY_FIELD_NUMBER: _ClassVar[int]
+    DECIDERS_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    GRANT_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_AT_FIELD_NUMBER: _ClassVar[int]
+    verdict: Verdict
+    resolved_by: ResolvedBy
+    deciders: _containers.RepeatedCompositeFieldContainer[Decider]
+    rule: str
+    grant_id: str
+    reason: str
+    resolved_at: _timestamp_pb2.Timestamp
+    def __init__(self, verdict: _Optional[_Union[Verdict, str]] = ..., resolved_by: _Optional[_Union[ResolvedBy, str]] = ..., deciders: _Optional[_Iterable[_Union[Decider, _Mapping]]] = ..., rule: _Optional[str] = ..., grant_id: _Optional[str] = ..., reason: _Optional[str] = ..., resolved_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Delivery(_message.Message):
+    __slots__ = ("channel", "target", "message_ref", "recorded_at")
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_REF_FIELD_NUMBER: _ClassVar[int]
+    RECORDED_AT_FIELD_NUMBER: _ClassVar[int]
+    channel: str
+    target: str
+    message_ref: str
+    recorded_at: _timestamp_pb2.Timestamp
+    def __init__(self, channel: _Optional[str] = ..., target: _Optional[str] = ..., message_ref: _Optional[str] = ..., recorded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Consumption(_message.Message):
+    __slots__ = ("outcome", "detail", "consumed_at")
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    CONSUMED_AT_FIELD_NUMBER: _ClassVar[int]
+    outcome: ConsumeOutcome
+    detail: str
+    consumed_at: _timestamp_pb2.Timestamp
+    def __init__(self, outcome: _Optional[_Union[ConsumeOutcome, str]] = ..., detail: _Optional[str] = ..., consumed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Approval(_message.Message):
+    __slots__ = ("id", "agent_id", "session_id", "requester", "idempotency_key", "tool_name", "arguments_json", "args_digest", "action", "reason", "risk", "routes", "required_approvals", "labels", "state", "decisions", "resolution", "deliveries", "created_at", "expires_at", "resolved_at", "consumption", "policy_rule")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUESTER_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    ARGS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RISK_FIELD_NUMBER: _ClassVar[int]
+    ROUTES_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_APPROVALS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_AT_FIELD_NUMBER: _ClassVar[int]
+    CONSUMPTION_FIELD_NUMBER: _ClassVar[int]
+    POLICY_RULE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    agent_id: str
+    session_id: str
+    requester: str
+    idempotency_key: str
+    tool_name: str
+    arguments_json: str
+    args_digest: str
+    action: str
+    reason: str
+    risk: Risk
+    routes: _containers.RepeatedCompositeFieldContainer[Route]
+    required_approvals: int
+    labels: _containers.ScalarMap[str, str]
+    state: ApprovalState
+    decisions: _containers.RepeatedCompositeFieldContainer[Decision]
+    resolution: Resolution
+    deliveries: _containers.RepeatedCompositeFieldContainer[Delivery]
+    created_at: _timestamp_pb2.Timestamp
+    expires_at: _timestamp_pb2.Timestamp
+    resolved_at: _timestamp_pb2.Timestamp
+    consumption: Consumption
+    policy_rule: str
+    def __init__(self, id: _Optional[str] = ..., agent_id: _Optional[str] = ..., session_id: _Optional[str] = ..., requester: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., args_digest: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., risk: _Optional[_Union[Risk, str]] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., required_approvals: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., decisions: _Optional[_Iterable[_Union[Decision, _Mapping]]] = ..., resolution: _Optional[_Union[Resolution, _Mapping]] = ..., deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., consumption: _Optional[_Union[Consumption, _Mapping]] = ..., policy_rule: _Optional[str] = ...) -> None: ...
+
+class RequestApprovalRequest(_message.Message):
+    __slots__ = ("agent_id", "session_id", "requester", "idempotency_key", "tool_name", "arguments_json", "action", "reason", "risk", "routes", "required_approvals", "ttl_seconds", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUESTER_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RISK_FIELD_NUMBER: _ClassVar[int]
+    ROUTES_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_APPROVALS_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    session_id: str
+    requester: str
+    idempotency_key: str
+    tool_name: str
+    arguments_json: str
+    action: str
+    reason: str
+    risk: Risk
+    routes: _containers.RepeatedCompositeFieldContainer[Route]
+    required_approvals: int
+    ttl_seconds: int
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, agent_id: _Optional[str] = ..., session_id: _Optional[str] = ..., requester: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., risk: _Optional[_Union[Risk, str]] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., required_approvals: _Optional[int] = ..., ttl_seconds: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class RequestApprovalResponse(_message.Message):
+    __slots__ = ("approval", "created")
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    approval: Approval
+    created: bool
+    def __init__(self, approval: _Optional[_Union[Approval, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
+
+class GetApprovalRequest(_message.Message):
+    __slots__ = ("approval_id",)
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    def __init__(self, approval_id: _Optional[str] = ...) -> None: ...
+
+class WaitForDecisionRequest(_message.Message):
+    __slots__ = ("approval_id", "timeout_ms")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    timeout_ms: int
+    def __init__(self, approval_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class ListApprovalsRequest(_message.Message):
+    __slots__ = ("states", "agent_id", "channel", "session_id", "tool_name", "page_size", "page_token")
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedScalarFieldContainer[ApprovalState]
+    agent_id: str
+    channel: str
+    session_id: str
+    tool_name: str
+    page_size: int
+    page_token: str
+    def __init__(self, states: _Optional[_Iterable[_Union[ApprovalState, str]]] = ..., agent_id: _Optional[str] = ..., channel: _Optional[str] = ..., session_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListApprovalsResponse(_message.Message):
+    __slots__ = ("approvals", "next_page_token")
+    APPROVALS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    approvals: _containers.RepeatedCompositeFieldContainer[Approval]
+    next_page_token: str
+    def __init__(self, approvals: _Optional[_Iterable[_Union[Approval, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class CancelApprovalRequest(_message.Message):
+    __slots__ = ("approval_id", "reason")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    reason: str
+    def __init__(self, approval_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ConsumeRequest(_message.Message):
+    __slots__ = ("approval_id", "outcome", "detail")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    outcome: ConsumeOutcome
+    detail: str
+    def __init__(self, approval_id: _Optional[str] = ..., outcome: _Optional[_Union[ConsumeOutcome, str]] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class WatchApprovalsRequest(_message.Message):
+    __slots__ = ("after_seq", "channel", "include_snapshot")
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    after_seq: int
+    channel: str
+    include_snapshot: bool
+    def __init__(self, after_seq: _Optional[int] = ..., channel: _Optional[str] = ..., include_snapshot: _Optional[bool] = ...) -> None: ...
+
+class ApprovalEvent(_message.Message):
+    __slots__ = ("seq", "kind", "approval", "at", "decision", "delivery")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    kind: EventKind
+    approval: Approval
+    at: _timestamp_pb2.Timestamp
+    decision: Decision
+    delivery: Delivery
+    def __init__(self, seq: _Optional[int] = ..., kind: _Optional[_Union[EventKind, str]] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., delivery: _Optional[_Union[Delivery, _Mapping]] = ...) -> None: ...
+
+class DecideRequest(_message.Message):
+    __slots__ = ("approval_id", "verdict", "scope", "reason", "decider", "idempotency_key")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DECIDER_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    verdict: Verdict
+    scope: Scope
+    reason: str
+    decider: Decider
+    idempotency_key: str
+    def __init__(self, approval_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., scope: _Optional[_Union[Scope, str]] = ..., reason: _Optional[str] = ..., decider: _Optional[_Union[Decider, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class DecideResponse(_message.Message):
+    __slots__ = ("outcome", "approval")
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    outcome: DecideOutcome
+    approval: Approval
+    def __init__(self, outcome: _Optional[_Union[DecideOutcome, str]] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ...) -> None: ...
+
+class RecordDeliveryRequest(_message.Message):
+    __slots__ = ("approval_id", "channel", "target", "message_ref")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_REF_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    channel: str
+    target: str
+    message_ref: str
+    def __init__(self, approval_id: _Optional[str] = ..., channel: _Optional[str] = ..., target: _Optional[str] = ..., message_ref: _Optional[str] = ...) -> None: ...
+
+class ListEventsRequest(_message.Message):
+    __slots__ = ("approval_id", "kinds", "agent_id", "decider", "since", "until", "newest_first", "page_size", "page_token")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    KINDS_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    DECIDER_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_FIRST_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    kinds: _containers.RepeatedScalarFieldContainer[EventKind]
+    agent_id: str
+    decider: str
+    since: _timestamp_pb2.Timestamp
+    until: _timestamp_pb2.Timestamp
+    newest_first: bool
+    page_size: int
+    page_token: str
+    def __init__(self, approval_id: _Optional[str] = ..., kinds: _Optional[_Iterable[_Union[EventKind, str]]] = ..., agent_id: _Optional[str] = ..., decider: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., newest_first: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class AuditEvent(_message.Message):
+    __slots__ = ("event", "detail", "prev_hash", "hash")
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    PREV_HASH_FIELD_NUMBER: _ClassVar[int]
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    event: ApprovalEvent
+    detail: str
+    prev_hash: str
+    hash: str
+    def __init__(self, event: _Optional[_Union[ApprovalEvent, _Mapping]] = ..., detail: _Optional[str] = ..., prev_hash: _Optional[str] = ..., hash: _Optional[str] = ...) -> None: ...
+
+class ListEventsResponse(_message.Message):
+    __slots__ = ("events", "next_page_token")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[AuditEvent]
+    next_page_token: str
+    def __init__(self, events: _Optional[_Iterable[_Union[AuditEvent, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class VerifyAuditRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class VerifyAuditResponse(_message.Message):
+    __slots__ = ("intact", "events_checked", "first_seq", "last_seq", "broken_seq", "problem")
+    INTACT_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_CHECKED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    BROKEN_SEQ_FIELD_NUMBER: _ClassVar[int]
+    PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    intact: bool
+    events_checked: int
+    first_seq: int
+    last_seq: int
+    broken_seq: int
+    problem: str
+    def __init__(self, intact: _Optional[bool] = ..., events_checked: _Optional[int] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., broken_seq: _Optional[int] = ..., problem: _Optional[str] = ...) -> None: ...
+
+class Grant(_message.Message):
+    __slots__ = ("id", "agent_id", "session_id", "tool_name", "approval_id", "granted_by", "created_at", "expires_at", "revoked_at", "active")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_BY_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_AT_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    agent_id: str
+    session_id: str
+    tool_name: str
+    approval_id: str
+    granted_by: str
+    created_at: _timestamp_pb2.Timestamp
+    expires_at: _timestamp_pb2.Timestamp
+    revoked_at: _timestamp_pb2.Timestamp
+    active: bool
+    def __init__(self, id: _Optional[str] = ..., agent_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., approval_id: _Optional[str] = ..., granted_by: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., revoked_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active: _Optional[bool] = ...) -> None: ...
+
+class ListGrantsRequest(_message.Message):
+    __slots__ = ("agent_id", "session_id", "tool_name", "include_inactive", "page_size", "page_token")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_INACTIVE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    session_id: str
+    tool_name: str
+    include_inactive: bool
+    page_size: int
+    page_token: str
+    def __init__(self, agent_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., include_inactive: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListGrantsResponse(_message.Message):
+    __slots__ = ("grants", "next_page_token")
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    grants: _containers.RepeatedCompositeFieldContainer[Grant]
+    next_page_token: str
+    def __init__(self, grants: _Optional[_Iterable[_Union[Grant, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class RevokeGrantRequest(_message.Message):
+    __slots__ = ("grant_id", "reason")
+    GRANT_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    grant_id: str
+    reason: str
+    def __init__(self, grant_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
