@@ -43,7 +43,9 @@ fn expected() -> BTreeMap<&'static str, (&'static str, pb::ApprovalState, &'stat
             ("web_fetch", Expired, r#"{"url":"https://example.com"}"#),
         ),
         ("call-f", ("ls", Consumed, r#"{"path":"/"}"#)),
-        ("call-g", ("bash", Pending, r#"{"command":"make"}"#)),
+        // Pending in the fixture with the default hour to live: its deadline passed long ago,
+        // so the start-up sweep expires it, the first event written in the new form.
+        ("call-g", ("bash", Expired, r#"{"command":"make"}"#)),
     ])
 }
 
@@ -80,26 +82,28 @@ async fn a_database_of_the_previous_schema_is_upgraded_with_everything_intact() 
         assert_eq!(stored, wanted, "{key}");
     }
 
-    // Every event, in the old form, with its hash chain intact.
+    // The fixture's events in the old form, and the start-up expiry in the new one, on one
+    // intact hash chain.
     let before = all_events(&mut admin, pb::ListEventsRequest::default()).await;
-    assert_eq!(before.len(), 16);
     assert_eq!(
         before
             .iter()
             .map(|e| e.event.as_ref().unwrap().seq)
             .collect::<Vec<_>>(),
-        (1..=16).collect::<Vec<u64>>()
+        (1..=17).collect::<Vec<u64>>()
     );
     for event in &before {
         let approval = event.event.as_ref().unwrap().approval.as_ref().unwrap();
         assert!(!approval.arguments_json.is_empty(), "{event:?}");
     }
+    let expiry = before[16].event.as_ref().unwrap();
+    assert_eq!(kind(expiry), pb::EventKind::Expired);
+    assert_eq!(expiry.approval.as_ref(), Some(&found["call-g"]));
     let report = verify(&mut admin).await;
     assert!(report.intact, "{report:?}");
-    assert_eq!(report.events_checked, 16);
+    assert_eq!(report.events_checked, 17);
 
     // New changes write lean events onto the same chain, and read back whole.
-    let pending = &found["call-g"];
     let mut events = watch(
         &mut client,
         pb::WatchApprovalsRequest {
@@ -108,37 +112,36 @@ async fn a_database_of_the_previous_schema_is_upgraded_with_everything_intact() 
         },
     )
     .await;
-    let snapshot = next_event(&mut events, PATIENCE).await;
-    assert_eq!(snapshot.approval.as_ref().unwrap().id, pending.id);
+    assert_eq!(
+        kind(&next_event(&mut events, PATIENCE).await),
+        pb::EventKind::SnapshotComplete
+    );
+    let fresh = create(&mut client, request("agent-new", "call-new")).await;
     client
         .decide(decide(
-            &pending.id,
+            &fresh.id,
             pb::Verdict::Approve,
             "42",
             "k-after-upgrade",
         ))
         .await
         .unwrap();
-    let fresh = create(&mut client, request("agent-new", "call-new")).await;
-    let mut live = Vec::new();
-    while live.len() < 2 {
-        let event = next_event(&mut events, PATIENCE).await;
-        if kind(&event) != pb::EventKind::SnapshotComplete {
-            live.push(event);
-        }
-    }
+    let live = [
+        next_event(&mut events, PATIENCE).await,
+        next_event(&mut events, PATIENCE).await,
+    ];
     let after = all_events(&mut admin, pb::ListEventsRequest::default()).await;
-    assert_eq!(after.len(), 18);
-    for (watched, listed) in live.iter().zip(&after[16..]) {
+    assert_eq!(after.len(), 19);
+    for (watched, listed) in live.iter().zip(&after[17..]) {
         assert_eq!(Some(watched), listed.event.as_ref());
     }
-    let resolved = after[16].event.as_ref().unwrap().approval.as_ref().unwrap();
-    assert_eq!(state(resolved), pb::ApprovalState::Approved);
-    assert_eq!(resolved.arguments_json, pending.arguments_json);
-    assert_eq!(resolved.decisions.len(), 1);
     let requested = after[17].event.as_ref().unwrap().approval.as_ref().unwrap();
     assert_eq!(requested, &fresh);
+    let resolved = after[18].event.as_ref().unwrap().approval.as_ref().unwrap();
+    assert_eq!(state(resolved), pb::ApprovalState::Approved);
+    assert_eq!(resolved.arguments_json, fresh.arguments_json);
+    assert_eq!(resolved.decisions.len(), 1);
     let report = verify(&mut admin).await;
     assert!(report.intact, "{report:?}");
-    assert_eq!(report.events_checked, 18);
+    assert_eq!(report.events_checked, 19);
 }
