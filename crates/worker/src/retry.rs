@@ -121,6 +121,8 @@ pub struct RetrySchedule {
 struct Scheduled {
     failures: u32,
     due: Instant,
+    /// The platform's retry-after: no call for this key before then, whatever asks.
+    not_before: Option<Instant>,
 }
 
 impl RetrySchedule {
@@ -145,15 +147,29 @@ impl RetrySchedule {
         let mut entries = self.lock();
         let failures = entries.get(key).map_or(0, |entry| entry.failures) + 1;
         let wait = self.backoff.wait(failures, retry_after);
-        let due = Instant::now() + wait;
-        let entry = entries
-            .entry(key.to_owned())
-            .or_insert(Scheduled { failures, due });
+        let now = Instant::now();
+        let due = now + wait;
+        let not_before = retry_after.map(|after| now + after);
+        let entry = entries.entry(key.to_owned()).or_insert(Scheduled {
+            failures,
+            due,
+            not_before,
+        });
         entry.failures = failures;
         entry.due = entry.due.max(due);
+        entry.not_before = entry.not_before.max(not_before);
         drop(entries);
         self.changed.notify_one();
         wait
+    }
+
+    /// How long the platform still wants no call for `key` (its retry-after); `None` when
+    /// calls may be made now. A caller with new work for `key` leaves it to the scheduled
+    /// retry, which comes once the wait is over.
+    pub fn holds(&self, key: &str) -> Option<Duration> {
+        let not_before = self.lock().get(key)?.not_before?;
+        let now = Instant::now();
+        (not_before > now).then(|| not_before - now)
     }
 
     /// Forgets the failures of `key` (it succeeded).
@@ -256,6 +272,8 @@ mod tests {
         let start = Instant::now();
         schedule.failed("slow", Some(Duration::from_millis(300)));
         schedule.failed("fast", None);
+        assert!(schedule.holds("slow").is_some());
+        assert!(schedule.holds("fast").is_none());
         assert_eq!(schedule.next_due().await, vec!["fast".to_owned()]);
         schedule.succeeded("fast");
         assert_eq!(schedule.next_due().await, vec!["slow".to_owned()]);

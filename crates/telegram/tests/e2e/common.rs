@@ -33,6 +33,8 @@ pub struct Harness {
     pub agent: Client,
     pub settings: Settings,
     worker: Option<JoinHandle<Result<(), WorkerError>>>,
+    /// The worker's state directory (its outbox), kept across restarts of the worker.
+    _state: tempfile::TempDir,
 }
 
 impl Harness {
@@ -57,6 +59,11 @@ impl Harness {
     }
 
     async fn with_server(server: TestServer) -> Harness {
+        // The worker's logs, when RUST_LOG asks for them.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let telegram = FakeTelegram::start(BOT_TOKEN).await;
         let mut settings = Settings::new(&server.url(), BOT_TOKEN).expect("test settings");
         settings.api_url = telegram.api_url();
@@ -67,6 +74,8 @@ impl Harness {
         settings.max_backoff = Duration::from_millis(500);
         settings.poll_error_backoff = Duration::from_millis(50);
         settings.retry_interval = Duration::from_millis(100);
+        let state = tempfile::tempdir().expect("a state directory");
+        settings.outbox_path = state.path().join("outbox.jsonl");
         let agent = Client::connect(ClientConfig::new(server.url())).expect("agent client");
         Harness {
             server,
@@ -74,6 +83,7 @@ impl Harness {
             agent,
             settings,
             worker: None,
+            _state: state,
         }
     }
 
