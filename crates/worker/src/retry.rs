@@ -142,7 +142,7 @@ impl RetrySchedule {
     }
 
     /// Notes a failure of `key`; returns how long until it is due again (the backoff for its
-    /// failures in a row, never before `retry_after`). An earlier due time is kept later.
+    /// failures in a row, never before any retry-after the platform gave for it).
     pub fn failed(&self, key: &str, retry_after: Option<Duration>) -> Duration {
         let mut entries = self.lock();
         let failures = entries.get(key).map_or(0, |entry| entry.failures) + 1;
@@ -156,8 +156,10 @@ impl RetrySchedule {
             not_before,
         });
         entry.failures = failures;
-        entry.due = entry.due.max(due);
         entry.not_before = entry.not_before.max(not_before);
+        entry.due = entry
+            .not_before
+            .map_or(due, |not_before| due.max(not_before));
         drop(entries);
         self.changed.notify_one();
         wait

@@ -95,6 +95,26 @@ impl Harness {
         )));
     }
 
+    /// Starts the worker with a shutdown signal (as SIGTERM gives the binary); sending on
+    /// the returned channel asks it to stop, and [`Harness::worker_ended`] waits for that.
+    pub fn start_worker_with_shutdown(&mut self) -> tokio::sync::oneshot::Sender<()> {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let settings = self.settings.clone();
+        self.worker = Some(tokio::spawn(countersign_telegram::run(settings, async {
+            let _ = stopped.await;
+        })));
+        stop
+    }
+
+    /// Waits for the worker to end by itself and returns how it ended.
+    pub async fn worker_ended(&mut self) -> Result<(), WorkerError> {
+        let worker = self.worker.take().expect("a running worker");
+        tokio::time::timeout(Duration::from_secs(30), worker)
+            .await
+            .expect("the worker ends within 30 s")
+            .expect("the worker task did not panic")
+    }
+
     /// Kills the worker the hard way (its task is dropped mid-flight, nothing is flushed).
     pub async fn kill_worker(&mut self) {
         if let Some(worker) = self.worker.take() {
