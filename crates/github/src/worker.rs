@@ -175,7 +175,12 @@ impl Relay {
             Input::Watch(item) => match *item {
                 WatchItem::Snapshot(approvals) => self.reconcile(approvals).await,
                 WatchItem::Event(event) => {
+                    let kind = event.kind();
                     if let Some(approval) = event.approval {
+                        if kind == pb::EventKind::Requested && is_granted(&approval) {
+                            tracing::info!(approval_id = %approval.id, seq = event.seq, "a session grant approved a call; posting a notice");
+                            self.post_grant_notice(&approval).await;
+                        }
                         self.update(approval).await;
                     }
                 }
@@ -491,10 +496,20 @@ impl Relay {
         let not_before = created_at(approval);
         let (issue, kind, current, message_created_at) = match target {
             Target::Issue(issue) => {
-                let comment = self
+                let posted = self
                     .api
                     .find_or_post_comment(issue, &approval.id, not_before, &body)
-                    .await?;
+                    .await;
+                let comment = match posted {
+                    Err(error) if error.status() == Some(422) => {
+                        tracing::warn!(approval_id = %approval.id, %issue, %error, "GitHub refused the request comment (422); posting it once more without the arguments");
+                        let minimal = render::minimal_request_body(approval);
+                        self.api
+                            .find_or_post_comment(issue, &approval.id, not_before, &minimal)
+                            .await?
+                    }
+                    other => other?,
+                };
                 let current = comment.text().to_string();
                 (
                     issue.clone(),
@@ -504,16 +519,21 @@ impl Relay {
                 )
             }
             Target::Repo(repo) => {
-                let opened = self
+                let title = render::issue_title(approval);
+                let opened = match self
                     .api
-                    .find_or_open_issue(
-                        repo,
-                        &approval.id,
-                        not_before,
-                        &render::issue_title(approval),
-                        &body,
-                    )
-                    .await?;
+                    .find_or_open_issue(repo, &approval.id, not_before, &title, &body)
+                    .await
+                {
+                    Err(error) if error.status() == Some(422) => {
+                        tracing::warn!(approval_id = %approval.id, %repo, %error, "GitHub refused the request issue (422); opening it once more without the arguments");
+                        let minimal = render::minimal_request_body(approval);
+                        self.api
+                            .find_or_open_issue(repo, &approval.id, not_before, &title, &minimal)
+                            .await?
+                    }
+                    other => other?,
+                };
                 let issue = IssueRef {
                     repo: repo.clone(),
                     number: opened.number,
@@ -569,15 +589,17 @@ impl Relay {
         }
     }
 
+    /// Rewrites one message; when GitHub refuses the body (422) it is retried once without
+    /// the arguments, and counts as written so that it is not tried again and again.
     async fn write_message(&self, message: &mut Message, body: String) {
-        let written = match message.kind {
-            MessageKind::Comment(id) => {
-                self.api
-                    .update_comment(&message.issue.repo, id, &body)
-                    .await
+        let mut written = self.write_body(message, &body).await;
+        if let Err(error) = &written {
+            if error.status() == Some(422) {
+                tracing::warn!(issue = %message.issue, message_ref = %message.message_ref(), %error, "GitHub refused the edit (422); writing it once more without the arguments");
+                let minimal = render::minimal_request_body_of(&body);
+                written = self.write_body(message, &minimal).await;
             }
-            MessageKind::IssueBody => self.api.update_issue_body(&message.issue, &body).await,
-        };
+        }
         match written {
             Ok(()) => {
                 message.rendered = body;
@@ -586,6 +608,30 @@ impl Relay {
             Err(error) => {
                 tracing::warn!(issue = %message.issue, message_ref = %message.message_ref(), %error, "editing the request message failed");
                 message.stale = true;
+            }
+        }
+    }
+
+    async fn write_body(&self, message: &Message, body: &str) -> Result<(), ApiError> {
+        match message.kind {
+            MessageKind::Comment(id) => {
+                self.api.update_comment(&message.issue.repo, id, body).await
+            }
+            MessageKind::IssueBody => self.api.update_issue_body(&message.issue, body).await,
+        }
+    }
+
+    /// Posts a short notice on the approval's issues when a session grant approved it at
+    /// once, so that approvers see every use of the grants they gave. Repository targets
+    /// (an issue per approval) get none: it would open an issue per use.
+    async fn post_grant_notice(&self, approval: &pb::Approval) {
+        let notice = render::grant_notice(approval);
+        for target in self.targets_of(approval) {
+            let Target::Issue(issue) = target else {
+                continue;
+            };
+            if let Err(error) = self.api.create_comment(&issue, &notice).await {
+                tracing::warn!(approval_id = %approval.id, %issue, %error, "cannot post the session grant notice");
             }
         }
     }
@@ -625,6 +671,11 @@ impl Relay {
         };
         if self.api.is_bot(&author) {
             self.handled.insert(comment_id);
+            if author.login.eq_ignore_ascii_case(self.api.bot_login()) {
+                tracing::debug!(comment_id, "ignoring the worker's own comment");
+            } else if parse_command(incoming.comment.text()).is_some() {
+                tracing::info!(comment_id, author = %author.login, issue = %incoming.issue, "ignoring a command by a bot account: only people decide");
+            }
             return;
         }
         let Some(command) = parse_command(incoming.comment.text()) else {
@@ -826,6 +877,15 @@ impl Relay {
             tracing::warn!(%issue, comment_id, %error, "replying to a command failed");
         }
     }
+}
+
+/// Whether a session grant approved the approval at once.
+fn is_granted(approval: &pb::Approval) -> bool {
+    approval.state() != pb::ApprovalState::Pending
+        && approval
+            .resolution
+            .as_ref()
+            .is_some_and(|resolution| resolution.resolved_by() == pb::ResolvedBy::Grant)
 }
 
 fn parse_message_ref(message_ref: &str) -> Option<MessageKind> {

@@ -13,7 +13,7 @@ pub const LINE_BREAK_MARK: &str = " ⏎ ";
 /// [`LINE_BREAK_MARK`], tabs spaces, and invisible or reordering characters their code point
 /// (`⟨U+202E⟩`).
 pub fn one_line(text: &str, max_chars: usize) -> String {
-    let mut out = String::with_capacity(text.len().min(max_chars * 4));
+    let mut out = String::with_capacity(text.len().min(max_chars.saturating_mul(4)));
     let mut in_break = false;
     for character in text.chars() {
         if is_line_break(character) {
