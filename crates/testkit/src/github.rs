@@ -249,6 +249,8 @@ struct FakeState {
     requests: Vec<RecordedRequest>,
     injected: VecDeque<Injected>,
     rate_limited_until: Option<OffsetDateTime>,
+    /// Added before every answer, as a distant server would.
+    latency: std::time::Duration,
     held: HashSet<Endpoint>,
     rate_used: u64,
 }
@@ -325,6 +327,7 @@ impl FakeGitHub {
             requests: Vec::new(),
             injected: VecDeque::new(),
             rate_limited_until: None,
+            latency: std::time::Duration::ZERO,
             held: HashSet::new(),
             rate_used: 0,
         };
@@ -503,6 +506,11 @@ impl FakeGitHub {
     }
 
     /// Lets held answers of `endpoint` go.
+    /// Adds `latency` before every answer.
+    pub fn set_latency(&self, latency: std::time::Duration) {
+        self.shared.lock().latency = latency;
+    }
+
     pub fn release(&self, endpoint: Endpoint) {
         self.shared.lock().held.remove(&endpoint);
         self.shared.changed();
@@ -802,6 +810,10 @@ async fn handle(
     };
     shared.changed();
 
+    let latency = shared.lock().latency;
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
     let answer = answer(&shared, route, authorization.as_deref(), uri.query(), &body).await;
 
     let mut state = shared.lock();
