@@ -7,6 +7,7 @@
 //! already answered is recognised by the marker of the reply or by the server's idempotency
 //! key (the comment id).
 
+use countersign_worker::approval::is_granted;
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -877,15 +878,6 @@ impl Relay {
             tracing::warn!(%issue, comment_id, %error, "replying to a command failed");
         }
     }
-}
-
-/// Whether a session grant approved the approval at once.
-fn is_granted(approval: &pb::Approval) -> bool {
-    approval.state() != pb::ApprovalState::Pending
-        && approval
-            .resolution
-            .as_ref()
-            .is_some_and(|resolution| resolution.resolved_by() == pb::ResolvedBy::Grant)
 }
 
 fn parse_message_ref(message_ref: &str) -> Option<MessageKind> {

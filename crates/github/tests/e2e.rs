@@ -212,8 +212,19 @@ async fn webhook_ignores_code_quotes_edits_and_bots() {
 
     let by_self = harness.say(&harness.github.bot(), "/approve").await;
 
+    only_the_sentinel_decides(
+        &harness,
+        &approval.id,
+        &[in_code.id, in_quote.id, edited.id, by_app.id, by_self.id],
+    )
+    .await;
+}
+
+/// A writer's plain `/reject sentinel` is the approval's only decision; the `ignored`
+/// comments got no reaction.
+async fn only_the_sentinel_decides(harness: &Harness, approval_id: &str, ignored: &[u64]) {
     let sentinel = harness.say(&harness.writer, "/reject sentinel").await;
-    let resolved = harness.resolved(&approval.id).await;
+    let resolved = harness.resolved(approval_id).await;
     assert_eq!(resolved.state(), pb::ApprovalState::Rejected);
     assert_eq!(resolved.decisions.len(), 1);
     assert_eq!(
@@ -221,10 +232,10 @@ async fn webhook_ignores_code_quotes_edits_and_bots() {
         sentinel.id.to_string()
     );
     harness.reactions(sentinel.id, 1).await;
-    for ignored in [in_code.id, in_quote.id, edited.id, by_app.id, by_self.id] {
+    for id in ignored {
         assert!(
-            harness.github.reactions(ignored).is_empty(),
-            "comment {ignored} got a reaction"
+            harness.github.reactions(*id).is_empty(),
+            "comment {id} got a reaction"
         );
     }
 }
@@ -925,21 +936,7 @@ async fn approve_in_every_code_form_is_ignored() {
     ] {
         ignored.push(harness.say(&harness.writer, body).await.id);
     }
-    let sentinel = harness.say(&harness.writer, "/reject sentinel").await;
-    let resolved = harness.resolved(&approval.id).await;
-    assert_eq!(resolved.state(), pb::ApprovalState::Rejected);
-    assert_eq!(resolved.decisions.len(), 1);
-    assert_eq!(
-        resolved.decisions[0].idempotency_key,
-        sentinel.id.to_string()
-    );
-    harness.reactions(sentinel.id, 1).await;
-    for id in ignored {
-        assert!(
-            harness.github.reactions(id).is_empty(),
-            "comment {id} got a reaction"
-        );
-    }
+    only_the_sentinel_decides(&harness, &approval.id, &ignored).await;
 }
 
 /// Arguments full of backticks: the comment (fences included) stays under GitHub's limit,

@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use countersign_client::{pb, Client, ClientError, WatchItem, WatchOptions};
+use countersign_worker::approval::is_granted;
 use countersign_worker::lanes::Lanes;
 use countersign_worker::outbox::{Entry, Outbox, OutboxError};
 use countersign_worker::retry::{retry_in_line, Backoff, RetrySchedule};
-use pb::{ApprovalState, EventKind, ResolvedBy, Scope, Verdict};
+use pb::{ApprovalState, EventKind, Scope, Verdict};
 use teloxide::types::{CallbackQuery, InlineKeyboardButtonKind, Message, Update, UpdateKind, User};
 
 use crate::bot_api::{BotApi, BotApiError, EditOutcome};
@@ -980,15 +981,6 @@ enum SendError {
     Telegram(#[from] BotApiError),
     #[error(transparent)]
     Outbox(#[from] OutboxError),
-}
-
-/// Whether a session grant approved the approval at once.
-fn is_granted(approval: &pb::Approval) -> bool {
-    approval.state() != ApprovalState::Pending
-        && approval
-            .resolution
-            .as_ref()
-            .is_some_and(|resolution| resolution.resolved_by() == ResolvedBy::Grant)
 }
 
 /// The messages recorded on the server for an approval.

@@ -840,15 +840,24 @@ fn send_message(shared: &Shared, params: &Value) -> ApiReply {
 }
 
 fn edit_message_text(shared: &Shared, params: &Value) -> ApiReply {
+    match parse_text(params) {
+        Ok(text) => edit_message(shared, params, Some(text)),
+        Err(reply) => reply,
+    }
+}
+
+fn edit_message_reply_markup(shared: &Shared, params: &Value) -> ApiReply {
+    edit_message(shared, params, None)
+}
+
+/// An edit of a bot message: its keyboard (`reply_markup`, none to remove it) and, when
+/// given, its text and entities.
+fn edit_message(shared: &Shared, params: &Value, text: Option<(String, Vec<Value>)>) -> ApiReply {
     let (Some(chat_id), Some(message_id)) = (
         params.get("chat_id").and_then(value_as_i64),
         params.get("message_id").and_then(value_as_i64),
     ) else {
         return ApiReply::bad_request("Bad Request: message identifier is not specified");
-    };
-    let (text, entities) = match parse_text(params) {
-        Ok(parsed) => parsed,
-        Err(reply) => return reply,
     };
     let reply_markup = match parse_reply_markup(params) {
         Ok(markup) => markup,
@@ -861,42 +870,12 @@ fn edit_message_text(shared: &Shared, params: &Value) -> ApiReply {
     if !stored.from_bot {
         return InjectedError::MessageCantBeEdited.reply();
     }
+    let (text, entities) = text.unwrap_or_else(|| (stored.text.clone(), stored.entities.clone()));
     if stored.text == text && stored.entities == entities && stored.reply_markup == reply_markup {
         return InjectedError::MessageNotModified.reply();
     }
     stored.text = text;
     stored.entities = entities;
-    stored.reply_markup = reply_markup;
-    stored.edit_count += 1;
-    let stored = stored.clone();
-    let mut body = fixture(EDIT_MESSAGE_TEXT);
-    let mut message = message_json(&state, &shared.bot_user, &stored, None);
-    message["edit_date"] = json!(unix_now());
-    body["result"] = message;
-    ApiReply::with_body(StatusCode::OK, body)
-}
-
-fn edit_message_reply_markup(shared: &Shared, params: &Value) -> ApiReply {
-    let (Some(chat_id), Some(message_id)) = (
-        params.get("chat_id").and_then(value_as_i64),
-        params.get("message_id").and_then(value_as_i64),
-    ) else {
-        return ApiReply::bad_request("Bad Request: message identifier is not specified");
-    };
-    let reply_markup = match parse_reply_markup(params) {
-        Ok(markup) => markup,
-        Err(reply) => return reply,
-    };
-    let mut state = shared.lock();
-    let Some(stored) = state.messages.get_mut(&(chat_id, message_id)) else {
-        return ApiReply::bad_request("Bad Request: message to edit not found");
-    };
-    if !stored.from_bot {
-        return InjectedError::MessageCantBeEdited.reply();
-    }
-    if stored.reply_markup == reply_markup {
-        return InjectedError::MessageNotModified.reply();
-    }
     stored.reply_markup = reply_markup;
     stored.edit_count += 1;
     let stored = stored.clone();

@@ -11,8 +11,10 @@
 //!   creates something, so that a crash between the write and its record on the server is
 //!   reconciled on restart instead of repeated blindly.
 //! - [`agent_text`]: text an agent wrote, made unable to pass for the worker's own lines.
+//! - [`approval`]: facts about an approval every channel shows the same way.
 
 pub mod agent_text;
+pub mod approval;
 pub mod lanes;
 pub mod outbox;
 pub mod retry;
