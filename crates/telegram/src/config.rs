@@ -13,7 +13,7 @@
 //! allowed_user_ids = [11111111, 22222222]
 //! buttons = ["approve", "reject", "allow_session"]
 //! # The worker's outbox (intents of messages being sent) lives here; keep it across restarts.
-//! state_dir = "/var/lib/countersign-telegram"
+//! state_dir = "/var/lib/countersign/telegram"
 //! ```
 
 use std::path::{Path, PathBuf};
