@@ -1033,3 +1033,45 @@ async fn a_session_grant_s_use_is_announced() {
         .await;
     assert!(notice.body.contains(short_id(&later.id)), "{}", notice.body);
 }
+
+/// One approval's request stuck on GitHub (its issue creation never answered) does not hold
+/// up another approval's comment; the stuck one is posted once GitHub answers.
+#[tokio::test]
+async fn a_stuck_approval_does_not_delay_another_approval_s_comment() {
+    let harness = Harness::start(Mode::Webhook).await;
+    harness.github.hold(Endpoint::CreateIssue);
+    let stuck = harness
+        .request_approval(harness.request("call-stuck", REPO))
+        .await;
+    harness
+        .github
+        .wait_for("the stuck issue creation", PATIENCE, |github| {
+            github
+                .issues(REPO)
+                .into_iter()
+                .find(|i| marked_approval_id(&i.body) == Some(stuck.id.as_str()))
+        })
+        .await;
+    let calm = harness
+        .request_approval(harness.request("call-calm", ""))
+        .await;
+    harness.request_comment(&calm.id).await;
+    // The worker gives up on a call after 5 s (request_timeout_ms): the calm comment came
+    // well before, while the stuck call was still waiting.
+    let stuck_at = harness.github.requests_to(Endpoint::CreateIssue)[0].received_at;
+    let calm_at = harness
+        .github
+        .requests_to(Endpoint::CreateComment)
+        .iter()
+        .find(|r| r.body.contains(&calm.id))
+        .expect("the calm comment's request")
+        .received_at;
+    assert!(
+        calm_at.duration_since(stuck_at) < Duration::from_secs(4),
+        "the calm approval waited {:?} for the stuck one",
+        calm_at.duration_since(stuck_at)
+    );
+    harness.github.release(Endpoint::CreateIssue);
+    let delivered = wait_delivered(&harness, &stuck.id).await;
+    assert!(delivered.message_ref.starts_with("issue/"));
+}

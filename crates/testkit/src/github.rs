@@ -505,12 +505,12 @@ impl FakeGitHub {
         self.shared.changed();
     }
 
-    /// Lets held answers of `endpoint` go.
     /// Adds `latency` before every answer.
     pub fn set_latency(&self, latency: std::time::Duration) {
         self.shared.lock().latency = latency;
     }
 
+    /// Lets held answers of `endpoint` go.
     pub fn release(&self, endpoint: Endpoint) {
         self.shared.lock().held.remove(&endpoint);
         self.shared.changed();
