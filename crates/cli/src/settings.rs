@@ -114,7 +114,8 @@ impl Settings {
             .unwrap_or_else(|| countersign_client::gate::default_risk(tool_name))
     }
 
-    /// The user `approve` / `reject` decide as: `--as`, the config file, `$USER`.
+    /// The user `approve` / `reject` decide as: `--as`, the config file, `$USER`, the OS
+    /// account name (containers often run without `$USER`).
     pub fn decider(&self, flag: Option<&str>) -> Result<String, CliError> {
         flag.map(str::to_owned)
             .or_else(|| self.user.clone())
@@ -122,16 +123,21 @@ impl Settings {
             .filter(|user| !user.is_empty())
             .ok_or_else(|| {
                 CliError::Usage(
-                    "no user to decide as: pass --as USER, set user in the config file, or set $USER"
+                    "no user to decide as: pass --as USER, set user in the config file, or set $USER (the OS account has no name)"
                         .into(),
                 )
             })
     }
 }
 
-/// The local login name, recorded as the requester of CLI requests.
+/// The local login name, recorded as the requester of CLI requests: `$USER`, else the name of
+/// the OS account the process runs as.
 pub fn local_user() -> Option<String> {
-    std::env::var("USER").ok().filter(|user| !user.is_empty())
+    std::env::var("USER")
+        .ok()
+        .filter(|user| !user.is_empty())
+        .or_else(|| whoami::fallible::username().ok())
+        .filter(|user| !user.is_empty())
 }
 
 #[cfg(test)]

@@ -126,14 +126,31 @@ async fn bad_usage_exits_64_without_calling_the_server() {
     }
     let output = run("not-a-url", &["list"]).await;
     assert_exit(&output, 64);
-    let output = countersign(unreachable)
+}
+
+#[tokio::test]
+async fn approve_without_user_in_the_environment_decides_as_the_os_account() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let id = request_id(&url, &[]).await;
+    let account = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .unwrap();
+    let account = String::from_utf8(account.stdout).unwrap().trim().to_owned();
+    assert!(!account.is_empty());
+    let output = countersign(&url)
         .env_remove("USER")
-        .args(["approve", "0190a1b2-0000-7000-8000-000000000001"])
+        .args(["approve", &id])
         .output()
         .await
         .unwrap();
-    assert_exit(&output, 64);
-    assert!(stderr(&output).contains("--as"), "{}", stderr(&output));
+    assert_exit(&output, 0);
+    assert!(
+        stdout(&output).contains(&format!("APPROVED by {account} via cli")),
+        "{}",
+        stdout(&output)
+    );
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@
 //!   first looks for the comment carrying the approval's marker, so a crash or a lost answer
 //!   never yields a second comment.
 
+use countersign_worker::retry::{Classify, Verdict};
 use std::time::Duration;
 
 use octocrab::Octocrab;
@@ -103,14 +104,22 @@ pub enum ApiError {
     Setup(String),
 }
 
+impl Classify for ApiError {
+    fn verdict(&self) -> Verdict {
+        match self {
+            ApiError::Transport { .. } | ApiError::RateLimited { .. } => {
+                Verdict::Retry { after: None }
+            }
+            ApiError::Status { status, .. } => Verdict::of_http_status(*status, None),
+            ApiError::Decode { .. } | ApiError::Setup(_) => Verdict::Final,
+        }
+    }
+}
+
 impl ApiError {
     /// True when the same call may succeed later (GitHub unreachable, overloaded or limiting).
     pub fn is_transient(&self) -> bool {
-        match self {
-            ApiError::Transport { .. } | ApiError::RateLimited { .. } => true,
-            ApiError::Status { status, .. } => *status >= 500,
-            ApiError::Decode { .. } | ApiError::Setup(_) => false,
-        }
+        self.verdict().is_retryable()
     }
 
     pub fn status(&self) -> Option<u16> {

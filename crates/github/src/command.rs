@@ -1,9 +1,11 @@
 //! The commands people write in comments: `/approve [id]` and `/reject [id] [reason…]`.
 //!
-//! A command stands on its own line (leading spaces allowed, any letter case). Lines that
-//! GitHub renders as code or as a quotation are not commands: fenced code blocks (``` or ~~~),
-//! block quotes (`>` and the lazy continuation lines of a quoted paragraph) and HTML comments.
-//! The first command of a comment counts.
+//! A command is a line of prose of its own (up to three leading spaces, any letter case).
+//! Lines that GitHub renders as code or as a quotation are not commands, as GitHub shows
+//! them as code or quoted text and not as a request: fenced code blocks (``` or ~~~, also
+//! opened inside a list item or a quote), indented code blocks (four spaces or a tab after a
+//! blank line), `<pre>` and `<code>` blocks, block quotes (`>` and the lazy continuation lines
+//! of a quoted paragraph) and HTML comments. The first command of a comment counts.
 
 /// What the commenter wants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,54 +27,129 @@ pub struct Command {
 /// The shortest id prefix or suffix the worker shows and accepts (see `render::short_id`).
 pub const SHORT_ID_LEN: usize = 8;
 
+/// Where the scanner is: in prose, or inside a block whose lines are never commands.
+enum Block {
+    Prose,
+    Fence { fence_char: char, len: usize },
+    IndentedCode,
+    Html { closing: &'static str },
+    HtmlComment,
+    Quote,
+}
+
 /// The first command in a comment body, if any.
 pub fn parse_command(body: &str) -> Option<Command> {
-    let mut fence: Option<(char, usize)> = None;
-    let mut in_quote = false;
-    let mut in_html_comment = false;
+    let mut block = Block::Prose;
+    // Whether the previous line continues a paragraph (an indented line then is not code).
+    let mut in_paragraph = false;
     for line in body.lines() {
         let trimmed = line.trim();
-        if let Some((fence_char, fence_len)) = fence {
-            if closes_fence(trimmed, fence_char, fence_len) {
-                fence = None;
+        match block {
+            Block::Fence { fence_char, len } => {
+                if closes_fence(strip_containers(trimmed), fence_char, len) {
+                    block = Block::Prose;
+                }
+                continue;
             }
-            continue;
-        }
-        if in_html_comment {
-            in_html_comment = !trimmed.contains("-->");
-            continue;
-        }
-        if let Some(opened) = opens_fence(trimmed) {
-            fence = Some(opened);
-            in_quote = false;
-            continue;
+            Block::Html { closing } => {
+                if trimmed.to_ascii_lowercase().contains(closing) {
+                    block = Block::Prose;
+                }
+                continue;
+            }
+            Block::HtmlComment => {
+                if trimmed.contains("-->") {
+                    block = Block::Prose;
+                }
+                continue;
+            }
+            Block::IndentedCode if trimmed.is_empty() || indent_of(line) >= 4 => continue,
+            Block::Quote if !trimmed.is_empty() => {
+                // Quoted lines and the lazy continuation lines of a quoted paragraph.
+                if let Some(opened) = opens_fence(strip_containers(trimmed)) {
+                    block = opened;
+                }
+                continue;
+            }
+            _ => block = Block::Prose,
         }
         if trimmed.is_empty() {
-            in_quote = false;
+            in_paragraph = false;
+            continue;
+        }
+        if indent_of(line) >= 4 && !in_paragraph {
+            block = Block::IndentedCode;
+            continue;
+        }
+        if let Some(opened) = opens_fence(strip_containers(trimmed)) {
+            block = opened;
+            in_paragraph = false;
             continue;
         }
         if trimmed.starts_with('>') {
-            in_quote = true;
+            block = Block::Quote;
+            in_paragraph = false;
             continue;
         }
-        if in_quote {
-            // A lazy continuation line: still part of the quoted paragraph.
+        if let Some(opened) = opens_html_block(trimmed) {
+            block = opened;
+            in_paragraph = false;
             continue;
         }
-        if let Some(start) = trimmed.find("<!--") {
-            in_html_comment = !trimmed[start..].contains("-->");
-            continue;
+        if indent_of(line) < 4 {
+            if let Some(command) = parse_line(trimmed) {
+                return Some(command);
+            }
         }
-        if let Some(command) = parse_line(trimmed) {
-            return Some(command);
-        }
+        in_paragraph = true;
     }
     None
 }
 
+/// Leading whitespace in columns, a tab counting up to the next multiple of four.
+fn indent_of(line: &str) -> usize {
+    let mut columns = 0;
+    for c in line.chars() {
+        match c {
+            ' ' => columns += 1,
+            '\t' => columns += 4 - columns % 4,
+            _ => break,
+        }
+    }
+    columns
+}
+
+/// The line without the list markers and quote markers that may hold a block: `- `, `* `,
+/// `+ `, `1. `, `1) `, `> `, nested.
+fn strip_containers(mut line: &str) -> &str {
+    loop {
+        let before = line;
+        line = line.trim_start();
+        if let Some(rest) = line.strip_prefix('>') {
+            line = rest;
+        } else if let Some(rest) = ["- ", "* ", "+ "]
+            .iter()
+            .find_map(|marker| line.strip_prefix(marker))
+        {
+            line = rest;
+        } else {
+            let digits = line.chars().take_while(char::is_ascii_digit).count();
+            if (1..=9).contains(&digits) {
+                let rest = &line[digits..];
+                if let Some(rest) = rest.strip_prefix(". ").or_else(|| rest.strip_prefix(") ")) {
+                    line = rest;
+                }
+            }
+        }
+        if line == before {
+            return line;
+        }
+    }
+}
+
 /// A fence opening: at least three backticks or tildes (an info string may follow; a backtick
 /// fence's info string holds no backtick).
-fn opens_fence(line: &str) -> Option<(char, usize)> {
+fn opens_fence(line: &str) -> Option<Block> {
     let fence_char = line.chars().next().filter(|c| *c == '`' || *c == '~')?;
     let len = line.chars().take_while(|c| *c == fence_char).count();
     if len < 3 {
@@ -81,12 +158,30 @@ fn opens_fence(line: &str) -> Option<(char, usize)> {
     if fence_char == '`' && line[len..].contains('`') {
         return None;
     }
-    Some((fence_char, len))
+    Some(Block::Fence { fence_char, len })
 }
 
 fn closes_fence(line: &str, fence_char: char, fence_len: usize) -> bool {
+    let line = line.trim();
     let len = line.chars().take_while(|c| *c == fence_char).count();
     len >= fence_len && line[len * fence_char.len_utf8()..].trim().is_empty()
+}
+
+/// An HTML block whose content GitHub shows as code (`<pre>`, `<code>`) or hides (a
+/// comment); it ends with its closing tag (on the same line or a later one).
+fn opens_html_block(line: &str) -> Option<Block> {
+    let lower = line.to_ascii_lowercase();
+    if let Some(start) = lower.find("<!--") {
+        return (!lower[start..].contains("-->")).then_some(Block::HtmlComment);
+    }
+    for (open, closing) in [("<pre", "</pre>"), ("<code", "</code>")] {
+        if let Some(rest) = lower.strip_prefix(open) {
+            if rest.starts_with(['>', ' ', '\t']) || rest.is_empty() {
+                return (!rest.contains(closing)).then_some(Block::Html { closing });
+            }
+        }
+    }
+    None
 }
 
 fn parse_line(line: &str) -> Option<Command> {
@@ -160,7 +255,11 @@ mod tests {
             parse_command("/reject looks wrong"),
             reject(None, "looks wrong")
         );
-        assert_eq!(parse_command("\t/ReJeCt"), reject(None, ""));
+        assert_eq!(
+            parse_command(" \t/ReJeCt"),
+            None,
+            "a tab indents by four: code"
+        );
     }
 
     #[test]
@@ -215,11 +314,41 @@ mod tests {
             assert_eq!(parse_command(body), None, "{body:?}");
         }
         // After the block ends, commands count again.
+        assert_eq!(
+            parse_command("<pre>\n/approve\n</pre>\n/reject"),
+            reject(None, "")
+        );
         assert_eq!(parse_command("```\n/reject\n```\n/approve"), approve(None));
         assert_eq!(parse_command("> quoted\n\n/approve"), approve(None));
         assert_eq!(parse_command("<!-- x -->\n/approve"), approve(None));
         // A backtick line with a backtick in its info string is not a fence.
         assert_eq!(parse_command("``` a`b\n/approve"), approve(None));
+    }
+
+    #[test]
+    fn every_form_of_code_github_shows_is_ignored() {
+        let bodies = [
+            // Indented code blocks.
+            "    /approve",
+            "Some text\n\n    /approve",
+            "\t/approve",
+            // Fences inside list items and quotes.
+            "- ```\n  /approve\n  ```",
+            "1. ```sh\n   /approve\n   ```",
+            "* item\n  ~~~\n  /approve\n  ~~~",
+            "> ```\n> /approve\n> ```",
+            // HTML code blocks.
+            "<pre>\n/approve\n</pre>",
+            "<PRE lang=\"sh\">\n/approve\n</PRE>",
+            "<code>\n/approve\n</code>",
+            "<pre>/approve\n</pre>",
+        ];
+        for body in bodies {
+            assert_eq!(parse_command(body), None, "{body:?}");
+        }
+        // A lazy continuation of a paragraph is prose; a line after a closed block counts.
+        assert_eq!(parse_command("- ```\n  x\n  ```\n/approve"), approve(None));
+        assert_eq!(parse_command("<pre>x</pre>\n/approve"), approve(None));
     }
 
     #[test]

@@ -26,6 +26,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use countersign_client::{Client, ClientError, WatchOptions};
+use countersign_worker::lanes::Lanes;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -36,6 +37,8 @@ use crate::worker::{Input, Relay, CHANNEL};
 
 /// Inputs waiting for the worker (watch items and incoming comments).
 const INPUT_QUEUE: usize = 1024;
+/// How long a shutdown waits for the requests being posted.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
@@ -120,6 +123,7 @@ impl Worker {
             )));
         }
 
+        let lanes = Lanes::new();
         let relay = Relay::new(
             client.clone(),
             Arc::clone(&api),
@@ -127,11 +131,17 @@ impl Worker {
             poll_targets,
             inputs.clone(),
             config.retry_interval,
+            lanes.clone(),
         );
         let mut stop = shutdown_rx.clone();
         other_tasks.push(tokio::spawn(async move {
+            // Dropped with this task (an abort): the deliveries in flight stop too.
+            let _stop_lanes = lanes.abort_on_drop();
             tokio::select! {
-                _ = stop.changed() => {}
+                _ = stop.changed() => {
+                    // Finish posting what is under way (each is recorded on the server).
+                    lanes.shutdown(SHUTDOWN_GRACE).await;
+                }
                 _ = relay.run(inputs_rx) => {}
             }
         }));

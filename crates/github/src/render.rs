@@ -1,13 +1,17 @@
 //! The Markdown the worker posts: the request comment (kept true as the approval moves on) and
 //! short replies to commands it refuses.
 //!
-//! Everything that comes from the agent is inert here: one-line fields are flattened and
-//! backslash-escaped so they cannot add links, HTML, mentions or markers, and the arguments go
-//! into a code block whose fence is longer than any backtick run inside. The first line of the
-//! request comment is a hidden marker with the approval id, which is how the worker recognises
-//! its own comment after a crash.
+//! Everything that comes from the agent is inert here: one-line fields are flattened (line
+//! breaks shown as ⏎, bidirectional and zero-width characters as their code points) and
+//! backslash-escaped so they cannot add links, HTML, mentions or markers; the agent's own
+//! words (action, reason) stand together in one quote block; the arguments go into a code
+//! block whose fence is longer than any backtick run inside. The whole comment, fences and
+//! all, stays under GitHub's 65,536-character limit, truncation shown with the digest of the
+//! full arguments. The first line of the request comment is a hidden marker with the
+//! approval id, which is how the worker recognises its own comment after a crash.
 
 use countersign_client::pb;
+use countersign_worker::agent_text;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
@@ -17,9 +21,11 @@ use crate::target::RepoName;
 const APPROVAL_MARKER_PREFIX: &str = "<!-- countersign:approval:";
 const REPLY_MARKER_PREFIX: &str = "<!-- countersign:reply-to:";
 const MARKER_SUFFIX: &str = " -->";
-/// GitHub refuses comment bodies over 65536 characters; the rest of the comment fits in the
-/// difference.
-const MAX_ARGUMENTS_CHARS: usize = 60_000;
+/// What stands in for the arguments in a body GitHub refused whole.
+const ARGUMENTS_NOT_SHOWN: &str =
+    "_(arguments not shown: GitHub refused the full comment; the digest above identifies them)_\n";
+/// GitHub refuses comment and issue bodies over 65,536 characters.
+pub const MAX_BODY_CHARS: usize = 65_536;
 
 /// The hidden first line of a request comment.
 pub fn approval_marker(approval_id: &str) -> String {
@@ -67,28 +73,94 @@ pub fn issue_title(approval: &pb::Approval) -> String {
     )
 }
 
-/// The request comment for the approval in its current state.
+/// The request comment for the approval in its current state, under [`MAX_BODY_CHARS`].
 pub fn request_body(approval: &pb::Approval) -> String {
+    let head = request_head(approval);
+    let tail = request_tail(approval);
+    let budget = MAX_BODY_CHARS - 1 - head.chars().count() - tail.chars().count();
+    format!(
+        "{head}{}{tail}",
+        arguments_block(&approval.arguments_json, &approval.args_digest, budget)
+    )
+}
+
+/// The smallest request comment: everything but the arguments (their digest stays), for when
+/// GitHub refused the full one (422).
+pub fn minimal_request_body(approval: &pb::Approval) -> String {
+    format!(
+        "{}{ARGUMENTS_NOT_SHOWN}{}",
+        request_head(approval),
+        request_tail(approval)
+    )
+}
+
+/// [`minimal_request_body`] from an already rendered body: the part above the arguments and
+/// the part below them, with the arguments block replaced by a note.
+pub fn minimal_request_body_of(body: &str) -> String {
+    const ARGUMENTS: &str = "**Arguments**\n\n";
+    const ANSWER: &str = "\nTo answer,";
+    let Some(start) = body.find(ARGUMENTS).map(|at| at + ARGUMENTS.len()) else {
+        return body.chars().take(MAX_BODY_CHARS - 1).collect();
+    };
+    let tail = body[start..]
+        .rfind(ANSWER)
+        .map_or("", |at| &body[start + at..]);
+    format!("{}{ARGUMENTS_NOT_SHOWN}{tail}", &body[..start])
+}
+
+/// The short comment posted when a session grant approved a call at once.
+pub fn grant_notice(approval: &pb::Approval) -> String {
+    format!(
+        "🔓 **Approved by a session grant**, no one was asked: **Tool:** {} · **Agent:** {} · **Session:** {} · approval `{}`\n\n> **The agent says** — **Action:** {}\n",
+        inline(&approval.tool_name, 200),
+        inline(&approval.agent_id, 200),
+        inline(&approval.session_id, 200),
+        short_id(&approval.id),
+        inline(&approval.action, 500),
+    )
+}
+
+/// The title line: what the comment is about now. A decided approval is no longer a
+/// request, so the title states the outcome.
+fn title(approval: &pb::Approval) -> String {
+    use pb::ApprovalState as State;
+    let what = match approval.state() {
+        State::Pending | State::Unspecified => "Approval requested",
+        State::Approved => "✅ Approved",
+        State::Consumed => "✅ Approved and executed",
+        State::Rejected => "❌ Rejected",
+        State::Expired => "⌛ Expired",
+        State::Cancelled => "🚫 Cancelled",
+    };
+    format!("### {what}: {}\n\n", inline(&approval.tool_name, 200))
+}
+
+/// What the agent wrote in its own words, in one quote block, each field on one line.
+fn agent_says(approval: &pb::Approval) -> String {
+    let mut block = format!(
+        "> **The agent says**\n>\n> **Action:** {}\n",
+        inline(&approval.action, 500)
+    );
+    if !approval.reason.is_empty() {
+        block.push_str(&format!(
+            "> **Reason:** {}\n",
+            inline(&approval.reason, 1000)
+        ));
+    }
+    block.push('\n');
+    block
+}
+
+/// Everything above the arguments.
+fn request_head(approval: &pb::Approval) -> String {
     let short = short_id(&approval.id);
     let mut body = String::new();
     body.push_str(&approval_marker(&approval.id));
     body.push('\n');
     body.push_str(&status_line(approval));
     body.push_str("\n\n");
-    body.push_str(&format!(
-        "### Approval requested: {}\n\n",
-        inline(&approval.tool_name, 200)
-    ));
-    body.push_str(&format!(
-        "- **Action:** {}\n",
-        inline(&approval.action, 500)
-    ));
-    if !approval.reason.is_empty() {
-        body.push_str(&format!(
-            "- **Reason:** {}\n",
-            inline(&approval.reason, 1000)
-        ));
-    }
+    body.push_str(&title(approval));
+    body.push_str(&agent_says(approval));
     body.push_str(&format!("- **Risk:** {}\n", risk_label(approval.risk())));
     let mut who = format!("- **Agent:** {}", inline(&approval.agent_id, 200));
     if !approval.session_id.is_empty() {
@@ -123,8 +195,13 @@ pub fn request_body(approval: &pb::Approval) -> String {
         hex_only(&approval.id)
     ));
     body.push_str("**Arguments**\n\n");
-    body.push_str(&arguments_block(&approval.arguments_json));
-    body.push('\n');
+    body
+}
+
+/// Everything below the arguments.
+fn request_tail(approval: &pb::Approval) -> String {
+    let short = short_id(&approval.id);
+    let mut body = String::from("\n");
     if approval.state() == pb::ApprovalState::Pending {
         body.push_str(&format!(
             "\nTo answer, comment on this issue with one of these on its own line (write access to the repository needed):\n`/approve {short}` or `/reject {short} <reason>`\n"
@@ -142,9 +219,10 @@ fn status_line(approval: &pb::Approval) -> String {
         .or(approval.resolved_at.as_ref())
         .map(|at| format!(" · {}", timestamp(at)))
         .unwrap_or_default();
+    // A resolution reason that repeats the request's reason is not shown twice.
     let reason = resolution
         .map(|r| r.reason.as_str())
-        .filter(|reason| !reason.is_empty())
+        .filter(|reason| !reason.is_empty() && *reason != approval.reason)
         .map(|reason| format!(": {}", inline(reason, 1000)))
         .unwrap_or_default();
     match approval.state() {
@@ -259,8 +337,10 @@ fn hex_only(text: &str) -> String {
         .collect()
 }
 
-/// The arguments, pretty-printed, in a code block nothing inside can close.
-fn arguments_block(arguments_json: &str) -> String {
+/// The arguments, pretty-printed, in a code block nothing inside can close, at most `budget`
+/// characters in all (fences, note and newlines counted): cut when needed, with a note that
+/// says so and names the digest of the full arguments.
+fn arguments_block(arguments_json: &str, digest: &str, budget: usize) -> String {
     if arguments_json.is_empty() {
         return "_(not stored: the server redacts arguments; the digest above identifies them)_\n"
             .to_string();
@@ -268,18 +348,33 @@ fn arguments_block(arguments_json: &str) -> String {
     let pretty = serde_json::from_str::<serde_json::Value>(arguments_json)
         .and_then(|value| serde_json::to_string_pretty(&value))
         .unwrap_or_else(|_| arguments_json.to_string());
+    let pretty = agent_text::visible(&pretty);
     let total = pretty.chars().count();
-    let (shown, note) = if total > MAX_ARGUMENTS_CHARS {
-        let cut: String = pretty.chars().take(MAX_ARGUMENTS_CHARS).collect();
-        (
-            cut,
-            format!("\n_(truncated: {MAX_ARGUMENTS_CHARS} of {total} characters shown; the digest covers all of them)_\n"),
-        )
-    } else {
-        (pretty, String::new())
+    let block = |shown: &str, note: &str| {
+        let fence = code_fence(shown);
+        format!("{fence}json\n{shown}\n{fence}\n{note}")
     };
-    let fence = code_fence(&shown);
-    format!("{fence}json\n{shown}\n{fence}\n{note}")
+    let whole = block(&pretty, "");
+    if whole.chars().count() <= budget {
+        return whole;
+    }
+    let note = |shown: usize| {
+        format!(
+            "\n_(truncated: {shown} of {total} characters shown; the full arguments have digest `sha256:{}`)_\n",
+            hex_only(digest)
+        )
+    };
+    // Cutting can only shorten the fence, so shrinking by the excess converges.
+    let mut keep = budget.saturating_sub(note(total).chars().count() + 16);
+    loop {
+        let shown: String = pretty.chars().take(keep).collect();
+        let candidate = block(&shown, &note(keep));
+        let excess = candidate.chars().count().saturating_sub(budget);
+        if excess == 0 || keep == 0 {
+            return candidate;
+        }
+        keep = keep.saturating_sub(excess);
+    }
 }
 
 /// A backtick fence longer than the longest run of backticks in `content` (at least three).
@@ -297,17 +392,12 @@ pub fn code_fence(content: &str) -> String {
     "`".repeat((longest + 1).max(3))
 }
 
-/// One line of plain text, at most `max_chars` characters.
+/// One line of plain text, at most `max_chars` characters: line breaks shown as ⏎, hidden
+/// characters as their code points, runs of spaces collapsed.
 fn flatten(text: &str, max_chars: usize) -> String {
-    let words: Vec<&str> = text.split_whitespace().collect();
-    let line = words.join(" ");
-    if line.chars().count() > max_chars {
-        let mut cut: String = line.chars().take(max_chars).collect();
-        cut.push('…');
-        cut
-    } else {
-        line
-    }
+    let line = agent_text::one_line(text, usize::MAX);
+    let words: Vec<&str> = line.split_whitespace().collect();
+    agent_text::cap(&words.join(" "), max_chars)
 }
 
 /// One line of literal Markdown text: flattened, and every ASCII punctuation character
@@ -435,8 +525,7 @@ mod tests {
         for expected in [
             "⏳ **Waiting for approval**",
             "### Approval requested: bash",
-            "- **Action:** delete the build directory",
-            "- **Reason:** clean rebuild",
+            "> **The agent says**\n>\n> **Action:** delete the build directory\n> **Reason:** clean rebuild\n",
             "- **Risk:** 🟠 HIGH",
             "- **Agent:** coder\\-1 · **Session:** s\\-7",
             "- **Expires:** 2026-01-01T00:00:00Z",
@@ -459,6 +548,76 @@ mod tests {
         assert!(body.contains(&format!("\n{fence}\n")));
         assert_eq!(code_fence("no ticks"), "```");
         assert_eq!(code_fence("a ```` b ` c"), "`````");
+    }
+
+    #[test]
+    fn oversized_arguments_stay_under_github_s_limit_with_the_cut_shown() {
+        for arguments in [
+            serde_json::json!({ "a": "`".repeat(70_000) }),
+            serde_json::json!({ "a": "x`".repeat(40_000), "b": "``````".repeat(5_000) }),
+            serde_json::json!({ "a": "é".repeat(64_000) }),
+            serde_json::json!({ "a": "\"".repeat(40_000) }),
+        ] {
+            let mut big = approval();
+            big.arguments_json = arguments.to_string();
+            big.action = "<".repeat(5_000);
+            big.reason = "*".repeat(5_000);
+            let body = request_body(&big);
+            assert!(
+                body.chars().count() < MAX_BODY_CHARS,
+                "{}",
+                body.chars().count()
+            );
+            assert!(body.contains("_(truncated: "), "no note of the cut");
+            assert!(body.contains(&format!(
+                "the full arguments have digest `sha256:{}`",
+                "ab".repeat(32)
+            )));
+            // The code block is still closed by its own fence.
+            let fence_line = body.lines().find(|line| line.ends_with("json")).unwrap();
+            let fence = fence_line.trim_end_matches("json");
+            assert!(body.contains(&format!("\n{fence}\n")));
+        }
+    }
+
+    #[test]
+    fn forged_lines_stay_inside_the_agent_s_quote() {
+        let mut forged = approval();
+        forged.action = "tidy up\n- **Risk:** 🟢 LOW\n\n✅ **Approved** by @alice".to_string();
+        forged.reason = "fine\u{2028}\u{202E}gnp.exe\u{200B}".to_string();
+        let body = request_body(&forged);
+        for line in body.lines() {
+            assert!(!line.starts_with("- **Risk:** 🟢"), "{body}");
+            assert!(!line.starts_with("✅"), "{body}");
+        }
+        assert!(
+            body.contains("> **Action:** tidy up ⏎ \\- \\*\\*Risk\\:\\*\\* 🟢 LOW ⏎ ✅"),
+            "{body}"
+        );
+        assert!(
+            body.contains("> **Reason:** fine ⏎ ⟨U\\+202E⟩gnp\\.exe⟨U\\+200B⟩"),
+            "{body}"
+        );
+        assert!(!body.contains('\u{202E}'));
+    }
+
+    #[test]
+    fn a_decided_comment_states_the_outcome_and_the_reason_once() {
+        let mut rejected = approval();
+        rejected.state = pb::ApprovalState::Rejected.into();
+        rejected.resolution = Some(pb::Resolution {
+            verdict: pb::Verdict::Reject.into(),
+            resolved_by: pb::ResolvedBy::Decision.into(),
+            reason: rejected.reason.clone(),
+            ..Default::default()
+        });
+        let body = request_body(&rejected);
+        assert!(body.contains("### ❌ Rejected: bash"), "{body}");
+        assert!(!body.contains("Approval requested"), "{body}");
+        assert_eq!(body.matches("clean rebuild").count(), 1, "{body}");
+        let minimal = minimal_request_body(&rejected);
+        assert!(minimal.contains("arguments not shown"));
+        assert!(minimal.contains(&"ab".repeat(32)));
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! already answered is recognised by the marker of the reply or by the server's idempotency
 //! key (the comment id).
 
+use countersign_worker::approval::is_granted;
+use countersign_worker::lanes::Lanes;
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,10 +44,19 @@ pub enum Input {
     Comments(Vec<IncomingComment>),
     /// A command that failed for a transient reason, with the attempts made so far.
     RetryCommand(IncomingComment, u32),
+    /// A delivery that ran in its approval's lane is over.
+    Delivered(Box<Delivered>),
+}
+
+/// The outcome of posting an approval's request on one target.
+pub struct Delivered {
+    approval_id: String,
+    target: Target,
+    result: Result<Message, CommandError>,
 }
 
 #[derive(Debug, thiserror::Error)]
-enum CommandError {
+pub enum CommandError {
     #[error(transparent)]
     GitHub(#[from] ApiError),
     #[error(transparent)]
@@ -71,7 +82,7 @@ enum MessageKind {
 }
 
 #[derive(Clone, Debug)]
-struct Message {
+pub struct Message {
     issue: IssueRef,
     kind: MessageKind,
     /// When GitHub created it: polling for commands starts there.
@@ -105,6 +116,8 @@ struct Tracked {
     messages: Vec<Message>,
     /// Targets not delivered yet because of a transient failure.
     undelivered: Vec<Target>,
+    /// Targets being delivered in the approval's lane.
+    in_flight: Vec<Target>,
 }
 
 impl Tracked {
@@ -128,6 +141,11 @@ pub struct Relay {
     handled: RecentSet<u64>,
     /// Comments waiting for another attempt.
     retrying: HashSet<u64>,
+    /// Commands on issues whose request is still being posted; handled once it is.
+    parked: Vec<IncomingComment>,
+    /// Deliveries run here, one lane per approval, so that a slow or failing approval never
+    /// delays another's request.
+    lanes: Lanes,
     resynced: bool,
 }
 
@@ -139,6 +157,7 @@ impl Relay {
         poll_targets: Option<Arc<PollTargets>>,
         inputs: mpsc::Sender<Input>,
         retry_interval: Duration,
+        lanes: Lanes,
     ) -> Relay {
         Relay {
             client,
@@ -151,6 +170,8 @@ impl Relay {
             resolved: VecDeque::new(),
             handled: RecentSet::new(REMEMBERED_COMMENTS),
             retrying: HashSet::new(),
+            parked: Vec::new(),
+            lanes,
             resynced: false,
         }
     }
@@ -175,7 +196,12 @@ impl Relay {
             Input::Watch(item) => match *item {
                 WatchItem::Snapshot(approvals) => self.reconcile(approvals).await,
                 WatchItem::Event(event) => {
+                    let kind = event.kind();
                     if let Some(approval) = event.approval {
+                        if kind == pb::EventKind::Requested && is_granted(&approval) {
+                            tracing::info!(approval_id = %approval.id, seq = event.seq, "a session grant approved a call; posting a notice");
+                            self.post_grant_notice(&approval).await;
+                        }
                         self.update(approval).await;
                     }
                 }
@@ -185,6 +211,7 @@ impl Relay {
                 self.retrying.remove(&incoming.comment.id);
                 self.handle_comment(incoming, attempts).await;
             }
+            Input::Delivered(delivered) => self.delivered(*delivered).await,
         }
     }
 
@@ -322,9 +349,10 @@ impl Relay {
             },
             approval,
             messages: Vec::new(),
+            in_flight: Vec::new(),
         };
         self.adopt_recorded(&mut tracked).await;
-        self.deliver(&mut tracked).await;
+        self.deliver(&mut tracked);
         if pending {
             self.pending.insert(tracked.approval.id.clone(), tracked);
         } else {
@@ -333,7 +361,7 @@ impl Relay {
     }
 
     fn finish(&mut self, tracked: Tracked) {
-        if tracked.messages.is_empty() {
+        if tracked.messages.is_empty() && tracked.in_flight.is_empty() {
             return;
         }
         for message in &tracked.messages {
@@ -461,92 +489,74 @@ impl Relay {
         self.sync_messages(tracked).await;
     }
 
-    /// Posts (or finds) the request on each undelivered target and records the delivery.
-    async fn deliver(&mut self, tracked: &mut Tracked) {
-        let targets = std::mem::take(&mut tracked.undelivered);
-        for target in targets {
-            match self.deliver_to(tracked, &target).await {
-                Ok(message) => {
-                    self.poll(&message, &tracked.approval);
-                    tracked.messages.push(message);
-                }
-                Err(error) if error.is_transient() => {
-                    tracing::warn!(approval_id = %tracked.approval.id, %target, %error, "delivery failed; will try again");
-                    tracked.undelivered.push(target);
-                }
-                Err(error) => {
-                    tracing::error!(approval_id = %tracked.approval.id, %target, %error, "delivery failed");
-                }
-            }
+    /// Posts (or finds) the request on each undelivered target and records the delivery, in
+    /// the approval's lane; [`Relay::delivered`] takes the outcome.
+    fn deliver(&mut self, tracked: &mut Tracked) {
+        for target in std::mem::take(&mut tracked.undelivered) {
+            tracked.in_flight.push(target.clone());
+            let (api, client, inputs) =
+                (self.api.clone(), self.client.clone(), self.inputs.clone());
+            let approval = tracked.approval.clone();
+            self.lanes.push(&approval.id.clone(), async move {
+                let result = deliver_to(&api, &client, &approval, &target).await;
+                let delivered = Delivered {
+                    approval_id: approval.id,
+                    target,
+                    result,
+                };
+                // A closed queue means the worker is stopping; the delivery is recorded.
+                let _ = inputs.send(Input::Delivered(Box::new(delivered))).await;
+            });
         }
     }
 
-    async fn deliver_to(
-        &self,
-        tracked: &Tracked,
-        target: &Target,
-    ) -> Result<Message, CommandError> {
-        let approval = &tracked.approval;
-        let body = render::request_body(approval);
-        let not_before = created_at(approval);
-        let (issue, kind, current, message_created_at) = match target {
-            Target::Issue(issue) => {
-                let comment = self
-                    .api
-                    .find_or_post_comment(issue, &approval.id, not_before, &body)
-                    .await?;
-                let current = comment.text().to_string();
-                (
-                    issue.clone(),
-                    MessageKind::Comment(comment.id),
-                    current,
-                    comment.created_at,
-                )
-            }
-            Target::Repo(repo) => {
-                let opened = self
-                    .api
-                    .find_or_open_issue(
-                        repo,
-                        &approval.id,
-                        not_before,
-                        &render::issue_title(approval),
-                        &body,
-                    )
-                    .await?;
-                let issue = IssueRef {
-                    repo: repo.clone(),
-                    number: opened.number,
-                };
-                (
-                    issue,
-                    MessageKind::IssueBody,
-                    opened.body.unwrap_or_default(),
-                    opened.created_at,
-                )
-            }
+    /// Takes the outcome of a delivery: the message joins its approval (and is brought up to
+    /// the approval's state, which may have moved on meanwhile), or the target waits for the
+    /// retry tick. Commands parked for its issue are handled now.
+    async fn delivered(&mut self, delivered: Delivered) {
+        let Delivered {
+            approval_id,
+            target,
+            result,
+        } = delivered;
+        let mut tracked = match self.pending.remove(&approval_id) {
+            Some(tracked) => tracked,
+            None => match self
+                .resolved
+                .iter()
+                .position(|tracked| tracked.approval.id == approval_id)
+                .and_then(|index| self.resolved.remove(index))
+            {
+                Some(tracked) => tracked,
+                None => {
+                    tracing::debug!(approval_id, %target, "a delivery ended for an approval no longer tracked");
+                    return;
+                }
+            },
         };
-        let mut message = Message {
-            issue,
-            kind,
-            created_at: message_created_at,
-            rendered: current,
-            stale: false,
-        };
-        self.client
-            .record_delivery(pb::RecordDeliveryRequest {
-                approval_id: approval.id.clone(),
-                channel: CHANNEL.to_string(),
-                target: message.issue.to_string(),
-                message_ref: message.message_ref(),
-            })
-            .await?;
-        tracing::info!(approval_id = %approval.id, issue = %message.issue, message_ref = %message.message_ref(), "request delivered");
-        // A message found from an earlier run may show an older state.
-        if message.rendered != body {
-            self.write_message(&mut message, body).await;
+        tracked.in_flight.retain(|t| t != &target);
+        match result {
+            Ok(message) => {
+                self.poll(&message, &tracked.approval);
+                tracked.messages.push(message);
+                self.sync_messages(&mut tracked).await;
+            }
+            Err(error) if error.is_transient() => {
+                tracing::warn!(approval_id, %target, %error, "delivery failed; will try again");
+                tracked.undelivered.push(target);
+            }
+            Err(error) => {
+                tracing::error!(approval_id, %target, %error, "delivery failed");
+            }
         }
-        Ok(message)
+        if tracked.approval.state() == pb::ApprovalState::Pending {
+            self.pending.insert(approval_id, tracked);
+        } else {
+            self.resolved.push_back(tracked);
+        }
+        for incoming in std::mem::take(&mut self.parked) {
+            self.handle_comment(incoming, 0).await;
+        }
     }
 
     /// Polls the message's issue for commands, from the message's creation on.
@@ -564,28 +574,22 @@ impl Relay {
         let body = render::request_body(&tracked.approval);
         for message in &mut tracked.messages {
             if message.rendered != body || message.stale {
-                self.write_message(message, body.clone()).await;
+                write_message(&self.api, message, body.clone()).await;
             }
         }
     }
 
-    async fn write_message(&self, message: &mut Message, body: String) {
-        let written = match message.kind {
-            MessageKind::Comment(id) => {
-                self.api
-                    .update_comment(&message.issue.repo, id, &body)
-                    .await
-            }
-            MessageKind::IssueBody => self.api.update_issue_body(&message.issue, &body).await,
-        };
-        match written {
-            Ok(()) => {
-                message.rendered = body;
-                message.stale = false;
-            }
-            Err(error) => {
-                tracing::warn!(issue = %message.issue, message_ref = %message.message_ref(), %error, "editing the request message failed");
-                message.stale = true;
+    /// Posts a short notice on the approval's issues when a session grant approved it at
+    /// once, so that approvers see every use of the grants they gave. Repository targets
+    /// (an issue per approval) get none: it would open an issue per use.
+    async fn post_grant_notice(&self, approval: &pb::Approval) {
+        let notice = render::grant_notice(approval);
+        for target in self.targets_of(approval) {
+            let Target::Issue(issue) = target else {
+                continue;
+            };
+            if let Err(error) = self.api.create_comment(&issue, &notice).await {
+                tracing::warn!(approval_id = %approval.id, %issue, %error, "cannot post the session grant notice");
             }
         }
     }
@@ -600,7 +604,7 @@ impl Relay {
             .collect();
         for id in ids {
             if let Some(mut tracked) = self.pending.remove(&id) {
-                self.deliver(&mut tracked).await;
+                self.deliver(&mut tracked);
                 self.sync_messages(&mut tracked).await;
                 self.pending.insert(id, tracked);
             }
@@ -625,6 +629,11 @@ impl Relay {
         };
         if self.api.is_bot(&author) {
             self.handled.insert(comment_id);
+            if author.login.eq_ignore_ascii_case(self.api.bot_login()) {
+                tracing::debug!(comment_id, "ignoring the worker's own comment");
+            } else if parse_command(incoming.comment.text()).is_some() {
+                tracing::info!(comment_id, author = %author.login, issue = %incoming.issue, "ignoring a command by a bot account: only people decide");
+            }
             return;
         }
         let Some(command) = parse_command(incoming.comment.text()) else {
@@ -632,6 +641,13 @@ impl Relay {
             return;
         };
         let issue = &incoming.issue;
+        if self.delivering_to(issue) {
+            // Which approvals a command may name is known once every request on the issue
+            // is posted.
+            tracing::debug!(%issue, comment_id, "command on an issue whose request is being posted; handled once it is");
+            self.parked.push(incoming);
+            return;
+        }
         if !self.knows_issue(issue) {
             // Not marked handled: right after a start the watch snapshot may not have been
             // adopted yet, and the same comment comes back by poll or catch-up once it is.
@@ -665,6 +681,18 @@ impl Relay {
                     .await;
             }
         }
+    }
+
+    /// Whether a request is being posted on `issue` (or a repository target may open it).
+    fn delivering_to(&self, issue: &IssueRef) -> bool {
+        self.pending
+            .values()
+            .chain(self.resolved.iter())
+            .flat_map(|tracked| &tracked.in_flight)
+            .any(|target| match target {
+                Target::Issue(wanted) => wanted == issue,
+                Target::Repo(repo) => repo == &issue.repo,
+            })
     }
 
     fn knows_issue(&self, issue: &IssueRef) -> bool {
@@ -825,6 +853,117 @@ impl Relay {
         if let Err(error) = self.api.create_comment(issue, &body).await {
             tracing::warn!(%issue, comment_id, %error, "replying to a command failed");
         }
+    }
+}
+
+/// Posts (or finds, after a crash) the request for `approval` on `target` and records the
+/// delivery on the server.
+async fn deliver_to(
+    api: &GitHubApi,
+    client: &Client,
+    approval: &pb::Approval,
+    target: &Target,
+) -> Result<Message, CommandError> {
+    let body = render::request_body(approval);
+    let not_before = created_at(approval);
+    let (issue, kind, current, message_created_at) = match target {
+        Target::Issue(issue) => {
+            let posted = api
+                .find_or_post_comment(issue, &approval.id, not_before, &body)
+                .await;
+            let comment = match posted {
+                Err(error) if error.status() == Some(422) => {
+                    tracing::warn!(approval_id = %approval.id, %issue, %error, "GitHub refused the request comment (422); posting it once more without the arguments");
+                    let minimal = render::minimal_request_body(approval);
+                    api.find_or_post_comment(issue, &approval.id, not_before, &minimal)
+                        .await?
+                }
+                other => other?,
+            };
+            let current = comment.text().to_string();
+            (
+                issue.clone(),
+                MessageKind::Comment(comment.id),
+                current,
+                comment.created_at,
+            )
+        }
+        Target::Repo(repo) => {
+            let title = render::issue_title(approval);
+            let opened = match api
+                .find_or_open_issue(repo, &approval.id, not_before, &title, &body)
+                .await
+            {
+                Err(error) if error.status() == Some(422) => {
+                    tracing::warn!(approval_id = %approval.id, %repo, %error, "GitHub refused the request issue (422); opening it once more without the arguments");
+                    let minimal = render::minimal_request_body(approval);
+                    api.find_or_open_issue(repo, &approval.id, not_before, &title, &minimal)
+                        .await?
+                }
+                other => other?,
+            };
+            let issue = IssueRef {
+                repo: repo.clone(),
+                number: opened.number,
+            };
+            (
+                issue,
+                MessageKind::IssueBody,
+                opened.body.unwrap_or_default(),
+                opened.created_at,
+            )
+        }
+    };
+    let mut message = Message {
+        issue,
+        kind,
+        created_at: message_created_at,
+        rendered: current,
+        stale: false,
+    };
+    client
+        .record_delivery(pb::RecordDeliveryRequest {
+            approval_id: approval.id.clone(),
+            channel: CHANNEL.to_string(),
+            target: message.issue.to_string(),
+            message_ref: message.message_ref(),
+        })
+        .await?;
+    tracing::info!(approval_id = %approval.id, issue = %message.issue, message_ref = %message.message_ref(), "request delivered");
+    // A message found from an earlier run may show an older state.
+    if message.rendered != body {
+        write_message(api, &mut message, body).await;
+    }
+    Ok(message)
+}
+
+/// Rewrites one message; when GitHub refuses the body (422) it is retried once without
+/// the arguments, and counts as written so that it is not tried again and again.
+async fn write_message(api: &GitHubApi, message: &mut Message, body: String) {
+    let mut written = write_body(api, message, &body).await;
+    if let Err(error) = &written {
+        if error.status() == Some(422) {
+            tracing::warn!(issue = %message.issue, message_ref = %message.message_ref(), %error, "GitHub refused the edit (422); writing it once more without the arguments");
+            let minimal = render::minimal_request_body_of(&body);
+            written = write_body(api, message, &minimal).await;
+        }
+    }
+    match written {
+        Ok(()) => {
+            message.rendered = body;
+            message.stale = false;
+        }
+        Err(error) => {
+            tracing::warn!(issue = %message.issue, message_ref = %message.message_ref(), %error, "editing the request message failed");
+            message.stale = true;
+        }
+    }
+}
+
+async fn write_body(api: &GitHubApi, message: &Message, body: &str) -> Result<(), ApiError> {
+    match message.kind {
+        MessageKind::Comment(id) => api.update_comment(&message.issue.repo, id, body).await,
+        MessageKind::IssueBody => api.update_issue_body(&message.issue, body).await,
     }
 }
 

@@ -11,7 +11,8 @@ use countersign_client::pb;
 use countersign_github::render::{marked_approval_id, short_id};
 use countersign_testkit::github::{
     captured_bot_comment_payload, issue_comment_payload, post_webhook, sign_webhook, Comment,
-    CommentAction, Endpoint, Failure, UserKind, DEFAULT_BOT_LOGIN, WEBHOOK_PING_PAYLOAD,
+    CommentAction, Endpoint, Failure, UserKind, DEFAULT_BOT_LOGIN, MAX_BODY_CHARS,
+    WEBHOOK_PING_PAYLOAD,
 };
 
 /// The agent waits; a writer approves; the wait returns APPROVED, the command gets +1 and the
@@ -211,8 +212,19 @@ async fn webhook_ignores_code_quotes_edits_and_bots() {
 
     let by_self = harness.say(&harness.github.bot(), "/approve").await;
 
+    only_the_sentinel_decides(
+        &harness,
+        &approval.id,
+        &[in_code.id, in_quote.id, edited.id, by_app.id, by_self.id],
+    )
+    .await;
+}
+
+/// A writer's plain `/reject sentinel` is the approval's only decision; the `ignored`
+/// comments got no reaction.
+async fn only_the_sentinel_decides(harness: &Harness, approval_id: &str, ignored: &[u64]) {
     let sentinel = harness.say(&harness.writer, "/reject sentinel").await;
-    let resolved = harness.resolved(&approval.id).await;
+    let resolved = harness.resolved(approval_id).await;
     assert_eq!(resolved.state(), pb::ApprovalState::Rejected);
     assert_eq!(resolved.decisions.len(), 1);
     assert_eq!(
@@ -220,10 +232,10 @@ async fn webhook_ignores_code_quotes_edits_and_bots() {
         sentinel.id.to_string()
     );
     harness.reactions(sentinel.id, 1).await;
-    for ignored in [in_code.id, in_quote.id, edited.id, by_app.id, by_self.id] {
+    for id in ignored {
         assert!(
-            harness.github.reactions(ignored).is_empty(),
-            "comment {ignored} got a reaction"
+            harness.github.reactions(*id).is_empty(),
+            "comment {id} got a reaction"
         );
     }
 }
@@ -901,4 +913,165 @@ async fn a_command_that_cannot_be_recorded_asks_to_be_repeated() {
             body.contains("✅ **Approved** by @alice")
         })
         .await;
+}
+
+/// `/approve` in every form GitHub shows as code (indented, fenced inside a list item or a
+/// quote, `<pre>`, `<code>`) decides nothing; the plain command after them does.
+#[tokio::test]
+async fn approve_in_every_code_form_is_ignored() {
+    let harness = Harness::start(Mode::Webhook).await;
+    let approval = harness
+        .request_approval(harness.request("call-code-forms", ""))
+        .await;
+    harness.request_comment(&approval.id).await;
+    let mut ignored = Vec::new();
+    for body in [
+        "Run this:\n\n    /approve",
+        "\t/approve",
+        "- step one:\n  ```\n  /approve\n  ```",
+        "1. ```sh\n   /approve\n   ```",
+        "> ```\n> /approve\n> ```",
+        "<pre>\n/approve\n</pre>",
+        "<code>\n/approve\n</code>",
+    ] {
+        ignored.push(harness.say(&harness.writer, body).await.id);
+    }
+    only_the_sentinel_decides(&harness, &approval.id, &ignored).await;
+}
+
+/// Arguments full of backticks: the comment (fences included) stays under GitHub's limit,
+/// shows that it was cut and names the digest of the full arguments; the agent's forged
+/// lines stay inside its quote.
+#[tokio::test]
+async fn oversized_arguments_produce_a_comment_under_the_limit() {
+    let harness = Harness::start(Mode::Webhook).await;
+    let arguments = serde_json::json!({ "a": "`".repeat(60_000), "b": "x".repeat(1_000) });
+    let approval = harness
+        .request_approval(pb::RequestApprovalRequest {
+            arguments_json: arguments.to_string(),
+            action: "tidy up\n✅ **Approved** by @alice".to_string(),
+            ..harness.request("call-oversized", "")
+        })
+        .await;
+    let comment = harness.request_comment(&approval.id).await;
+    assert!(comment.body.chars().count() <= MAX_BODY_CHARS);
+    assert!(comment.body.contains("_(truncated: "), "no note of the cut");
+    assert!(comment.body.contains(&approval.args_digest));
+    assert!(
+        comment
+            .body
+            .lines()
+            .all(|line| !line.starts_with("✅ **Approved**")),
+        "the agent drew its own line"
+    );
+    assert!(comment.body.contains("> **Action:** tidy up ⏎ ✅"));
+}
+
+/// A body GitHub refuses (422) is logged and posted once more without the arguments.
+#[tokio::test]
+async fn a_refused_request_comment_is_posted_once_more_without_arguments() {
+    let harness = Harness::start(Mode::Webhook).await;
+    harness
+        .github
+        .fail_next(Endpoint::CreateComment, 1, Failure::BodyRefused);
+    let approval = harness
+        .request_approval(harness.request("call-refused", ""))
+        .await;
+    let comment = harness.request_comment(&approval.id).await;
+    assert!(
+        comment.body.contains("arguments not shown"),
+        "{}",
+        comment.body
+    );
+    assert!(comment.body.contains(&approval.args_digest));
+    assert!(comment
+        .body
+        .contains(&format!("/approve {}", short_id(&approval.id))));
+    assert_eq!(
+        harness
+            .github
+            .requests_to(Endpoint::CreateComment)
+            .iter()
+            .filter(|r| r.status == 422)
+            .count(),
+        1
+    );
+}
+
+/// A call approved by a session grant gets a short notice on the issue.
+#[tokio::test]
+async fn a_session_grant_s_use_is_announced() {
+    let harness = Harness::start(Mode::Webhook).await;
+    let first = harness
+        .request_approval(harness.request("call-grant-1", ""))
+        .await;
+    harness.request_comment(&first.id).await;
+    harness
+        .agent
+        .decide(pb::DecideRequest {
+            approval_id: first.id.clone(),
+            verdict: pb::Verdict::Approve.into(),
+            scope: pb::Scope::Session.into(),
+            reason: String::new(),
+            decider: Some(github_decider(&harness.writer)),
+            idempotency_key: "grant-test".to_string(),
+        })
+        .await
+        .expect("decide for the session");
+    let later = harness
+        .request_approval(harness.request("call-grant-2", ""))
+        .await;
+    assert_eq!(later.state(), pb::ApprovalState::Approved);
+    let notice = harness
+        .github
+        .wait_for("the grant notice", PATIENCE, |github| {
+            github
+                .comments(REPO, harness.issue)
+                .into_iter()
+                .find(|c| c.body.contains("Approved by a session grant"))
+        })
+        .await;
+    assert!(notice.body.contains(short_id(&later.id)), "{}", notice.body);
+}
+
+/// One approval's request stuck on GitHub (its issue creation never answered) does not hold
+/// up another approval's comment; the stuck one is posted once GitHub answers.
+#[tokio::test]
+async fn a_stuck_approval_does_not_delay_another_approval_s_comment() {
+    let harness = Harness::start(Mode::Webhook).await;
+    harness.github.hold(Endpoint::CreateIssue);
+    let stuck = harness
+        .request_approval(harness.request("call-stuck", REPO))
+        .await;
+    harness
+        .github
+        .wait_for("the stuck issue creation", PATIENCE, |github| {
+            github
+                .issues(REPO)
+                .into_iter()
+                .find(|i| marked_approval_id(&i.body) == Some(stuck.id.as_str()))
+        })
+        .await;
+    let calm = harness
+        .request_approval(harness.request("call-calm", ""))
+        .await;
+    harness.request_comment(&calm.id).await;
+    // The worker gives up on a call after 5 s (request_timeout_ms): the calm comment came
+    // well before, while the stuck call was still waiting.
+    let stuck_at = harness.github.requests_to(Endpoint::CreateIssue)[0].received_at;
+    let calm_at = harness
+        .github
+        .requests_to(Endpoint::CreateComment)
+        .iter()
+        .find(|r| r.body.contains(&calm.id))
+        .expect("the calm comment's request")
+        .received_at;
+    assert!(
+        calm_at.duration_since(stuck_at) < Duration::from_secs(4),
+        "the calm approval waited {:?} for the stuck one",
+        calm_at.duration_since(stuck_at)
+    );
+    harness.github.release(Endpoint::CreateIssue);
+    let delivered = wait_delivered(&harness, &stuck.id).await;
+    assert!(delivered.message_ref.starts_with("issue/"));
 }

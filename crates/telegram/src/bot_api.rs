@@ -1,69 +1,104 @@
-//! The Bot API calls the worker makes, on top of teloxide, with Telegram's faults handled:
+//! The Bot API calls the worker makes, as plain HTTPS calls (teloxide provides the types), so
+//! that every failure keeps what the worker needs to decide about it:
 //!
-//! - HTTP 429 `retry_after` is honoured for every call (sends, edits, answers, polls) by
-//!   waiting and retrying; teloxide's Throttle adaptor would pace only sends.
-//! - "message is not modified" is success (matched by substring: teloxide maps only one of
-//!   Telegram's wordings to `ApiError::MessageNotModified`, the others to `ApiError::Unknown`).
-//! - a message that can no longer be edited is reported as [`BotApiError::CantEdit`], so the
-//!   caller can post a short reply instead.
+//! - the HTTP status and Telegram's `error_code`: every 5xx is worth retrying, whatever its
+//!   body (Telegram answers `{"ok":false,"error_code":502,…}`), and 4xx are final;
+//! - `parameters.retry_after` of a 429, which the caller's retry schedule honours;
+//! - "message is not modified" is success (matched by substring, Telegram has two wordings);
+//! - a message that can no longer be edited is recognisable, so the caller can reply instead.
+//!
+//! No call waits or retries here: the worker's lanes do, per approval, so that one approval's
+//! flood wait never holds up another's call.
 
-use std::future::Future;
 use std::time::Duration;
 
-use teloxide::payloads::{
-    AnswerCallbackQuerySetters, EditMessageTextSetters, GetUpdatesSetters, SendMessageSetters,
-};
-use teloxide::requests::Requester;
-use teloxide::types::{
-    AllowedUpdate, CallbackQueryId, ChatId, InlineKeyboardButton, InlineKeyboardMarkup,
-    LinkPreviewOptions, MessageId, ParseMode, ReplyParameters, Update,
-};
-use teloxide::{ApiError, Bot, RequestError};
+use countersign_worker::retry::{Classify, Verdict};
+use serde_json::{json, Value};
+use teloxide::types::Update;
 
 use crate::render::Button;
+
+/// The longest a call other than a long poll may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How a call to the Bot API failed.
 #[derive(Debug, thiserror::Error)]
 pub enum BotApiError {
-    /// The message can no longer be edited (too old, deleted, or not the bot's).
-    #[error("the message can no longer be edited: {0}")]
-    CantEdit(String),
-    /// Telegram asked to wait longer than the worker is configured to wait.
-    #[error("Telegram asked to retry after {0:?}, longer than the configured limit")]
-    FloodWaitTooLong(Duration),
-    /// Another process polls updates with the same bot token.
-    #[error("another process is polling updates with this bot token (409 Conflict: terminated by other getUpdates)")]
-    PollingConflict,
+    /// Telegram answered with an error.
+    #[error("{method}: Telegram answered {status}: {description}")]
+    Api {
+        method: &'static str,
+        status: u16,
+        description: String,
+        retry_after: Option<Duration>,
+    },
+    /// Telegram answered something that is not a Bot API answer (a proxy's error page).
+    #[error("{method}: unreadable answer with HTTP status {status}: {reason}")]
+    Unreadable {
+        method: &'static str,
+        status: u16,
+        reason: String,
+    },
     /// The Bot API could not be reached (the text never contains the bot token).
     #[error("cannot reach the Telegram Bot API: {0}")]
     Network(String),
-    #[error("Telegram Bot API call failed: {0}")]
-    Request(#[source] RequestError),
     #[error("invalid Bot API URL {url:?}: {reason}")]
     InvalidApiUrl { url: String, reason: String },
     #[error("cannot build the HTTP client: {0}")]
     HttpClient(String),
 }
 
+impl Classify for BotApiError {
+    fn verdict(&self) -> Verdict {
+        match self {
+            BotApiError::Api {
+                status,
+                retry_after,
+                ..
+            } => Verdict::of_http_status(*status, *retry_after),
+            BotApiError::Unreadable { status, .. } => Verdict::of_http_status(*status, None),
+            BotApiError::Network(_) => Verdict::Retry { after: None },
+            BotApiError::InvalidApiUrl { .. } | BotApiError::HttpClient(_) => Verdict::Final,
+        }
+    }
+}
+
 impl BotApiError {
-    /// True when the same call may succeed later: Telegram was unreachable or answered
-    /// something unreadable (a proxy's error page), or asked for a longer flood wait than the
-    /// worker waits. Refusals (4xx) are final.
+    /// True when the same call may succeed later.
     pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            BotApiError::Network(_)
-                | BotApiError::FloodWaitTooLong(_)
-                | BotApiError::Request(RequestError::InvalidJson { .. } | RequestError::Io(_))
-        )
+        self.verdict().is_retryable()
     }
 
     /// How long Telegram asked to wait before the call may be made again.
-    pub fn retry_after(&self) -> Duration {
+    pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            BotApiError::FloodWaitTooLong(wait) => *wait,
-            _ => Duration::ZERO,
+            BotApiError::Api { retry_after, .. } => *retry_after,
+            _ => None,
         }
+    }
+
+    fn description(&self) -> &str {
+        match self {
+            BotApiError::Api { description, .. } => description,
+            _ => "",
+        }
+    }
+
+    /// "message is not modified", in any of Telegram's wordings.
+    pub fn is_not_modified(&self) -> bool {
+        self.description().contains("message is not modified")
+    }
+
+    /// The message cannot be edited any more: too old, deleted, or not the bot's own.
+    pub fn is_cant_edit(&self) -> bool {
+        let description = self.description();
+        description.contains("message can't be edited")
+            || description.contains("message to edit not found")
+    }
+
+    /// Another process polls updates with the same bot token (409 Conflict).
+    pub fn is_polling_conflict(&self) -> bool {
+        matches!(self, BotApiError::Api { status: 409, .. })
     }
 }
 
@@ -78,57 +113,54 @@ pub enum EditOutcome {
 /// The worker's view of the Bot API.
 #[derive(Clone)]
 pub struct BotApi {
-    bot: Bot,
-    /// The longest `retry_after` the worker waits for before giving up on a call.
-    max_retry_wait: Duration,
+    http: reqwest::Client,
+    /// `<api_url>/bot<token>/`; never logged.
+    base: String,
+    token: String,
 }
 
 impl BotApi {
     /// A Bot API client for `token` at `api_url` (`https://api.telegram.org`, or a
     /// self-hosted Bot API server).
-    pub fn new(
-        token: &str,
-        api_url: &str,
-        max_retry_wait: Duration,
-    ) -> Result<BotApi, BotApiError> {
-        let url = url::Url::parse(api_url.trim_end_matches('/')).map_err(|error| {
-            BotApiError::InvalidApiUrl {
-                url: api_url.to_owned(),
-                reason: error.to_string(),
-            }
-        })?;
-        if url.cannot_be_a_base() {
-            return Err(BotApiError::InvalidApiUrl {
-                url: api_url.to_owned(),
-                reason: "not a base URL".to_owned(),
-            });
+    pub fn new(token: &str, api_url: &str) -> Result<BotApi, BotApiError> {
+        let invalid = |reason: &str| BotApiError::InvalidApiUrl {
+            url: api_url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let url = url::Url::parse(api_url.trim_end_matches('/'))
+            .map_err(|error| invalid(&error.to_string()))?;
+        if url.cannot_be_a_base() || !matches!(url.scheme(), "http" | "https") {
+            return Err(invalid("not an http(s) base URL"));
         }
-        // teloxide's own constructor panics when the client cannot be built.
-        let client = teloxide::net::default_reqwest_settings()
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(|error| BotApiError::HttpClient(error.to_string()))?;
         Ok(BotApi {
-            bot: Bot::with_client(token, client).set_api_url(url),
-            max_retry_wait,
+            http,
+            base: format!("{}/bot{token}/", url.as_str().trim_end_matches('/')),
+            token: token.to_owned(),
         })
     }
 
     /// The bot's username (to recognise `/command@username`).
     pub async fn bot_username(&self) -> Result<String, BotApiError> {
-        let me = self.call("getMe", || self.bot.get_me()).await?;
-        Ok(me.user.username.unwrap_or_default())
+        let me = self.call("getMe", json!({}), CALL_TIMEOUT).await?;
+        Ok(me["username"].as_str().unwrap_or_default().to_owned())
     }
 
     /// Removes a webhook left by another deployment: Telegram refuses getUpdates while one is
     /// set.
     pub async fn ensure_polling_mode(&self) -> Result<(), BotApiError> {
-        let info = self
-            .call("getWebhookInfo", || self.bot.get_webhook_info())
-            .await?;
-        if let Some(webhook) = info.url {
-            tracing::warn!(webhook = %webhook.host_str().unwrap_or_default(), "a webhook is set for this bot; deleting it to receive updates by polling");
-            self.call("deleteWebhook", || self.bot.delete_webhook())
-                .await?;
+        let info = self.call("getWebhookInfo", json!({}), CALL_TIMEOUT).await?;
+        let webhook = info["url"].as_str().unwrap_or_default();
+        if !webhook.is_empty() {
+            let host = url::Url::parse(webhook)
+                .ok()
+                .and_then(|url| url.host_str().map(str::to_owned))
+                .unwrap_or_default();
+            tracing::warn!(webhook = %host, "a webhook is set for this bot; deleting it to receive updates by polling");
+            self.call("deleteWebhook", json!({}), CALL_TIMEOUT).await?;
         }
         Ok(())
     }
@@ -140,24 +172,32 @@ impl BotApi {
         offset: Option<i32>,
         timeout_secs: u32,
     ) -> Result<Vec<Update>, BotApiError> {
-        self.call("getUpdates", || {
-            let request = self
-                .bot
-                .get_updates()
-                .timeout(timeout_secs)
-                .allowed_updates([AllowedUpdate::Message, AllowedUpdate::CallbackQuery]);
-            match offset {
-                Some(offset) => request.offset(offset),
-                None => request,
-            }
-        })
-        .await
-        .map_err(|error| match error {
-            BotApiError::Request(RequestError::Api(ApiError::TerminatedByOtherGetUpdates)) => {
-                BotApiError::PollingConflict
-            }
-            other => other,
-        })
+        let mut params = json!({
+            "timeout": timeout_secs,
+            "allowed_updates": ["message", "callback_query"],
+        });
+        if let Some(offset) = offset {
+            params["offset"] = json!(offset);
+        }
+        let wait = Duration::from_secs(u64::from(timeout_secs)) + CALL_TIMEOUT;
+        let result = self.call("getUpdates", params, wait).await?;
+        let Value::Array(items) = result else {
+            return Err(unreadable("getUpdates", 200, "result is not a list"));
+        };
+        // One update teloxide cannot read must not block the others behind it. teloxide's
+        // types borrow strings while parsing, so they are read from text, not from a Value.
+        Ok(items
+            .into_iter()
+            .filter_map(
+                |item| match serde_json::from_str::<Update>(&item.to_string()) {
+                    Ok(update) => Some(update),
+                    Err(error) => {
+                        tracing::warn!(%error, "ignoring an update that cannot be read");
+                        None
+                    }
+                },
+            )
+            .collect())
     }
 
     /// Sends an HTML message, optionally with buttons and as a reply; returns its id.
@@ -168,26 +208,24 @@ impl BotApi {
         keyboard: &[Vec<Button>],
         reply_to: Option<i32>,
     ) -> Result<i32, BotApiError> {
-        let message = self
-            .call("sendMessage", || {
-                let mut request = self
-                    .bot
-                    .send_message(ChatId(chat_id), html)
-                    .parse_mode(ParseMode::Html)
-                    .link_preview_options(no_link_preview());
-                if !keyboard.is_empty() {
-                    request = request.reply_markup(inline_keyboard(keyboard));
-                }
-                if let Some(message_id) = reply_to {
-                    request = request.reply_parameters(ReplyParameters {
-                        allow_sending_without_reply: Some(true),
-                        ..ReplyParameters::new(MessageId(message_id))
-                    });
-                }
-                request
-            })
-            .await?;
-        Ok(message.id.0)
+        let mut params = json!({
+            "chat_id": chat_id,
+            "text": html,
+            "parse_mode": "HTML",
+            "link_preview_options": { "is_disabled": true },
+        });
+        if !keyboard.is_empty() {
+            params["reply_markup"] = inline_keyboard(keyboard);
+        }
+        if let Some(message_id) = reply_to {
+            params["reply_parameters"] =
+                json!({ "message_id": message_id, "allow_sending_without_reply": true });
+        }
+        let message = self.call("sendMessage", params, CALL_TIMEOUT).await?;
+        message["message_id"]
+            .as_i64()
+            .and_then(|id| i32::try_from(id).ok())
+            .ok_or_else(|| unreadable("sendMessage", 200, "no message_id in the result"))
     }
 
     /// Replaces a message's text and keyboard (an empty keyboard removes the buttons).
@@ -198,81 +236,113 @@ impl BotApi {
         html: &str,
         keyboard: &[Vec<Button>],
     ) -> Result<EditOutcome, BotApiError> {
-        let result = self
-            .call("editMessageText", || {
-                let request = self
-                    .bot
-                    .edit_message_text(ChatId(chat_id), MessageId(message_id), html)
-                    .parse_mode(ParseMode::Html)
-                    .link_preview_options(no_link_preview());
-                if keyboard.is_empty() {
-                    request
-                } else {
-                    request.reply_markup(inline_keyboard(keyboard))
-                }
-            })
-            .await;
-        match result {
-            Ok(_) => Ok(EditOutcome::Edited),
-            Err(BotApiError::Request(error)) if is_not_modified(&error) => {
-                Ok(EditOutcome::NotModified)
-            }
-            Err(BotApiError::Request(error)) if is_cant_edit(&error) => {
-                Err(BotApiError::CantEdit(error.to_string()))
-            }
-            Err(error) => Err(error),
+        let mut params = json!({
+            "chat_id": chat_id,
+            "message_id": message_id,
+            "text": html,
+            "parse_mode": "HTML",
+            "link_preview_options": { "is_disabled": true },
+        });
+        if !keyboard.is_empty() {
+            params["reply_markup"] = inline_keyboard(keyboard);
         }
+        edit_outcome(self.call("editMessageText", params, CALL_TIMEOUT).await)
+    }
+
+    /// Removes a message's buttons and nothing else: answered "not modified" for a message
+    /// without buttons, refused for a message that is not the bot's.
+    pub async fn remove_buttons(
+        &self,
+        chat_id: i64,
+        message_id: i32,
+    ) -> Result<EditOutcome, BotApiError> {
+        let params = json!({ "chat_id": chat_id, "message_id": message_id });
+        edit_outcome(
+            self.call("editMessageReplyMarkup", params, CALL_TIMEOUT)
+                .await,
+        )
     }
 
     /// Answers a callback query (the text pops up on the tapper's screen).
     pub async fn answer_callback(&self, callback_id: &str, text: &str) -> Result<(), BotApiError> {
-        self.call("answerCallbackQuery", || {
-            self.bot
-                .answer_callback_query(CallbackQueryId(callback_id.to_owned()))
-                .text(text)
-        })
-        .await?;
+        let params = json!({ "callback_query_id": callback_id, "text": text });
+        self.call("answerCallbackQuery", params, CALL_TIMEOUT)
+            .await?;
         Ok(())
     }
 
-    /// Runs a call, waiting and retrying as long as Telegram answers 429 with a `retry_after`
-    /// within the configured limit.
-    async fn call<T, R, F>(&self, method: &'static str, mut request: F) -> Result<T, BotApiError>
-    where
-        F: FnMut() -> R,
-        R: std::future::IntoFuture<Output = Result<T, RequestError>>,
-        R::IntoFuture: Future<Output = Result<T, RequestError>>,
-    {
-        loop {
-            match request().await {
-                Ok(value) => return Ok(value),
-                Err(RequestError::RetryAfter(seconds)) => {
-                    let wait = seconds.duration();
-                    if wait > self.max_retry_wait {
-                        tracing::warn!(method, retry_after_secs = wait.as_secs(), "Telegram flood limit beyond the configured wait; giving up on this call");
-                        return Err(BotApiError::FloodWaitTooLong(wait));
-                    }
-                    tracing::info!(
-                        method,
-                        retry_after_secs = wait.as_secs(),
-                        "Telegram flood limit; waiting before retrying"
-                    );
-                    tokio::time::sleep(wait).await;
-                }
-                Err(RequestError::Network(error)) => {
-                    return Err(BotApiError::Network(redacted_chain(
-                        error.as_ref(),
-                        self.bot.token(),
-                    )))
-                }
-                Err(error) => return Err(BotApiError::Request(error)),
-            }
+    /// One call: the `result` of a successful answer, or the error with everything needed to
+    /// decide about it.
+    async fn call(
+        &self,
+        method: &'static str,
+        params: Value,
+        timeout: Duration,
+    ) -> Result<Value, BotApiError> {
+        let response = self
+            .http
+            .post(format!("{}{method}", self.base))
+            .timeout(timeout)
+            .json(&params)
+            .send()
+            .await
+            .map_err(|error| self.network_error(error))?;
+        let status = response.status().as_u16();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|error| self.network_error(error))?;
+        let Ok(answer) = serde_json::from_slice::<Value>(&body) else {
+            return Err(unreadable(method, status, "the body is not JSON"));
+        };
+        if answer["ok"].as_bool() == Some(true) && (200..300).contains(&status) {
+            return Ok(answer["result"].clone());
         }
+        // Telegram's error_code is the HTTP status; an error inside a 2xx keeps its code.
+        let status = if status >= 400 {
+            status
+        } else {
+            answer["error_code"]
+                .as_u64()
+                .and_then(|code| u16::try_from(code).ok())
+                .unwrap_or(500)
+        };
+        Err(BotApiError::Api {
+            method,
+            status,
+            description: answer["description"]
+                .as_str()
+                .unwrap_or("no description")
+                .to_owned(),
+            retry_after: answer["parameters"]["retry_after"]
+                .as_u64()
+                .map(Duration::from_secs),
+        })
+    }
+
+    fn network_error(&self, error: reqwest::Error) -> BotApiError {
+        BotApiError::Network(redacted_chain(&error.without_url(), &self.token))
     }
 }
 
-/// An error and its sources as one line, with the token removed: HTTP client errors name the
-/// request URL, and the Bot API puts the token in the URL path.
+fn unreadable(method: &'static str, status: u16, reason: &str) -> BotApiError {
+    BotApiError::Unreadable {
+        method,
+        status,
+        reason: reason.to_owned(),
+    }
+}
+
+fn edit_outcome(result: Result<Value, BotApiError>) -> Result<EditOutcome, BotApiError> {
+    match result {
+        Ok(_) => Ok(EditOutcome::Edited),
+        Err(error) if error.is_not_modified() => Ok(EditOutcome::NotModified),
+        Err(error) => Err(error),
+    }
+}
+
+/// An error and its sources as one line, with the token removed: the Bot API puts the token
+/// in the URL path.
 fn redacted_chain(error: &(dyn std::error::Error + 'static), token: &str) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
@@ -288,74 +358,66 @@ fn redacted_chain(error: &(dyn std::error::Error + 'static), token: &str) -> Str
     }
 }
 
-fn no_link_preview() -> LinkPreviewOptions {
-    LinkPreviewOptions {
-        is_disabled: true,
-        url: None,
-        prefer_small_media: false,
-        prefer_large_media: false,
-        show_above_text: false,
-    }
-}
-
-fn inline_keyboard(rows: &[Vec<Button>]) -> InlineKeyboardMarkup {
-    InlineKeyboardMarkup::new(rows.iter().map(|row| {
-        row.iter()
-            .map(|button| {
-                InlineKeyboardButton::callback(button.label, button.callback_data.clone())
-            })
-            .collect::<Vec<_>>()
-    }))
-}
-
-/// "message is not modified", in any of Telegram's wordings.
-fn is_not_modified(error: &RequestError) -> bool {
-    match error {
-        RequestError::Api(ApiError::MessageNotModified) => true,
-        RequestError::Api(ApiError::Unknown(text)) => text.contains("message is not modified"),
-        _ => false,
-    }
-}
-
-/// The message cannot be edited any more: too old, deleted, or not the bot's own.
-fn is_cant_edit(error: &RequestError) -> bool {
-    match error {
-        RequestError::Api(ApiError::MessageCantBeEdited | ApiError::MessageToEditNotFound) => true,
-        RequestError::Api(ApiError::Unknown(text)) => {
-            text.contains("message can't be edited") || text.contains("message to edit not found")
-        }
-        _ => false,
-    }
+fn inline_keyboard(rows: &[Vec<Button>]) -> Value {
+    let rows: Vec<Vec<Value>> = rows
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(
+                    |button| json!({ "text": button.label, "callback_data": button.callback_data }),
+                )
+                .collect()
+        })
+        .collect();
+    json!({ "inline_keyboard": rows })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn api_error(description: &str) -> RequestError {
-        RequestError::Api(serde_json::from_value(serde_json::json!(description)).unwrap())
+    fn api(status: u16, description: &str) -> BotApiError {
+        BotApiError::Api {
+            method: "editMessageText",
+            status,
+            description: description.to_owned(),
+            retry_after: None,
+        }
     }
 
     #[test]
     fn both_not_modified_wordings_are_recognised() {
-        assert!(is_not_modified(&api_error(
-            "Bad Request: message is not modified"
-        )));
-        assert!(is_not_modified(&api_error("Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message")));
-        assert!(!is_not_modified(&api_error(
-            "Bad Request: message is too long"
-        )));
+        assert!(api(400, "Bad Request: message is not modified").is_not_modified());
+        assert!(api(400, "Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message").is_not_modified());
+        assert!(!api(400, "Bad Request: message is too long").is_not_modified());
     }
 
     #[test]
     fn messages_that_cannot_be_edited_are_recognised() {
-        assert!(is_cant_edit(&api_error(
-            "Bad Request: message can't be edited"
-        )));
-        assert!(is_cant_edit(&api_error(
-            "Bad Request: message to edit not found"
-        )));
-        assert!(!is_cant_edit(&api_error("Bad Request: chat not found")));
+        assert!(api(400, "Bad Request: message can't be edited").is_cant_edit());
+        assert!(api(400, "Bad Request: message to edit not found").is_cant_edit());
+        assert!(!api(400, "Bad Request: chat not found").is_cant_edit());
+    }
+
+    #[test]
+    fn every_5xx_and_429_is_retried_and_4xx_are_final() {
+        assert!(api(502, "Bad Gateway").is_transient());
+        assert!(api(500, "Internal Server Error: restart").is_transient());
+        assert!(!api(400, "Bad Request: chat not found").is_transient());
+        let flood = BotApiError::Api {
+            method: "sendMessage",
+            status: 429,
+            description: "Too Many Requests: retry after 30".into(),
+            retry_after: Some(Duration::from_secs(30)),
+        };
+        assert_eq!(
+            flood.verdict(),
+            Verdict::Retry {
+                after: Some(Duration::from_secs(30))
+            }
+        );
+        assert!(unreadable("getMe", 504, "html").is_transient());
+        assert!(BotApiError::Network("refused".into()).is_transient());
     }
 
     #[derive(Debug)]
@@ -388,7 +450,7 @@ mod tests {
     #[test]
     fn a_bad_api_url_is_a_clear_error() {
         assert!(matches!(
-            BotApi::new("1:x", "not a url", Duration::from_secs(1)),
+            BotApi::new("1:x", "not a url"),
             Err(BotApiError::InvalidApiUrl { .. })
         ));
     }

@@ -12,6 +12,8 @@
 //! default_chat_id = -1001234567890
 //! allowed_user_ids = [11111111, 22222222]
 //! buttons = ["approve", "reject", "allow_session"]
+//! # The worker's outbox (intents of messages being sent) lives here; keep it across restarts.
+//! state_dir = "/var/lib/countersign/telegram"
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -120,14 +122,17 @@ pub struct TelegramSection {
     /// Long-polling timeout of getUpdates (below teloxide's 17 s HTTP timeout).
     #[serde(default = "default_poll_timeout_secs")]
     pub poll_timeout_secs: u32,
-    /// The longest 429 `retry_after` the worker waits for in line; a longer one puts the
-    /// message on the retry queue, so that other approvals are not held up.
+    /// The longest pause between two attempts of a failing call (Telegram's own 429
+    /// `retry_after` is always honoured, even when longer).
     #[serde(default = "default_max_retry_wait_secs")]
     pub max_retry_wait_secs: u64,
-    /// How often messages that could not be sent or updated (Telegram unreachable, a flood
-    /// wait beyond `max_retry_wait_secs`) are tried again.
+    /// The first pause after a call failed for a reason that may pass (doubling up to
+    /// `max_retry_wait_secs`, per approval).
     #[serde(default = "default_retry_interval_secs")]
     pub retry_interval_secs: u64,
+    /// Where the worker keeps its outbox; must survive restarts.
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
 }
 
 impl Default for TelegramSection {
@@ -141,6 +146,7 @@ impl Default for TelegramSection {
             poll_timeout_secs: default_poll_timeout_secs(),
             max_retry_wait_secs: default_max_retry_wait_secs(),
             retry_interval_secs: default_retry_interval_secs(),
+            state_dir: default_state_dir(),
         }
     }
 }
@@ -157,6 +163,7 @@ impl std::fmt::Debug for TelegramSection {
             .field("poll_timeout_secs", &self.poll_timeout_secs)
             .field("max_retry_wait_secs", &self.max_retry_wait_secs)
             .field("retry_interval_secs", &self.retry_interval_secs)
+            .field("state_dir", &self.state_dir)
             .finish()
     }
 }
@@ -183,7 +190,10 @@ fn default_max_retry_wait_secs() -> u64 {
     30
 }
 fn default_retry_interval_secs() -> u64 {
-    10
+    1
+}
+fn default_state_dir() -> PathBuf {
+    PathBuf::from("countersign-telegram-state")
 }
 
 /// Everything the worker needs, validated, secrets resolved.
@@ -201,11 +211,16 @@ pub struct Settings {
     pub allowed_user_ids: Vec<i64>,
     pub buttons: Vec<ButtonAction>,
     pub poll_timeout_secs: u32,
+    /// The longest pause between two attempts of a failing call.
     pub max_retry_wait: Duration,
     /// The first pause after a failed Bot API poll (doubling up to `max_backoff`).
     pub poll_error_backoff: Duration,
-    /// How often messages that could not be sent or updated are tried again.
+    /// The first pause before a failed send or edit is tried again.
     pub retry_interval: Duration,
+    /// The outbox file.
+    pub outbox_path: PathBuf,
+    /// How long a shutdown waits for the messages being sent or edited.
+    pub shutdown_grace: Duration,
 }
 
 impl Settings {
@@ -293,6 +308,8 @@ impl Settings {
             max_retry_wait: Duration::from_secs(telegram.max_retry_wait_secs),
             poll_error_backoff: Duration::from_secs(1),
             retry_interval: Duration::from_secs(telegram.retry_interval_secs.max(1)),
+            outbox_path: telegram.state_dir.join("outbox.jsonl"),
+            shutdown_grace: Duration::from_secs(10),
         })
     }
 }
@@ -310,6 +327,7 @@ impl std::fmt::Debug for Settings {
             .field("default_chat_id", &self.default_chat_id)
             .field("allowed_user_ids", &self.allowed_user_ids)
             .field("buttons", &self.buttons)
+            .field("outbox_path", &self.outbox_path)
             .finish_non_exhaustive()
     }
 }

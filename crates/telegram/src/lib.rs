@@ -6,7 +6,9 @@
 //! `Decide` call; the message is then edited to show the outcome, and it is kept true when the
 //! approval is decided elsewhere, expires or is cancelled, also while the worker was down.
 //! Sent messages are recorded on the server (`RecordDelivery`), so a restarted worker edits
-//! them instead of sending new ones.
+//! them instead of sending new ones; a local outbox covers a crash between Telegram's answer
+//! and that record. It runs on the shared worker runtime (`countersign-worker`): one lane per
+//! approval, retries per approval honouring `retry_after`, graceful shutdown.
 //!
 //! [`run`] is the entry point used by the `countersign-telegram` binary and by tests.
 
@@ -18,35 +20,41 @@ pub mod render;
 mod worker;
 
 use std::future::Future;
+use std::sync::Arc;
 
 use countersign_client::{Client, ClientConfig};
+use countersign_worker::lanes::Lanes;
+use countersign_worker::outbox::Outbox;
 
 use crate::bot_api::{BotApi, BotApiError};
 pub use crate::config::Settings;
 use crate::worker::Worker;
 pub use crate::worker::{WorkerError, CHANNEL};
 
-/// Runs the worker until `shutdown` completes (then returns `Ok`) or an error that retrying
-/// cannot fix occurs (wrong bot token, refused worker token, ...).
+/// Runs the worker until `shutdown` completes (then the messages being sent or edited are
+/// finished, within the configured grace, and it returns `Ok`) or an error that retrying
+/// cannot fix occurs (wrong bot token, refused worker token, unusable outbox, ...).
 pub async fn run(
     settings: Settings,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), WorkerError> {
-    let bot = BotApi::new(
-        &settings.bot_token,
-        &settings.api_url,
-        settings.max_retry_wait,
-    )?;
+    let bot = BotApi::new(&settings.bot_token, &settings.api_url)?;
+    let outbox = Outbox::open(&settings.outbox_path)?;
     let client = Client::connect(ClientConfig {
         url: settings.server_url.clone(),
         token: settings.worker_token.clone(),
         ca_cert_pem: settings.ca_cert_pem.clone(),
         connect_timeout: settings.connect_timeout,
     })?;
+    let lanes = Lanes::new();
+    // The lanes' jobs hold the worker; dropping this future (a kill in tests) stops them.
+    let _stop_lanes = lanes.abort_on_drop();
+    let grace = settings.shutdown_grace;
     tokio::select! {
-        result = start_and_serve(client, bot, settings) => result,
+        result = start_and_serve(client, bot, settings, lanes.clone(), outbox) => result,
         () = shutdown => {
-            tracing::info!("shutting down");
+            tracing::info!(in_flight = lanes.busy(), "shutting down; finishing the messages being sent or edited");
+            lanes.shutdown(grace).await;
             Ok(())
         }
     }
@@ -56,6 +64,8 @@ async fn start_and_serve(
     client: Client,
     bot: BotApi,
     settings: Settings,
+    lanes: Lanes,
+    outbox: Outbox,
 ) -> Result<(), WorkerError> {
     let bot_username = connect_to_telegram(&bot, &settings).await?;
     tracing::info!(
@@ -63,9 +73,17 @@ async fn start_and_serve(
         server = %settings.server_url,
         default_chat_id = ?settings.default_chat_id,
         allowlisted_users = settings.allowed_user_ids.len(),
+        unsettled_outbox_entries = outbox.all_unsettled().len(),
         "Telegram worker started"
     );
-    let worker = Worker::new(client, bot, settings, bot_username);
+    let worker = Arc::new(Worker::new(
+        client,
+        bot,
+        settings,
+        bot_username,
+        lanes,
+        outbox,
+    ));
     tokio::select! {
         result = worker.follow_approvals() => result,
         result = worker.follow_updates() => result,
@@ -75,7 +93,7 @@ async fn start_and_serve(
 }
 
 /// Checks the bot token (getMe) and switches the bot to polling; retries while Telegram is
-/// unreachable, fails at once when Telegram refuses (a wrong token).
+/// unreachable or failing, fails at once when Telegram refuses (a wrong token).
 async fn connect_to_telegram(bot: &BotApi, settings: &Settings) -> Result<String, BotApiError> {
     let mut pause = settings.poll_error_backoff;
     loop {
@@ -86,9 +104,10 @@ async fn connect_to_telegram(bot: &BotApi, settings: &Settings) -> Result<String
         };
         match attempt.await {
             Ok(username) => return Ok(username),
-            Err(BotApiError::Network(error)) => {
-                tracing::warn!(%error, retry_in_ms = pause.as_millis() as u64, "cannot reach the Telegram Bot API");
-                tokio::time::sleep(pause).await;
+            Err(error) if error.is_transient() => {
+                let wait = pause.max(error.retry_after().unwrap_or_default());
+                tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "cannot reach the Telegram Bot API");
+                tokio::time::sleep(wait).await;
                 pause = (pause * 2).min(settings.max_backoff);
             }
             Err(error) => return Err(error),

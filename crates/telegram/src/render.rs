@@ -9,6 +9,8 @@ use countersign_client::pb;
 use pb::{ApprovalState, ResolvedBy, Risk, Scope, Verdict};
 use time::OffsetDateTime;
 
+use countersign_worker::agent_text;
+
 use crate::callback::{ButtonAction, CallbackData};
 
 /// Telegram's limit on a message text, in UTF-16 code units. The source HTML is kept within
@@ -59,39 +61,73 @@ pub fn render_approval(approval: &pb::Approval, buttons: &[ButtonAction]) -> Ren
 fn render_head(approval: &pb::Approval) -> String {
     let risk = approval.risk();
     let mut head = String::new();
-    if is_high_risk(risk) {
-        head.push_str("⚠️ ");
-    }
-    head.push_str("<b>Approval request</b>\n");
+    head.push_str(&header_html(approval));
+    head.push('\n');
     head.push_str(&format!(
         "<b>Tool:</b> <code>{}</code>\n",
-        escape_within(&approval.tool_name, TOOL_LIMIT)
+        agent_html(&approval.tool_name, TOOL_LIMIT)
     ));
-    if !approval.action.is_empty() {
-        head.push_str(&format!(
-            "<b>Action:</b> {}\n",
-            escape_within(&approval.action, ACTION_LIMIT)
-        ));
-    }
-    if !approval.reason.is_empty() {
-        head.push_str(&format!(
-            "<b>Reason:</b> {}\n",
-            escape_within(&approval.reason, REASON_LIMIT)
-        ));
-    }
     head.push_str(&format!("<b>Risk:</b> {}\n", risk_label(risk)));
     head.push_str(&format!(
         "<b>Agent:</b> {} · <b>Session:</b> {}\n",
-        escape_within(or_dash(&approval.agent_id), IDENTITY_LIMIT),
-        escape_within(or_dash(&approval.session_id), IDENTITY_LIMIT)
+        agent_html(or_dash(&approval.agent_id), IDENTITY_LIMIT),
+        agent_html(or_dash(&approval.session_id), IDENTITY_LIMIT)
     ));
     if !approval.requester.is_empty() {
         head.push_str(&format!(
             "<b>Requester:</b> {}\n",
-            escape_within(&approval.requester, IDENTITY_LIMIT)
+            agent_html(&approval.requester, IDENTITY_LIMIT)
         ));
     }
+    head.push_str(&agent_says_html(approval));
     head
+}
+
+/// The first line: what the message is about now. A decided approval is no longer a
+/// request, so its header states the outcome.
+fn header_html(approval: &pb::Approval) -> String {
+    match approval.state() {
+        ApprovalState::Pending | ApprovalState::Unspecified if is_high_risk(approval.risk()) => {
+            "⚠️ <b>Approval request</b>".to_owned()
+        }
+        ApprovalState::Pending | ApprovalState::Unspecified => "<b>Approval request</b>".to_owned(),
+        ApprovalState::Approved => "✅ <b>Approved</b>".to_owned(),
+        ApprovalState::Consumed => "▶️ <b>Approved and executed</b>".to_owned(),
+        ApprovalState::Rejected => "❌ <b>Rejected</b>".to_owned(),
+        ApprovalState::Expired => "⌛ <b>Expired</b> without a decision".to_owned(),
+        ApprovalState::Cancelled => "🚫 <b>Cancelled</b>".to_owned(),
+    }
+}
+
+/// What the agent wrote in its own words (action, reason), each on one line, together in
+/// one quote block, so that nothing it wrote can pass for the worker's own lines.
+fn agent_says_html(approval: &pb::Approval) -> String {
+    let mut lines = Vec::new();
+    if !approval.action.is_empty() {
+        lines.push(format!(
+            "<b>Action:</b> {}",
+            agent_html(&approval.action, ACTION_LIMIT)
+        ));
+    }
+    if !approval.reason.is_empty() {
+        lines.push(format!(
+            "<b>Reason:</b> {}",
+            agent_html(&approval.reason, REASON_LIMIT)
+        ));
+    }
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!(
+        "<i>The agent says:</i>\n<blockquote>{}</blockquote>\n",
+        lines.join("\n")
+    )
+}
+
+/// Agent-supplied text as escaped HTML on one line (see [`agent_text::one_line`]), at most
+/// `limit` UTF-16 code units.
+fn agent_html(text: &str, limit: usize) -> String {
+    escape_within(&agent_text::one_line(text, limit), limit)
 }
 
 fn render_tail(approval: &pb::Approval) -> String {
@@ -131,6 +167,7 @@ fn render_arguments(approval: &pb::Approval, budget: usize) -> String {
         .ok()
         .and_then(|value| serde_json::to_string_pretty(&value).ok())
         .unwrap_or_else(|| approval.arguments_json.clone());
+    let pretty = agent_text::visible(&pretty);
     const OPEN: &str = "<pre><code class=\"language-json\">";
     const CLOSE: &str = "</code></pre>\n";
     let total_chars = pretty.chars().count();
@@ -257,7 +294,7 @@ fn resolver(approval: &pb::Approval) -> Option<Resolver<'_>> {
 fn resolver_html(approval: &pb::Approval) -> String {
     match resolver(approval) {
         Some(Resolver::Rule(rule)) => {
-            format!("rule <code>{}</code>", escape_within(rule, NAME_LIMIT))
+            format!("rule <code>{}</code>", agent_html(rule, NAME_LIMIT))
         }
         Some(Resolver::Grant) => "a session grant".to_owned(),
         Some(Resolver::Deciders(deciders)) => names_html(&deciders),
@@ -269,7 +306,7 @@ fn names_html(deciders: &[&pb::Decider]) -> String {
     let mut names: Vec<String> = deciders
         .iter()
         .take(NAMED_APPROVERS)
-        .map(|decider| escape_within(&decider_name(decider), NAME_LIMIT))
+        .map(|decider| agent_html(&decider_name(decider), NAME_LIMIT))
         .collect();
     if deciders.len() > NAMED_APPROVERS {
         names.push(format!("{} more", deciders.len() - NAMED_APPROVERS));
@@ -283,12 +320,18 @@ fn at_html(approval: &pb::Approval) -> String {
         .unwrap_or_default()
 }
 
+/// The note that came with the resolution (a decider's reason, a cancellation's), unless it
+/// only repeats the request's reason.
 fn resolution_reason_html(approval: &pb::Approval) -> String {
     match &approval.resolution {
-        Some(resolution) if !resolution.reason.is_empty() => format!(
-            "\n<b>Reason:</b> {}",
-            escape_within(&resolution.reason, RESOLUTION_REASON_LIMIT)
-        ),
+        Some(resolution)
+            if !resolution.reason.is_empty() && resolution.reason != approval.reason =>
+        {
+            format!(
+                "\n<b>Note:</b> {}",
+                agent_html(&resolution.reason, RESOLUTION_REASON_LIMIT)
+            )
+        }
         _ => String::new(),
     }
 }
@@ -322,10 +365,37 @@ pub fn status_reply_html(approval: &pb::Approval) -> String {
     format!(
         "{} · <b>{}</b> <code>{}</code>",
         status_html(approval),
-        escape_within(&approval.tool_name, TOOL_LIMIT),
+        agent_html(&approval.tool_name, TOOL_LIMIT),
         escape(short_id(&approval.id))
     )
 }
+
+/// The short notice posted when a session grant approved a call at once, so that approvers
+/// see every use of the grants they gave.
+pub fn grant_notice_html(approval: &pb::Approval) -> String {
+    let mut html = format!(
+        "🔓 <b>Approved by a session grant</b>, no one was asked\n<b>Tool:</b> <code>{}</code> · <b>Agent:</b> {} · <b>Session:</b> {}\n",
+        agent_html(&approval.tool_name, TOOL_LIMIT),
+        agent_html(or_dash(&approval.agent_id), IDENTITY_LIMIT),
+        agent_html(or_dash(&approval.session_id), IDENTITY_LIMIT),
+    );
+    if !approval.action.is_empty() {
+        html.push_str(&format!(
+            "<i>The agent says:</i>\n<blockquote><b>Action:</b> {}</blockquote>\n",
+            agent_html(&approval.action, ACTION_LIMIT)
+        ));
+    }
+    html.push_str(&format!(
+        "<b>ID:</b> <code>{}</code>",
+        escape(short_id(&approval.id))
+    ));
+    html
+}
+
+/// What an orphaned copy of a request message (sent before a crash, its id never written
+/// down) is turned into once found.
+pub const REPLACED_COPY_HTML: &str =
+    "↪️ <i>This copy of an approval request was replaced by a newer message after the worker restarted.</i>";
 
 /// What a tap or command achieved, for the callback answer or the reply to a command.
 pub fn decision_outcome_text(

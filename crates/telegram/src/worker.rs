@@ -4,9 +4,13 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use countersign_client::{pb, Client, ClientError, WatchItem, WatchOptions};
+use countersign_worker::approval::is_granted;
+use countersign_worker::lanes::Lanes;
+use countersign_worker::outbox::{Entry, Outbox, OutboxError};
+use countersign_worker::retry::{retry_in_line, Backoff, RetrySchedule};
 use pb::{ApprovalState, EventKind, Scope, Verdict};
 use teloxide::types::{CallbackQuery, InlineKeyboardButtonKind, Message, Update, UpdateKind, User};
 
@@ -15,7 +19,8 @@ use crate::callback::{ButtonAction, CallbackData};
 use crate::command::parse_command;
 use crate::config::Settings;
 use crate::render::{
-    decision_outcome_text, escape, render_approval, status_reply_html, RenderedMessage,
+    decision_outcome_text, escape, grant_notice_html, render_approval, status_reply_html,
+    RenderedMessage, REPLACED_COPY_HTML,
 };
 
 /// The channel name this worker serves.
@@ -46,6 +51,10 @@ const RESOLVED_STATES: [ApprovalState; 5] = [
     ApprovalState::Consumed,
 ];
 
+/// How many messages before a new request message are searched for an orphaned copy (one
+/// whose sending a crash interrupted before its id was written down).
+const ORPHAN_SEARCH: i32 = 20;
+
 /// Why the worker stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
@@ -53,6 +62,8 @@ pub enum WorkerError {
     Telegram(#[from] BotApiError),
     #[error("countersign server: {0}")]
     Server(#[from] ClientError),
+    #[error(transparent)]
+    Outbox(#[from] OutboxError),
 }
 
 /// How far an approval has come; a copy that is behind the one already shown is stale (the
@@ -122,9 +133,8 @@ struct BookInner {
     /// (their messages are recorded on the server should they change again).
     finished: VecDeque<String>,
     finished_set: HashSet<String>,
-    /// Approvals whose messages could not be sent or updated for a reason that may pass,
-    /// with the earliest time to try again.
-    retries: HashMap<String, Instant>,
+    /// The newest message id seen in each chat (where a search for orphans starts).
+    newest: HashMap<i64, i32>,
 }
 
 /// How many resolved approvals the book remembers, so that a late copy (a tap's Decide
@@ -159,39 +169,26 @@ impl MessageBook {
     }
 
     fn remember_message(&self, chat_id: i64, message_id: i32, approval_id: &str) {
-        self.lock()
-            .by_message
+        let mut book = self.lock();
+        book.by_message
             .insert((chat_id, message_id), approval_id.to_owned());
+        drop(book);
+        self.saw_message(chat_id, message_id);
+    }
+
+    /// Notes a message id seen in a chat (sent by the bot or by a user).
+    fn saw_message(&self, chat_id: i64, message_id: i32) {
+        let mut book = self.lock();
+        let newest = book.newest.entry(chat_id).or_insert(message_id);
+        *newest = (*newest).max(message_id);
+    }
+
+    fn newest_message(&self, chat_id: i64) -> Option<i32> {
+        self.lock().newest.get(&chat_id).copied()
     }
 
     fn approval_of_message(&self, chat_id: i64, message_id: i32) -> Option<String> {
         self.lock().by_message.get(&(chat_id, message_id)).cloned()
-    }
-
-    fn retry_later(&self, approval_id: &str, after: Duration) {
-        let not_before = Instant::now() + after;
-        let mut book = self.lock();
-        let retry = book
-            .retries
-            .entry(approval_id.to_owned())
-            .or_insert(not_before);
-        *retry = (*retry).max(not_before);
-    }
-
-    /// The approvals whose retry time has come (they leave the queue).
-    fn take_due_retries(&self) -> Vec<String> {
-        let now = Instant::now();
-        let mut book = self.lock();
-        let due: Vec<String> = book
-            .retries
-            .iter()
-            .filter(|(_, not_before)| **not_before <= now)
-            .map(|(approval_id, _)| approval_id.clone())
-            .collect();
-        for approval_id in &due {
-            book.retries.remove(approval_id);
-        }
-        due
     }
 
     /// Notes that an approval is resolved, and forgets the oldest resolved ones beyond
@@ -220,32 +217,79 @@ fn fingerprint(rendered: &RenderedMessage) -> u64 {
     hasher.finish()
 }
 
-/// The running worker.
+/// The running worker. Everything it does on Telegram for one approval runs in that
+/// approval's lane, so one slow or failing approval never delays another.
 pub struct Worker {
     client: Client,
     bot: BotApi,
     settings: Settings,
     bot_username: String,
     book: MessageBook,
+    lanes: Lanes,
+    retries: RetrySchedule,
+    outbox: Outbox,
     /// Signalled after each snapshot; wakes [`Worker::correct_resolved_messages`].
     snapshot_taken: tokio::sync::Notify,
 }
 
 impl Worker {
-    pub fn new(client: Client, bot: BotApi, settings: Settings, bot_username: String) -> Worker {
+    pub fn new(
+        client: Client,
+        bot: BotApi,
+        settings: Settings,
+        bot_username: String,
+        lanes: Lanes,
+        outbox: Outbox,
+    ) -> Worker {
+        let retries = RetrySchedule::new(Backoff::new(
+            settings.retry_interval,
+            settings.max_retry_wait,
+        ));
         Worker {
             client,
             bot,
             settings,
             bot_username,
             book: MessageBook::default(),
+            lanes,
+            retries,
+            outbox,
             snapshot_taken: tokio::sync::Notify::new(),
         }
     }
 
+    /// Queues showing `approval` in its lane; `tapped` is a message of it a user acted on
+    /// (perhaps an orphaned copy the worker does not know), to be edited too.
+    fn enqueue_show(self: &Arc<Self>, approval: pb::Approval, tapped: Option<(i64, i32)>) {
+        let worker = self.clone();
+        let approval_id = approval.id.clone();
+        self.lanes.push(&approval_id, async move {
+            worker.show(&approval, tapped).await;
+        });
+    }
+
+    /// Queues showing the approval as the server has it now.
+    fn enqueue_refresh(self: &Arc<Self>, approval_id: String) {
+        let worker = self.clone();
+        let key = approval_id.clone();
+        self.lanes.push(&key, async move {
+            match worker.client.get_approval(&approval_id).await {
+                Ok(approval) => worker.show(&approval, None).await,
+                Err(error) if error.is_transient() => {
+                    tracing::warn!(approval_id, %error, "cannot fetch an approval to update its messages; will retry");
+                    worker.retries.failed(&approval_id, None);
+                }
+                Err(error) => {
+                    tracing::warn!(approval_id, %error, "giving up on an approval's messages");
+                    worker.retries.succeeded(&approval_id);
+                }
+            }
+        });
+    }
+
     /// Follows the `telegram` channel: a message for each pending approval, kept up to date.
     /// Returns only on an error that reconnecting cannot fix.
-    pub async fn follow_approvals(&self) -> Result<(), WorkerError> {
+    pub async fn follow_approvals(self: &Arc<Self>) -> Result<(), WorkerError> {
         let mut watch = self.client.watch(WatchOptions {
             channel: CHANNEL.to_owned(),
             heartbeat_timeout: self.settings.heartbeat_timeout,
@@ -263,22 +307,31 @@ impl Worker {
     /// one is edited, found in the approval's delivery records), and approvals the worker was
     /// showing that are no longer pending are shown as resolved. Approvals resolved while the
     /// worker was not watching are for [`Worker::correct_resolved_messages`].
-    async fn reconcile(&self, pending: Vec<pb::Approval>) {
+    async fn reconcile(self: &Arc<Self>, pending: Vec<pb::Approval>) {
         tracing::info!(pending = pending.len(), "snapshot of pending approvals");
         let known = self.book.unresolved_approvals();
+        // Every message the worker knows of is in the book before any lane searches a chat
+        // for orphans, so that a search never mistakes a live request for one.
         for approval in &pending {
-            self.show(approval).await;
+            for (chat_id, message_id) in recorded_messages(approval) {
+                self.book
+                    .remember_message(chat_id, message_id, &approval.id);
+            }
+        }
+        for entry in self.outbox.all_unsettled() {
+            if let Some((chat_id, message_id)) =
+                entry.message_ref.as_deref().and_then(parse_message_ref)
+            {
+                self.book.remember_message(chat_id, message_id, &entry.key);
+            }
         }
         for approval_id in known {
-            if pending.iter().any(|approval| approval.id == approval_id) {
-                continue;
+            if !pending.iter().any(|approval| approval.id == approval_id) {
+                self.enqueue_refresh(approval_id);
             }
-            match self.client.get_approval(&approval_id).await {
-                Ok(approval) => self.show(&approval).await,
-                Err(error) => {
-                    tracing::warn!(approval_id, %error, "cannot refresh an approval that left the pending set");
-                }
-            }
+        }
+        for approval in pending {
+            self.enqueue_show(approval, None);
         }
         self.snapshot_taken.notify_one();
     }
@@ -291,7 +344,7 @@ impl Worker {
     /// nothing; one found in a delivery record costs one edit, answered "not modified" if it
     /// was final already. Runs beside the watch, so that new approvals are not held up behind
     /// these edits.
-    pub async fn correct_resolved_messages(&self) -> Result<(), WorkerError> {
+    pub async fn correct_resolved_messages(self: &Arc<Self>) -> Result<(), WorkerError> {
         loop {
             self.snapshot_taken.notified().await;
             loop {
@@ -310,7 +363,7 @@ impl Worker {
         }
     }
 
-    async fn show_recently_resolved(&self) -> Result<(), ClientError> {
+    async fn show_recently_resolved(self: &Arc<Self>) -> Result<(), ClientError> {
         let request = pb::ListApprovalsRequest {
             states: RESOLVED_STATES.into_iter().map(i32::from).collect(),
             channel: CHANNEL.to_owned(),
@@ -318,9 +371,9 @@ impl Worker {
             ..Default::default()
         };
         let listed = self.client.list_approvals(request).await?;
-        let with_messages: Vec<&pb::Approval> = listed
+        let with_messages: Vec<pb::Approval> = listed
             .approvals
-            .iter()
+            .into_iter()
             .filter(|approval| approval.deliveries.iter().any(|d| d.channel == CHANNEL))
             .collect();
         tracing::info!(
@@ -328,17 +381,25 @@ impl Worker {
             "bringing the messages of recently resolved approvals up to date"
         );
         for approval in with_messages {
-            self.show(approval).await;
+            self.enqueue_show(approval, None);
         }
         Ok(())
     }
 
-    async fn on_event(&self, event: pb::ApprovalEvent) {
+    async fn on_event(self: &Arc<Self>, event: pb::ApprovalEvent) {
         let kind = event.kind();
         let Some(approval) = event.approval else {
             return;
         };
         match kind {
+            EventKind::Requested if is_granted(&approval) => {
+                tracing::info!(approval_id = %approval.id, seq = event.seq, "a session grant approved a call; posting a notice");
+                let worker = self.clone();
+                let approval_id = approval.id.clone();
+                self.lanes.push(&approval_id, async move {
+                    worker.post_grant_notice(&approval).await;
+                });
+            }
             EventKind::Requested
             | EventKind::DecisionRecorded
             | EventKind::Resolved
@@ -346,7 +407,7 @@ impl Worker {
             | EventKind::Cancelled
             | EventKind::Consumed => {
                 tracing::debug!(approval_id = %approval.id, seq = event.seq, ?kind, "approval event");
-                self.show(&approval).await;
+                self.enqueue_show(approval, None);
             }
             EventKind::DecisionRefused => {
                 tracing::info!(approval_id = %approval.id, seq = event.seq, "the server refused a decision");
@@ -355,10 +416,16 @@ impl Worker {
             _ => {}
         }
     }
-
-    /// Makes Telegram show `approval`: edits its messages, and sends one to each target chat
-    /// that has none while it is pending. A copy older than the one already shown is ignored.
-    async fn show(&self, approval: &pb::Approval) {
+    /// Makes Telegram show `approval`: edits its messages (and `tapped`, a message of it a
+    /// user acted on), and sends one to each target chat that has none while it is pending.
+    /// A copy older than the one already shown is ignored. Runs in the approval's lane; a
+    /// failure that may pass schedules a retry of the whole approval.
+    async fn show(&self, approval: &pb::Approval, tapped: Option<(i64, i32)>) {
+        if let Some(wait) = self.retries.holds(&approval.id) {
+            // Telegram asked for a pause; the scheduled retry shows the latest state after it.
+            tracing::debug!(approval_id = %approval.id, wait_ms = wait.as_millis() as u64, "in a flood wait; leaving the update to the scheduled retry");
+            return;
+        }
         let entry = self.book.entry(&approval.id);
         let mut known = entry.lock().await;
         let progress = Progress::of(approval);
@@ -367,12 +434,12 @@ impl Worker {
             return;
         }
         known.progress = Some(progress);
-        // After a restart the worker finds its earlier messages in the delivery records.
-        for delivery in approval.deliveries.iter().filter(|d| d.channel == CHANNEL) {
-            let Some((chat_id, message_id)) = parse_message_ref(&delivery.message_ref) else {
-                tracing::warn!(approval_id = %approval.id, "ignoring a delivery record with an unreadable message reference");
-                continue;
-            };
+        let mut found = recorded_messages(approval);
+        found.extend(tapped);
+        for entry in self.outbox.unsettled(&approval.id) {
+            found.extend(entry.message_ref.as_deref().and_then(parse_message_ref));
+        }
+        for (chat_id, message_id) in found {
             let already_known = known
                 .messages
                 .iter()
@@ -387,55 +454,193 @@ impl Worker {
                     .remember_message(chat_id, message_id, &approval.id);
             }
         }
+        let mut retry_after = None;
+        let mut failed = false;
+        let mut fail = |error: Option<&BotApiError>| {
+            failed = true;
+            retry_after = retry_after.max(error.and_then(BotApiError::retry_after));
+        };
+        self.settle_outbox(approval).await;
         let rendered = render_approval(approval, &self.settings.buttons);
         let shown = fingerprint(&rendered);
         for message in known.messages.iter_mut() {
             if message.shown != Some(shown) {
-                self.update_message(approval, message, &rendered).await;
+                if let Err(error) = self.update_message(approval, message, &rendered).await {
+                    fail(Some(&error));
+                }
             }
         }
         if approval.state() != ApprovalState::Pending {
             self.book.finish(&approval.id);
-            return;
-        }
-        for chat_id in self.target_chats(approval) {
-            if known.messages.iter().any(|m| m.chat_id == chat_id) {
-                continue;
-            }
-            match self
-                .bot
-                .send_message(chat_id, &rendered.html, &rendered.keyboard, None)
-                .await
-            {
-                Ok(message_id) => {
-                    tracing::info!(approval_id = %approval.id, chat_id, message_id, "sent the approval request");
-                    known.messages.push(ShownMessage {
+        } else {
+            for chat_id in self.target_chats(approval) {
+                if known.messages.iter().any(|m| m.chat_id == chat_id) {
+                    continue;
+                }
+                match self.send_request(approval, chat_id, &rendered).await {
+                    Ok(message_id) => known.messages.push(ShownMessage {
                         chat_id,
                         message_id,
                         shown: Some(shown),
-                    });
-                    self.book
-                        .remember_message(chat_id, message_id, &approval.id);
-                    self.record_delivery(&approval.id, chat_id, message_id)
-                        .await;
+                    }),
+                    Err(SendError::Telegram(error)) if error.is_transient() => {
+                        tracing::warn!(approval_id = %approval.id, chat_id, %error, "cannot send the approval request now; will retry");
+                        fail(Some(&error));
+                    }
+                    Err(SendError::Telegram(error)) => {
+                        tracing::error!(approval_id = %approval.id, chat_id, %error, "Telegram refused the approval request message");
+                    }
+                    Err(SendError::Outbox(error)) => {
+                        // Without the intent on disk a crash could repeat the message.
+                        tracing::error!(approval_id = %approval.id, chat_id, %error, "cannot write the outbox; not sending, will retry");
+                        fail(None);
+                    }
                 }
-                Err(error) if error.is_transient() => {
-                    tracing::warn!(approval_id = %approval.id, chat_id, %error, "cannot send the approval request now; will retry");
-                    self.book.retry_later(&approval.id, error.retry_after());
+            }
+        }
+        if failed {
+            let wait = self.retries.failed(&approval.id, retry_after);
+            tracing::debug!(approval_id = %approval.id, retry_in_ms = wait.as_millis() as u64, "approval's messages scheduled for a retry");
+        } else {
+            self.retries.succeeded(&approval.id);
+        }
+    }
+
+    /// Settles what the outbox says an earlier run left unfinished for this approval: a
+    /// message Telegram created and the server never recorded is recorded now (it is among
+    /// `messages`, adopted). Intents without an answer stay for [`Worker::send_request`].
+    async fn settle_outbox(&self, approval: &pb::Approval) {
+        for entry in self.outbox.unsettled(&approval.id) {
+            let Some((chat_id, message_id)) =
+                entry.message_ref.as_deref().and_then(parse_message_ref)
+            else {
+                continue;
+            };
+            let recorded = recorded_messages(approval).contains(&(chat_id, message_id));
+            if recorded
+                || self
+                    .record_delivery(&approval.id, chat_id, message_id)
+                    .await
+            {
+                tracing::info!(approval_id = %approval.id, chat_id, message_id, adopted = !recorded, "outbox entry settled");
+                self.settle(&entry).await;
+            }
+        }
+    }
+
+    async fn settle(&self, entry: &Entry) {
+        if let Err(error) = self.outbox.done(entry.id).await {
+            tracing::warn!(approval_id = %entry.key, %error, "cannot settle an outbox entry; it is settled again after a restart");
+        }
+    }
+
+    /// Sends the request message to a chat: the intent is on disk before the call and the
+    /// message id right after, then the message is recorded on the server. When an earlier
+    /// run left an intent here without an answer (it crashed during the call), the messages
+    /// just before the new one are searched for the orphaned copy.
+    async fn send_request(
+        &self,
+        approval: &pb::Approval,
+        chat_id: i64,
+        rendered: &RenderedMessage,
+    ) -> Result<i32, SendError> {
+        let chat = chat_id.to_string();
+        let uncertain: Vec<Entry> = self
+            .outbox
+            .unsettled(&approval.id)
+            .into_iter()
+            .filter(|entry| entry.target == chat && entry.message_ref.is_none())
+            .collect();
+        let after = self.book.newest_message(chat_id).map(|id| id.to_string());
+        let intent = self.outbox.intend(&approval.id, &chat, after).await?;
+        let message_id = self
+            .bot
+            .send_message(chat_id, &rendered.html, &rendered.keyboard, None)
+            .await?;
+        tracing::info!(approval_id = %approval.id, chat_id, message_id, "sent the approval request");
+        self.book
+            .remember_message(chat_id, message_id, &approval.id);
+        self.outbox
+            .sent(intent, &format!("{chat_id}:{message_id}"))
+            .await?;
+        if self
+            .record_delivery(&approval.id, chat_id, message_id)
+            .await
+        {
+            if let Err(error) = self.outbox.done(intent).await {
+                tracing::warn!(approval_id = %approval.id, %error, "cannot settle an outbox entry");
+            }
+        }
+        for entry in uncertain {
+            let after = entry.after.as_deref().and_then(|id| id.parse::<i32>().ok());
+            self.neutralise_orphans(chat_id, after, message_id).await;
+            self.settle(&entry).await;
+        }
+        Ok(message_id)
+    }
+
+    /// Looks at the messages between `after` (the newest known when the interrupted send
+    /// began; at most [`ORPHAN_SEARCH`] back) and `before` for request messages the worker
+    /// does not know: removing buttons changes only a bot message that has some, and every
+    /// bot message with buttons there that is not in the book is an orphaned copy. Its text
+    /// then says that it was replaced. Users' messages cannot be edited and stay untouched.
+    async fn neutralise_orphans(&self, chat_id: i64, after: Option<i32>, before: i32) {
+        let lowest = before.saturating_sub(ORPHAN_SEARCH).max(0);
+        let first = after.map_or(lowest, |after| after.max(lowest)) + 1;
+        for message_id in first..before {
+            if self.book.approval_of_message(chat_id, message_id).is_some() {
+                continue;
+            }
+            match self.bot.remove_buttons(chat_id, message_id).await {
+                Ok(EditOutcome::Edited) => {
+                    tracing::info!(
+                        chat_id,
+                        message_id,
+                        "found an orphaned copy of a request message; replacing its text"
+                    );
+                    if let Err(error) = self
+                        .bot
+                        .edit_message(chat_id, message_id, REPLACED_COPY_HTML, &[])
+                        .await
+                    {
+                        tracing::warn!(chat_id, message_id, %error, "cannot mark the orphaned copy as replaced (its buttons are gone)");
+                    }
                 }
+                Ok(EditOutcome::NotModified) => {}
+                Err(error) if error.is_cant_edit() => {}
                 Err(error) => {
-                    tracing::error!(approval_id = %approval.id, chat_id, %error, "Telegram refused the approval request message");
+                    tracing::warn!(chat_id, message_id, %error, "cannot check a message for an orphaned copy");
                 }
             }
         }
     }
 
+    /// Posts the notice of a call a session grant approved to the approval's chats.
+    async fn post_grant_notice(&self, approval: &pb::Approval) {
+        let html = grant_notice_html(approval);
+        for chat_id in self.target_chats(approval) {
+            let sent = retry_in_line(
+                self.call_backoff(),
+                5,
+                self.settings.max_retry_wait,
+                "sendMessage",
+                || self.bot.send_message(chat_id, &html, &[], None),
+            )
+            .await;
+            if let Err(error) = sent {
+                tracing::warn!(approval_id = %approval.id, chat_id, %error, "cannot post the session grant notice");
+            }
+        }
+    }
+
+    /// Edits one message; on a failure that may pass the error is returned (the approval is
+    /// retried as a whole).
     async fn update_message(
         &self,
         approval: &pb::Approval,
         message: &mut ShownMessage,
         rendered: &RenderedMessage,
-    ) {
+    ) -> Result<(), BotApiError> {
         let (chat_id, message_id) = (message.chat_id, message.message_id);
         match self
             .bot
@@ -446,21 +651,22 @@ impl Worker {
                 tracing::debug!(approval_id = %approval.id, chat_id, message_id, not_modified = (outcome == EditOutcome::NotModified), "message up to date");
                 message.shown = Some(fingerprint(rendered));
             }
-            Err(BotApiError::CantEdit(reason)) if message.shown.is_none() => {
+            Err(error) if error.is_cant_edit() && message.shown.is_none() => {
                 // Found in a delivery record after a restart: what it shows, and whether an
                 // earlier run already replied with this state, is unknown. Replying at every
                 // start would repeat the same reply; the next change of state gets one.
-                tracing::info!(approval_id = %approval.id, chat_id, message_id, %reason, "a recorded message cannot be edited; not replying with a state it may already have");
+                tracing::info!(approval_id = %approval.id, chat_id, message_id, %error, "a recorded message cannot be edited; not replying with a state it may already have");
                 message.shown = Some(fingerprint(rendered));
             }
-            Err(BotApiError::CantEdit(reason)) => {
-                tracing::info!(approval_id = %approval.id, chat_id, message_id, %reason, "message cannot be edited; replying with the state instead");
+            Err(error) if error.is_cant_edit() => {
+                tracing::info!(approval_id = %approval.id, chat_id, message_id, %error, "message cannot be edited; replying with the state instead");
                 match self
                     .bot
                     .send_message(chat_id, &status_reply_html(approval), &[], Some(message_id))
                     .await
                 {
                     Ok(_) => message.shown = Some(fingerprint(rendered)),
+                    Err(error) if error.is_transient() => return Err(error),
                     Err(error) => {
                         tracing::warn!(approval_id = %approval.id, chat_id, %error, "cannot reply with the state");
                     }
@@ -468,17 +674,18 @@ impl Worker {
             }
             Err(error) if error.is_transient() => {
                 tracing::warn!(approval_id = %approval.id, chat_id, message_id, %error, "cannot update the message now; will retry");
-                self.book.retry_later(&approval.id, error.retry_after());
+                return Err(error);
             }
             Err(error) => {
                 tracing::error!(approval_id = %approval.id, chat_id, message_id, %error, "Telegram refused the update of the message");
             }
         }
+        Ok(())
     }
 
     /// Records a sent message on the server, so that a restarted worker edits it instead of
-    /// sending another.
-    async fn record_delivery(&self, approval_id: &str, chat_id: i64, message_id: i32) {
+    /// sending another. Returns whether it was recorded.
+    async fn record_delivery(&self, approval_id: &str, chat_id: i64, message_id: i32) -> bool {
         let request = pb::RecordDeliveryRequest {
             approval_id: approval_id.to_owned(),
             channel: CHANNEL.to_owned(),
@@ -488,18 +695,19 @@ impl Worker {
         let mut pause = Duration::from_millis(100);
         for attempt in 1..=RECORD_DELIVERY_ATTEMPTS {
             match self.client.record_delivery(request.clone()).await {
-                Ok(_) => return,
+                Ok(_) => return true,
                 Err(error) if error.is_transient() && attempt < RECORD_DELIVERY_ATTEMPTS => {
                     tracing::warn!(approval_id, attempt, %error, "recording the delivery failed; retrying");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(self.settings.max_backoff);
                 }
                 Err(error) => {
-                    tracing::error!(approval_id, %error, "cannot record the delivery; after a restart this message may be sent again");
-                    return;
+                    tracing::error!(approval_id, %error, "cannot record the delivery; the outbox keeps it for the next start");
+                    return false;
                 }
             }
         }
+        false
     }
 
     /// The chats an approval goes to: each `telegram` route's target (a chat id), the default
@@ -536,37 +744,25 @@ impl Worker {
         chats
     }
 
-    /// Tries again, every `retry_interval`, to send or update the messages that failed for a
-    /// reason that may pass (Telegram unreachable, a flood wait longer than the worker waits
-    /// in line); never before the flood wait Telegram asked for is over.
-    pub async fn retry_failed_messages(&self) -> Result<(), WorkerError> {
-        // `interval` panics on zero.
-        let period = self.settings.retry_interval.max(Duration::from_millis(10));
-        let mut ticks = tokio::time::interval(period);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    /// Backoff for calls retried in line (callback answers, notices).
+    fn call_backoff(&self) -> Backoff {
+        Backoff::new(Duration::from_millis(200), self.settings.max_retry_wait)
+    }
+
+    /// Tries again the approvals whose messages failed for a reason that may pass, each on
+    /// its own schedule (exponential backoff, never before Telegram's retry_after).
+    pub async fn retry_failed_messages(self: &Arc<Self>) -> Result<(), WorkerError> {
         loop {
-            ticks.tick().await;
-            for approval_id in self.book.take_due_retries() {
-                match self.client.get_approval(&approval_id).await {
-                    // Sends or edits what is still missing; a new passing failure queues it
-                    // again.
-                    Ok(approval) => self.show(&approval).await,
-                    Err(error) if error.is_transient() => {
-                        tracing::warn!(approval_id, %error, "cannot fetch an approval to retry its messages");
-                        self.book.retry_later(&approval_id, Duration::ZERO);
-                    }
-                    Err(error) => {
-                        tracing::warn!(approval_id, %error, "giving up on an approval's messages");
-                    }
-                }
+            for approval_id in self.retries.next_due().await {
+                self.enqueue_refresh(approval_id);
             }
         }
     }
 
-    /// Polls Telegram for taps and commands. An update is confirmed (by the next poll's
-    /// offset) only after it was handled, so a crash makes Telegram deliver it again; the
-    /// decision's idempotency key makes that harmless.
-    pub async fn follow_updates(&self) -> Result<(), WorkerError> {
+    /// Polls Telegram for taps and commands and handles each batch concurrently. An update is
+    /// confirmed (by the next poll's offset) only after it was handled, so a crash makes
+    /// Telegram deliver it again; the decision's idempotency key makes that harmless.
+    pub async fn follow_updates(self: &Arc<Self>) -> Result<(), WorkerError> {
         let mut offset: Option<i32> = None;
         let mut pause = self.settings.poll_error_backoff;
         loop {
@@ -577,26 +773,31 @@ impl Worker {
             {
                 Ok(updates) => {
                     pause = self.settings.poll_error_backoff;
-                    for update in updates {
-                        let next = next_offset(&update);
-                        self.on_update(update).await;
-                        offset = Some(next);
+                    let next = updates.iter().map(next_offset).max();
+                    futures::future::join_all(
+                        updates.into_iter().map(|update| self.on_update(update)),
+                    )
+                    .await;
+                    if next.is_some() {
+                        offset = next;
                     }
                 }
                 Err(error) => {
-                    let retry_in_ms = pause.as_millis() as u64;
-                    match error {
-                        BotApiError::PollingConflict => tracing::error!(retry_in_ms, "Telegram refused getUpdates with 409 Conflict: another process polls updates with this bot token; run exactly one countersign-telegram per bot and no other bot program with its token"),
-                        error => tracing::warn!(retry_in_ms, %error, "polling Telegram for updates failed"),
+                    let wait = pause.max(error.retry_after().unwrap_or_default());
+                    let retry_in_ms = wait.as_millis() as u64;
+                    if error.is_polling_conflict() {
+                        tracing::error!(retry_in_ms, "Telegram refused getUpdates with 409 Conflict: another process polls updates with this bot token; run exactly one countersign-telegram per bot and no other bot program with its token");
+                    } else {
+                        tracing::warn!(retry_in_ms, %error, "polling Telegram for updates failed");
                     }
-                    tokio::time::sleep(pause).await;
+                    tokio::time::sleep(wait).await;
                     pause = (pause * 2).min(self.settings.max_backoff);
                 }
             }
         }
     }
 
-    async fn on_update(&self, update: Update) {
+    async fn on_update(self: &Arc<Self>, update: Update) {
         match update.kind {
             UpdateKind::CallbackQuery(query) => self.on_callback(query).await,
             UpdateKind::Message(message) => self.on_message(message).await,
@@ -610,9 +811,18 @@ impl Worker {
         }
     }
 
-    async fn on_callback(&self, query: CallbackQuery) {
+    /// A tap: Decide, answer the tap at once with the outcome, then (in the approval's lane)
+    /// edit the approval's messages, the tapped one included.
+    async fn on_callback(self: &Arc<Self>, query: CallbackQuery) {
         let callback_id = query.id.0.clone();
         let user_id = query.from.id.0;
+        let tapped = query
+            .message
+            .as_ref()
+            .map(|message| (message.chat().id.0, message.id().0));
+        if let Some((chat_id, message_id)) = tapped {
+            self.book.saw_message(chat_id, message_id);
+        }
         let data = match query
             .data
             .as_deref()
@@ -649,11 +859,16 @@ impl Worker {
             decider: Some(decider(&query.from)),
             idempotency_key: format!("telegram:callback:{callback_id}"),
         };
-        let answer = self.decide(request, verdict, scope).await;
+        let (answer, approval) = self.decide(request, verdict, scope).await;
         self.answer(&callback_id, &answer).await;
+        if let Some(approval) = approval {
+            self.enqueue_show(approval, tapped);
+        }
     }
 
-    async fn on_message(&self, message: Message) {
+    async fn on_message(self: &Arc<Self>, message: Message) {
+        let chat_id = message.chat.id.0;
+        self.book.saw_message(chat_id, message.id.0);
         let Some(command) = message
             .text()
             .and_then(|text| parse_command(text, &self.bot_username))
@@ -663,7 +878,6 @@ impl Worker {
         let Some(from) = message.from.as_ref() else {
             return;
         };
-        let chat_id = message.chat.id.0;
         let Some(original) = message.reply_to_message() else {
             self.reply(chat_id, message.id.0, REPLY_HOW_TO).await;
             return;
@@ -693,30 +907,35 @@ impl Worker {
             decider: Some(decider(from)),
             idempotency_key: format!("telegram:message:{chat_id}:{}", message.id.0),
         };
-        let answer = self.decide(request, command.verdict, Scope::Once).await;
+        let (answer, approval) = self.decide(request, command.verdict, Scope::Once).await;
         self.reply(chat_id, message.id.0, &escape(&answer)).await;
+        if let Some(approval) = approval {
+            self.enqueue_show(approval, Some((chat_id, original.id.0)));
+        }
     }
 
-    /// Calls Decide, updates the messages, and returns the text to tell the decider.
-    async fn decide(&self, request: pb::DecideRequest, verdict: Verdict, scope: Scope) -> String {
+    /// Calls Decide; returns the text to tell the decider and the approval as it is now.
+    async fn decide(
+        &self,
+        request: pb::DecideRequest,
+        verdict: Verdict,
+        scope: Scope,
+    ) -> (String, Option<pb::Approval>) {
         let approval_id = request.approval_id.clone();
         match self.client.decide(request).await {
             Ok(response) => {
                 tracing::info!(approval_id, outcome = ?response.outcome(), "decision relayed");
                 let answer = decision_outcome_text(&response, verdict, scope);
-                if let Some(approval) = &response.approval {
-                    self.show(approval).await;
-                }
-                answer
+                (answer, response.approval)
             }
             Err(ClientError::PermissionDenied(reason)) => {
                 tracing::info!(approval_id, %reason, "the server refused the decider");
-                ANSWER_NOT_ALLOWED.to_owned()
+                (ANSWER_NOT_ALLOWED.to_owned(), None)
             }
-            Err(ClientError::NotFound(_)) => ANSWER_NO_SUCH_APPROVAL.to_owned(),
+            Err(ClientError::NotFound(_)) => (ANSWER_NO_SUCH_APPROVAL.to_owned(), None),
             Err(error) => {
                 tracing::warn!(approval_id, %error, "Decide failed");
-                ANSWER_TRY_AGAIN.to_owned()
+                (ANSWER_TRY_AGAIN.to_owned(), None)
             }
         }
     }
@@ -727,8 +946,18 @@ impl Worker {
             || i64::try_from(user_id).is_ok_and(|user_id| allowlist.contains(&user_id))
     }
 
+    /// Answers a callback query, retrying briefly (Telegram stops the spinner itself after
+    /// some seconds, so a late answer is worth little).
     async fn answer(&self, callback_id: &str, text: &str) {
-        if let Err(error) = self.bot.answer_callback(callback_id, text).await {
+        let answered = retry_in_line(
+            self.call_backoff(),
+            3,
+            Duration::from_secs(2),
+            "answerCallbackQuery",
+            || self.bot.answer_callback(callback_id, text),
+        )
+        .await;
+        if let Err(error) = answered {
             // A re-delivered callback was already answered; Telegram says the query is too old.
             tracing::info!(%error, "cannot answer the callback query");
         }
@@ -743,6 +972,31 @@ impl Worker {
             tracing::warn!(chat_id, %error, "cannot reply to a command");
         }
     }
+}
+
+/// Why a request message was not sent.
+#[derive(Debug, thiserror::Error)]
+enum SendError {
+    #[error(transparent)]
+    Telegram(#[from] BotApiError),
+    #[error(transparent)]
+    Outbox(#[from] OutboxError),
+}
+
+/// The messages recorded on the server for an approval.
+fn recorded_messages(approval: &pb::Approval) -> Vec<(i64, i32)> {
+    approval
+        .deliveries
+        .iter()
+        .filter(|delivery| delivery.channel == CHANNEL)
+        .filter_map(|delivery| {
+            let parsed = parse_message_ref(&delivery.message_ref);
+            if parsed.is_none() {
+                tracing::warn!(approval_id = %approval.id, "ignoring a delivery record with an unreadable message reference");
+            }
+            parsed
+        })
+        .collect()
 }
 
 /// The offset that confirms `update` on the next poll.

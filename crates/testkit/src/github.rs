@@ -220,6 +220,8 @@ pub enum Failure {
     /// The write is done, then 502: the answer was lost on the way (the case where a client
     /// retrying a POST would create a second comment).
     BadGatewayAfterWrite,
+    /// 422 "Validation Failed" on the body, as GitHub refuses a body it will not take.
+    BodyRefused,
 }
 
 struct Injected {
@@ -247,6 +249,8 @@ struct FakeState {
     requests: Vec<RecordedRequest>,
     injected: VecDeque<Injected>,
     rate_limited_until: Option<OffsetDateTime>,
+    /// Added before every answer, as a distant server would.
+    latency: std::time::Duration,
     held: HashSet<Endpoint>,
     rate_used: u64,
 }
@@ -323,6 +327,7 @@ impl FakeGitHub {
             requests: Vec::new(),
             injected: VecDeque::new(),
             rate_limited_until: None,
+            latency: std::time::Duration::ZERO,
             held: HashSet::new(),
             rate_used: 0,
         };
@@ -498,6 +503,11 @@ impl FakeGitHub {
     pub fn hold(&self, endpoint: Endpoint) {
         self.shared.lock().held.insert(endpoint);
         self.shared.changed();
+    }
+
+    /// Adds `latency` before every answer.
+    pub fn set_latency(&self, latency: std::time::Duration) {
+        self.shared.lock().latency = latency;
     }
 
     /// Lets held answers of `endpoint` go.
@@ -800,6 +810,10 @@ async fn handle(
     };
     shared.changed();
 
+    let latency = shared.lock().latency;
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
     let answer = answer(&shared, route, authorization.as_deref(), uri.query(), &body).await;
 
     let mut state = shared.lock();
@@ -918,6 +932,10 @@ async fn answer(
         }
         Some(Failure::BadGateway) => Some(Answer::error(StatusCode::BAD_GATEWAY, "Server Error")),
         Some(Failure::BadGatewayAfterWrite) => None,
+        Some(Failure::BodyRefused) => {
+            let too_long = "x".repeat(MAX_BODY_CHARS + 1);
+            checked_body(too_long, "IssueComment").err()
+        }
     };
     if let Some(answer) = answer_instead {
         return answer;
@@ -1021,6 +1039,31 @@ fn parse_body(body: &[u8]) -> Result<Value, Answer> {
         .map_err(|_| Answer::error(StatusCode::BAD_REQUEST, "Problems parsing JSON"))
 }
 
+/// GitHub's limit on a comment or issue body, in characters.
+pub const MAX_BODY_CHARS: usize = 65_536;
+
+/// The `body` of a comment or issue, refused like GitHub refuses it when too long: 422
+/// "Validation Failed" with the field error.
+fn checked_body(text: String, resource: &str) -> Result<String, Answer> {
+    if text.chars().count() <= MAX_BODY_CHARS {
+        return Ok(text);
+    }
+    Err(Answer::json(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        json!({
+            "message": "Validation Failed",
+            "errors": [{
+                "resource": resource,
+                "code": "custom",
+                "field": "body",
+                "message": format!("body is too long (maximum is {MAX_BODY_CHARS} characters)"),
+            }],
+            "documentation_url": DOCS_URL,
+            "status": "422",
+        }),
+    ))
+}
+
 fn required_string(body: &Value, field: &str) -> Result<String, Answer> {
     body[field].as_str().map(str::to_string).ok_or_else(|| {
         Answer::validation_failed(&format!("Invalid request.\n\n\"{field}\" wasn't supplied."))
@@ -1113,7 +1156,10 @@ fn serve(
             if state.issue(&repo, number).is_none() {
                 return Answer::not_found();
             }
-            let text = match parse_body(body).and_then(|b| required_string(&b, "body")) {
+            let text = match parse_body(body)
+                .and_then(|b| required_string(&b, "body"))
+                .and_then(|text| checked_body(text, "IssueComment"))
+            {
                 Ok(text) => text,
                 Err(answer) => return answer,
             };
@@ -1143,7 +1189,10 @@ fn serve(
             _ => Answer::not_found(),
         },
         Route::UpdateComment { repo, id } => {
-            let text = match parse_body(body).and_then(|b| required_string(&b, "body")) {
+            let text = match parse_body(body)
+                .and_then(|b| required_string(&b, "body"))
+                .and_then(|text| checked_body(text, "IssueComment"))
+            {
                 Ok(text) => text,
                 Err(answer) => return answer,
             };
@@ -1220,7 +1269,13 @@ fn serve(
                 Ok(title) => title,
                 Err(answer) => return answer,
             };
-            let text = body["body"].as_str().unwrap_or_default().to_string();
+            let text = match checked_body(
+                body["body"].as_str().unwrap_or_default().to_string(),
+                "Issue",
+            ) {
+                Ok(text) => text,
+                Err(answer) => return answer,
+            };
             let issue = state.create_issue(&repo, &title, &text, caller);
             let mut answer = Answer::json(StatusCode::CREATED, issue_json(&base_url, &issue));
             answer.headers.push((
@@ -1260,6 +1315,11 @@ fn serve(
                 Ok(body) => body,
                 Err(answer) => return answer,
             };
+            if let Some(text) = body["body"].as_str() {
+                if let Err(answer) = checked_body(text.to_string(), "Issue") {
+                    return answer;
+                }
+            }
             let Some(issue) = state
                 .issues
                 .get_mut(&repo.to_lowercase())

@@ -13,7 +13,14 @@
 //!   editing without `reply_markup` removes the inline keyboard;
 //! - `getUpdates` long-polls, returns unconfirmed updates until a later call confirms them with
 //!   `offset`, and a new `getUpdates` terminates a pending one with `409 Conflict`;
-//! - a callback query can be answered once.
+//! - a callback query can be answered once;
+//! - `editMessageReplyMarkup` without `reply_markup` removes the buttons ("not modified" for a
+//!   message without any).
+//!
+//! Like the real service it can be slow (a latency added to every call), fail with 5xx whose
+//! body is Telegram's JSON error or a proxy's HTML page, rate-limit with `retry_after`, fail
+//! only the calls for one chat, and apply a call but hold its answer (a worker killed then
+//! never learns the message id).
 //!
 //! Tests inject updates (callback queries, text messages), inject errors for the next calls of
 //! a method, and read every recorded request and the current state of every chat message.
@@ -89,6 +96,10 @@ pub enum InjectedError {
     ChatNotFound,
     /// 409 "Conflict: terminated by other getUpdates request; …".
     TerminatedByOtherGetUpdates,
+    /// A 5xx with Telegram's JSON error body (`{"ok":false,"error_code":502,…}`).
+    ServerErrorJson { status: u16 },
+    /// A 5xx with an HTML page, as a proxy in front of the Bot API answers.
+    ServerErrorHtml { status: u16 },
 }
 
 impl InjectedError {
@@ -115,7 +126,31 @@ impl InjectedError {
             InjectedError::TerminatedByOtherGetUpdates => {
                 ApiReply::from_error_body(fixture(ERROR_TERMINATED_BY_OTHER_GET_UPDATES))
             }
+            InjectedError::ServerErrorJson { status } => {
+                ApiReply::error(*status, server_error_text(*status))
+            }
+            InjectedError::ServerErrorHtml { status } => {
+                let page = format!(
+                    "<html>\r\n<head><title>{status} {text}</title></head>\r\n<body>\r\n<center><h1>{status} {text}</h1></center>\r\n<hr><center>nginx/1.18.0</center>\r\n</body>\r\n</html>\r\n",
+                    text = server_error_text(*status)
+                );
+                ApiReply {
+                    status: StatusCode::from_u16(*status)
+                        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    body: Value::String(page.clone()),
+                    html: Some(page),
+                }
+            }
         }
+    }
+}
+
+fn server_error_text(status: u16) -> &'static str {
+    match status {
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Internal Server Error",
     }
 }
 
@@ -303,6 +338,39 @@ impl FakeTelegram {
             .messages
             .get(&(chat_id, message_id))
             .cloned()
+    }
+
+    /// Adds `latency` before every answer, as a distant server would.
+    pub fn set_latency(&self, latency: Duration) {
+        self.shared.lock().latency = latency;
+    }
+
+    /// Makes the next `times` calls of `method` for chat `chat_id` fail with `error`, each
+    /// answered after `delay` (a slow gateway); calls for other chats are not affected.
+    pub fn fail_next_in_chat(
+        &self,
+        method: &str,
+        chat_id: i64,
+        times: usize,
+        error: InjectedError,
+        delay: Duration,
+    ) {
+        let mut state = self.shared.lock();
+        let queue = state
+            .chat_errors
+            .entry((canonical_method(method), chat_id))
+            .or_default();
+        queue.extend(std::iter::repeat_n((error, delay), times));
+    }
+
+    /// Applies every later call of `method` but answers it only after `hold` (the call shows
+    /// in the chat and in [`FakeTelegram::requests`] at once): a worker killed meanwhile has
+    /// had its call done without learning the result.
+    pub fn hold_answers(&self, method: &str, hold: Duration) {
+        self.shared
+            .lock()
+            .held_answers
+            .insert(canonical_method(method), hold);
     }
 
     /// Makes the next `times` calls of `method` fail with `error` (after recording them).
@@ -505,6 +573,12 @@ struct FakeState {
     last_callback_id: u64,
     /// Callback queries injected and not yet answered.
     open_callback_queries: HashSet<String>,
+    /// Added before every answer.
+    latency: Duration,
+    /// Errors (and how late they are answered) for the calls of a method for one chat.
+    chat_errors: HashMap<(String, i64), VecDeque<(InjectedError, Duration)>>,
+    /// Methods whose answers are held back after the call was applied.
+    held_answers: HashMap<String, Duration>,
 }
 
 impl FakeState {
@@ -519,13 +593,20 @@ impl FakeState {
 struct ApiReply {
     status: StatusCode,
     body: Value,
+    /// An HTML page instead of the JSON body (a proxy's error page).
+    html: Option<String>,
 }
 
 impl ApiReply {
     fn ok(result: Value) -> ApiReply {
+        ApiReply::with_body(StatusCode::OK, json!({ "ok": true, "result": result }))
+    }
+
+    fn with_body(status: StatusCode, body: Value) -> ApiReply {
         ApiReply {
-            status: StatusCode::OK,
-            body: json!({ "ok": true, "result": result }),
+            status,
+            body,
+            html: None,
         }
     }
 
@@ -535,7 +616,7 @@ impl ApiReply {
             .ok()
             .and_then(|code| StatusCode::from_u16(code).ok())
             .unwrap_or(StatusCode::BAD_REQUEST);
-        ApiReply { status, body }
+        ApiReply::with_body(status, body)
     }
 
     /// A 400 in the shape of the published error fixtures.
@@ -555,6 +636,9 @@ impl ApiReply {
 
 impl IntoResponse for ApiReply {
     fn into_response(self) -> Response {
+        if let Some(page) = self.html {
+            return (self.status, [(header::CONTENT_TYPE, "text/html")], page).into_response();
+        }
         (
             self.status,
             [(header::CONTENT_TYPE, "application/json")],
@@ -574,19 +658,38 @@ async fn handle_call(
     let method = canonical_method(&method);
     let params = request_params(query.as_deref(), &headers, &body);
     let received_at = Instant::now();
+    let latency = shared.lock().latency;
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
     let reply = if bot_token.strip_prefix("bot") != Some(shared.token.as_str()) {
         ApiReply::error(401, "Unauthorized")
     } else {
-        let injected = shared
-            .lock()
-            .injected_errors
-            .get_mut(&method)
-            .and_then(VecDeque::pop_front);
-        match injected {
-            Some(error) => error.reply(),
-            None => dispatch(&shared, &method, &params).await,
+        let chat = params.get("chat_id").and_then(value_as_i64);
+        let (injected, for_chat) = {
+            let mut state = shared.lock();
+            let for_chat = chat.and_then(|chat| {
+                state
+                    .chat_errors
+                    .get_mut(&(method.clone(), chat))
+                    .and_then(VecDeque::pop_front)
+            });
+            let injected = state
+                .injected_errors
+                .get_mut(&method)
+                .and_then(VecDeque::pop_front);
+            (injected, for_chat)
+        };
+        match (for_chat, injected) {
+            (Some((error, delay)), _) => {
+                tokio::time::sleep(delay).await;
+                error.reply()
+            }
+            (None, Some(error)) => error.reply(),
+            (None, None) => dispatch(&shared, &method, &params).await,
         }
     };
+    let hold = shared.lock().held_answers.get(&method).copied();
     shared.lock().requests.push(RecordedRequest {
         method,
         params,
@@ -595,6 +698,9 @@ async fn handle_call(
         received_at,
     });
     shared.notify();
+    if let Some(hold) = hold {
+        tokio::time::sleep(hold).await;
+    }
     reply
 }
 
@@ -604,14 +710,12 @@ async fn dispatch(shared: &Shared, method: &str, params: &Value) -> ApiReply {
         "getWebhookInfo" => ApiReply::ok(fixture(GET_WEBHOOK_INFO)["result"].clone()),
         "deleteWebhook" => {
             let body = fixture(DELETE_WEBHOOK);
-            ApiReply {
-                status: StatusCode::OK,
-                body,
-            }
+            ApiReply::with_body(StatusCode::OK, body)
         }
         "getUpdates" => get_updates(shared, params).await,
         "sendMessage" => send_message(shared, params),
         "editMessageText" => edit_message_text(shared, params),
+        "editMessageReplyMarkup" => edit_message_reply_markup(shared, params),
         "answerCallbackQuery" => answer_callback_query(shared, params),
         _ => ApiReply::error(404, "Not Found"),
     }
@@ -732,22 +836,28 @@ fn send_message(shared: &Shared, params: &Value) -> ApiReply {
     state.messages.insert((chat_id, message_id), stored.clone());
     let mut body = fixture(SEND_MESSAGE);
     body["result"] = message_json(&state, &shared.bot_user, &stored, None);
-    ApiReply {
-        status: StatusCode::OK,
-        body,
-    }
+    ApiReply::with_body(StatusCode::OK, body)
 }
 
 fn edit_message_text(shared: &Shared, params: &Value) -> ApiReply {
+    match parse_text(params) {
+        Ok(text) => edit_message(shared, params, Some(text)),
+        Err(reply) => reply,
+    }
+}
+
+fn edit_message_reply_markup(shared: &Shared, params: &Value) -> ApiReply {
+    edit_message(shared, params, None)
+}
+
+/// An edit of a bot message: its keyboard (`reply_markup`, none to remove it) and, when
+/// given, its text and entities.
+fn edit_message(shared: &Shared, params: &Value, text: Option<(String, Vec<Value>)>) -> ApiReply {
     let (Some(chat_id), Some(message_id)) = (
         params.get("chat_id").and_then(value_as_i64),
         params.get("message_id").and_then(value_as_i64),
     ) else {
         return ApiReply::bad_request("Bad Request: message identifier is not specified");
-    };
-    let (text, entities) = match parse_text(params) {
-        Ok(parsed) => parsed,
-        Err(reply) => return reply,
     };
     let reply_markup = match parse_reply_markup(params) {
         Ok(markup) => markup,
@@ -760,6 +870,7 @@ fn edit_message_text(shared: &Shared, params: &Value) -> ApiReply {
     if !stored.from_bot {
         return InjectedError::MessageCantBeEdited.reply();
     }
+    let (text, entities) = text.unwrap_or_else(|| (stored.text.clone(), stored.entities.clone()));
     if stored.text == text && stored.entities == entities && stored.reply_markup == reply_markup {
         return InjectedError::MessageNotModified.reply();
     }
@@ -772,10 +883,7 @@ fn edit_message_text(shared: &Shared, params: &Value) -> ApiReply {
     let mut message = message_json(&state, &shared.bot_user, &stored, None);
     message["edit_date"] = json!(unix_now());
     body["result"] = message;
-    ApiReply {
-        status: StatusCode::OK,
-        body,
-    }
+    ApiReply::with_body(StatusCode::OK, body)
 }
 
 fn answer_callback_query(shared: &Shared, params: &Value) -> ApiReply {
@@ -786,10 +894,7 @@ fn answer_callback_query(shared: &Shared, params: &Value) -> ApiReply {
     if !shared.lock().open_callback_queries.remove(id) {
         return ApiReply::bad_request(QUERY_TOO_OLD);
     }
-    ApiReply {
-        status: StatusCode::OK,
-        body: fixture(ANSWER_CALLBACK_QUERY),
-    }
+    ApiReply::with_body(StatusCode::OK, fixture(ANSWER_CALLBACK_QUERY))
 }
 
 /// The text and entities of a sendMessage/editMessageText call, checked like Telegram does.

@@ -10,11 +10,12 @@ async fn the_binary_runs_from_a_config_file_with_the_token_from_the_environment(
     std::fs::write(
         &config,
         format!(
-            "[server]\nurl = \"{}\"\n[telegram]\napi_url = \"{}\"\ndefault_chat_id = {}\nallowed_user_ids = [{}]\nbuttons = [\"approve\", \"reject\"]\npoll_timeout_secs = 5\n",
+            "[server]\nurl = \"{}\"\n[telegram]\napi_url = \"{}\"\ndefault_chat_id = {}\nallowed_user_ids = [{}]\nbuttons = [\"approve\", \"reject\"]\npoll_timeout_secs = 5\nstate_dir = \"{}\"\n",
             harness.server.url(),
             harness.telegram.api_url(),
             CHAT,
-            alice().id
+            alice().id,
+            dir.path().join("state").display()
         ),
     )
     .unwrap();

@@ -33,6 +33,8 @@ pub struct Harness {
     pub agent: Client,
     pub settings: Settings,
     worker: Option<JoinHandle<Result<(), WorkerError>>>,
+    /// The worker's state directory (its outbox), kept across restarts of the worker.
+    _state: tempfile::TempDir,
 }
 
 impl Harness {
@@ -57,6 +59,11 @@ impl Harness {
     }
 
     async fn with_server(server: TestServer) -> Harness {
+        // The worker's logs, when RUST_LOG asks for them.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let telegram = FakeTelegram::start(BOT_TOKEN).await;
         let mut settings = Settings::new(&server.url(), BOT_TOKEN).expect("test settings");
         settings.api_url = telegram.api_url();
@@ -67,6 +74,8 @@ impl Harness {
         settings.max_backoff = Duration::from_millis(500);
         settings.poll_error_backoff = Duration::from_millis(50);
         settings.retry_interval = Duration::from_millis(100);
+        let state = tempfile::tempdir().expect("a state directory");
+        settings.outbox_path = state.path().join("outbox.jsonl");
         let agent = Client::connect(ClientConfig::new(server.url())).expect("agent client");
         Harness {
             server,
@@ -74,6 +83,7 @@ impl Harness {
             agent,
             settings,
             worker: None,
+            _state: state,
         }
     }
 
@@ -83,6 +93,26 @@ impl Harness {
             settings,
             std::future::pending(),
         )));
+    }
+
+    /// Starts the worker with a shutdown signal (as SIGTERM gives the binary); sending on
+    /// the returned channel asks it to stop, and [`Harness::worker_ended`] waits for that.
+    pub fn start_worker_with_shutdown(&mut self) -> tokio::sync::oneshot::Sender<()> {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let settings = self.settings.clone();
+        self.worker = Some(tokio::spawn(countersign_telegram::run(settings, async {
+            let _ = stopped.await;
+        })));
+        stop
+    }
+
+    /// Waits for the worker to end by itself and returns how it ended.
+    pub async fn worker_ended(&mut self) -> Result<(), WorkerError> {
+        let worker = self.worker.take().expect("a running worker");
+        tokio::time::timeout(Duration::from_secs(30), worker)
+            .await
+            .expect("the worker ends within 30 s")
+            .expect("the worker task did not panic")
     }
 
     /// Kills the worker the hard way (its task is dropped mid-flight, nothing is flushed).

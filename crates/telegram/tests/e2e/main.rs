@@ -5,4 +5,5 @@
 mod binary;
 mod common;
 mod fake_bot_api;
+mod faults;
 mod worker;

@@ -144,12 +144,41 @@ async fn allow_for_session_creates_a_grant_for_later_calls() {
         edited.text
     );
 
-    // The same tool in the same session is now approved by the grant, without a message.
+    // The same tool in the same session is now approved by the grant, without a request
+    // message: a short notice (no buttons) tells the approvers the grant was used.
     let later = harness.request("call-2", r#"{"command":"ls -la"}"#).await;
     assert_eq!(later.state(), ApprovalState::Approved);
     let resolution = later.resolution.expect("a resolution");
     assert_eq!(resolution.resolved_by(), ResolvedBy::Grant);
     assert!(!resolution.grant_id.is_empty());
+    let is_notice = |r: &RecordedRequest| {
+        r.method == "sendMessage"
+            && r.succeeded()
+            && r.param_str("text")
+                .is_some_and(|t| t.contains("session grant"))
+    };
+    let requests = harness
+        .telegram
+        .wait_for_requests("the notice of the grant's use", |requests| {
+            requests.iter().any(is_notice)
+        })
+        .await;
+    let notice = requests.iter().find(|r| is_notice(r)).unwrap();
+    let shown = harness
+        .telegram
+        .message(CHAT, notice.result_message_id().unwrap())
+        .unwrap();
+    assert!(shown.reply_markup.is_none());
+    assert!(
+        shown.text.contains("Approved by a session grant"),
+        "{}",
+        shown.text
+    );
+    assert!(
+        shown.text.contains(&later.id[later.id.len() - 8..]),
+        "{}",
+        shown.text
+    );
     // Another tool still needs a human: its message is the second one the bot sends.
     let other = harness
         .request_with(pb::RequestApprovalRequest {
@@ -161,8 +190,8 @@ async fn allow_for_session_creates_a_grant_for_later_calls() {
     assert!(second.callback_data()[0].contains(&other.id));
     assert_eq!(
         harness.sent_count(),
-        2,
-        "no message for the call approved by the grant"
+        3,
+        "two request messages and the grant's notice"
     );
 }
 
@@ -1048,6 +1077,7 @@ async fn approvals_go_to_their_routed_chat_or_the_default_chat() {
     let in_default = harness.request_message(0).await;
     assert!(in_default.callback_data()[0].contains(&unrouted.id));
 
+    harness.wait_for_delivery(&routed.id).await;
     let recorded = harness.agent.get_approval(&routed.id).await.unwrap();
     let telegram: Vec<&pb::Delivery> = recorded
         .deliveries

@@ -1,0 +1,20 @@
+//! The runtime every countersign channel worker (Telegram, GitHub, the web inbox) shares, so
+//! that each channel crate keeps only its platform's parts (rendering, parsing, API calls):
+//!
+//! - [`lanes::Lanes`]: one ordered queue per approval, many approvals in flight at once, so
+//!   that one slow or failing approval never delays another; graceful shutdown finishes the
+//!   writes in flight.
+//! - [`retry`]: which platform failures are worth retrying ([`retry::Verdict`]: transport
+//!   errors, 429 and every 5xx whatever its body; 4xx are final) and a per-approval schedule
+//!   with exponential backoff that never retries before the platform's retry-after.
+//! - [`outbox::Outbox`]: a durable local record of the intent of each platform write that
+//!   creates something, so that a crash between the write and its record on the server is
+//!   reconciled on restart instead of repeated blindly.
+//! - [`agent_text`]: text an agent wrote, made unable to pass for the worker's own lines.
+//! - [`approval`]: facts about an approval every channel shows the same way.
+
+pub mod agent_text;
+pub mod approval;
+pub mod lanes;
+pub mod outbox;
+pub mod retry;
