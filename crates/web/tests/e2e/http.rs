@@ -1,0 +1,303 @@
+//! The inbox over plain HTTP: sign-in, refusals (no session, bad CSRF token), escaping,
+//! security headers, a rejection reaching the waiting agent, SSE resume after a reconnect,
+//! proxy sign-in.
+
+use std::time::Duration;
+
+use countersign_client::pb;
+use reqwest::header::{CONTENT_SECURITY_POLICY, COOKIE, LOCATION, SET_COOKIE};
+use reqwest::{redirect, StatusCode};
+
+use crate::common::{Mode, Setup};
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(redirect::Policy::none())
+        .build()
+        .expect("HTTP client")
+}
+
+/// Signs in with a fresh login link; returns the cookie header value.
+async fn sign_in(setup: &Setup, approver: &str, name: &str) -> String {
+    let link = setup.web.issue_login(approver, name).await;
+    let token = link.rsplit('/').next().expect("token").to_owned();
+    let page = http().get(&link).send().await.expect("login page");
+    assert_eq!(page.status(), StatusCode::OK);
+    let body = page.text().await.expect("body");
+    assert!(body.contains("id=\"sign-in\""), "{body}");
+    let response = http()
+        .post(format!("{}/login", setup.web.url))
+        .form(&[("token", token.as_str())])
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let cookie = response
+        .headers()
+        .get(SET_COOKIE)
+        .expect("session cookie")
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Max-Age=", "Path=/"] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+    // A login link works once.
+    let again = http()
+        .post(format!("{}/login", setup.web.url))
+        .form(&[("token", token.as_str())])
+        .send()
+        .await
+        .expect("login again");
+    assert_eq!(again.status(), StatusCode::FORBIDDEN);
+    cookie.split(';').next().expect("name=value").to_owned()
+}
+
+/// The CSRF token of the signed-in page.
+fn csrf_of(page: &str) -> String {
+    let marker = "name=\"csrf\" value=\"";
+    let start = page.find(marker).expect("a form with a CSRF token") + marker.len();
+    page[start..start + 64].to_owned()
+}
+
+async fn get(setup: &Setup, path: &str, cookie: &str) -> (StatusCode, String) {
+    let response = http()
+        .get(format!("{}{path}", setup.web.url))
+        .header(COOKIE, cookie)
+        .send()
+        .await
+        .expect("GET");
+    (response.status(), response.text().await.expect("body"))
+}
+
+#[tokio::test]
+async fn missing_sessions_and_csrf_failures_are_refused_and_change_nothing() {
+    let setup = Setup::start(Mode::Login).await;
+    let approval = setup.request("coder", "rm -rf build", pb::Risk::Medium).await;
+    let decide_url = format!("{}/approvals/{}/decide", setup.web.url, approval.id);
+
+    for path in ["/", "/history", "/events?after=0", &format!("/approvals/{}", approval.id)] {
+        let response = http().get(format!("{}{path}", setup.web.url)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{path}");
+    }
+    let forged_cookie = "countersign_session=0123456789abcdef";
+    let response = http()
+        .post(&decide_url)
+        .header(COOKIE, forged_cookie)
+        .form(&[("verdict", "approve"), ("csrf", "x")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+
+    let cookie = sign_in(&setup, "alice", "Alice").await;
+    let (status, inbox) = get(&setup, "/", &cookie).await;
+    assert_eq!(status, StatusCode::OK);
+    let csrf = csrf_of(&inbox);
+    for wrong in [None, Some("0".repeat(64)), Some(csrf[..63].to_owned())] {
+        let mut form = vec![("verdict", "approve".to_owned()), ("scope", "once".to_owned())];
+        if let Some(token) = wrong {
+            form.push(("csrf", token));
+        }
+        let response = http()
+            .post(&decide_url)
+            .header(COOKIE, &cookie)
+            .form(&form)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+        assert!(response.text().await.unwrap().contains("nothing was changed"));
+    }
+    let unchanged = setup.agent.get_approval(&approval.id).await.unwrap();
+    assert_eq!(unchanged.state(), pb::ApprovalState::Pending);
+    assert!(unchanged.decisions.is_empty());
+
+    // The same form with the right token decides, as alice on channel web.
+    let response = http()
+        .post(&decide_url)
+        .header(COOKIE, &cookie)
+        .form(&[("verdict", "approve"), ("scope", "once"), ("csrf", &csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        response.headers()[LOCATION],
+        format!("/approvals/{}", approval.id).as_str()
+    );
+    let decided = setup.agent.get_approval(&approval.id).await.unwrap();
+    assert_eq!(decided.state(), pb::ApprovalState::Approved);
+    let decider = decided.decisions[0].decider.clone().unwrap();
+    assert_eq!(
+        (decider.channel.as_str(), decider.user_id.as_str(), decider.display_name.as_str()),
+        ("web", "alice", "Alice")
+    );
+
+    // Sign-out ends the session for good.
+    let response = http()
+        .post(format!("{}/logout", setup.web.url))
+        .header(COOKIE, &cookie)
+        .form(&[("csrf", &csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(get(&setup, "/", &cookie).await.0, StatusCode::UNAUTHORIZED);
+    setup.web.stop().await;
+}
+
+#[tokio::test]
+async fn agent_text_is_escaped_pages_have_a_strict_csp_and_a_rejection_reaches_the_agent() {
+    let setup = Setup::start(Mode::Login).await;
+    let cookie = sign_in(&setup, "alice", "Alice").await;
+    let hostile = "<script>alert(1)</script><img src=x onerror=alert(2)> deploy";
+    let approval = setup.request("coder", hostile, pb::Risk::High).await;
+
+    let response = http()
+        .get(format!("{}/approvals/{}", setup.web.url, approval.id))
+        .header(COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap();
+    let csp = response.headers()[CONTENT_SECURITY_POLICY].to_str().unwrap().to_owned();
+    assert!(csp.contains("script-src 'self'") && csp.contains("style-src 'self'"), "{csp}");
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    let page = response.text().await.unwrap();
+    assert!(!page.contains("<script>alert"), "{page}");
+    assert!(!page.contains("<img src=x"), "{page}");
+    assert!(page.contains("&#60;script&#62;alert(1)&#60;/script&#62;") || page.contains("&lt;script&gt;alert(1)"), "{page}");
+    // No inline script or style anywhere: the only script is the vendored file.
+    assert_eq!(page.matches("<script").count(), 1, "{page}");
+    assert!(page.contains("<script src=\"/assets/app.js\" defer></script>"));
+    assert!(!page.contains("style=\""));
+    // The file edit is shown as a diff.
+    assert!(page.contains("<span class=\"del\">-env=staging</span>"), "{page}");
+    assert!(page.contains("<span class=\"add\">+env=prod</span>"), "{page}");
+    assert!(page.contains(&approval.args_digest));
+
+    // A rejection's reason reaches the agent waiting for the decision.
+    let waiting = {
+        let agent = setup.agent.clone();
+        let id = approval.id.clone();
+        tokio::spawn(async move { agent.wait_until_resolved(&id, Duration::from_secs(20)).await })
+    };
+    let csrf = csrf_of(&page);
+    let no_reason = http()
+        .post(format!("{}/approvals/{}/decide", setup.web.url, approval.id))
+        .header(COOKIE, &cookie)
+        .form(&[("verdict", "reject"), ("csrf", &csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_reason.status(), StatusCode::BAD_REQUEST);
+    let response = http()
+        .post(format!("{}/approvals/{}/decide", setup.web.url, approval.id))
+        .header(COOKIE, &cookie)
+        .form(&[("verdict", "reject"), ("reason", "not on a Friday"), ("csrf", &csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let resolved = waiting.await.unwrap().expect("resolved");
+    assert_eq!(resolved.state(), pb::ApprovalState::Rejected);
+    assert_eq!(resolved.resolution.unwrap().reason, "not on a Friday");
+    setup.web.stop().await;
+}
+
+/// Reads SSE events (`id`, `event`, `data`) from a response until `count` arrived.
+async fn read_events(response: &mut reqwest::Response, count: usize) -> Vec<(u64, String, String)> {
+    let mut buffer = String::new();
+    let mut events = Vec::new();
+    while events.len() < count {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk())
+            .await
+            .expect("an event within 10 s")
+            .expect("stream")
+            .expect("stream open");
+        buffer.push_str(std::str::from_utf8(&chunk).expect("utf-8"));
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let field = |name: &str| {
+                block
+                    .lines()
+                    .find_map(|line| line.strip_prefix(&format!("{name}:")))
+                    .map(|value| value.trim_start().to_owned())
+            };
+            if let (Some(id), Some(event), Some(data)) = (field("id"), field("event"), field("data")) {
+                events.push((id.parse().expect("numeric id"), event, data));
+            }
+        }
+    }
+    events
+}
+
+#[tokio::test]
+async fn an_inbox_stream_resumes_after_a_reconnect_without_missing_or_repeating() {
+    let setup = Setup::start(Mode::Login).await;
+    let cookie = sign_in(&setup, "alice", "Alice").await;
+    let first = setup.request("coder", "first", pb::Risk::Low).await;
+    let (_, inbox) = get(&setup, "/", &cookie).await;
+    assert!(inbox.contains(&first.id), "{inbox}");
+    let seq_marker = "data-seq=\"";
+    let start = inbox.find(seq_marker).unwrap() + seq_marker.len();
+    let seq: u64 = inbox[start..].split('"').next().unwrap().parse().unwrap();
+
+    let mut stream = http()
+        .get(format!("{}/events?after={seq}", setup.web.url))
+        .header(COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    let second = setup.request("coder", "second", pb::Risk::Low).await;
+    let events = read_events(&mut stream, 1).await;
+    assert_eq!(events[0].1, "row");
+    assert!(events[0].2.contains(&second.id) && events[0].2.contains("\"pending\":true"));
+    let last_seen = events[0].0;
+    drop(stream);
+
+    // While disconnected: a third arrives and the first is decided elsewhere.
+    let third = setup.request("coder", "third", pb::Risk::Low).await;
+    setup.decide_on_telegram(&first.id, "2222", "Bob").await;
+    let mut resumed = http()
+        .get(format!("{}/events?after=0", setup.web.url))
+        .header(COOKIE, &cookie)
+        .header("Last-Event-ID", last_seen.to_string())
+        .send()
+        .await
+        .unwrap();
+    let events = read_events(&mut resumed, 2).await;
+    assert!(events.iter().all(|(id, kind, _)| *id > last_seen && kind == "row"), "{events:?}");
+    assert!(events[0].2.contains(&third.id), "{events:?}");
+    assert!(events[1].2.contains(&first.id) && events[1].2.contains("\"pending\":false"), "{events:?}");
+    assert!(!events.iter().any(|(_, _, data)| data.contains(&second.id)), "{events:?}");
+    setup.web.stop().await;
+}
+
+#[tokio::test]
+async fn proxy_sign_in_trusts_the_header_only_from_the_configured_proxies() {
+    let trusted = Setup::start(Mode::Proxy(&["127.0.0.1"])).await;
+    let response = http()
+        .get(format!("{}/", trusted.web.url))
+        .header("X-Forwarded-User", "bob")
+        .header("X-Forwarded-Name", "Bob B.")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(response.text().await.unwrap().contains("<b id=\"who\">Bob B.</b>"));
+    let anonymous = http().get(format!("{}/", trusted.web.url)).send().await.unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    trusted.web.stop().await;
+
+    let elsewhere = Setup::start(Mode::Proxy(&["10.9.9.9"])).await;
+    let response = http()
+        .get(format!("{}/", elsewhere.web.url))
+        .header("X-Forwarded-User", "bob")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    elsewhere.web.stop().await;
+}
