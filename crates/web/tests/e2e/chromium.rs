@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder};
+use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::json;
 use tokio::process::{Child, Command};
 
@@ -47,8 +48,7 @@ impl Chromium {
         let url = format!("http://127.0.0.1:{port}");
         let mut last_error = None;
         for _ in 0..100 {
-            match ClientBuilder::rustls()
-                .expect("rustls WebDriver client")
+            match ClientBuilder::new(HttpConnector::new())
                 .capabilities(capabilities.clone())
                 .connect(&url)
                 .await
