@@ -34,7 +34,10 @@ async fn text_becomes(browser: &Client, css: &str, expected: &str) {
         if now.to_lowercase().contains(&expected.to_lowercase()) {
             return;
         }
-        assert!(started.elapsed() < WAIT, "{css} shows {now:?}, not {expected:?}");
+        assert!(
+            started.elapsed() < WAIT,
+            "{css} shows {now:?}, not {expected:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -58,26 +61,44 @@ async fn an_approver_works_through_the_inbox_in_a_real_browser() {
 
     // A new approval appears without a reload; the agent's markup is text.
     script(browser, "window.sameDocument = 'yes'; return null;").await;
-    let hostile = "<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\"> deploy v1.2";
+    let hostile =
+        "<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\"> deploy v1.2";
     let first = setup.request("coder", hostile, pb::Risk::High).await;
     let row = format!("#row-{}", first.id);
     assert_eq!(text(browser, &format!("{row} td.action a")).await, hostile);
     assert_eq!(script(browser, "return window.sameDocument;").await, "yes");
-    assert_eq!(script(browser, "return typeof window.pwned;").await, "undefined");
     assert_eq!(
-        script(browser, "return document.querySelectorAll('#rows script, #rows img').length;").await,
+        script(browser, "return typeof window.pwned;").await,
+        "undefined"
+    );
+    assert_eq!(
+        script(
+            browser,
+            "return document.querySelectorAll('#rows script, #rows img').length;"
+        )
+        .await,
         0
     );
     chromium.screenshot("01-inbox-live-row").await;
 
     // Approve with session scope on the approval page.
-    element(browser, &format!("{row} td.action a")).await.click().await.unwrap();
+    element(browser, &format!("{row} td.action a"))
+        .await
+        .click()
+        .await
+        .unwrap();
     assert_eq!(text(browser, "#action").await, hostile);
     assert!(text(browser, "pre.diff").await.contains("-env=staging"));
-    element(browser, "#scope-session").await.click().await.unwrap();
+    element(browser, "#scope-session")
+        .await
+        .click()
+        .await
+        .unwrap();
     element(browser, "#approve").await.click().await.unwrap();
     text_becomes(browser, "#state", "approved").await;
-    assert!(text(browser, "#outcome").await.contains("Approved by Alice (web)"));
+    assert!(text(browser, "#outcome")
+        .await
+        .contains("Approved by Alice (web)"));
     chromium.screenshot("02-approved-for-session").await;
     let grants = setup
         .admin
@@ -86,50 +107,92 @@ async fn an_approver_works_through_the_inbox_in_a_real_browser() {
         .unwrap()
         .grants;
     assert!(
-        grants.iter().any(|g| g.approval_id == first.id && g.active && g.session_id == "coder-session"),
+        grants
+            .iter()
+            .any(|g| g.approval_id == first.id && g.active && g.session_id == "coder-session"),
         "{grants:?}"
     );
 
     // A decision on another channel updates the open page in place.
-    let second = setup.request("coder-2", "restart the database", pb::Risk::Medium).await;
+    let second = setup
+        .request("coder-2", "restart the database", pb::Risk::Medium)
+        .await;
     browser
         .goto(&format!("{}/approvals/{}", setup.web.url, second.id))
         .await
         .unwrap();
-    assert!(element(browser, "#decide").await.is_displayed().await.unwrap());
+    assert!(element(browser, "#decide")
+        .await
+        .is_displayed()
+        .await
+        .unwrap());
     script(browser, "window.sameDocument = 'still'; return null;").await;
     setup.decide_on_telegram(&second.id, "2222", "Bob").await;
     text_becomes(browser, "#outcome", "Approved by Bob (telegram)").await;
     assert_eq!(text(browser, "#state").await.to_lowercase(), "approved");
-    assert!(!element(browser, "#decide").await.is_displayed().await.unwrap());
-    assert_eq!(script(browser, "return window.sameDocument;").await, "still");
+    assert!(!element(browser, "#decide")
+        .await
+        .is_displayed()
+        .await
+        .unwrap());
+    assert_eq!(
+        script(browser, "return window.sameDocument;").await,
+        "still"
+    );
     chromium.screenshot("03-decided-elsewhere").await;
 
     // Batch: select all of one agent, review, approve all five, per-item results.
     let mut batch = Vec::new();
     for shard in 1..=5 {
-        batch.push(setup.request("batcher", &format!("migrate shard {shard}"), pb::Risk::Medium).await);
+        batch.push(
+            setup
+                .request(
+                    "batcher",
+                    &format!("migrate shard {shard}"),
+                    pb::Risk::Medium,
+                )
+                .await,
+        );
     }
-    let decoy = setup.request("other-agent", "not in the batch", pb::Risk::Medium).await;
+    let decoy = setup
+        .request("other-agent", "not in the batch", pb::Risk::Medium)
+        .await;
     browser.goto(&format!("{}/", setup.web.url)).await.unwrap();
     for approval in &batch {
         element(browser, &format!("#row-{}", approval.id)).await;
     }
-    element(browser, ".select-agent[data-agent=\"batcher\"]").await.click().await.unwrap();
+    element(browser, ".select-agent[data-agent=\"batcher\"]")
+        .await
+        .click()
+        .await
+        .unwrap();
     chromium.screenshot("04-inbox-batch-selected").await;
-    element(browser, "#batch button[type=submit]").await.click().await.unwrap();
+    element(browser, "#batch button[type=submit]")
+        .await
+        .click()
+        .await
+        .unwrap();
     element(browser, "#batch-decide").await;
-    let items = browser.find_all(Locator::Css("section.batch-item")).await.unwrap();
+    let items = browser
+        .find_all(Locator::Css("section.batch-item"))
+        .await
+        .unwrap();
     assert_eq!(items.len(), 5);
     assert!(!browser.source().await.unwrap().contains(&decoy.id));
-    element(browser, "#approve-all").await.click().await.unwrap();
+    element(browser, "#approve-all")
+        .await
+        .click()
+        .await
+        .unwrap();
     element(browser, "#results").await;
     let resolved = browser
         .find_all(Locator::Css("tr.result-resolved"))
         .await
         .unwrap();
     assert_eq!(resolved.len(), 5);
-    assert!(text(browser, "#results").await.contains("resolved: Approved by Alice (web)"));
+    assert!(text(browser, "#results")
+        .await
+        .contains("resolved: Approved by Alice (web)"));
     chromium.screenshot("05-batch-results").await;
     for approval in &batch {
         let now = setup.agent.get_approval(&approval.id).await.unwrap();
@@ -137,17 +200,27 @@ async fn an_approver_works_through_the_inbox_in_a_real_browser() {
     }
 
     // A rejection with a reason reaches the waiting agent.
-    let third = setup.request("coder-3", "drop table users", pb::Risk::Critical).await;
+    let third = setup
+        .request("coder-3", "drop table users", pb::Risk::Critical)
+        .await;
     let waiting = {
         let agent = setup.agent.clone();
         let id = third.id.clone();
-        tokio::spawn(async move { agent.wait_until_resolved(&id, Duration::from_secs(30)).await })
+        tokio::spawn(async move {
+            agent
+                .wait_until_resolved(&id, Duration::from_secs(30))
+                .await
+        })
     };
     browser
         .goto(&format!("{}/approvals/{}", setup.web.url, third.id))
         .await
         .unwrap();
-    element(browser, "#reason").await.send_keys("not without a backup").await.unwrap();
+    element(browser, "#reason")
+        .await
+        .send_keys("not without a backup")
+        .await
+        .unwrap();
     element(browser, "#reject").await.click().await.unwrap();
     text_becomes(browser, "#state", "rejected").await;
     let resolved = waiting.await.unwrap().expect("the agent's wait");
@@ -156,9 +229,16 @@ async fn an_approver_works_through_the_inbox_in_a_real_browser() {
     chromium.screenshot("06-rejected").await;
 
     // The decided approvals are in the history.
-    browser.goto(&format!("{}/history", setup.web.url)).await.unwrap();
+    browser
+        .goto(&format!("{}/history", setup.web.url))
+        .await
+        .unwrap();
     eventually("the history to list the rejection", || async {
-        browser.source().await.unwrap_or_default().contains(&third.id)
+        browser
+            .source()
+            .await
+            .unwrap_or_default()
+            .contains(&third.id)
     })
     .await;
 

@@ -54,8 +54,8 @@ impl Chromium {
                 .await
             {
                 Ok(client) => {
-                    let screenshots = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-                        .join("web-screenshots");
+                    let screenshots =
+                        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web-screenshots");
                     std::fs::create_dir_all(&screenshots).expect("screenshot directory");
                     return Chromium {
                         client,

@@ -73,11 +73,22 @@ async fn get(setup: &Setup, path: &str, cookie: &str) -> (StatusCode, String) {
 #[tokio::test]
 async fn missing_sessions_and_csrf_failures_are_refused_and_change_nothing() {
     let setup = Setup::start(Mode::Login).await;
-    let approval = setup.request("coder", "rm -rf build", pb::Risk::Medium).await;
+    let approval = setup
+        .request("coder", "rm -rf build", pb::Risk::Medium)
+        .await;
     let decide_url = format!("{}/approvals/{}/decide", setup.web.url, approval.id);
 
-    for path in ["/", "/history", "/events?after=0", &format!("/approvals/{}", approval.id)] {
-        let response = http().get(format!("{}{path}", setup.web.url)).send().await.unwrap();
+    for path in [
+        "/",
+        "/history",
+        "/events?after=0",
+        &format!("/approvals/{}", approval.id),
+    ] {
+        let response = http()
+            .get(format!("{}{path}", setup.web.url))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{path}");
     }
     let forged_cookie = "countersign_session=0123456789abcdef";
@@ -95,7 +106,10 @@ async fn missing_sessions_and_csrf_failures_are_refused_and_change_nothing() {
     assert_eq!(status, StatusCode::OK);
     let csrf = csrf_of(&inbox);
     for wrong in [None, Some("0".repeat(64)), Some(csrf[..63].to_owned())] {
-        let mut form = vec![("verdict", "approve".to_owned()), ("scope", "once".to_owned())];
+        let mut form = vec![
+            ("verdict", "approve".to_owned()),
+            ("scope", "once".to_owned()),
+        ];
         if let Some(token) = wrong {
             form.push(("csrf", token));
         }
@@ -107,7 +121,11 @@ async fn missing_sessions_and_csrf_failures_are_refused_and_change_nothing() {
             .await
             .unwrap();
         assert_eq!(response.status(), StatusCode::FORBIDDEN);
-        assert!(response.text().await.unwrap().contains("nothing was changed"));
+        assert!(response
+            .text()
+            .await
+            .unwrap()
+            .contains("nothing was changed"));
     }
     let unchanged = setup.agent.get_approval(&approval.id).await.unwrap();
     assert_eq!(unchanged.state(), pb::ApprovalState::Pending);
@@ -130,7 +148,11 @@ async fn missing_sessions_and_csrf_failures_are_refused_and_change_nothing() {
     assert_eq!(decided.state(), pb::ApprovalState::Approved);
     let decider = decided.decisions[0].decider.clone().unwrap();
     assert_eq!(
-        (decider.channel.as_str(), decider.user_id.as_str(), decider.display_name.as_str()),
+        (
+            decider.channel.as_str(),
+            decider.user_id.as_str(),
+            decider.display_name.as_str()
+        ),
         ("web", "alice", "Alice")
     );
 
@@ -160,31 +182,54 @@ async fn agent_text_is_escaped_pages_have_a_strict_csp_and_a_rejection_reaches_t
         .send()
         .await
         .unwrap();
-    let csp = response.headers()[CONTENT_SECURITY_POLICY].to_str().unwrap().to_owned();
-    assert!(csp.contains("script-src 'self'") && csp.contains("style-src 'self'"), "{csp}");
+    let csp = response.headers()[CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("style-src 'self'"),
+        "{csp}"
+    );
     assert!(!csp.contains("unsafe-inline"), "{csp}");
     let page = response.text().await.unwrap();
     assert!(!page.contains("<script>alert"), "{page}");
     assert!(!page.contains("<img src=x"), "{page}");
-    assert!(page.contains("&#60;script&#62;alert(1)&#60;/script&#62;") || page.contains("&lt;script&gt;alert(1)"), "{page}");
+    assert!(
+        page.contains("&#60;script&#62;alert(1)&#60;/script&#62;")
+            || page.contains("&lt;script&gt;alert(1)"),
+        "{page}"
+    );
     // No inline script or style anywhere: the only script is the vendored file.
     assert_eq!(page.matches("<script").count(), 1, "{page}");
     assert!(page.contains("<script src=\"/assets/app.js\" defer></script>"));
     assert!(!page.contains("style=\""));
     // The file edit is shown as a diff.
-    assert!(page.contains("<span class=\"del\">-env=staging</span>"), "{page}");
-    assert!(page.contains("<span class=\"add\">+env=prod</span>"), "{page}");
+    assert!(
+        page.contains("<span class=\"del\">-env=staging</span>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<span class=\"add\">+env=prod</span>"),
+        "{page}"
+    );
     assert!(page.contains(&approval.args_digest));
 
     // A rejection's reason reaches the agent waiting for the decision.
     let waiting = {
         let agent = setup.agent.clone();
         let id = approval.id.clone();
-        tokio::spawn(async move { agent.wait_until_resolved(&id, Duration::from_secs(20)).await })
+        tokio::spawn(async move {
+            agent
+                .wait_until_resolved(&id, Duration::from_secs(20))
+                .await
+        })
     };
     let csrf = csrf_of(&page);
     let no_reason = http()
-        .post(format!("{}/approvals/{}/decide", setup.web.url, approval.id))
+        .post(format!(
+            "{}/approvals/{}/decide",
+            setup.web.url, approval.id
+        ))
         .header(COOKIE, &cookie)
         .form(&[("verdict", "reject"), ("csrf", &csrf)])
         .send()
@@ -192,9 +237,16 @@ async fn agent_text_is_escaped_pages_have_a_strict_csp_and_a_rejection_reaches_t
         .unwrap();
     assert_eq!(no_reason.status(), StatusCode::BAD_REQUEST);
     let response = http()
-        .post(format!("{}/approvals/{}/decide", setup.web.url, approval.id))
+        .post(format!(
+            "{}/approvals/{}/decide",
+            setup.web.url, approval.id
+        ))
         .header(COOKIE, &cookie)
-        .form(&[("verdict", "reject"), ("reason", "not on a Friday"), ("csrf", &csrf)])
+        .form(&[
+            ("verdict", "reject"),
+            ("reason", "not on a Friday"),
+            ("csrf", &csrf),
+        ])
         .send()
         .await
         .unwrap();
@@ -224,7 +276,9 @@ async fn read_events(response: &mut reqwest::Response, count: usize) -> Vec<(u64
                     .find_map(|line| line.strip_prefix(&format!("{name}:")))
                     .map(|value| value.trim_start().to_owned())
             };
-            if let (Some(id), Some(event), Some(data)) = (field("id"), field("event"), field("data")) {
+            if let (Some(id), Some(event), Some(data)) =
+                (field("id"), field("event"), field("data"))
+            {
                 events.push((id.parse().expect("numeric id"), event, data));
             }
         }
@@ -268,10 +322,21 @@ async fn an_inbox_stream_resumes_after_a_reconnect_without_missing_or_repeating(
         .await
         .unwrap();
     let events = read_events(&mut resumed, 2).await;
-    assert!(events.iter().all(|(id, kind, _)| *id > last_seen && kind == "row"), "{events:?}");
+    assert!(
+        events
+            .iter()
+            .all(|(id, kind, _)| *id > last_seen && kind == "row"),
+        "{events:?}"
+    );
     assert!(events[0].2.contains(&third.id), "{events:?}");
-    assert!(events[1].2.contains(&first.id) && events[1].2.contains("\"pending\":false"), "{events:?}");
-    assert!(!events.iter().any(|(_, _, data)| data.contains(&second.id)), "{events:?}");
+    assert!(
+        events[1].2.contains(&first.id) && events[1].2.contains("\"pending\":false"),
+        "{events:?}"
+    );
+    assert!(
+        !events.iter().any(|(_, _, data)| data.contains(&second.id)),
+        "{events:?}"
+    );
     setup.web.stop().await;
 }
 
@@ -286,8 +351,16 @@ async fn proxy_sign_in_trusts_the_header_only_from_the_configured_proxies() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    assert!(response.text().await.unwrap().contains("<b id=\"who\">Bob B.</b>"));
-    let anonymous = http().get(format!("{}/", trusted.web.url)).send().await.unwrap();
+    assert!(response
+        .text()
+        .await
+        .unwrap()
+        .contains("<b id=\"who\">Bob B.</b>"));
+    let anonymous = http()
+        .get(format!("{}/", trusted.web.url))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
     trusted.web.stop().await;
 
