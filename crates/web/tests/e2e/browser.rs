@@ -26,11 +26,15 @@ async fn text(browser: &Client, css: &str) -> String {
     element(browser, css).await.text().await.expect("text")
 }
 
-/// Waits until the element's text contains `expected`.
+/// Waits until the element's text contains `expected` (the element may be replaced
+/// meanwhile, by a navigation or a live update).
 async fn text_becomes(browser: &Client, css: &str, expected: &str) {
     let started = std::time::Instant::now();
     loop {
-        let now = text(browser, css).await;
+        let now = match browser.find(Locator::Css(css)).await {
+            Ok(found) => found.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
         if now.to_lowercase().contains(&expected.to_lowercase()) {
             return;
         }
@@ -40,6 +44,20 @@ async fn text_becomes(browser: &Client, css: &str, expected: &str) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Types `key` on the page itself (not into a form field).
+async fn press(browser: &Client, key: &str) {
+    script(
+        browser,
+        "document.activeElement && document.activeElement.blur(); return null;",
+    )
+    .await;
+    element(browser, "body")
+        .await
+        .send_keys(key)
+        .await
+        .expect("key press");
 }
 
 async fn script(browser: &Client, code: &str) -> serde_json::Value {
@@ -81,6 +99,27 @@ async fn an_approver_works_through_the_inbox_in_a_real_browser() {
     );
     chromium.screenshot("01-inbox-live-row").await;
 
+    // Keyboard: j selects the first row, ? opens the help.
+    press(browser, "j").await;
+    assert_eq!(
+        script(
+            browser,
+            "return document.querySelector('#rows tr.selected').dataset.id;"
+        )
+        .await,
+        first.id.as_str()
+    );
+    press(browser, "?").await;
+    assert_eq!(
+        script(browser, "return document.getElementById('help').open;").await,
+        true
+    );
+    script(
+        browser,
+        "document.getElementById('help').close(); return null;",
+    )
+    .await;
+
     // Approve with session scope on the approval page.
     element(browser, &format!("{row} td.action a"))
         .await
@@ -94,7 +133,8 @@ async fn an_approver_works_through_the_inbox_in_a_real_browser() {
         .click()
         .await
         .unwrap();
-    element(browser, "#approve").await.click().await.unwrap();
+    // "a" approves, with the scope chosen in the form.
+    press(browser, "a").await;
     text_becomes(browser, "#state", "approved").await;
     assert!(text(browser, "#outcome")
         .await
