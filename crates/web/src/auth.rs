@@ -2,15 +2,21 @@
 //! proxy; and the CSRF token every form of that approver must carry.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use crate::config::SignIn;
-use crate::pages::Refusal;
+use crate::pages::{FormFields, Refusal};
 use crate::sessions::{validate_approver_id, Approver, Session};
 use crate::App;
+
+/// The largest form body accepted (a batch of 200 ids with a reason fits many times).
+const MAX_FORM_BYTES: usize = 256 * 1024;
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "countersign_session";
@@ -99,6 +105,43 @@ impl Viewer {
             tracing::warn!(approver = %self.approver.id, "form refused: CSRF token missing or wrong");
             Err(Refusal::Csrf)
         }
+    }
+}
+
+/// Handlers that take a `Viewer` serve signed-in approvers only.
+impl FromRequestParts<Arc<App>> for Viewer {
+    type Rejection = Refusal;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Viewer, Refusal> {
+        let ConnectInfo(peer) = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .copied()
+            .ok_or_else(|| Refusal::Internal("the peer address is unknown".into()))?;
+        app.viewer(&parts.headers, peer).await
+    }
+}
+
+/// A form posted by a signed-in approver, carrying that approver's CSRF token.
+pub struct SignedForm {
+    pub viewer: Viewer,
+    pub form: FormFields,
+}
+
+impl FromRequest<Arc<App>> for SignedForm {
+    type Rejection = Refusal;
+
+    async fn from_request(request: Request, app: &Arc<App>) -> Result<SignedForm, Refusal> {
+        let (mut parts, body) = request.into_parts();
+        let viewer = Viewer::from_request_parts(&mut parts, app).await?;
+        let body = axum::body::to_bytes(body, MAX_FORM_BYTES)
+            .await
+            .map_err(|_| {
+                Refusal::BadRequest(format!("a form may hold at most {MAX_FORM_BYTES} bytes"))
+            })?;
+        let form = FormFields::parse(&body);
+        viewer.check_csrf(form.get("csrf"))?;
+        Ok(SignedForm { viewer, form })
     }
 }
 

@@ -6,11 +6,10 @@
 //! twice (after a resync) replaces the row instead of adding one.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use askama::Template;
-use axum::extract::{ConnectInfo, Query, State};
+use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use countersign_client::pb;
@@ -38,11 +37,10 @@ pub struct EventsQuery {
 
 pub async fn events(
     State(app): State<Arc<App>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    viewer: Viewer,
     headers: HeaderMap,
     Query(query): Query<EventsQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Refusal> {
-    let viewer = app.viewer(&headers, peer).await?;
     let after = headers
         .get("last-event-id")
         .and_then(|value| value.to_str().ok())

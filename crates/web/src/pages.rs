@@ -1,16 +1,15 @@
 //! The pages: inbox, approval, decide, batch, history, grants, sign-in. Templates are checked
 //! at compile time (askama) and escape every value.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use askama::Template;
-use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use countersign_client::{pb, ClientError};
 
-use crate::auth::{session_cookie, Viewer, SESSION_COOKIE};
+use crate::auth::{session_cookie, SignedForm, Viewer, SESSION_COOKIE};
 use crate::config::CHANNEL;
 use crate::sessions::random_token;
 use crate::view::{self, Filters, Row, Status, TimelineEntry};
@@ -151,8 +150,6 @@ impl FormFields {
     }
 }
 
-type Peer = ConnectInfo<SocketAddr>;
-
 // ---- inbox ----
 
 #[derive(Template)]
@@ -187,11 +184,9 @@ pub fn inbox_rows(pending: &[Arc<pb::Approval>], approver_id: &str, filters: &Fi
 
 pub async fn inbox(
     State(app): State<Arc<App>>,
-    ConnectInfo(peer): Peer,
-    headers: HeaderMap,
+    viewer: Viewer,
     Query(filters): Query<Filters>,
 ) -> Result<Response, Refusal> {
-    let viewer = app.viewer(&headers, peer).await?;
     let (pending, seq) = app.live.pending();
     let mut agents: Vec<String> = pending.iter().map(|a| a.agent_id.clone()).collect();
     agents.sort();
@@ -240,11 +235,9 @@ pub struct StatusFragment {
 
 pub async fn approval(
     State(app): State<Arc<App>>,
-    ConnectInfo(peer): Peer,
-    headers: HeaderMap,
+    viewer: Viewer,
     Path(id): Path<String>,
 ) -> Result<Response, Refusal> {
-    let viewer = app.viewer(&headers, peer).await?;
     // The seq before the read: an update racing with it is replayed, never missed.
     let (_, seq) = app.live.pending();
     let approval = app.client.get_approval(&id).await?;
@@ -387,14 +380,9 @@ fn form_key(form: &FormFields) -> String {
 
 pub async fn decide(
     State(app): State<Arc<App>>,
-    ConnectInfo(peer): Peer,
-    headers: HeaderMap,
     Path(id): Path<String>,
-    body: axum::body::Bytes,
+    SignedForm { viewer, form }: SignedForm,
 ) -> Result<Response, Refusal> {
-    let viewer = app.viewer(&headers, peer).await?;
-    let form = FormFields::parse(&body);
-    viewer.check_csrf(form.get("csrf"))?;
     let (verdict, scope, reason) = decision_of(&form)?;
     let result = decide_one(
         &app,
@@ -471,13 +459,8 @@ fn batch_ids(form: &FormFields) -> Result<Vec<String>, Refusal> {
 
 pub async fn batch_review(
     State(app): State<Arc<App>>,
-    ConnectInfo(peer): Peer,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
+    SignedForm { viewer, form }: SignedForm,
 ) -> Result<Response, Refusal> {
-    let viewer = app.viewer(&headers, peer).await?;
-    let form = FormFields::parse(&body);
-    viewer.check_csrf(form.get("csrf"))?;
     let ids = batch_ids(&form)?;
     let approvals =
         futures::future::join_all(ids.iter().map(|id| app.client.get_approval(id))).await;
@@ -500,13 +483,8 @@ pub async fn batch_review(
 
 pub async fn batch_decide(
     State(app): State<Arc<App>>,
-    ConnectInfo(peer): Peer,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
+    SignedForm { viewer, form }: SignedForm,
 ) -> Result<Response, Refusal> {
-    let viewer = app.viewer(&headers, peer).await?;
-    let form = FormFields::parse(&body);
-    viewer.check_csrf(form.get("csrf"))?;
     let ids = batch_ids(&form)?;
     let (verdict, scope, reason) = decision_of(&form)?;
     let key = form_key(&form);
@@ -563,11 +541,9 @@ const DECIDED_STATES: [pb::ApprovalState; 5] = [
 
 pub async fn history(
     State(app): State<Arc<App>>,
-    ConnectInfo(peer): Peer,
-    headers: HeaderMap,
+    viewer: Viewer,
     Query(search): Query<Search>,
 ) -> Result<Response, Refusal> {
-    let viewer = app.viewer(&headers, peer).await?;
     let states: Vec<i32> = DECIDED_STATES
         .iter()
         .filter(|state| search.state.is_empty() || view::state_label(**state) == search.state)
@@ -654,12 +630,7 @@ fn admin_of(app: &App, viewer: &Viewer) -> Result<countersign_client::Client, Re
     }
 }
 
-pub async fn grants(
-    State(app): State<Arc<App>>,
-    ConnectInfo(peer): Peer,
-    headers: HeaderMap,
-) -> Result<Response, Refusal> {
-    let viewer = app.viewer(&headers, peer).await?;
+pub async fn grants(State(app): State<Arc<App>>, viewer: Viewer) -> Result<Response, Refusal> {
     let admin = admin_of(&app, &viewer)?;
     let page = admin
         .list_grants(pb::ListGrantsRequest {
@@ -689,16 +660,19 @@ pub async fn grants(
 
 pub async fn revoke_grant(
     State(app): State<Arc<App>>,
-    ConnectInfo(peer): Peer,
-    headers: HeaderMap,
     Path(id): Path<String>,
-    body: axum::body::Bytes,
+    SignedForm { viewer, form }: SignedForm,
 ) -> Result<Response, Refusal> {
-    let viewer = app.viewer(&headers, peer).await?;
-    let form = FormFields::parse(&body);
-    viewer.check_csrf(form.get("csrf"))?;
     let admin = admin_of(&app, &viewer)?;
-    let reason = format!("revoked in the web inbox by {}", viewer.approver.id);
+    let given = form.get("reason").map(str::trim).unwrap_or("");
+    let reason = if given.is_empty() {
+        format!("revoked in the web inbox by {}", viewer.approver.id)
+    } else {
+        format!(
+            "revoked in the web inbox by {}: {given}",
+            viewer.approver.id
+        )
+    };
     admin.revoke_grant(&id, &reason).await?;
     tracing::info!(grant = %id, approver = %viewer.approver.id, "grant revoked");
     Ok(Redirect::to("/grants").into_response())
@@ -752,12 +726,9 @@ pub async fn login(
 
 pub async fn logout(
     State(app): State<Arc<App>>,
-    ConnectInfo(peer): Peer,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    _signed: SignedForm,
 ) -> Result<Response, Refusal> {
-    let viewer = app.viewer(&headers, peer).await?;
-    viewer.check_csrf(FormFields::parse(&body).get("csrf"))?;
     if let Some(session_id) = session_cookie(&headers) {
         app.sessions
             .end(session_id)

@@ -374,3 +374,169 @@ async fn proxy_sign_in_trusts_the_header_only_from_the_configured_proxies() {
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     elsewhere.web.stop().await;
 }
+
+#[tokio::test]
+async fn history_is_searchable_and_admins_revoke_grants() {
+    let setup = Setup::start(Mode::Login).await;
+    let alice = sign_in(&setup, "alice", "Alice").await;
+    let bob = sign_in(&setup, "bob", "Bob").await;
+    let deploy = setup
+        .request("deployer", "deploy the payments service", pb::Risk::High)
+        .await;
+    let cleanup = setup
+        .request("janitor", "clean the tmp directory", pb::Risk::Medium)
+        .await;
+    let (_, page) = get(&setup, &format!("/approvals/{}", deploy.id), &alice).await;
+    let csrf = csrf_of(&page);
+    for (approval, scope) in [(&deploy, "session"), (&cleanup, "once")] {
+        let response = http()
+            .post(format!(
+                "{}/approvals/{}/decide",
+                setup.web.url, approval.id
+            ))
+            .header(COOKIE, &alice)
+            .form(&[("verdict", "approve"), ("scope", scope), ("csrf", &csrf)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    }
+
+    let (status, found) = get(&setup, "/history?q=PAYMENTS", &alice).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        found.contains(&deploy.id) && !found.contains(&cleanup.id),
+        "{found}"
+    );
+    let (_, by_agent) = get(&setup, "/history?agent=janitor&state=approved", &alice).await;
+    assert!(
+        by_agent.contains(&cleanup.id) && !by_agent.contains(&deploy.id),
+        "{by_agent}"
+    );
+    let (_, rejected) = get(&setup, "/history?state=rejected", &alice).await;
+    assert!(!rejected.contains(&deploy.id) && !rejected.contains(&cleanup.id));
+    assert_eq!(
+        get(&setup, "/history?state=bogus", &alice).await.0,
+        StatusCode::BAD_REQUEST
+    );
+
+    // Grants: alice is an admin of the inbox, bob is not.
+    let grant = setup
+        .admin
+        .list_grants(pb::ListGrantsRequest::default())
+        .await
+        .unwrap()
+        .grants
+        .into_iter()
+        .find(|g| g.approval_id == deploy.id)
+        .expect("the session approval's grant");
+    let (status, grants) = get(&setup, "/grants", &alice).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(grants.contains(&grant.id), "{grants}");
+    assert_eq!(get(&setup, "/grants", &bob).await.0, StatusCode::FORBIDDEN);
+    let (_, bob_page) = get(&setup, "/", &bob).await;
+    let revoke_url = format!("{}/grants/{}/revoke", setup.web.url, grant.id);
+    let refused = http()
+        .post(&revoke_url)
+        .header(COOKIE, &bob)
+        .form(&[("csrf", csrf_of(&bob_page))])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    let revoked = http()
+        .post(&revoke_url)
+        .header(COOKIE, &alice)
+        .form(&[("csrf", csrf.as_str()), ("reason", "session over")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), StatusCode::SEE_OTHER);
+    let now = setup
+        .admin
+        .list_grants(pb::ListGrantsRequest {
+            include_inactive: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .grants
+        .into_iter()
+        .find(|g| g.id == grant.id)
+        .unwrap();
+    assert!(!now.active && now.revoked_at.is_some(), "{now:?}");
+    setup.web.stop().await;
+}
+
+#[tokio::test]
+async fn a_batch_reports_per_approval_resolved_already_resolved_and_refused() {
+    let setup = Setup::start(Mode::Login).await;
+    // Carol may decide up to medium risk.
+    let carol = sign_in(&setup, "carol", "Carol").await;
+    let fine = setup
+        .request("ops", "rotate the logs", pb::Risk::Medium)
+        .await;
+    let taken = setup
+        .request("ops", "restart the cache", pb::Risk::Medium)
+        .await;
+    let too_risky = setup
+        .request("ops", "drop the database", pb::Risk::Critical)
+        .await;
+    setup.decide_on_telegram(&taken.id, "2222", "Bob").await;
+    let (_, inbox) = get(&setup, "/", &carol).await;
+    let csrf = csrf_of(&inbox);
+    let ids = [&fine.id, &taken.id, &too_risky.id];
+    let mut form: Vec<(&str, &str)> = vec![("csrf", &csrf)];
+    form.extend(ids.iter().map(|id| ("id", id.as_str())));
+    let review = http()
+        .post(format!("{}/batch", setup.web.url))
+        .header(COOKIE, &carol)
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(review.status(), StatusCode::OK);
+    let review = review.text().await.unwrap();
+    for id in ids {
+        assert!(review.contains(&format!("id=\"item-{id}\"")), "{review}");
+    }
+    form.push(("verdict", "approve"));
+    let result = http()
+        .post(format!("{}/batch/decide", setup.web.url))
+        .header(COOKIE, &carol)
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(result.status(), StatusCode::OK);
+    let result = result.text().await.unwrap();
+    let line = |id: &str| {
+        let start = result
+            .find(&format!("data-id=\"{id}\""))
+            .expect("a result line");
+        let line = &result[..start];
+        let class_start = line.rfind("class=\"").unwrap();
+        let class = line[class_start..].to_owned();
+        let end = result[start..].find("</tr>").unwrap();
+        format!("{class}{}", &result[start..start + end])
+    };
+    let fine_line = line(&fine.id);
+    assert!(
+        fine_line.contains("result-resolved") && fine_line.contains("Approved by Carol (web)"),
+        "{fine_line}"
+    );
+    let taken_line = line(&taken.id);
+    assert!(
+        taken_line.contains("result-already")
+            && taken_line.contains("already resolved: Approved by Bob (telegram)"),
+        "{taken_line}"
+    );
+    let risky_line = line(&too_risky.id);
+    assert!(
+        risky_line.contains("result-refused") && risky_line.contains("refused:"),
+        "{risky_line}"
+    );
+    let risky = setup.agent.get_approval(&too_risky.id).await.unwrap();
+    assert_eq!(risky.state(), pb::ApprovalState::Pending);
+    setup.web.stop().await;
+}
