@@ -282,6 +282,20 @@ async fn an_approver_works_through_the_inbox_in_a_real_browser() {
     })
     .await;
 
+    // On a phone-sized window the inbox is one column without a table header.
+    browser.set_window_size(390, 844).await.unwrap();
+    browser.goto(&format!("{}/", setup.web.url)).await.unwrap();
+    element(browser, &format!("#row-{}", decoy.id)).await;
+    assert_eq!(
+        script(
+            browser,
+            "return getComputedStyle(document.querySelector('#inbox thead')).display;"
+        )
+        .await,
+        "none"
+    );
+    chromium.screenshot("07-phone-inbox").await;
+
     chromium.stop().await;
     setup.web.stop().await;
 }
