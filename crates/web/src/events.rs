@@ -78,6 +78,7 @@ struct Feed {
 impl Feed {
     async fn run(self, mut changes: broadcast::Receiver<Arc<Change>>, resume: Resume, after: u64) {
         let mut last = after;
+        let mut closing = self.app.closing.clone();
         let sent = match resume {
             Resume::Resync(seq) => self.resync(seq, &mut last).await,
             Resume::Changes(replay) => {
@@ -95,6 +96,7 @@ impl Feed {
             let received = tokio::select! {
                 received = changes.recv() => received,
                 () = self.sender.closed() => return,
+                _ = closing.wait_for(|closing| *closing) => return,
             };
             let sent = match received {
                 Ok(change) if change.seq <= last => true,

@@ -68,6 +68,8 @@ pub struct App {
     pub live: Arc<Live>,
     /// Key of the CSRF tokens of proxy sign-in.
     csrf_key: [u8; 32],
+    /// Turns true at shutdown: open event streams end, so the graceful shutdown can finish.
+    pub closing: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Binds `settings.listen` and serves until `shutdown` completes.
@@ -100,6 +102,7 @@ pub async fn serve(
         .transpose()?;
     let mut csrf_key = [0u8; 32];
     rand::thread_rng().fill_bytes(&mut csrf_key);
+    let (close, closing) = tokio::sync::watch::channel(false);
     let app = Arc::new(App {
         settings,
         client: client.clone(),
@@ -107,6 +110,7 @@ pub async fn serve(
         sessions,
         live: Arc::new(Live::default()),
         csrf_key,
+        closing,
     });
     let follow = live::follow(client, Arc::clone(&app.live));
     let addr = listener.local_addr().map_err(WebError::Serve)?;
@@ -115,7 +119,11 @@ pub async fn serve(
         listener,
         router(app).into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(shutdown);
+    .with_graceful_shutdown(async move {
+        shutdown.await;
+        tracing::info!("shutting down: ending event streams");
+        let _ = close.send(true);
+    });
     tokio::select! {
         served = http => served.map_err(WebError::Serve),
         followed = follow => {

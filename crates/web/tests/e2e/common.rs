@@ -186,7 +186,10 @@ impl Web {
             .arg(&config)
             .env("COUNTERSIGN_WORKER_TOKEN", WEB_TOKEN)
             .env("COUNTERSIGN_WEB_ADMIN_TOKEN", ADMIN_TOKEN)
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("WEB_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdin(Stdio::null())
             .kill_on_drop(true)
             .spawn()
@@ -230,6 +233,19 @@ impl Web {
 
     pub async fn stop(mut self) {
         let _ = self.child.kill().await;
+    }
+
+    /// Sends SIGTERM; the exit status, or `None` when the process did not exit within 10 s.
+    pub async fn terminate(mut self) -> Option<std::process::ExitStatus> {
+        let pid = self.child.id().expect("running").to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .expect("kill");
+        assert!(sent.success());
+        let exited = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
+        exited.ok().map(|status| status.expect("wait"))
     }
 }
 

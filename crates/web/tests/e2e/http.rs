@@ -264,7 +264,7 @@ async fn read_events(response: &mut reqwest::Response, count: usize) -> Vec<(u64
     while events.len() < count {
         let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk())
             .await
-            .expect("an event within 10 s")
+            .unwrap_or_else(|_| panic!("no event within 10 s; got {events:?}, unparsed {buffer:?}"))
             .expect("stream")
             .expect("stream open");
         buffer.push_str(std::str::from_utf8(&chunk).expect("utf-8"));
@@ -291,7 +291,15 @@ async fn an_inbox_stream_resumes_after_a_reconnect_without_missing_or_repeating(
     let setup = Setup::start(Mode::Login).await;
     let cookie = sign_in(&setup, "alice", "Alice").await;
     let first = setup.request("coder", "first", pb::Risk::Low).await;
-    let (_, inbox) = get(&setup, "/", &cookie).await;
+    // The inbox learns of it through its watch, a moment later.
+    let mut inbox = String::new();
+    for _ in 0..200 {
+        inbox = get(&setup, "/", &cookie).await.1;
+        if inbox.contains(&first.id) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(inbox.contains(&first.id), "{inbox}");
     let seq_marker = "data-seq=\"";
     let start = inbox.find(seq_marker).unwrap() + seq_marker.len();
@@ -539,4 +547,30 @@ async fn a_batch_reports_per_approval_resolved_already_resolved_and_refused() {
     let risky = setup.agent.get_approval(&too_risky.id).await.unwrap();
     assert_eq!(risky.state(), pb::ApprovalState::Pending);
     setup.web.stop().await;
+}
+
+#[tokio::test]
+async fn sigterm_ends_open_event_streams_and_exits() {
+    let setup = Setup::start(Mode::Login).await;
+    let cookie = sign_in(&setup, "alice", "Alice").await;
+    let mut stream = http()
+        .get(format!("{}/events?after=0", setup.web.url))
+        .header(COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap();
+    // Whether the stream starts with a resync (opened before the inbox's first snapshot) or
+    // not, the new approval's row is the last event read.
+    let approval = setup.request("coder", "a row", pb::Risk::Low).await;
+    let mut events = Vec::new();
+    while !events
+        .iter()
+        .any(|(_, kind, data): &(u64, String, String)| kind == "row" && data.contains(&approval.id))
+    {
+        events.extend(read_events(&mut stream, 1).await);
+    }
+    let status = setup.web.terminate().await.expect("exited within 10 s");
+    assert!(status.success(), "{status:?}");
+    let rest = tokio::time::timeout(Duration::from_secs(5), stream.chunk()).await;
+    assert!(matches!(rest, Ok(Ok(None)) | Ok(Err(_))), "{rest:?}");
 }
