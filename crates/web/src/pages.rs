@@ -707,14 +707,10 @@ pub async fn login(
         ));
     };
     tracing::info!(approver = %session.approver.id, "signed in");
-    let secure = if app.settings.secure_cookies() {
-        "; Secure"
-    } else {
-        ""
-    };
-    let cookie = format!(
-        "{SESSION_COOKIE}={session_id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
-        app.settings.session_ttl.as_secs()
+    let cookie = session_cookie_value(
+        &session_id,
+        app.settings.session_ttl,
+        app.settings.secure_cookies(),
     );
     let mut response = Redirect::to("/").into_response();
     response.headers_mut().insert(
@@ -722,6 +718,16 @@ pub async fn login(
         HeaderValue::from_str(&cookie).map_err(|error| Refusal::Internal(error.to_string()))?,
     );
     Ok(response)
+}
+
+/// The `Set-Cookie` value of a new session: not readable by scripts, never sent from another
+/// site, expiring, and only over TLS when the inbox is served over https.
+fn session_cookie_value(session_id: &str, ttl: std::time::Duration, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!(
+        "{SESSION_COOKIE}={session_id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+        ttl.as_secs()
+    )
 }
 
 pub async fn logout(
@@ -743,4 +749,23 @@ pub async fn logout(
         ),
     );
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_session_cookie_is_secure_under_tls() {
+        let ttl = std::time::Duration::from_secs(60);
+        let plain = session_cookie_value("abc", ttl, false);
+        assert_eq!(
+            plain,
+            "countersign_session=abc; Path=/; HttpOnly; SameSite=Strict; Max-Age=60"
+        );
+        assert_eq!(
+            session_cookie_value("abc", ttl, true),
+            format!("{plain}; Secure")
+        );
+    }
 }

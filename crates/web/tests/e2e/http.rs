@@ -213,6 +213,9 @@ async fn agent_text_is_escaped_pages_have_a_strict_csp_and_a_rejection_reaches_t
         "{page}"
     );
     assert!(page.contains(&approval.args_digest));
+    // The timeline is the audit trail (the inbox has the admin token).
+    // (audit entries are numbered by their seq: "#N requested").
+    assert!(page.contains("</time> #") && page.contains(" requested</li>"), "{page}");
 
     // A rejection's reason reaches the agent waiting for the decision.
     let waiting = {
@@ -364,6 +367,37 @@ async fn proxy_sign_in_trusts_the_header_only_from_the_configured_proxies() {
         .await
         .unwrap()
         .contains("<b id=\"who\">Bob B.</b>"));
+    // Forms still need the approver's CSRF token.
+    let approval = trusted.request("coder", "tidy up", pb::Risk::Low).await;
+    let page = http()
+        .get(format!("{}/approvals/{}", trusted.web.url, approval.id))
+        .header("X-Forwarded-User", "bob")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let decide = |csrf: String| {
+        http()
+            .post(format!(
+                "{}/approvals/{}/decide",
+                trusted.web.url, approval.id
+            ))
+            .header("X-Forwarded-User", "bob")
+            .form(&[("verdict", "approve".to_owned()), ("csrf", csrf)])
+            .send()
+    };
+    assert_eq!(
+        decide("0".repeat(64)).await.unwrap().status(),
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        decide(csrf_of(&page)).await.unwrap().status(),
+        StatusCode::SEE_OTHER
+    );
+    let decided = trusted.agent.get_approval(&approval.id).await.unwrap();
+    assert_eq!(decided.decisions[0].decider.clone().unwrap().user_id, "bob");
     let anonymous = http()
         .get(format!("{}/", trusted.web.url))
         .send()
