@@ -60,6 +60,20 @@ fn csrf_of(page: &str) -> String {
     page[start..start + 64].to_owned()
 }
 
+/// The page at `path` once it shows `id`: the inbox learns of approvals through its watch, a
+/// moment after they are created.
+async fn page_showing(setup: &Setup, path: &str, cookie: &str, id: &str) -> String {
+    let mut page = String::new();
+    for _ in 0..200 {
+        page = get(setup, path, cookie).await.1;
+        if page.contains(id) {
+            return page;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{path} never showed {id}: {page}");
+}
+
 async fn get(setup: &Setup, path: &str, cookie: &str) -> (StatusCode, String) {
     let response = http()
         .get(format!("{}{path}", setup.web.url))
@@ -215,7 +229,10 @@ async fn agent_text_is_escaped_pages_have_a_strict_csp_and_a_rejection_reaches_t
     assert!(page.contains(&approval.args_digest));
     // The timeline is the audit trail (the inbox has the admin token).
     // (audit entries are numbered by their seq: "#N requested").
-    assert!(page.contains("</time> #") && page.contains(" requested</li>"), "{page}");
+    assert!(
+        page.contains("</time> #") && page.contains(" requested</li>"),
+        "{page}"
+    );
 
     // A rejection's reason reaches the agent waiting for the decision.
     let waiting = {
@@ -294,16 +311,7 @@ async fn an_inbox_stream_resumes_after_a_reconnect_without_missing_or_repeating(
     let setup = Setup::start(Mode::Login).await;
     let cookie = sign_in(&setup, "alice", "Alice").await;
     let first = setup.request("coder", "first", pb::Risk::Low).await;
-    // The inbox learns of it through its watch, a moment later.
-    let mut inbox = String::new();
-    for _ in 0..200 {
-        inbox = get(&setup, "/", &cookie).await.1;
-        if inbox.contains(&first.id) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(inbox.contains(&first.id), "{inbox}");
+    let inbox = page_showing(&setup, "/", &cookie, &first.id).await;
     let seq_marker = "data-seq=\"";
     let start = inbox.find(seq_marker).unwrap() + seq_marker.len();
     let seq: u64 = inbox[start..].split('"').next().unwrap().parse().unwrap();
@@ -521,11 +529,25 @@ async fn a_batch_reports_per_approval_resolved_already_resolved_and_refused() {
     let taken = setup
         .request("ops", "restart the cache", pb::Risk::Medium)
         .await;
+    setup.decide_on_telegram(&taken.id, "2222", "Bob").await;
+    // Requested after that decision: an inbox showing it has applied the decision too.
     let too_risky = setup
         .request("ops", "drop the database", pb::Risk::Critical)
         .await;
-    setup.decide_on_telegram(&taken.id, "2222", "Bob").await;
-    let (_, inbox) = get(&setup, "/", &carol).await;
+    // The inbox filters by risk, agent and tool; the riskiest comes first.
+    let inbox = page_showing(&setup, "/", &carol, &too_risky.id).await;
+    let position = |id: &str| inbox.find(&format!("id=\"row-{id}\"")).expect("a row");
+    assert!(position(&too_risky.id) < position(&fine.id), "{inbox}");
+    assert!(
+        !inbox.contains(&format!("id=\"row-{}\"", taken.id)),
+        "{inbox}"
+    );
+    let critical = get(&setup, "/?risk=critical", &carol).await.1;
+    assert!(critical.contains(&too_risky.id) && !critical.contains(&fine.id));
+    let other_agent = get(&setup, "/?agent=someone-else", &carol).await.1;
+    assert!(!other_agent.contains(&too_risky.id) && !other_agent.contains(&fine.id));
+    let by_tool = get(&setup, "/?agent=ops&tool=bash", &carol).await.1;
+    assert!(by_tool.contains(&too_risky.id) && by_tool.contains(&fine.id));
     let csrf = csrf_of(&inbox);
     let ids = [&fine.id, &taken.id, &too_risky.id];
     let mut form: Vec<(&str, &str)> = vec![("csrf", &csrf)];
