@@ -189,17 +189,21 @@ fn request(agent: &str, action: &str) -> pb::RequestApprovalRequest {
     }
 }
 
+/// The body of a signed-in GET.
+async fn fetch(http: &reqwest::Client, url: &str, cookie: &str) -> String {
+    http.get(url)
+        .header("cookie", cookie)
+        .send()
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("body")
+}
+
 async fn wait_for_rows(http: &reqwest::Client, base: &str, cookie: &str, rows: usize) {
     for _ in 0..600 {
-        let page = http
-            .get(format!("{base}/"))
-            .header("cookie", cookie)
-            .send()
-            .await
-            .expect("inbox")
-            .text()
-            .await
-            .expect("body");
+        let page = fetch(http, &format!("{base}/"), cookie).await;
         if page.matches("<tr id=\"row-").count() >= rows {
             return;
         }
@@ -212,15 +216,7 @@ async fn time_page(http: &reqwest::Client, url: &str, cookie: &str) -> Vec<Durat
     let mut times = Vec::with_capacity(PAGE_LOADS);
     for _ in 0..PAGE_LOADS {
         let started = Instant::now();
-        let body = http
-            .get(url)
-            .header("cookie", cookie)
-            .send()
-            .await
-            .expect("page")
-            .bytes()
-            .await
-            .expect("body");
+        let body = fetch(http, url, cookie).await;
         times.push(started.elapsed());
         assert!(!body.is_empty());
     }

@@ -74,6 +74,21 @@ async fn page_showing(setup: &Setup, path: &str, cookie: &str, id: &str) -> Stri
     panic!("{path} never showed {id}: {page}");
 }
 
+/// Posts a form as the holder of `cookie`.
+async fn post(
+    url: &str,
+    cookie: &str,
+    form: &(impl serde::Serialize + ?Sized),
+) -> reqwest::Response {
+    http()
+        .post(url)
+        .header(COOKIE, cookie)
+        .form(form)
+        .send()
+        .await
+        .expect("POST")
+}
+
 async fn get(setup: &Setup, path: &str, cookie: &str) -> (StatusCode, String) {
     let response = http()
         .get(format!("{}{path}", setup.web.url))
@@ -106,13 +121,12 @@ async fn missing_sessions_and_csrf_failures_are_refused_and_change_nothing() {
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{path}");
     }
     let forged_cookie = "countersign_session=0123456789abcdef";
-    let response = http()
-        .post(&decide_url)
-        .header(COOKIE, forged_cookie)
-        .form(&[("verdict", "approve"), ("csrf", "x")])
-        .send()
-        .await
-        .unwrap();
+    let response = post(
+        &decide_url,
+        forged_cookie,
+        &[("verdict", "approve"), ("csrf", "x")],
+    )
+    .await;
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
 
     let cookie = sign_in(&setup, "alice", "Alice").await;
@@ -127,13 +141,7 @@ async fn missing_sessions_and_csrf_failures_are_refused_and_change_nothing() {
         if let Some(token) = wrong {
             form.push(("csrf", token));
         }
-        let response = http()
-            .post(&decide_url)
-            .header(COOKIE, &cookie)
-            .form(&form)
-            .send()
-            .await
-            .unwrap();
+        let response = post(&decide_url, &cookie, &form).await;
         assert_eq!(response.status(), StatusCode::FORBIDDEN);
         assert!(response
             .text()
@@ -146,13 +154,12 @@ async fn missing_sessions_and_csrf_failures_are_refused_and_change_nothing() {
     assert!(unchanged.decisions.is_empty());
 
     // The same form with the right token decides, as alice on channel web.
-    let response = http()
-        .post(&decide_url)
-        .header(COOKIE, &cookie)
-        .form(&[("verdict", "approve"), ("scope", "once"), ("csrf", &csrf)])
-        .send()
-        .await
-        .unwrap();
+    let response = post(
+        &decide_url,
+        &cookie,
+        &[("verdict", "approve"), ("scope", "once"), ("csrf", &csrf)],
+    )
+    .await;
     assert_eq!(response.status(), StatusCode::SEE_OTHER);
     assert_eq!(
         response.headers()[LOCATION],
@@ -171,13 +178,12 @@ async fn missing_sessions_and_csrf_failures_are_refused_and_change_nothing() {
     );
 
     // Sign-out ends the session for good.
-    let response = http()
-        .post(format!("{}/logout", setup.web.url))
-        .header(COOKIE, &cookie)
-        .form(&[("csrf", &csrf)])
-        .send()
-        .await
-        .unwrap();
+    let response = post(
+        &format!("{}/logout", setup.web.url),
+        &cookie,
+        &[("csrf", &csrf)],
+    )
+    .await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(get(&setup, "/", &cookie).await.0, StatusCode::UNAUTHORIZED);
     setup.web.stop().await;
@@ -245,31 +251,23 @@ async fn agent_text_is_escaped_pages_have_a_strict_csp_and_a_rejection_reaches_t
         })
     };
     let csrf = csrf_of(&page);
-    let no_reason = http()
-        .post(format!(
-            "{}/approvals/{}/decide",
-            setup.web.url, approval.id
-        ))
-        .header(COOKIE, &cookie)
-        .form(&[("verdict", "reject"), ("csrf", &csrf)])
-        .send()
-        .await
-        .unwrap();
+    let no_reason = post(
+        &format!("{}/approvals/{}/decide", setup.web.url, approval.id),
+        &cookie,
+        &[("verdict", "reject"), ("csrf", &csrf)],
+    )
+    .await;
     assert_eq!(no_reason.status(), StatusCode::BAD_REQUEST);
-    let response = http()
-        .post(format!(
-            "{}/approvals/{}/decide",
-            setup.web.url, approval.id
-        ))
-        .header(COOKIE, &cookie)
-        .form(&[
+    let response = post(
+        &format!("{}/approvals/{}/decide", setup.web.url, approval.id),
+        &cookie,
+        &[
             ("verdict", "reject"),
             ("reason", "not on a Friday"),
             ("csrf", &csrf),
-        ])
-        .send()
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     assert_eq!(response.status(), StatusCode::SEE_OTHER);
     let resolved = waiting.await.unwrap().expect("resolved");
     assert_eq!(resolved.state(), pb::ApprovalState::Rejected);
@@ -439,16 +437,12 @@ async fn history_is_searchable_and_admins_revoke_grants() {
     let (_, page) = get(&setup, &format!("/approvals/{}", deploy.id), &alice).await;
     let csrf = csrf_of(&page);
     for (approval, scope) in [(&deploy, "session"), (&cleanup, "once")] {
-        let response = http()
-            .post(format!(
-                "{}/approvals/{}/decide",
-                setup.web.url, approval.id
-            ))
-            .header(COOKIE, &alice)
-            .form(&[("verdict", "approve"), ("scope", scope), ("csrf", &csrf)])
-            .send()
-            .await
-            .unwrap();
+        let response = post(
+            &format!("{}/approvals/{}/decide", setup.web.url, approval.id),
+            &alice,
+            &[("verdict", "approve"), ("scope", scope), ("csrf", &csrf)],
+        )
+        .await;
         assert_eq!(response.status(), StatusCode::SEE_OTHER);
     }
 
@@ -552,26 +546,14 @@ async fn a_batch_reports_per_approval_resolved_already_resolved_and_refused() {
     let ids = [&fine.id, &taken.id, &too_risky.id];
     let mut form: Vec<(&str, &str)> = vec![("csrf", &csrf)];
     form.extend(ids.iter().map(|id| ("id", id.as_str())));
-    let review = http()
-        .post(format!("{}/batch", setup.web.url))
-        .header(COOKIE, &carol)
-        .form(&form)
-        .send()
-        .await
-        .unwrap();
+    let review = post(&format!("{}/batch", setup.web.url), &carol, &form).await;
     assert_eq!(review.status(), StatusCode::OK);
     let review = review.text().await.unwrap();
     for id in ids {
         assert!(review.contains(&format!("id=\"item-{id}\"")), "{review}");
     }
     form.push(("verdict", "approve"));
-    let result = http()
-        .post(format!("{}/batch/decide", setup.web.url))
-        .header(COOKIE, &carol)
-        .form(&form)
-        .send()
-        .await
-        .unwrap();
+    let result = post(&format!("{}/batch/decide", setup.web.url), &carol, &form).await;
     assert_eq!(result.status(), StatusCode::OK);
     let result = result.text().await.unwrap();
     let line = |id: &str| {
