@@ -249,13 +249,7 @@ async fn read_stream(
         while let Some(end) = buffer.find("\n\n") {
             let block: String = buffer.drain(..end + 2).collect();
             if let Some(i) = marker(&block) {
-                if let Some(at) = *sent[i].lock().unwrap_or_else(|p| p.into_inner()) {
-                    latencies
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(now - at);
-                    seen += 1;
-                }
+                seen += usize::from(record(&sent, &latencies, i, now));
             }
         }
     }
@@ -281,15 +275,26 @@ async fn watch_baseline(
             let Some(i) = event.approval.as_ref().and_then(|a| marker(&a.action)) else {
                 continue;
             };
-            if let Some(at) = *sent[i].lock().unwrap_or_else(|p| p.into_inner()) {
-                latencies
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(now - at);
-                seen += 1;
-            }
+            seen += usize::from(record(&sent, &latencies, i, now));
         }
     }
+}
+
+/// Records the latency of approval `i` seen at `now`; false when its send time is unknown.
+fn record(
+    sent: &[Mutex<Option<Instant>>],
+    latencies: &Mutex<Vec<Duration>>,
+    i: usize,
+    now: Instant,
+) -> bool {
+    let Some(at) = *sent[i].lock().unwrap_or_else(|p| p.into_inner()) else {
+        return false;
+    };
+    latencies
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(now - at);
+    true
 }
 
 fn percentile(sorted: &[Duration], p: usize) -> Duration {

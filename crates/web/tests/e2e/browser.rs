@@ -22,6 +22,14 @@ async fn element(browser: &Client, css: &str) -> Element {
         .unwrap_or_else(|error| panic!("no {css} on the page: {error}"))
 }
 
+async fn click(browser: &Client, css: &str) {
+    element(browser, css)
+        .await
+        .click()
+        .await
+        .unwrap_or_else(|error| panic!("cannot click {css}: {error}"));
+}
+
 async fn text(browser: &Client, css: &str) -> String {
     element(browser, css).await.text().await.expect("text")
 }
@@ -73,7 +81,7 @@ async fn an_approver_works_through_the_inbox_in_a_real_browser() {
     // Sign in with a one-time link.
     let link = setup.web.issue_login("alice", "Alice").await;
     browser.goto(&link).await.unwrap();
-    element(browser, "#sign-in").await.click().await.unwrap();
+    click(browser, "#sign-in").await;
     element(browser, "#inbox").await;
     assert_eq!(text(browser, "#who").await, "Alice");
 
@@ -121,18 +129,10 @@ async fn an_approver_works_through_the_inbox_in_a_real_browser() {
     .await;
 
     // Approve with session scope on the approval page.
-    element(browser, &format!("{row} td.action a"))
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(browser, &format!("{row} td.action a")).await;
     assert_eq!(text(browser, "#action").await, hostile);
     assert!(text(browser, "pre.diff").await.contains("-env=staging"));
-    element(browser, "#scope-session")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(browser, "#scope-session").await;
     // "a" approves, with the scope chosen in the form.
     press(browser, "a").await;
     text_becomes(browser, "#state", "approved").await;
@@ -201,17 +201,9 @@ async fn an_approver_works_through_the_inbox_in_a_real_browser() {
     for approval in &batch {
         element(browser, &format!("#row-{}", approval.id)).await;
     }
-    element(browser, ".select-agent[data-agent=\"batcher\"]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(browser, ".select-agent[data-agent=\"batcher\"]").await;
     chromium.screenshot("04-inbox-batch-selected").await;
-    element(browser, "#batch button[type=submit]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(browser, "#batch button[type=submit]").await;
     element(browser, "#batch-decide").await;
     let items = browser
         .find_all(Locator::Css("section.batch-item"))
@@ -219,11 +211,7 @@ async fn an_approver_works_through_the_inbox_in_a_real_browser() {
         .unwrap();
     assert_eq!(items.len(), 5);
     assert!(!browser.source().await.unwrap().contains(&decoy.id));
-    element(browser, "#approve-all")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(browser, "#approve-all").await;
     element(browser, "#results").await;
     let resolved = browser
         .find_all(Locator::Css("tr.result-resolved"))
@@ -261,7 +249,7 @@ async fn an_approver_works_through_the_inbox_in_a_real_browser() {
         .send_keys("not without a backup")
         .await
         .unwrap();
-    element(browser, "#reject").await.click().await.unwrap();
+    click(browser, "#reject").await;
     text_becomes(browser, "#state", "rejected").await;
     let resolved = waiting.await.unwrap().expect("the agent's wait");
     assert_eq!(resolved.state(), pb::ApprovalState::Rejected);
