@@ -25,12 +25,13 @@ async fn sign_in(setup: &Setup, approver: &str, name: &str) -> String {
     assert_eq!(page.status(), StatusCode::OK);
     let body = page.text().await.expect("body");
     assert!(body.contains("id=\"sign-in\""), "{body}");
-    let response = http()
-        .post(format!("{}/login", setup.web.url))
-        .form(&[("token", token.as_str())])
-        .send()
-        .await
-        .expect("login");
+    let login = || {
+        http()
+            .post(format!("{}/login", setup.web.url))
+            .form(&[("token", token.as_str())])
+            .send()
+    };
+    let response = login().await.expect("login");
     assert_eq!(response.status(), StatusCode::SEE_OTHER);
     let cookie = response
         .headers()
@@ -43,12 +44,7 @@ async fn sign_in(setup: &Setup, approver: &str, name: &str) -> String {
         assert!(cookie.contains(attribute), "{cookie}");
     }
     // A login link works once.
-    let again = http()
-        .post(format!("{}/login", setup.web.url))
-        .form(&[("token", token.as_str())])
-        .send()
-        .await
-        .expect("login again");
+    let again = login().await.expect("login again");
     assert_eq!(again.status(), StatusCode::FORBIDDEN);
     cookie.split(';').next().expect("name=value").to_owned()
 }
