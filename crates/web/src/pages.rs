@@ -284,6 +284,8 @@ async fn timeline(app: &App, approval: &pb::Approval) -> Vec<TimelineEntry> {
 pub struct DecideResult {
     pub class: &'static str,
     pub what: String,
+    /// The approval as the server answered, when it did.
+    pub approval: Option<pb::Approval>,
 }
 
 async fn decide_one(
@@ -307,37 +309,33 @@ async fn decide_one(
         }),
         idempotency_key: format!("web-{key}-{approval_id}"),
     };
-    match app.client.decide(request).await {
+    let (class, what, approval) = match app.client.decide(request).await {
         Ok(response) => {
-            let status = response.approval.as_ref().map(Status::of);
-            let outcome = status.map(|s| s.outcome).unwrap_or_default();
-            match response.outcome() {
-                pb::DecideOutcome::Resolved => DecideResult {
-                    class: "resolved",
-                    what: format!("resolved: {outcome}"),
-                },
-                pb::DecideOutcome::Recorded => DecideResult {
-                    class: "recorded",
-                    what: "recorded; waiting for more approvals".into(),
-                },
-                pb::DecideOutcome::AlreadyResolved => DecideResult {
-                    class: "already",
-                    what: format!("already resolved: {outcome}"),
-                },
-                _ => DecideResult {
-                    class: "duplicate",
-                    what: "already recorded".into(),
-                },
-            }
+            let outcome = response
+                .approval
+                .as_ref()
+                .map(|approval| Status::of(approval).outcome)
+                .unwrap_or_default();
+            let (class, what) = match response.outcome() {
+                pb::DecideOutcome::Resolved => ("resolved", format!("resolved: {outcome}")),
+                pb::DecideOutcome::Recorded => (
+                    "recorded",
+                    "recorded; waiting for more approvals".to_owned(),
+                ),
+                pb::DecideOutcome::AlreadyResolved => {
+                    ("already", format!("already resolved: {outcome}"))
+                }
+                _ => ("duplicate", "already recorded".to_owned()),
+            };
+            (class, what, response.approval)
         }
-        Err(ClientError::PermissionDenied(why)) => DecideResult {
-            class: "refused",
-            what: format!("refused: {why}"),
-        },
-        Err(error) => DecideResult {
-            class: "failed",
-            what: format!("failed: {error}"),
-        },
+        Err(ClientError::PermissionDenied(why)) => ("refused", format!("refused: {why}"), None),
+        Err(error) => ("failed", format!("failed: {error}"), None),
+    };
+    DecideResult {
+        class,
+        what,
+        approval,
     }
 }
 
@@ -490,10 +488,15 @@ pub async fn batch_decide(
     let key = form_key(&form);
     let outcomes = futures::future::join_all(ids.iter().map(|id| async {
         let result = decide_one(&app, &viewer, id, verdict, scope, &reason, &key).await;
-        let action = match app.client.get_approval(id).await {
-            Ok(approval) => countersign_worker::agent_text::one_line(&approval.action, 200),
-            Err(_) => id.clone(),
+        // A refused or failed decision carries no approval: read it for its action.
+        let approval = match result.approval {
+            Some(approval) => Some(approval),
+            None => app.client.get_approval(id).await.ok(),
         };
+        let action = approval.map_or_else(
+            || id.clone(),
+            |approval| countersign_worker::agent_text::one_line(&approval.action, 200),
+        );
         BatchResult {
             id: id.clone(),
             action,
