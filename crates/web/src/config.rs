@@ -1,0 +1,323 @@
+//! Configuration: one TOML file, the secrets also (and preferably) from the environment.
+//!
+//! ```toml
+//! listen = "127.0.0.1:8080"
+//! # The address approvers open; login links start with it, and https here makes the session
+//! # cookie Secure.
+//! public_url = "https://approvals.example.com"
+//! # Login tokens and sessions live here (SQLite).
+//! state_dir = "/var/lib/countersign-web"
+//! # Approver ids who may list and revoke session grants (needs [server] admin_token).
+//! admins = ["alice"]
+//!
+//! [server]
+//! url = "http://127.0.0.1:50051"
+//! # token: env COUNTERSIGN_WORKER_TOKEN (a worker token for channel "web")
+//! # admin_token: env COUNTERSIGN_WEB_ADMIN_TOKEN (optional: audit timeline and grants)
+//!
+//! [sign_in]
+//! mode = "login"            # or "proxy"
+//! session_ttl_secs = 43200
+//! login_ttl_secs = 900
+//! # proxy mode only:
+//! identity_header = "X-Forwarded-User"
+//! name_header = "X-Forwarded-Name"
+//! trusted_proxies = ["127.0.0.1"]
+//! ```
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use countersign_client::ClientConfig;
+use serde::Deserialize;
+
+/// The environment variable holding the worker token (channel `web`).
+pub const WORKER_TOKEN_ENV: &str = "COUNTERSIGN_WORKER_TOKEN";
+/// The environment variable holding the optional admin token (audit timeline, grants).
+pub const ADMIN_TOKEN_ENV: &str = "COUNTERSIGN_WEB_ADMIN_TOKEN";
+
+/// The channel the web inbox decides on: the server's approver registry lists web identities
+/// under it.
+pub const CHANNEL: &str = "web";
+
+/// Why the configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid configuration in {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    #[serde(default = "default_listen")]
+    listen: SocketAddr,
+    public_url: Option<String>,
+    #[serde(default = "default_state_dir")]
+    state_dir: PathBuf,
+    #[serde(default)]
+    admins: Vec<String>,
+    server: ServerSection,
+    #[serde(default)]
+    sign_in: SignInSection,
+}
+
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServerSection {
+    url: String,
+    token: Option<String>,
+    admin_token: Option<String>,
+    ca_cert: Option<PathBuf>,
+    #[serde(default = "default_connect_timeout_secs")]
+    connect_timeout_secs: u64,
+}
+
+/// Shows everything except the tokens.
+impl std::fmt::Debug for ServerSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerSection")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field(
+                "admin_token",
+                &self.admin_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("ca_cert", &self.ca_cert)
+            .finish()
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignInSection {
+    #[serde(default)]
+    mode: SignInModeName,
+    #[serde(default = "default_session_ttl_secs")]
+    session_ttl_secs: u64,
+    #[serde(default = "default_login_ttl_secs")]
+    login_ttl_secs: u64,
+    identity_header: Option<String>,
+    name_header: Option<String>,
+    #[serde(default)]
+    trusted_proxies: Vec<IpAddr>,
+}
+
+impl Default for SignInSection {
+    fn default() -> Self {
+        SignInSection {
+            mode: SignInModeName::Login,
+            session_ttl_secs: default_session_ttl_secs(),
+            login_ttl_secs: default_login_ttl_secs(),
+            identity_header: None,
+            name_header: None,
+            trusted_proxies: Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum SignInModeName {
+    #[default]
+    Login,
+    Proxy,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+fn default_state_dir() -> PathBuf {
+    PathBuf::from("countersign-web-state")
+}
+fn default_connect_timeout_secs() -> u64 {
+    5
+}
+fn default_session_ttl_secs() -> u64 {
+    12 * 3600
+}
+fn default_login_ttl_secs() -> u64 {
+    15 * 60
+}
+
+/// How approvers sign in.
+#[derive(Clone, Debug)]
+pub enum SignIn {
+    /// One-time login links issued by `countersign-web issue-login`, exchanged for a session
+    /// cookie.
+    Login,
+    /// An authenticating reverse proxy names the approver in a header; the header is trusted
+    /// only on connections from `trusted_proxies`.
+    Proxy {
+        identity_header: axum::http::HeaderName,
+        name_header: Option<axum::http::HeaderName>,
+        trusted_proxies: Vec<IpAddr>,
+    },
+}
+
+/// Everything the web worker needs, validated, secrets resolved.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    /// Without a trailing slash.
+    pub public_url: String,
+    pub state_dir: PathBuf,
+    pub admins: Vec<String>,
+    pub server: ClientConfig,
+    /// The same server with the admin token, when one is configured.
+    pub admin_server: Option<ClientConfig>,
+    pub sign_in: SignIn,
+    pub session_ttl: Duration,
+    pub login_ttl: Duration,
+}
+
+impl Settings {
+    /// Reads `path`, then the tokens from the environment.
+    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let file: FileConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+        Settings::from_file(file, |name| std::env::var(name).ok())
+    }
+
+    /// Whether the session cookie must be `Secure` (the inbox is served over https).
+    pub fn secure_cookies(&self) -> bool {
+        self.public_url.starts_with("https://")
+    }
+
+    fn from_file(
+        file: FileConfig,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Settings, ConfigError> {
+        let token = env(WORKER_TOKEN_ENV).or(file.server.token.clone());
+        let admin_token = env(ADMIN_TOKEN_ENV).or(file.server.admin_token.clone());
+        let ca_cert_pem = match &file.server.ca_cert {
+            Some(path) => Some(std::fs::read(path).map_err(|source| ConfigError::Read {
+                path: path.clone(),
+                source,
+            })?),
+            None => None,
+        };
+        let client = |token: Option<String>| ClientConfig {
+            token,
+            ca_cert_pem: ca_cert_pem.clone(),
+            connect_timeout: Duration::from_secs(file.server.connect_timeout_secs),
+            ..ClientConfig::new(file.server.url.clone())
+        };
+        let public_url = file
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", file.listen));
+        if !(public_url.starts_with("http://") || public_url.starts_with("https://")) {
+            return Err(ConfigError::Invalid(format!(
+                "public_url {public_url:?} must start with http:// or https://"
+            )));
+        }
+        let sign_in = match file.sign_in.mode {
+            SignInModeName::Login => SignIn::Login,
+            SignInModeName::Proxy => {
+                let header = |field: &str, value: &Option<String>| {
+                    value
+                        .as_deref()
+                        .map(|name| {
+                            axum::http::HeaderName::try_from(name).map_err(|_| {
+                                ConfigError::Invalid(format!(
+                                    "sign_in.{field} {name:?} is not a header name"
+                                ))
+                            })
+                        })
+                        .transpose()
+                };
+                let identity_header = header("identity_header", &file.sign_in.identity_header)?
+                    .ok_or_else(|| {
+                        ConfigError::Invalid("sign_in mode proxy needs identity_header".into())
+                    })?;
+                if file.sign_in.trusted_proxies.is_empty() {
+                    return Err(ConfigError::Invalid(
+                        "sign_in mode proxy needs trusted_proxies (the proxy's addresses)".into(),
+                    ));
+                }
+                SignIn::Proxy {
+                    identity_header,
+                    name_header: header("name_header", &file.sign_in.name_header)?,
+                    trusted_proxies: file.sign_in.trusted_proxies.clone(),
+                }
+            }
+        };
+        if file.sign_in.session_ttl_secs == 0 || file.sign_in.login_ttl_secs == 0 {
+            return Err(ConfigError::Invalid(
+                "sign_in.session_ttl_secs and sign_in.login_ttl_secs must be above 0".into(),
+            ));
+        }
+        Ok(Settings {
+            listen: file.listen,
+            public_url: public_url.trim_end_matches('/').to_owned(),
+            state_dir: file.state_dir,
+            admins: file.admins,
+            server: client(token),
+            admin_server: admin_token.map(|token| client(Some(token))),
+            sign_in,
+            session_ttl: Duration::from_secs(file.sign_in.session_ttl_secs),
+            login_ttl: Duration::from_secs(file.sign_in.login_ttl_secs),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Settings, ConfigError> {
+        let file: FileConfig =
+            toml::from_str(text).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        Settings::from_file(file, |name| {
+            (name == WORKER_TOKEN_ENV).then(|| "from-env".into())
+        })
+    }
+
+    #[test]
+    fn the_environment_token_wins_and_https_makes_cookies_secure() {
+        let settings = parse(
+            "public_url = \"https://inbox.example.com/\"\n[server]\nurl = \"http://127.0.0.1:1\"\ntoken = \"file\"\n",
+        )
+        .unwrap();
+        assert_eq!(settings.server.token.as_deref(), Some("from-env"));
+        assert_eq!(settings.public_url, "https://inbox.example.com");
+        assert!(settings.secure_cookies());
+        assert!(settings.admin_server.is_none());
+    }
+
+    #[test]
+    fn proxy_mode_needs_a_header_and_proxies() {
+        let base = "[server]\nurl = \"http://127.0.0.1:1\"\n[sign_in]\nmode = \"proxy\"\n";
+        let error = parse(base).unwrap_err().to_string();
+        assert!(error.contains("identity_header"), "{error}");
+        let error = parse(&format!("{base}identity_header = \"X-User\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("trusted_proxies"), "{error}");
+        let ok = parse(&format!(
+            "{base}identity_header = \"X-User\"\ntrusted_proxies = [\"10.0.0.1\"]\n"
+        ))
+        .unwrap();
+        assert!(matches!(ok.sign_in, SignIn::Proxy { .. }));
+    }
+}

@@ -1,0 +1,774 @@
+//! The pages: inbox, approval, decide, batch, history, grants, sign-in. Templates are checked
+//! at compile time (askama) and escape every value.
+
+use std::sync::Arc;
+
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use countersign_client::{pb, ClientError};
+
+use crate::auth::{session_cookie, SignedForm, Viewer, SESSION_COOKIE};
+use crate::config::CHANNEL;
+use crate::sessions::random_token;
+use crate::view::{self, Filters, Row, Status, TimelineEntry};
+use crate::App;
+
+/// Why a request is not served.
+#[derive(Debug)]
+pub enum Refusal {
+    SignedOut,
+    Csrf,
+    Forbidden(String),
+    NotFound(String),
+    BadRequest(String),
+    Server(ClientError),
+    Internal(String),
+}
+
+impl From<ClientError> for Refusal {
+    fn from(error: ClientError) -> Self {
+        match error {
+            ClientError::NotFound(what) => Refusal::NotFound(what),
+            ClientError::InvalidArgument(what) => Refusal::BadRequest(what),
+            ClientError::PermissionDenied(what) => Refusal::Forbidden(what),
+            other => Refusal::Server(other),
+        }
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let (status, title, text) = match self {
+            Refusal::SignedOut => (
+                StatusCode::UNAUTHORIZED,
+                "Not signed in",
+                "Sign in with the login link an administrator issued to you \
+                 (countersign-web issue-login), or through your organisation's sign-in proxy."
+                    .to_owned(),
+            ),
+            Refusal::Csrf => (
+                StatusCode::FORBIDDEN,
+                "Form refused",
+                "The form's security token is missing or stale; nothing was changed. \
+                 Reload the page and try again."
+                    .to_owned(),
+            ),
+            Refusal::Forbidden(why) => (StatusCode::FORBIDDEN, "Not allowed", why),
+            Refusal::NotFound(what) => (StatusCode::NOT_FOUND, "Not found", what),
+            Refusal::BadRequest(what) => (StatusCode::BAD_REQUEST, "Bad request", what),
+            Refusal::Server(error) => {
+                tracing::warn!(%error, "countersign server call failed");
+                (
+                    StatusCode::BAD_GATEWAY,
+                    "Server unavailable",
+                    format!("The countersign server did not answer: {error}"),
+                )
+            }
+            Refusal::Internal(error) => {
+                tracing::error!(%error, "web inbox failure");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Internal error",
+                    "The web inbox failed; see its log.".to_owned(),
+                )
+            }
+        };
+        (status, message_page(title, &text, None)).into_response()
+    }
+}
+
+#[derive(Template)]
+#[template(path = "message.html")]
+struct MessagePage<'a> {
+    title: &'a str,
+    text: &'a str,
+    login_token: Option<&'a str>,
+}
+
+fn message_page(title: &str, text: &str, login_token: Option<&str>) -> Response {
+    render(&MessagePage {
+        title,
+        text,
+        login_token,
+    })
+}
+
+fn render(template: &impl Template) -> Response {
+    match template.render() {
+        Ok(html) => Html(html).into_response(),
+        Err(error) => {
+            tracing::error!(%error, "template failed");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
+}
+
+/// What the page frame shows.
+pub struct Layout {
+    name: String,
+    approver_id: String,
+    csrf: String,
+    admin: bool,
+    can_sign_out: bool,
+}
+
+impl Layout {
+    fn of(viewer: &Viewer) -> Layout {
+        Layout {
+            name: viewer.approver.name.clone(),
+            approver_id: viewer.approver.id.clone(),
+            csrf: viewer.csrf.clone(),
+            admin: viewer.admin,
+            can_sign_out: viewer.has_session,
+        }
+    }
+}
+
+/// A urlencoded form body, keeping repeated fields (`id=a&id=b`).
+pub struct FormFields(Vec<(String, String)>);
+
+impl FormFields {
+    pub fn parse(body: &[u8]) -> FormFields {
+        FormFields(form_urlencoded::parse(body).into_owned().collect())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    pub fn all(&self, name: &str) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|(key, _)| key == name)
+            .map(|(_, value)| value.clone())
+            .collect()
+    }
+}
+
+// ---- inbox ----
+
+#[derive(Template)]
+#[template(path = "inbox.html")]
+pub struct InboxPage {
+    layout: Layout,
+    filters: Filters,
+    risks: [&'static str; 4],
+    agents: Vec<String>,
+    rows: Vec<Row>,
+    query: String,
+    seq: u64,
+    ready: bool,
+}
+
+#[derive(Template)]
+#[template(path = "rows.html")]
+pub struct RowsFragment {
+    pub rows: Vec<Row>,
+}
+
+/// The pending approvals `viewer` may still act on, filtered and in inbox order.
+pub fn inbox_rows(pending: &[Arc<pb::Approval>], approver_id: &str, filters: &Filters) -> Vec<Row> {
+    let mut rows: Vec<Row> = pending
+        .iter()
+        .filter(|approval| filters.admit(approval) && !view::approved_by(approval, approver_id))
+        .map(|approval| Row::of(approval))
+        .collect();
+    view::sort_inbox(&mut rows);
+    rows
+}
+
+pub async fn inbox(
+    State(app): State<Arc<App>>,
+    viewer: Viewer,
+    Query(filters): Query<Filters>,
+) -> Result<Response, Refusal> {
+    let (pending, seq) = app.live.pending();
+    let mut agents: Vec<String> = pending.iter().map(|a| a.agent_id.clone()).collect();
+    agents.sort();
+    agents.dedup();
+    let rows = inbox_rows(&pending, &viewer.approver.id, &filters);
+    let query = form_urlencoded::Serializer::new(String::new())
+        .append_pair("agent", &filters.agent)
+        .append_pair("tool", &filters.tool)
+        .append_pair("risk", &filters.risk)
+        .finish();
+    Ok(render(&InboxPage {
+        layout: Layout::of(&viewer),
+        filters,
+        risks: ["critical", "high", "medium", "low"],
+        agents,
+        rows,
+        query,
+        seq,
+        ready: app.live.is_ready(),
+    }))
+}
+
+// ---- one approval ----
+
+#[derive(Template)]
+#[template(path = "approval.html")]
+struct ApprovalPage {
+    layout: Layout,
+    row: Row,
+    status: Status,
+    requester: String,
+    reason: String,
+    digest: String,
+    arguments: String,
+    diffs: Vec<view::Diff>,
+    timeline: Vec<TimelineEntry>,
+    key: String,
+    seq: u64,
+}
+
+#[derive(Template)]
+#[template(path = "status.html")]
+pub struct StatusFragment {
+    pub status: Status,
+}
+
+pub async fn approval(
+    State(app): State<Arc<App>>,
+    viewer: Viewer,
+    Path(id): Path<String>,
+) -> Result<Response, Refusal> {
+    // The seq before the read: an update racing with it is replayed, never missed.
+    let (_, seq) = app.live.pending();
+    let approval = app.client.get_approval(&id).await?;
+    let timeline = timeline(&app, &approval).await;
+    Ok(render(&ApprovalPage {
+        layout: Layout::of(&viewer),
+        row: Row::of(&approval),
+        status: Status::of(&approval),
+        requester: approval.requester.clone(),
+        reason: approval.reason.clone(),
+        digest: approval.args_digest.clone(),
+        arguments: view::pretty_arguments(&approval.arguments_json),
+        diffs: view::diffs(&approval.arguments_json),
+        timeline,
+        key: random_token(),
+        seq,
+    }))
+}
+
+/// The audit trail of the approval when the admin token allows reading it; otherwise what
+/// the approval itself records (decisions and deliveries).
+async fn timeline(app: &App, approval: &pb::Approval) -> Vec<TimelineEntry> {
+    if let Some(admin) = &app.admin {
+        let request = pb::ListEventsRequest {
+            approval_id: approval.id.clone(),
+            page_size: 200,
+            ..Default::default()
+        };
+        match admin.list_events(request).await {
+            Ok(page) => return page.events.iter().filter_map(view::event_entry).collect(),
+            Err(error) => tracing::warn!(%error, "audit timeline unavailable; showing decisions"),
+        }
+    }
+    let mut entries = vec![TimelineEntry {
+        at: view::time_text(approval.created_at.as_ref()),
+        what: "requested".into(),
+    }];
+    entries.extend(Status::of(approval).decisions);
+    entries.extend(approval.deliveries.iter().map(view::delivery_entry));
+    entries
+}
+
+/// What one decision of this approver came to, in words.
+pub struct DecideResult {
+    pub class: &'static str,
+    pub what: String,
+    /// The approval as the server answered, when it did.
+    pub approval: Option<pb::Approval>,
+}
+
+async fn decide_one(
+    app: &App,
+    viewer: &Viewer,
+    approval_id: &str,
+    verdict: pb::Verdict,
+    scope: pb::Scope,
+    reason: &str,
+    key: &str,
+) -> DecideResult {
+    let request = pb::DecideRequest {
+        approval_id: approval_id.to_owned(),
+        verdict: verdict.into(),
+        scope: scope.into(),
+        reason: reason.to_owned(),
+        decider: Some(pb::Decider {
+            channel: CHANNEL.to_owned(),
+            user_id: viewer.approver.id.clone(),
+            display_name: viewer.approver.name.clone(),
+        }),
+        idempotency_key: format!("web-{key}-{approval_id}"),
+    };
+    let (class, what, approval) = match app.client.decide(request).await {
+        Ok(response) => {
+            let outcome = response
+                .approval
+                .as_ref()
+                .map(|approval| Status::of(approval).outcome)
+                .unwrap_or_default();
+            let (class, what) = match response.outcome() {
+                pb::DecideOutcome::Resolved => ("resolved", format!("resolved: {outcome}")),
+                pb::DecideOutcome::Recorded => (
+                    "recorded",
+                    "recorded; waiting for more approvals".to_owned(),
+                ),
+                pb::DecideOutcome::AlreadyResolved => {
+                    ("already", format!("already resolved: {outcome}"))
+                }
+                _ => ("duplicate", "already recorded".to_owned()),
+            };
+            (class, what, response.approval)
+        }
+        Err(ClientError::PermissionDenied(why)) => ("refused", format!("refused: {why}"), None),
+        Err(error) => ("failed", format!("failed: {error}"), None),
+    };
+    DecideResult {
+        class,
+        what,
+        approval,
+    }
+}
+
+/// The verdict, scope and reason of a decide form; a rejection needs a reason.
+fn decision_of(form: &FormFields) -> Result<(pb::Verdict, pb::Scope, String), Refusal> {
+    let verdict = match form.get("verdict") {
+        Some("approve") => pb::Verdict::Approve,
+        Some("reject") => pb::Verdict::Reject,
+        other => {
+            return Err(Refusal::BadRequest(format!(
+                "verdict must be approve or reject, not {other:?}"
+            )))
+        }
+    };
+    let scope = match form.get("scope").unwrap_or("once") {
+        "once" => pb::Scope::Once,
+        "session" => pb::Scope::Session,
+        other => {
+            return Err(Refusal::BadRequest(format!(
+                "scope must be once or session, not {other:?}"
+            )))
+        }
+    };
+    let reason = form.get("reason").unwrap_or("").trim().to_owned();
+    if verdict == pb::Verdict::Reject && reason.is_empty() {
+        return Err(Refusal::BadRequest(
+            "a rejection needs a reason: the agent is told it".into(),
+        ));
+    }
+    Ok((verdict, scope, reason))
+}
+
+fn form_key(form: &FormFields) -> String {
+    form.get("key")
+        .filter(|key| {
+            !key.is_empty() && key.len() <= 64 && key.bytes().all(|b| b.is_ascii_hexdigit())
+        })
+        .map_or_else(random_token, str::to_owned)
+}
+
+pub async fn decide(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    SignedForm { viewer, form }: SignedForm,
+) -> Result<Response, Refusal> {
+    let (verdict, scope, reason) = decision_of(&form)?;
+    let result = decide_one(
+        &app,
+        &viewer,
+        &id,
+        verdict,
+        scope,
+        &reason,
+        &form_key(&form),
+    )
+    .await;
+    tracing::info!(approval = %id, approver = %viewer.approver.id, result = result.class, "web decision");
+    if matches!(result.class, "refused" | "failed") {
+        let status = if result.class == "refused" {
+            StatusCode::FORBIDDEN
+        } else {
+            StatusCode::BAD_GATEWAY
+        };
+        return Ok((
+            status,
+            message_page("Decision not recorded", &result.what, None),
+        )
+            .into_response());
+    }
+    Ok(Redirect::to(&format!("/approvals/{id}")).into_response())
+}
+
+// ---- batch ----
+
+struct BatchItem {
+    row: Row,
+    arguments: String,
+}
+
+#[derive(Template)]
+#[template(path = "batch_review.html")]
+struct BatchReviewPage {
+    layout: Layout,
+    items: Vec<BatchItem>,
+    key: String,
+}
+
+struct BatchResult {
+    id: String,
+    action: String,
+    class: &'static str,
+    what: String,
+}
+
+#[derive(Template)]
+#[template(path = "batch_result.html")]
+struct BatchResultPage {
+    layout: Layout,
+    results: Vec<BatchResult>,
+}
+
+/// The most approvals one batch decides.
+const MAX_BATCH: usize = 200;
+
+fn batch_ids(form: &FormFields) -> Result<Vec<String>, Refusal> {
+    let mut ids = form.all("id");
+    ids.dedup();
+    if ids.is_empty() {
+        return Err(Refusal::BadRequest("select at least one approval".into()));
+    }
+    if ids.len() > MAX_BATCH {
+        return Err(Refusal::BadRequest(format!(
+            "a batch holds at most {MAX_BATCH} approvals, not {}",
+            ids.len()
+        )));
+    }
+    Ok(ids)
+}
+
+pub async fn batch_review(
+    State(app): State<Arc<App>>,
+    SignedForm { viewer, form }: SignedForm,
+) -> Result<Response, Refusal> {
+    let ids = batch_ids(&form)?;
+    let approvals =
+        futures::future::join_all(ids.iter().map(|id| app.client.get_approval(id))).await;
+    let items = approvals
+        .into_iter()
+        .map(|approval| {
+            let approval = approval?;
+            Ok(BatchItem {
+                row: Row::of(&approval),
+                arguments: view::pretty_arguments(&approval.arguments_json),
+            })
+        })
+        .collect::<Result<Vec<_>, ClientError>>()?;
+    Ok(render(&BatchReviewPage {
+        layout: Layout::of(&viewer),
+        items,
+        key: random_token(),
+    }))
+}
+
+pub async fn batch_decide(
+    State(app): State<Arc<App>>,
+    SignedForm { viewer, form }: SignedForm,
+) -> Result<Response, Refusal> {
+    let ids = batch_ids(&form)?;
+    let (verdict, scope, reason) = decision_of(&form)?;
+    let key = form_key(&form);
+    let outcomes = futures::future::join_all(ids.iter().map(|id| async {
+        let result = decide_one(&app, &viewer, id, verdict, scope, &reason, &key).await;
+        // A refused or failed decision carries no approval: read it for its action.
+        let approval = match result.approval {
+            Some(approval) => Some(approval),
+            None => app.client.get_approval(id).await.ok(),
+        };
+        let action = approval.map_or_else(
+            || id.clone(),
+            |approval| countersign_worker::agent_text::one_line(&approval.action, 200),
+        );
+        BatchResult {
+            id: id.clone(),
+            action,
+            class: result.class,
+            what: result.what,
+        }
+    }))
+    .await;
+    tracing::info!(approver = %viewer.approver.id, count = outcomes.len(), "web batch decision");
+    Ok(render(&BatchResultPage {
+        layout: Layout::of(&viewer),
+        results: outcomes,
+    }))
+}
+
+// ---- history ----
+
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(default)]
+pub struct Search {
+    q: String,
+    agent: String,
+    tool: String,
+    state: String,
+    page: String,
+}
+
+#[derive(Template)]
+#[template(path = "history.html")]
+struct HistoryPage {
+    layout: Layout,
+    search: Search,
+    states: [&'static str; 5],
+    rows: Vec<Row>,
+    next: Option<String>,
+}
+
+const DECIDED_STATES: [pb::ApprovalState; 5] = [
+    pb::ApprovalState::Approved,
+    pb::ApprovalState::Rejected,
+    pb::ApprovalState::Expired,
+    pb::ApprovalState::Cancelled,
+    pb::ApprovalState::Consumed,
+];
+
+pub async fn history(
+    State(app): State<Arc<App>>,
+    viewer: Viewer,
+    Query(search): Query<Search>,
+) -> Result<Response, Refusal> {
+    let states: Vec<i32> = DECIDED_STATES
+        .iter()
+        .filter(|state| search.state.is_empty() || view::state_label(**state) == search.state)
+        .map(|state| i32::from(*state))
+        .collect();
+    if states.is_empty() {
+        return Err(Refusal::BadRequest(format!(
+            "unknown state {:?}",
+            search.state
+        )));
+    }
+    let page = app
+        .client
+        .list_approvals(pb::ListApprovalsRequest {
+            states,
+            agent_id: search.agent.clone(),
+            tool_name: search.tool.clone(),
+            page_size: 100,
+            page_token: search.page.clone(),
+            ..Default::default()
+        })
+        .await?;
+    let needle = search.q.to_lowercase();
+    let rows = page
+        .approvals
+        .iter()
+        .filter(|approval| {
+            needle.is_empty()
+                || [
+                    &approval.action,
+                    &approval.reason,
+                    &approval.agent_id,
+                    &approval.tool_name,
+                    &approval.id,
+                ]
+                .iter()
+                .any(|text| text.to_lowercase().contains(&needle))
+        })
+        .map(Row::of)
+        .collect();
+    let next = (!page.next_page_token.is_empty()).then(|| {
+        form_urlencoded::Serializer::new(String::new())
+            .append_pair("q", &search.q)
+            .append_pair("agent", &search.agent)
+            .append_pair("tool", &search.tool)
+            .append_pair("state", &search.state)
+            .append_pair("page", &page.next_page_token)
+            .finish()
+    });
+    Ok(render(&HistoryPage {
+        layout: Layout::of(&viewer),
+        search,
+        states: ["approved", "rejected", "expired", "cancelled", "consumed"],
+        rows,
+        next,
+    }))
+}
+
+// ---- grants ----
+
+struct GrantRow {
+    id: String,
+    agent: String,
+    session: String,
+    tool: String,
+    granted_by: String,
+    expires: String,
+    active: bool,
+}
+
+#[derive(Template)]
+#[template(path = "grants.html")]
+struct GrantsPage {
+    layout: Layout,
+    grants: Vec<GrantRow>,
+}
+
+fn admin_of(app: &App, viewer: &Viewer) -> Result<countersign_client::Client, Refusal> {
+    match &app.admin {
+        Some(admin) if viewer.admin => Ok(admin.clone()),
+        _ => Err(Refusal::Forbidden(
+            "only the approvers listed in the web inbox's admins may manage grants".into(),
+        )),
+    }
+}
+
+pub async fn grants(State(app): State<Arc<App>>, viewer: Viewer) -> Result<Response, Refusal> {
+    let admin = admin_of(&app, &viewer)?;
+    let page = admin
+        .list_grants(pb::ListGrantsRequest {
+            include_inactive: true,
+            page_size: 200,
+            ..Default::default()
+        })
+        .await?;
+    let grants = page
+        .grants
+        .iter()
+        .map(|grant| GrantRow {
+            id: grant.id.clone(),
+            agent: grant.agent_id.clone(),
+            session: grant.session_id.clone(),
+            tool: grant.tool_name.clone(),
+            granted_by: grant.granted_by.clone(),
+            expires: view::time_text(grant.expires_at.as_ref()),
+            active: grant.active,
+        })
+        .collect();
+    Ok(render(&GrantsPage {
+        layout: Layout::of(&viewer),
+        grants,
+    }))
+}
+
+pub async fn revoke_grant(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    SignedForm { viewer, form }: SignedForm,
+) -> Result<Response, Refusal> {
+    let admin = admin_of(&app, &viewer)?;
+    let given = form.get("reason").map(str::trim).unwrap_or("");
+    let reason = if given.is_empty() {
+        format!("revoked in the web inbox by {}", viewer.approver.id)
+    } else {
+        format!(
+            "revoked in the web inbox by {}: {given}",
+            viewer.approver.id
+        )
+    };
+    admin.revoke_grant(&id, &reason).await?;
+    tracing::info!(grant = %id, approver = %viewer.approver.id, "grant revoked");
+    Ok(Redirect::to("/grants").into_response())
+}
+
+// ---- sign-in ----
+
+/// The login link's page: a button, so that link previews and prefetchers cannot use the
+/// one-time token.
+pub async fn login_page(Path(token): Path<String>) -> Response {
+    message_page(
+        "Sign in to countersign",
+        "This one-time link signs you in to the approval inbox on this browser.",
+        Some(&token),
+    )
+}
+
+pub async fn login(
+    State(app): State<Arc<App>>,
+    body: axum::body::Bytes,
+) -> Result<Response, Refusal> {
+    let form = FormFields::parse(&body);
+    let token = form.get("token").unwrap_or("");
+    let redeemed = app
+        .sessions
+        .redeem_login(token, app.settings.session_ttl)
+        .await
+        .map_err(|error| Refusal::Internal(error.to_string()))?;
+    let Some((session_id, session)) = redeemed else {
+        return Err(Refusal::Forbidden(
+            "This login link is unknown, already used or expired. Ask for a new one.".into(),
+        ));
+    };
+    tracing::info!(approver = %session.approver.id, "signed in");
+    let cookie = session_cookie_value(
+        &session_id,
+        app.settings.session_ttl,
+        app.settings.secure_cookies(),
+    );
+    let mut response = Redirect::to("/").into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_str(&cookie).map_err(|error| Refusal::Internal(error.to_string()))?,
+    );
+    Ok(response)
+}
+
+/// The `Set-Cookie` value of a new session: not readable by scripts, never sent from another
+/// site, expiring, and only over TLS when the inbox is served over https.
+fn session_cookie_value(session_id: &str, ttl: std::time::Duration, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!(
+        "{SESSION_COOKIE}={session_id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+        ttl.as_secs()
+    )
+}
+
+pub async fn logout(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    _signed: SignedForm,
+) -> Result<Response, Refusal> {
+    if let Some(session_id) = session_cookie(&headers) {
+        app.sessions
+            .end(session_id)
+            .await
+            .map_err(|error| Refusal::Internal(error.to_string()))?;
+    }
+    let mut response = message_page("Signed out", "You are signed out.", None);
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static(
+            "countersign_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
+        ),
+    );
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_session_cookie_is_secure_under_tls() {
+        let ttl = std::time::Duration::from_secs(60);
+        let plain = session_cookie_value("abc", ttl, false);
+        assert_eq!(
+            plain,
+            "countersign_session=abc; Path=/; HttpOnly; SameSite=Strict; Max-Age=60"
+        );
+        assert_eq!(
+            session_cookie_value("abc", ttl, true),
+            format!("{plain}; Secure")
+        );
+    }
+}

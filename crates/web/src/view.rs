@@ -1,0 +1,438 @@
+//! What the pages show of an approval, computed from the SDK's types. Every string here is
+//! plain text: the templates escape it (askama escapes HTML by default), so agent text can
+//! never become markup.
+
+use countersign_client::{pb, Timestamp};
+use countersign_worker::agent_text::one_line;
+use serde_json::Value;
+
+/// The longest action shown in a list row.
+const ROW_ACTION_CHARS: usize = 200;
+
+pub fn risk_label(risk: pb::Risk) -> &'static str {
+    match risk {
+        pb::Risk::Unspecified => "unspecified",
+        pb::Risk::Low => "low",
+        pb::Risk::Medium => "medium",
+        pb::Risk::High => "high",
+        pb::Risk::Critical => "critical",
+    }
+}
+
+pub fn state_label(state: pb::ApprovalState) -> &'static str {
+    match state {
+        pb::ApprovalState::Unspecified => "unknown",
+        pb::ApprovalState::Pending => "pending",
+        pb::ApprovalState::Approved => "approved",
+        pb::ApprovalState::Rejected => "rejected",
+        pb::ApprovalState::Expired => "expired",
+        pb::ApprovalState::Cancelled => "cancelled",
+        pb::ApprovalState::Consumed => "consumed",
+    }
+}
+
+pub fn millis(at: Option<&Timestamp>) -> i64 {
+    at.map_or(0, |at| at.seconds * 1000 + i64::from(at.nanos) / 1_000_000)
+}
+
+pub fn time_text(at: Option<&Timestamp>) -> String {
+    let Some(at) = at else {
+        return String::new();
+    };
+    let format =
+        time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
+    time::OffsetDateTime::from_unix_timestamp(at.seconds)
+        .ok()
+        .and_then(|t| t.format(&format).ok())
+        .unwrap_or_default()
+}
+
+fn decider_text(decider: Option<&pb::Decider>) -> String {
+    match decider {
+        Some(d) if !d.display_name.is_empty() => format!("{} ({})", d.display_name, d.channel),
+        Some(d) => format!("{} ({})", d.user_id, d.channel),
+        None => "unknown".into(),
+    }
+}
+
+/// Approvals counted so far against the quorum.
+pub fn approvals_so_far(approval: &pb::Approval) -> usize {
+    approval
+        .decisions
+        .iter()
+        .filter(|d| d.verdict() == pb::Verdict::Approve)
+        .count()
+}
+
+/// Whether `approver_id` already approved this approval on the web (it then waits for
+/// others and leaves this approver's inbox).
+pub fn approved_by(approval: &pb::Approval, approver_id: &str) -> bool {
+    approval.decisions.iter().any(|d| {
+        d.verdict() == pb::Verdict::Approve
+            && d.decider.as_ref().is_some_and(|who| {
+                who.channel == crate::config::CHANNEL && who.user_id == approver_id
+            })
+    })
+}
+
+/// One line of the inbox, the history or a batch.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub id: String,
+    pub agent: String,
+    pub session: String,
+    pub tool: String,
+    pub action: String,
+    pub risk: &'static str,
+    pub risk_rank: u8,
+    pub state: &'static str,
+    pub created_ms: i64,
+    pub created: String,
+    pub expires_ms: i64,
+    pub expires: String,
+    pub quorum: String,
+}
+
+impl Row {
+    pub fn of(approval: &pb::Approval) -> Row {
+        Row {
+            id: approval.id.clone(),
+            agent: one_line(&approval.agent_id, 128),
+            session: one_line(&approval.session_id, 128),
+            tool: one_line(&approval.tool_name, 128),
+            action: one_line(&approval.action, ROW_ACTION_CHARS),
+            risk: risk_label(approval.risk()),
+            risk_rank: approval.risk() as u8,
+            state: state_label(approval.state()),
+            created_ms: millis(approval.created_at.as_ref()),
+            created: time_text(approval.created_at.as_ref()),
+            expires_ms: millis(approval.expires_at.as_ref()),
+            expires: time_text(approval.expires_at.as_ref()),
+            quorum: format!(
+                "{}/{}",
+                approvals_so_far(approval),
+                approval.required_approvals.max(1)
+            ),
+        }
+    }
+}
+
+/// Riskiest first, then oldest first.
+pub fn sort_inbox(rows: &mut [Row]) {
+    rows.sort_by(|a, b| {
+        b.risk_rank
+            .cmp(&a.risk_rank)
+            .then(a.created_ms.cmp(&b.created_ms))
+            .then(a.id.cmp(&b.id))
+    });
+}
+
+/// The inbox filters (empty: no filter).
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(default)]
+pub struct Filters {
+    pub agent: String,
+    pub tool: String,
+    pub risk: String,
+}
+
+impl Filters {
+    pub fn admit(&self, approval: &pb::Approval) -> bool {
+        (self.agent.is_empty() || self.agent == approval.agent_id)
+            && (self.tool.is_empty() || self.tool == approval.tool_name)
+            && (self.risk.is_empty() || self.risk == risk_label(approval.risk()))
+    }
+}
+
+/// Where an approval stands and who moved it: the part of the approval page that updates
+/// live.
+#[derive(Clone, Debug)]
+pub struct Status {
+    pub state: &'static str,
+    pub pending: bool,
+    /// "Approved by Alice (web)", "Rejected by Bob (telegram): too broad", ...
+    pub outcome: String,
+    pub quorum: String,
+    pub decisions: Vec<TimelineEntry>,
+}
+
+#[derive(Clone, Debug)]
+pub struct TimelineEntry {
+    pub at: String,
+    pub what: String,
+}
+
+impl Status {
+    pub fn of(approval: &pb::Approval) -> Status {
+        let state = approval.state();
+        let outcome = match (&approval.resolution, state) {
+            (_, pb::ApprovalState::Pending) => "Waiting for a decision".to_owned(),
+            (Some(resolution), _) => outcome_text(approval, resolution),
+            (None, _) => state_label(state).to_owned(),
+        };
+        Status {
+            state: state_label(state),
+            pending: state == pb::ApprovalState::Pending,
+            outcome,
+            quorum: format!(
+                "{} of {} approvals",
+                approvals_so_far(approval),
+                approval.required_approvals.max(1)
+            ),
+            decisions: approval.decisions.iter().map(decision_entry).collect(),
+        }
+    }
+}
+
+fn outcome_text(approval: &pb::Approval, resolution: &pb::Resolution) -> String {
+    let verdict = match (approval.state(), resolution.verdict()) {
+        (pb::ApprovalState::Expired, _) => return "Expired without a decision".into(),
+        (pb::ApprovalState::Cancelled, _) => {
+            return format!(
+                "Cancelled by the agent{}",
+                reason_suffix(&resolution.reason)
+            )
+        }
+        (_, pb::Verdict::Reject) => "Rejected",
+        _ => "Approved",
+    };
+    let by = match resolution.resolved_by() {
+        pb::ResolvedBy::Rule => format!("rule {}", one_line(&resolution.rule, 128)),
+        pb::ResolvedBy::Grant => format!("session grant {}", resolution.grant_id),
+        _ => resolution
+            .deciders
+            .iter()
+            .map(|d| decider_text(Some(d)))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    format!("{verdict} by {by}{}", reason_suffix(&resolution.reason))
+}
+
+fn reason_suffix(reason: &str) -> String {
+    if reason.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", one_line(reason, 500))
+    }
+}
+
+fn decision_entry(decision: &pb::Decision) -> TimelineEntry {
+    let verdict = match decision.verdict() {
+        pb::Verdict::Reject => "rejected",
+        _ => "approved",
+    };
+    let scope = if decision.scope() == pb::Scope::Session {
+        " for the session"
+    } else {
+        ""
+    };
+    TimelineEntry {
+        at: time_text(decision.decided_at.as_ref()),
+        what: format!(
+            "{} {verdict}{scope}{}",
+            decider_text(decision.decider.as_ref()),
+            reason_suffix(&decision.reason)
+        ),
+    }
+}
+
+pub fn delivery_entry(delivery: &pb::Delivery) -> TimelineEntry {
+    TimelineEntry {
+        at: time_text(delivery.recorded_at.as_ref()),
+        what: format!(
+            "delivered on {} to {} ({})",
+            delivery.channel, delivery.target, delivery.message_ref
+        ),
+    }
+}
+
+pub fn event_entry(event: &pb::AuditEvent) -> Option<TimelineEntry> {
+    let inner = event.event.as_ref()?;
+    let kind = match inner.kind() {
+        pb::EventKind::Requested => "requested".to_owned(),
+        pb::EventKind::DecisionRecorded | pb::EventKind::DecisionRefused => {
+            let decision = inner.decision.as_ref().map(decision_entry);
+            let prefix = if inner.kind() == pb::EventKind::DecisionRefused {
+                "refused: "
+            } else {
+                ""
+            };
+            format!(
+                "{prefix}{}",
+                decision
+                    .map(|d| d.what)
+                    .unwrap_or_else(|| "decision".into())
+            )
+        }
+        pb::EventKind::Delivered => inner
+            .delivery
+            .as_ref()
+            .map(|d| delivery_entry(d).what)
+            .unwrap_or_else(|| "delivered".into()),
+        other => other
+            .as_str_name()
+            .trim_start_matches("EVENT_KIND_")
+            .to_lowercase()
+            .replace('_', " "),
+    };
+    let detail = if event.detail.is_empty() {
+        String::new()
+    } else {
+        format!(" — {}", one_line(&event.detail, 300))
+    };
+    Some(TimelineEntry {
+        at: time_text(inner.at.as_ref()),
+        what: format!("#{} {kind}{detail}", inner.seq),
+    })
+}
+
+/// One line of a diff.
+#[derive(Clone, Debug)]
+pub struct DiffLine {
+    /// `add`, `del`, `ctx` or `hunk`: the CSS class.
+    pub class: &'static str,
+    pub text: String,
+}
+
+/// A file edit found in the arguments, as a diff.
+#[derive(Clone, Debug)]
+pub struct Diff {
+    pub title: String,
+    pub lines: Vec<DiffLine>,
+}
+
+/// The full arguments pretty-printed (as sent when not JSON, which the server refuses anyway).
+pub fn pretty_arguments(arguments_json: &str) -> String {
+    serde_json::from_str::<Value>(arguments_json)
+        .ok()
+        .and_then(|value| serde_json::to_string_pretty(&value).ok())
+        .unwrap_or_else(|| arguments_json.to_owned())
+}
+
+/// The file edits in the arguments: `old_string`/`new_string` pairs (also inside an `edits`
+/// list, as multi-edit tools send them) and unified patches (`patch` or `diff` strings).
+pub fn diffs(arguments_json: &str) -> Vec<Diff> {
+    let Ok(value) = serde_json::from_str::<Value>(arguments_json) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    collect_diffs(&value, &mut found);
+    found
+}
+
+fn collect_diffs(value: &Value, found: &mut Vec<Diff>) {
+    let Value::Object(map) = value else {
+        if let Value::Array(items) = value {
+            items.iter().for_each(|item| collect_diffs(item, found));
+        }
+        return;
+    };
+    let file = ["file_path", "path", "file"]
+        .iter()
+        .find_map(|key| map.get(*key).and_then(Value::as_str))
+        .unwrap_or("");
+    if let (Some(old), Some(new)) = (
+        map.get("old_string").and_then(Value::as_str),
+        map.get("new_string").and_then(Value::as_str),
+    ) {
+        found.push(Diff {
+            title: format!("edit {file}"),
+            lines: string_diff(old, new),
+        });
+    }
+    for key in ["patch", "diff"] {
+        if let Some(patch) = map.get(key).and_then(Value::as_str) {
+            found.push(Diff {
+                title: format!("{key} {file}"),
+                lines: patch_lines(patch),
+            });
+        }
+    }
+    for (key, child) in map {
+        if matches!(child, Value::Object(_) | Value::Array(_)) && key != "arguments_json" {
+            collect_diffs(child, found);
+        }
+    }
+}
+
+fn string_diff(old: &str, new: &str) -> Vec<DiffLine> {
+    use similar::{ChangeTag, TextDiff};
+    TextDiff::from_lines(old, new)
+        .iter_all_changes()
+        .map(|change| {
+            let (class, sign) = match change.tag() {
+                ChangeTag::Delete => ("del", '-'),
+                ChangeTag::Insert => ("add", '+'),
+                ChangeTag::Equal => ("ctx", ' '),
+            };
+            DiffLine {
+                class,
+                text: format!("{sign}{}", change.value().trim_end_matches('\n')),
+            }
+        })
+        .collect()
+}
+
+fn patch_lines(patch: &str) -> Vec<DiffLine> {
+    patch
+        .lines()
+        .map(|line| DiffLine {
+            class: if line.starts_with("@@") {
+                "hunk"
+            } else if line.starts_with('+') && !line.starts_with("+++") {
+                "add"
+            } else if line.starts_with('-') && !line.starts_with("---") {
+                "del"
+            } else {
+                "ctx"
+            },
+            text: line.to_owned(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edits_and_patches_become_diffs() {
+        let found = diffs(
+            r#"{"file_path":"src/a.rs","old_string":"let a = 1;\nkeep\n","new_string":"let a = 2;\nkeep\n",
+                "edits":[{"old_string":"x","new_string":"y"}],"patch":"@@ -1 +1 @@\n-old\n+new"}"#,
+        );
+        assert_eq!(found.len(), 3, "{found:?}");
+        let classes: Vec<_> = found[0].lines.iter().map(|l| l.class).collect();
+        assert_eq!(classes, ["del", "add", "ctx"]);
+        assert_eq!(found[0].lines[0].text, "-let a = 1;");
+        assert_eq!(found[0].title, "edit src/a.rs");
+        let patch: Vec<_> = found
+            .iter()
+            .find(|d| d.title.starts_with("patch"))
+            .unwrap()
+            .lines
+            .iter()
+            .map(|l| l.class)
+            .collect();
+        assert_eq!(patch, ["hunk", "del", "add"]);
+    }
+
+    #[test]
+    fn the_inbox_puts_risk_before_age() {
+        let row = |id: &str, risk: u8, created_ms: i64| Row {
+            id: id.into(),
+            risk_rank: risk,
+            created_ms,
+            ..Row::of(&pb::Approval::default())
+        };
+        let mut rows = vec![
+            row("old-low", 1, 1),
+            row("new-high", 3, 9),
+            row("old-high", 3, 2),
+        ];
+        sort_inbox(&mut rows);
+        let ids: Vec<_> = rows.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["old-high", "new-high", "old-low"]);
+    }
+}

@@ -1,0 +1,86 @@
+//! Headless Chromium driven through chromedriver (Debian's `chromium` and `chromium-driver`):
+//! one fresh profile and one chromedriver per test, both gone when the test ends.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder};
+use hyper_util::client::legacy::connect::HttpConnector;
+use serde_json::json;
+use tokio::process::{Child, Command};
+
+use crate::common::free_port;
+
+pub struct Chromium {
+    pub client: Client,
+    driver: Child,
+    _profile: tempfile::TempDir,
+    screenshots: PathBuf,
+}
+
+impl Chromium {
+    pub async fn start() -> Chromium {
+        let port = free_port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("chromedriver (Debian package chromium-driver) must be installed; .ci/run installs it");
+        let profile = tempfile::tempdir().expect("profile directory");
+        let args = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--window-size=1280,900",
+            &format!("--user-data-dir={}", profile.path().display()),
+        ];
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert("browserName".into(), json!("chrome"));
+        capabilities.insert("goog:chromeOptions".into(), json!({ "args": args }));
+        let url = format!("http://127.0.0.1:{port}");
+        let mut last_error = None;
+        for _ in 0..100 {
+            match ClientBuilder::new(HttpConnector::new())
+                .capabilities(capabilities.clone())
+                .connect(&url)
+                .await
+            {
+                Ok(client) => {
+                    let screenshots =
+                        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web-screenshots");
+                    std::fs::create_dir_all(&screenshots).expect("screenshot directory");
+                    return Chromium {
+                        client,
+                        driver,
+                        _profile: profile,
+                        screenshots,
+                    };
+                }
+                Err(error) => last_error = Some(error),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("cannot start a Chromium session through chromedriver: {last_error:?}");
+    }
+
+    /// Saves a PNG of the page under target/tmp/web-screenshots/.
+    pub async fn screenshot(&self, name: &str) -> PathBuf {
+        let png = self.client.screenshot().await.expect("screenshot");
+        let path = self.screenshots.join(format!("{name}.png"));
+        std::fs::write(&path, png).expect("write screenshot");
+        path
+    }
+
+    pub async fn stop(mut self) {
+        let _ = self.client.close().await;
+        let _ = self.driver.kill().await;
+    }
+}
