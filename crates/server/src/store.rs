@@ -17,7 +17,6 @@ use countersign_core::{
     Error as DomainError, EventKind, Millis, ResolvedBy, State, Verdict,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use sqlx::error::BoxDynError;
 use sqlx::sqlite::{
     SqliteArguments, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool,
@@ -31,7 +30,7 @@ use crate::audit::{chain_hash, Columns};
 use crate::config::{Durability, StorageConfig};
 use crate::hub::Hub;
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -225,7 +224,6 @@ impl Store {
             .busy_timeout(Duration::from_secs(10));
         let mut writer = SqliteConnection::connect_with(&options).await?;
         MIGRATOR.run_direct(&mut writer).await?;
-        chain_unhashed_events(&mut writer).await?;
         let chain = ChainHead::load(&mut writer).await?;
         let reads = SqlitePoolOptions::new()
             .max_connections(config.read_connections)
@@ -895,8 +893,8 @@ async fn apply(
                     (grant_ttl_seconds > 0).then(|| now + i64::from(grant_ttl_seconds) * 1000);
                 writes
                     .statement(
-                        "INSERT INTO grants (id, agent_id, session_id, tool_name, approval_id, granted_by, created_at_ms, expires_at_ms, max_risk_rank, max_required_approvals)
-                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO grants (id, agent_id, session_id, tool_name, approval_id, granted_by, created_at_ms, expires_at_ms, max_risk_rank, max_required_approvals, scope)
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     )
                     .bind(uuid::Uuid::now_v7().to_string())
                     .bind(approval.agent_id.clone())
@@ -907,7 +905,8 @@ async fn apply(
                     .bind(now)
                     .bind(expires_at)
                     .bind(approval.risk.rank())
-                    .bind(i64::from(approval.required_approvals));
+                    .bind(i64::from(approval.required_approvals))
+                    .bind(approval.grant_scope.clone());
             }
             Ok(Applied {
                 reply: Reply::Decided(effect.outcome, approval),
@@ -1001,14 +1000,7 @@ async fn apply(
             })
         }
         Change::PruneEvents { before } => {
-            // The newest event always stays, so the log's head is never lost.
-            let pruned = sqlx::query(
-                "DELETE FROM events WHERE at_ms < ? AND seq < (SELECT MAX(seq) FROM events)",
-            )
-            .bind(before)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
+            let pruned = crate::integrity::prune(&mut *conn, before).await?;
             Ok(Applied {
                 reply: Reply::Count(pruned),
                 events: Vec::new(),
@@ -1020,14 +1012,14 @@ async fn apply(
 /// What a request depends on, read in one statement: the approval stored under its
 /// idempotency key (?1, ?2); the session grant that approves it, when ?5 asks (?3 session,
 /// ?4 tool; a grant covers no more risk (?8 rank) and no larger quorum (?9) than the approval
-/// that made it); and when ?6 asks, the agent's pending approvals that have not expired at ?7
+/// that made it, and only arguments in its scope (?10)); and when ?6 asks, the agent's pending approvals that have not expired at ?7
 /// (count and next expiry; an aggregate always yields one row).
 const REQUEST_LOOKUP: &str = "SELECT
     (SELECT body FROM approvals WHERE agent_id = ?1 AND idempotency_key = ?2),
     (SELECT id FROM grants
       WHERE ?5 AND agent_id = ?1 AND session_id = ?3 AND tool_name = ?4
         AND revoked_at_ms IS NULL AND (expires_at_ms IS NULL OR expires_at_ms > ?7)
-        AND max_risk_rank >= ?8 AND max_required_approvals >= ?9
+        AND max_risk_rank >= ?8 AND max_required_approvals >= ?9 AND scope = ?10
       ORDER BY created_at_ms LIMIT 1),
     COUNT(*), MIN(expires_at_ms)
   FROM approvals WHERE ?6 AND agent_id = ?1 AND state = 'PENDING' AND expires_at_ms > ?7";
@@ -1057,6 +1049,7 @@ async fn apply_request(
         .bind(now)
         .bind(request.risk.rank())
         .bind(i64::from(request.required_approvals))
+        .bind(&request.grant_scope)
         .fetch_one(&mut *conn)
         .await?;
     if let Some(body) = existing {
@@ -1223,43 +1216,6 @@ fn redact_resolved(writes: &mut Writes, applied: &mut Applied) {
     }
 }
 
-/// Chains rows written before the hash chain existed (migration 0002), oldest first.
-async fn chain_unhashed_events(conn: &mut SqliteConnection) -> Result<(), StoreError> {
-    let mut tx = conn.begin().await?;
-    let unhashed: Vec<(i64, String, String, i64, String)> = sqlx::query_as(
-        "SELECT seq, approval_id, kind, at_ms, body FROM events WHERE hash IS NULL ORDER BY seq",
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    if unhashed.is_empty() {
-        return Ok(());
-    }
-    let mut prev_hash: String = sqlx::query_scalar(
-        "SELECT hash FROM events WHERE seq < ? AND hash IS NOT NULL ORDER BY seq DESC LIMIT 1",
-    )
-    .bind(unhashed[0].0)
-    .fetch_optional(&mut *tx)
-    .await?
-    .unwrap_or_default();
-    for (seq, approval_id, kind, at_ms, body) in &unhashed {
-        let mut json: Value = serde_json::from_str(body)?;
-        let hash = chain_hash(&prev_hash, *seq, approval_id, kind, *at_ms, &mut json);
-        sqlx::query("UPDATE events SET prev_hash = ?, hash = ? WHERE seq = ?")
-            .bind(&prev_hash)
-            .bind(&hash)
-            .bind(seq)
-            .execute(&mut *tx)
-            .await?;
-        prev_hash = hash;
-    }
-    tx.commit().await?;
-    tracing::info!(
-        events = unhashed.len(),
-        "chained the events written before the audit hash chain existed"
-    );
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -1286,6 +1242,7 @@ mod tests {
             labels: BTreeMap::new(),
             policy_rule: None,
             separation_of_duties: false,
+            grant_scope: String::new(),
         }
     }
 
