@@ -136,8 +136,21 @@ impl Store {
                 }
             }
         }
+        let mut report = verifier.finish();
+        if report.broken.is_none() {
+            report.broken = crate::integrity::check_ends(&mut tx).await?;
+        }
+        if report.broken.is_none() {
+            report.broken = crate::integrity::disagreeing_approvals(&mut tx)
+                .await?
+                .into_iter()
+                .next()
+                .map(|(approval_id, seq, problem)| {
+                    (seq.max(1), format!("approval {approval_id}: {problem}"))
+                });
+        }
         tx.commit().await?;
-        Ok(verifier.finish())
+        Ok(report)
     }
 
     /// Grants, newest first.

@@ -83,7 +83,9 @@ mod tests {
             2
         );
         Policy::compile(&config.rules, &config.request_limits()).unwrap();
-        assert_eq!(config.rules.len(), 3);
+        assert_eq!(config.rules.len(), 5);
+        assert_eq!(config.serving.shutdown_grace_seconds, 20);
+        assert_eq!(config.limits.decisions_per_minute, 30);
         assert!(config.tls.is_some() && config.storage.redact_arguments);
     }
 }
