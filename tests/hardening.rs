@@ -10,7 +10,9 @@ use countersign_server::config::Config;
 use countersign_testkit::server::TestServer;
 use tonic::Code;
 
-fn refusal(result: Result<tonic::Response<pb::RequestApprovalResponse>, tonic::Status>) -> tonic::Status {
+fn refusal(
+    result: Result<tonic::Response<pb::RequestApprovalResponse>, tonic::Status>,
+) -> tonic::Status {
     result.expect_err("the request is refused")
 }
 
@@ -22,8 +24,14 @@ async fn arguments_with_two_meanings_are_refused_naming_the_key_and_store_nothin
     let before = stored_state(&server).await;
     for (arguments, expected) in [
         (r#"{"cmd":"ls","cmd":"rm -rf /"}"#, "/cmd appears twice"),
-        (r#"{"opts":{"force":false,"force":true}}"#, "/opts/force appears twice"),
-        (r#"{"amount":18446744073709551616}"#, "does not fit in 64 bits"),
+        (
+            r#"{"opts":{"force":false,"force":true}}"#,
+            "/opts/force appears twice",
+        ),
+        (
+            r#"{"amount":18446744073709551616}"#,
+            "does not fit in 64 bits",
+        ),
         (r#"{"amount":1e999}"#, "beyond the range of a double"),
     ] {
         let status = refusal(
@@ -47,11 +55,23 @@ async fn identifier_fields_refuse_controls_invisible_and_unnormalised_characters
     let mut client = connect(&server).await;
     type Mutation = Box<dyn Fn(&mut pb::RequestApprovalRequest)>;
     let cases: Vec<(&str, Mutation)> = vec![
-        ("agent_id", Box::new(|r| r.agent_id = "agent\nINFO forged line".into())),
-        ("session_id", Box::new(|r| r.session_id = "s\u{202E}1".into())),
-        ("requester", Box::new(|r| r.requester = "alice\u{200B}".into())),
+        (
+            "agent_id",
+            Box::new(|r| r.agent_id = "agent\nINFO forged line".into()),
+        ),
+        (
+            "session_id",
+            Box::new(|r| r.session_id = "s\u{202E}1".into()),
+        ),
+        (
+            "requester",
+            Box::new(|r| r.requester = "alice\u{200B}".into()),
+        ),
         ("requester", Box::new(|r| r.requester = "e\u{301}ve".into())),
-        ("idempotency_key", Box::new(|r| r.idempotency_key = "k\u{2066}1".into())),
+        (
+            "idempotency_key",
+            Box::new(|r| r.idempotency_key = "k\u{2066}1".into()),
+        ),
         (
             "routes[0].target",
             Box::new(|r| {
@@ -67,7 +87,10 @@ async fn identifier_fields_refuse_controls_invisible_and_unnormalised_characters
                 r.labels.insert("team\u{FEFF}".into(), "ops".into());
             }),
         ),
-        ("action", Box::new(|r| r.action = "list \u{202E}fr- mr".into())),
+        (
+            "action",
+            Box::new(|r| r.action = "list \u{202E}fr- mr".into()),
+        ),
         ("reason", Box::new(|r| r.reason = "safe\u{200D}".into())),
     ];
     create(&mut client, request("agent-a", "call-0")).await;
@@ -104,9 +127,15 @@ aliases = ["alice@example.com"]
 async fn an_approver_named_in_another_spelling_cannot_approve_their_own_request() {
     let server = TestServer::start_with_toml(ALICE).await;
     let mut client = connect(&server).await;
-    for (i, requester) in ["Alice", "ALICE@example.com", "ａｌｉｃｅ", "telegram:1001", "GITHUB:Alice-GH"]
-        .into_iter()
-        .enumerate()
+    for (i, requester) in [
+        "Alice",
+        "ALICE@example.com",
+        "ａｌｉｃｅ",
+        "telegram:1001",
+        "GITHUB:Alice-GH",
+    ]
+    .into_iter()
+    .enumerate()
     {
         let approval = create(
             &mut client,
@@ -117,11 +146,19 @@ async fn an_approver_named_in_another_spelling_cannot_approve_their_own_request(
         )
         .await;
         let refused = client
-            .decide(decide(&approval.id, pb::Verdict::Approve, "1001", &format!("cb-{i}")))
+            .decide(decide(
+                &approval.id,
+                pb::Verdict::Approve,
+                "1001",
+                &format!("cb-{i}"),
+            ))
             .await
             .expect_err("self-approval is refused");
         assert_eq!(refused.code(), Code::PermissionDenied, "{requester}");
-        assert!(refused.message().contains("separation of duties"), "{refused:?}");
+        assert!(
+            refused.message().contains("separation of duties"),
+            "{refused:?}"
+        );
     }
 }
 
@@ -150,11 +187,19 @@ async fn an_agent_cannot_declare_its_way_past_a_human_with_the_documented_rules(
     };
     let rm = create(&mut client, call("rm", "bash", r#"{"command":"rm -rf /"}"#)).await;
     assert_eq!(state(&rm), pb::ApprovalState::Pending);
-    assert_eq!(rm.risk, pb::Risk::Critical as i32, "raised from the declared LOW");
+    assert_eq!(
+        rm.risk,
+        pb::Risk::Critical as i32,
+        "raised from the declared LOW"
+    );
     let ls = create(&mut client, call("ls", "bash", r#"{"command":"ls"}"#)).await;
     assert_eq!(state(&ls), pb::ApprovalState::Pending);
     assert_eq!(ls.risk, pb::Risk::High as i32);
-    let read = create(&mut client, call("read", "read_file", r#"{"path":"README.md"}"#)).await;
+    let read = create(
+        &mut client,
+        call("read", "read_file", r#"{"path":"README.md"}"#),
+    )
+    .await;
     assert_eq!(state(&read), pb::ApprovalState::Approved);
 }
 
@@ -175,7 +220,11 @@ async fn a_session_grant_covers_only_calls_in_its_argument_scope() {
     let same_prefix = create(&mut client, call("c2", "git log -1")).await;
     assert_eq!(state(&same_prefix), pb::ApprovalState::Approved);
     let other = create(&mut client, call("c3", "curl http://example.com")).await;
-    assert_eq!(state(&other), pb::ApprovalState::Pending, "outside the grant's scope");
+    assert_eq!(
+        state(&other),
+        pb::ApprovalState::Pending,
+        "outside the grant's scope"
+    );
 }
 
 #[tokio::test]
@@ -187,7 +236,12 @@ async fn decisions_are_rate_limited_per_decider_and_per_worker_token() {
     let mut client = connect(&server).await;
     let approval = create(&mut client, request("agent-a", "call-1")).await;
     for i in 0..3 {
-        let reject = decide(&approval.id, pb::Verdict::Reject, "mallory", &format!("m-{i}"));
+        let reject = decide(
+            &approval.id,
+            pb::Verdict::Reject,
+            "mallory",
+            &format!("m-{i}"),
+        );
         client.decide(reject).await.unwrap();
     }
     let over = client
@@ -201,7 +255,12 @@ async fn decisions_are_rate_limited_per_decider_and_per_worker_token() {
     let mut refused = None;
     for i in 0..3 {
         let outcome = client
-            .decide(decide(&approval.id, pb::Verdict::Reject, &format!("user-{i}"), "k"))
+            .decide(decide(
+                &approval.id,
+                pb::Verdict::Reject,
+                &format!("user-{i}"),
+                "k",
+            ))
             .await;
         if let Err(status) = outcome {
             if status.code() == Code::ResourceExhausted {
@@ -210,20 +269,25 @@ async fn decisions_are_rate_limited_per_decider_and_per_worker_token() {
         }
     }
     let refused = refused.expect("the token's rate applies across deciders");
-    assert!(refused.message().contains("decisions_per_minute_per_token"), "{refused:?}");
+    assert!(
+        refused.message().contains("decisions_per_minute_per_token"),
+        "{refused:?}"
+    );
 }
 
 #[tokio::test]
 async fn requests_are_rate_limited_per_token_across_agent_ids() {
-    let server =
-        TestServer::start_with_toml("[limits]\nrequests_per_minute_per_token = 2\n").await;
+    let server = TestServer::start_with_toml("[limits]\nrequests_per_minute_per_token = 2\n").await;
     let mut client = connect(&server).await;
     create(&mut client, request("agent-a", "call-1")).await;
     create(&mut client, request("agent-b", "call-1")).await;
     let before = stored_state(&server).await;
     let refused = refusal(client.request_approval(request("agent-c", "call-1")).await);
     assert_eq!(refused.code(), Code::ResourceExhausted);
-    assert!(refused.message().contains("requests_per_minute_per_token"), "{refused:?}");
+    assert!(
+        refused.message().contains("requests_per_minute_per_token"),
+        "{refused:?}"
+    );
     assert_eq!(stored_state(&server).await, before);
 }
 
@@ -235,8 +299,14 @@ async fn tamper(server: &TestServer, sql: &str) {
 #[tokio::test]
 async fn removing_the_newest_or_the_oldest_event_row_is_detected() {
     for (sql, problem) in [
-        ("DELETE FROM events WHERE seq = (SELECT MAX(seq) FROM events)", "at the end were removed"),
-        ("DELETE FROM events WHERE seq = (SELECT MIN(seq) FROM events)", "at the start were removed"),
+        (
+            "DELETE FROM events WHERE seq = (SELECT MAX(seq) FROM events)",
+            "at the end were removed",
+        ),
+        (
+            "DELETE FROM events WHERE seq = (SELECT MIN(seq) FROM events)",
+            "at the start were removed",
+        ),
     ] {
         let server = TestServer::start().await;
         let mut client = connect(&server).await;
