@@ -23,7 +23,8 @@ INSERT INTO audit_anchor (id, head_seq, head_hash, tail_seq, tail_prev_hash) VAL
 );
 CREATE TRIGGER events_move_anchor_head AFTER INSERT ON events
 BEGIN
-    UPDATE audit_anchor SET head_seq = NEW.seq, head_hash = coalesce(NEW.hash, '') WHERE id = 1;
+    UPDATE audit_anchor SET head_seq = NEW.seq, head_hash = coalesce(NEW.hash, '')
+     WHERE id = 1 AND NEW.seq > head_seq;
 END;
 
 -- A session grant covers later calls whose arguments have the same scope (canonical JSON of

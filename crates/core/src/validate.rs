@@ -231,13 +231,34 @@ pub fn optional(field: &str, value: &str, max: usize) -> Result<(), Error> {
     no_invisible(field, value)
 }
 
-/// Free text on one line: [`optional`] without newlines or tabs.
+/// A name as a platform shows it, on one line: no control characters and no bidirectional
+/// controls; joiners and variation selectors stay (people's names hold emoji).
 pub fn single_line(field: &str, value: &str, max: usize) -> Result<(), Error> {
-    optional(field, value, max)?;
-    if value.contains(['\n', '\t']) {
-        return Err(Error::invalid(field, "must be a single line"));
+    length(field, value, max)?;
+    if value.chars().any(char::is_control) {
+        return Err(Error::invalid(
+            field,
+            "must be a single line without control characters",
+        ));
+    }
+    if let Some(c) = value.chars().find(|&c| is_bidi_control(c)) {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "may not hold bidirectional control characters (found U+{:04X})",
+                u32::from(c)
+            ),
+        ));
     }
     Ok(())
+}
+
+/// Marks, embeddings, overrides and isolates that change the order text is shown in.
+fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+    )
 }
 
 /// An identifier that must be present; see [`identifier`].

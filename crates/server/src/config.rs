@@ -201,13 +201,15 @@ pub struct LimitsConfig {
     /// Calls an agent may make at once before the rate applies (0: `requests_per_minute`).
     pub request_burst: u32,
     /// Sustained `RequestApproval` calls per token and minute, whatever agent ids it names
-    /// (0: no limit). Without tokens configured, every caller shares one bucket.
-    pub requests_per_minute_per_token: u32,
+    /// (0: no limit; unset: ten times `requests_per_minute`). Without tokens configured, every
+    /// caller shares one bucket.
+    pub requests_per_minute_per_token: Option<u32>,
     /// Sustained `Decide` calls per decider (channel and user id) and minute, refused ones
     /// included (0: no limit).
     pub decisions_per_minute: u32,
-    /// Sustained `Decide` calls per worker token and minute (0: no limit).
-    pub decisions_per_minute_per_token: u32,
+    /// Sustained `Decide` calls per worker token and minute (0: no limit; unset: ten times
+    /// `decisions_per_minute`).
+    pub decisions_per_minute_per_token: Option<u32>,
     /// Pending approvals one agent id may have (0: no limit).
     pub max_pending_per_agent: u32,
 }
@@ -223,9 +225,9 @@ impl Default for LimitsConfig {
             max_message_bytes: 256 * 1024,
             requests_per_minute: 600,
             request_burst: 0,
-            requests_per_minute_per_token: 6000,
-            decisions_per_minute: 120,
-            decisions_per_minute_per_token: 6000,
+            requests_per_minute_per_token: None,
+            decisions_per_minute: 600,
+            decisions_per_minute_per_token: None,
             max_pending_per_agent: 1000,
         }
     }

@@ -64,9 +64,19 @@ impl ApprovalApi {
                 limits_config.requests_per_minute,
                 limits_config.request_burst,
             ),
-            requests_per_token: RateLimiter::new(limits_config.requests_per_minute_per_token, 0),
+            requests_per_token: RateLimiter::new(
+                limits_config
+                    .requests_per_minute_per_token
+                    .unwrap_or(limits_config.requests_per_minute.saturating_mul(10)),
+                0,
+            ),
             decisions_per_decider: RateLimiter::new(limits_config.decisions_per_minute, 0),
-            decisions_per_token: RateLimiter::new(limits_config.decisions_per_minute_per_token, 0),
+            decisions_per_token: RateLimiter::new(
+                limits_config
+                    .decisions_per_minute_per_token
+                    .unwrap_or(limits_config.decisions_per_minute.saturating_mul(10)),
+                0,
+            ),
         };
         ApprovalApi {
             store,
