@@ -238,7 +238,7 @@ fn ecmascript_number(value: f64) -> String {
     } else if -6 < n && n <= 0 {
         format!("0.{}{digits}", "0".repeat((-n) as usize))
     } else {
-        let sign = if n - 1 >= 0 { '+' } else { '-' };
+        let sign = if n > 0 { '+' } else { '-' };
         let fraction = if k > 1 {
             format!(".{}", &digits[1..])
         } else {

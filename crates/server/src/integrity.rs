@@ -136,11 +136,14 @@ pub async fn check_at_start(conn: &mut SqliteConnection) -> Result<(), Integrity
     Ok(())
 }
 
+/// An approval row beside its newest event: id, row body, event seq and body, anchored tail.
+type ApprovalAndEvent = (String, String, Option<i64>, Option<String>, i64);
+
 /// Every approval whose stored row disagrees with its events: id, the seq to name, problem.
 pub async fn disagreeing_approvals(
     conn: &mut SqliteConnection,
 ) -> Result<Vec<(String, i64, String)>, StoreError> {
-    let rows: Vec<(String, String, Option<i64>, Option<String>, i64)> = sqlx::query_as(
+    let rows: Vec<ApprovalAndEvent> = sqlx::query_as(
         "SELECT a.id, a.body, e.seq, e.body, (SELECT tail_seq FROM audit_anchor WHERE id = 1)
          FROM approvals a
          LEFT JOIN events e ON e.seq = (SELECT MAX(seq) FROM events WHERE approval_id = a.id)

@@ -47,7 +47,7 @@ pub fn raise_open_file_limit() -> io::Result<(u64, u64)> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    let before = limit.rlim_cur as u64;
+    let before = limit.rlim_cur;
     if limit.rlim_cur < limit.rlim_max {
         limit.rlim_cur = limit.rlim_max;
         // SAFETY: as above.
@@ -55,7 +55,7 @@ pub fn raise_open_file_limit() -> io::Result<(u64, u64)> {
             return Err(io::Error::last_os_error());
         }
     }
-    Ok((before, limit.rlim_cur as u64))
+    Ok((before, limit.rlim_cur))
 }
 
 /// The soft open-file limit, if known.
@@ -66,8 +66,7 @@ fn open_file_limit() -> Option<u64> {
         rlim_max: 0,
     };
     // SAFETY: getrlimit only writes the struct passed.
-    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0)
-        .then_some(limit.rlim_cur as u64)
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0).then_some(limit.rlim_cur)
 }
 
 #[cfg(not(unix))]
