@@ -241,16 +241,19 @@ pub fn single_line(field: &str, value: &str, max: usize) -> Result<(), Error> {
             "must be a single line without control characters",
         ));
     }
-    if let Some(c) = value.chars().find(|&c| is_bidi_control(c)) {
-        return Err(Error::invalid(
+    match value.chars().find(|&c| is_bidi_control(c)) {
+        Some(c) => Err(refused(
             field,
-            format!(
-                "may not hold bidirectional control characters (found U+{:04X})",
-                u32::from(c)
-            ),
-        ));
+            "may not hold bidirectional control characters",
+            c,
+        )),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// The refusal of `field` for holding `c`, which the message names by code point.
+fn refused(field: &str, rule: &str, c: char) -> Error {
+    Error::invalid(field, format!("{rule} (found U+{:04X})", u32::from(c)))
 }
 
 /// Marks, embeddings, overrides and isolates that change the order text is shown in.
@@ -278,13 +281,7 @@ pub fn identifier(field: &str, value: &str, max: usize) -> Result<(), Error> {
         .chars()
         .find(|&c| c.is_control() || (c.is_whitespace() && c != ' '))
     {
-        return Err(Error::invalid(
-            field,
-            format!(
-                "may hold only printable characters (found U+{:04X})",
-                u32::from(c)
-            ),
-        ));
+        return Err(refused(field, "may hold only printable characters", c));
     }
     no_invisible(field, value)?;
     if value.starts_with(' ') || value.ends_with(' ') {
@@ -312,12 +309,10 @@ fn length(field: &str, value: &str, max: usize) -> Result<(), Error> {
 
 fn no_invisible(field: &str, value: &str) -> Result<(), Error> {
     match value.chars().find(|&c| is_invisible(c)) {
-        Some(c) => Err(Error::invalid(
+        Some(c) => Err(refused(
             field,
-            format!(
-                "may not hold invisible or bidirectional control characters (found U+{:04X})",
-                u32::from(c)
-            ),
+            "may not hold invisible or bidirectional control characters",
+            c,
         )),
         None => Ok(()),
     }
