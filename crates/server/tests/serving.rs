@@ -115,7 +115,16 @@ fn exit_within(mut child: Child, patience: Duration) -> (Output, Duration) {
 async fn more_idle_sockets_than_descriptors_do_not_stop_a_well_behaved_client() {
     let dir = tempfile::tempdir().unwrap();
     let addr = free_addr();
-    let server = spawn(dir.path(), &config(addr, dir.path(), ""), Some(128));
+    let metrics_addr = free_addr();
+    let server = spawn(
+        dir.path(),
+        &config(
+            addr,
+            dir.path(),
+            &format!("[metrics]\nlisten = \"{metrics_addr}\"\n"),
+        ),
+        Some(128),
+    );
     let mut first = client(addr).await;
     first.request_approval(request("before")).await.unwrap();
 
@@ -132,6 +141,7 @@ async fn more_idle_sockets_than_descriptors_do_not_stop_a_well_behaved_client() 
     })
     .await;
     let elapsed = started.elapsed();
+    let metrics = scrape(metrics_addr);
     drop(idle);
     terminate(&server);
     let (output, _) = exit_within(server, Duration::from_secs(10));
@@ -140,6 +150,31 @@ async fn more_idle_sockets_than_descriptors_do_not_stop_a_well_behaved_client() 
     assert!(answered.is_ok(), "{answered:?}\n{log}");
     assert!(elapsed < Duration::from_secs(1), "{elapsed:?}");
     assert!(log.contains("open-file limit"), "{log}");
+    let closed = metric(&metrics, "countersign_connections_closed_idle_total");
+    assert!(
+        closed >= 100.0,
+        "idle connections were closed to make room: {metrics}"
+    );
+}
+
+/// The text of `/metrics` at `addr`.
+fn scrape(addr: SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
 }
 
 #[test]
