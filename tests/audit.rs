@@ -234,6 +234,21 @@ async fn the_chain_continues_across_restarts_and_chains_rows_from_before_it_exis
         .await
         .unwrap();
     drop(conn);
+    server.stop().await;
+    // The server refuses such a database until an operator chains the rows explicitly
+    // (`countersign-server audit rechain`).
+    let refused = countersign_server::serve(
+        server.config().clone(),
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        std::future::pending(),
+    )
+    .await
+    .expect_err("unchained rows refuse the start");
+    assert!(refused.to_string().contains("audit rechain"), "{refused}");
+    let rechained = countersign_server::integrity::rechain(&server.database_path())
+        .await
+        .unwrap();
+    assert_eq!(rechained.rows_chained, 3);
     server.restart().await;
     let mut client = connect(&server).await;
     create(&mut client, request("agent-c", "call-1")).await;

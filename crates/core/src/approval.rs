@@ -205,6 +205,9 @@ pub struct ApprovalRequest {
     pub policy_rule: Option<String>,
     /// Whether the requester is barred from approving it (four-eyes rule).
     pub separation_of_duties: bool,
+    /// What a session grant made from it is bound to, beyond agent, session and tool: the
+    /// argument parts a policy rule names, as canonical JSON; empty: any arguments.
+    pub grant_scope: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -237,6 +240,9 @@ pub struct Approval {
     /// Approvals stored before this field existed get the safe default.
     #[serde(default = "separation_of_duties_default")]
     pub separation_of_duties: bool,
+    /// See [`ApprovalRequest::grant_scope`].
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub grant_scope: String,
 }
 
 fn separation_of_duties_default() -> bool {
@@ -354,6 +360,7 @@ impl Approval {
             consumption: None,
             policy_rule: request.policy_rule,
             separation_of_duties: request.separation_of_duties,
+            grant_scope: request.grant_scope,
         };
         if let Disposition::Resolve {
             verdict,
@@ -610,6 +617,7 @@ mod tests {
             labels: BTreeMap::new(),
             policy_rule: None,
             separation_of_duties: true,
+            grant_scope: String::new(),
         }
     }
 

@@ -4,10 +4,16 @@
 //! The server maps every decider to a registered approver before a decision counts. Quorum
 //! counts approvers, so the same person approving on Telegram and on GitHub counts once. An
 //! empty registry accepts any decider (a development setup; the server warns at start).
+//!
+//! Identities compare as [`identity_key`]s: after compatibility normalisation (NFKC) and case
+//! folding, so `Alice`, `ALICE` and a fullwidth `ａｌｉｃｅ` are one name. A request's
+//! `requester` names an approver by their id, any of their `aliases` (e-mail addresses,
+//! logins, numeric ids) or any of their channel identities, with or without `channel:`.
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
+use unicode_normalization::UnicodeNormalization;
 
 use crate::policy::{subject, SpecError};
 use crate::validate::{required, validate_channel};
@@ -33,6 +39,9 @@ pub struct ApproverSpec {
     /// Channel → the approver's identities there: Telegram numeric user ids, GitHub logins
     /// and/or numeric ids, CLI user names.
     pub identities: BTreeMap<String, Vec<String>>,
+    /// Other names the person goes by in a request's `requester` (e-mail addresses, logins,
+    /// employee numbers): a request naming any of them is theirs for separation of duties.
+    pub aliases: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -46,12 +55,22 @@ struct Approver {
     name: String,
     max_risk: Risk,
     identities: Vec<Identity>,
+    /// The identity keys of the id and the aliases.
+    names: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Identity {
     channel: String,
+    /// As configured, for messages.
     value: String,
+    /// The [`identity_key`] of `value`.
+    key: String,
+}
+
+/// The form identities are compared in: NFKC, case-folded, without surrounding whitespace.
+pub fn identity_key(text: &str) -> String {
+    text.trim().nfkc().flat_map(char::to_lowercase).collect()
 }
 
 impl Identity {
@@ -62,33 +81,29 @@ impl Identity {
     fn identifies(&self, decider: &Decider) -> bool {
         self.channel == decider.channel
             && if self.is_login() {
-                self.value.eq_ignore_ascii_case(&decider.display_name)
+                self.key == identity_key(&decider.display_name)
             } else {
-                self.value == decider.user_id
+                self.key == identity_key(&decider.user_id)
             }
     }
 
-    /// Whether a request's `requester` names this identity: its value, or `channel:value`.
+    /// Whether a request's `requester` (as an identity key) names this identity: its value,
+    /// or `channel:value`.
     fn named_by(&self, requester: &str) -> bool {
-        let same = |text: &str| {
-            if self.is_login() {
-                text.eq_ignore_ascii_case(&self.value)
-            } else {
-                text == self.value
-            }
-        };
-        same(requester)
+        requester == self.key
             || requester
                 .strip_prefix(self.channel.as_str())
                 .and_then(|rest| rest.strip_prefix(':'))
-                .is_some_and(same)
+                .is_some_and(|rest| rest == self.key)
     }
 }
 
 impl Approver {
     fn is_requester(&self, requester: &str) -> bool {
+        let requester = identity_key(requester);
         !requester.is_empty()
-            && (requester == self.id || self.identities.iter().any(|i| i.named_by(requester)))
+            && (self.names.contains(&requester)
+                || self.identities.iter().any(|i| i.named_by(&requester)))
     }
 
     fn label(&self) -> String {
@@ -111,8 +126,16 @@ impl ApproverRegistry {
                 message,
             };
             let approver = compile_approver(spec).map_err(fail)?;
-            if approvers.iter().any(|a| a.id == approver.id) {
+            if approvers.iter().any(|a| a.names[0] == approver.names[0]) {
                 return Err(fail("another approver has the same id".into()));
+            }
+            for name in &approver.names {
+                if let Some(other) = approvers.iter().find(|a| a.names.contains(name)) {
+                    return Err(fail(format!(
+                        "the name {name:?} is also an id or alias of approver {:?}",
+                        other.id
+                    )));
+                }
             }
             for identity in &approver.identities {
                 if let Some(other) = approvers
@@ -149,7 +172,11 @@ impl ApproverRegistry {
         approval: &Approval,
     ) -> Result<String, Error> {
         if self.is_empty() {
-            return Ok(decider.identity());
+            return Ok(format!(
+                "{}:{}",
+                decider.channel,
+                identity_key(&decider.user_id)
+            ));
         }
         let approver = self
             .approvers
@@ -186,14 +213,9 @@ impl ApproverRegistry {
     }
 }
 
-/// Whether two identities name the same account (logins compare case-insensitively).
+/// Whether two identities name the same account.
 fn same_account(a: &Identity, b: &Identity) -> bool {
-    a.channel == b.channel
-        && if a.is_login() {
-            a.value.eq_ignore_ascii_case(&b.value)
-        } else {
-            a.value == b.value
-        }
+    a.channel == b.channel && a.key == b.key
 }
 
 fn compile_approver(spec: &ApproverSpec) -> Result<Approver, String> {
@@ -214,17 +236,24 @@ fn compile_approver(spec: &ApproverSpec) -> Result<Approver, String> {
             identities.push(Identity {
                 channel: channel.clone(),
                 value: value.clone(),
+                key: identity_key(value),
             });
         }
     }
     if identities.is_empty() {
         return Err("identities lists no identity on any channel".into());
     }
+    let mut names = vec![identity_key(&spec.id)];
+    for alias in &spec.aliases {
+        required("aliases", alias, MAX_IDENTITY_CHARS).map_err(invalid)?;
+        names.push(identity_key(alias));
+    }
     Ok(Approver {
         id: spec.id.clone(),
         name: spec.name.clone(),
         max_risk,
         identities,
+        names,
     })
 }
 
@@ -247,6 +276,7 @@ mod tests {
                     )
                 })
                 .collect(),
+            aliases: Vec::new(),
         }
     }
 
@@ -276,20 +306,19 @@ mod tests {
             labels: BTreeMap::new(),
             policy_rule: None,
             separation_of_duties: true,
+            grant_scope: String::new(),
         };
         Approval::new("id-1".into(), request, 60, Disposition::RequireHuman, 0)
     }
 
     fn registry() -> ApproverRegistry {
-        ApproverRegistry::compile(&[
-            spec(
-                "alice",
-                "critical",
-                &[("telegram", &["1001"]), ("github", &["Alice-GH", "583231"])],
-            ),
-            spec("bob", "medium", &[("cli", &["bob"])]),
-        ])
-        .unwrap()
+        let mut alice = spec(
+            "alice",
+            "critical",
+            &[("telegram", &["1001"]), ("github", &["Alice-GH", "583231"])],
+        );
+        alice.aliases = vec!["alice@example.com".into()];
+        ApproverRegistry::compile(&[alice, spec("bob", "medium", &[("cli", &["bob"])])]).unwrap()
     }
 
     #[test]
@@ -333,10 +362,14 @@ mod tests {
 
         for requester in [
             "alice",
+            "Alice",
+            "ＡＬＩＣＥ",
+            "ALICE@example.com",
             "1001",
             "telegram:1001",
             "alice-gh",
             "github:ALICE-GH",
+            "github:583231",
         ] {
             let own = approval(Risk::Low, requester);
             let alice = decider("telegram", "1001", "@alice");
@@ -363,6 +396,14 @@ mod tests {
                 .unwrap(),
             "telegram:7"
         );
+        let shouting = decider("cli", "BOB", "BOB");
+        assert_eq!(
+            ApproverRegistry::default()
+                .authorize(&shouting, Verdict::Approve, &own)
+                .unwrap(),
+            "cli:bob",
+            "one person in two spellings counts once"
+        );
     }
 
     #[test]
@@ -377,6 +418,14 @@ mod tests {
             ),
             (spec("x", "low", &[("cli", &[""])]), "identities.cli"),
             (spec("alice", "low", &[("cli", &["other"])]), "same id"),
+            (spec("ALICE", "low", &[("cli", &["other"])]), "same id"),
+            (
+                ApproverSpec {
+                    aliases: vec!["Alice".into()],
+                    ..spec("z", "low", &[("cli", &["z"])])
+                },
+                "also an id or alias",
+            ),
             (
                 spec("y", "low", &[("github", &["alice-gh"])]),
                 "also listed",

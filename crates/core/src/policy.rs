@@ -1,6 +1,11 @@
 //! Policy rules: ordered, the first match wins, and no match means a human decides (fail
 //! closed).
 //!
+//! The risk a rule matches on is the computed risk, never only the one the agent declared:
+//! first every `classify` rule that matches raises the risk to at least its `risk` (a floor,
+//! per tool or per argument pattern), then the first matching `allow`, `deny` or `require`
+//! rule decides. A `require` rule's risk is a floor as well.
+//!
 //! A rule matches on the tool name (glob), the agent id (glob), the requested risk and argument
 //! values (a JSON pointer, then a glob or a regex). `allow` and `deny` resolve the request at
 //! once and the resolution names the rule; `require` sends it to people with the rule's risk,
@@ -40,13 +45,14 @@ pub(crate) fn subject(kind: &str, list: &str, index: usize, name: &str) -> Strin
 #[serde(default, deny_unknown_fields)]
 pub struct RuleSpec {
     pub name: String,
-    /// `allow`, `deny` or `require`.
+    /// `allow`, `deny`, `require` or `classify`.
     pub action: String,
     #[serde(rename = "match")]
     pub matches: MatchSpec,
     /// Shown in the resolution of `allow` and `deny`.
     pub reason: String,
-    /// `require` only: the risk the approval gets (replaces the requested one).
+    /// `require` and `classify`: the lowest risk the approval gets (a declared risk above it
+    /// stays).
     pub risk: Option<String>,
     /// `require` only: the longest the approval stays open; a request may ask for less.
     pub ttl_seconds: Option<u32>,
@@ -56,6 +62,22 @@ pub struct RuleSpec {
     pub routes: Vec<Route>,
     /// `require` only: whether the requester is barred from approving (default true).
     pub separation_of_duties: Option<bool>,
+    /// `require` and `classify`: what a session grant made from a matching approval is bound
+    /// to. A later call is covered only when these argument parts are equal (each the value
+    /// at the pointer, or the first match of the regex in it). The first matching rule that
+    /// sets it counts; without one a grant covers any arguments of the tool.
+    pub grant_scope: Vec<GrantScopeSpec>,
+}
+
+/// One argument part a session grant is bound to.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GrantScopeSpec {
+    /// RFC 6901 JSON pointer into the arguments object.
+    pub pointer: String,
+    /// The part of the value that counts, e.g. `^\\S+` for a command's first word; absent:
+    /// the whole value.
+    pub regex: Option<String>,
 }
 
 /// What a rule matches; every part that is set must match.
@@ -66,7 +88,7 @@ pub struct MatchSpec {
     pub tool: Option<String>,
     /// Glob on the agent id.
     pub agent: Option<String>,
-    /// The requested risk is one of these.
+    /// The computed risk (the declared one raised by `classify` rules) is one of these.
     pub risk: Vec<String>,
     pub arguments: Vec<ArgumentSpec>,
 }
@@ -99,12 +121,20 @@ struct Rule {
     risks: Vec<Risk>,
     arguments: Vec<ArgumentMatcher>,
     action: Action,
+    grant_scope: Vec<ScopePart>,
 }
 
 #[derive(Debug, Clone)]
 enum Action {
     Resolve { verdict: Verdict, reason: String },
     Require(Requirements),
+    Classify(Risk),
+}
+
+#[derive(Debug, Clone)]
+struct ScopePart {
+    pointer: String,
+    regex: Option<Regex>,
 }
 
 #[derive(Debug, Clone)]
@@ -155,15 +185,18 @@ impl Policy {
             }
             rules.push(rule);
         }
-        let reads_arguments = rules.iter().any(|r| !r.arguments.is_empty());
+        let reads_arguments = rules
+            .iter()
+            .any(|r| !r.arguments.is_empty() || !r.grant_scope.is_empty());
         Ok(Policy {
             rules,
             reads_arguments,
         })
     }
 
-    /// Applies the first matching rule: the request as the rule shapes it, and how it starts.
-    /// No match leaves the request as it is, for a human to decide.
+    /// Raises the risk by the matching `classify` rules, then applies the first matching
+    /// `allow`, `deny` or `require` rule: the request as the rules shape it, and how it
+    /// starts. No match leaves the request to a human.
     pub fn apply(&self, mut request: ApprovalRequest) -> (ApprovalRequest, Disposition) {
         let arguments = if self.reads_arguments {
             match serde_json::from_str::<Value>(&request.arguments_json) {
@@ -175,11 +208,20 @@ impl Policy {
         } else {
             None
         };
-        let Some(rule) = self
-            .rules
-            .iter()
-            .find(|rule| rule.matches(&request, arguments.as_ref()))
-        else {
+        let mut scoped = false;
+        for rule in &self.rules {
+            let Action::Classify(floor) = rule.action else {
+                continue;
+            };
+            if rule.matches(&request, arguments.as_ref()) {
+                request.risk = request.risk.max(floor);
+                scoped = scoped || rule.scope_grant(&mut request, arguments.as_ref());
+            }
+        }
+        let Some(rule) = self.rules.iter().find(|rule| {
+            !matches!(rule.action, Action::Classify(_))
+                && rule.matches(&request, arguments.as_ref())
+        }) else {
             return (request, Disposition::RequireHuman);
         };
         request.policy_rule = Some(rule.name.clone());
@@ -193,14 +235,42 @@ impl Policy {
             },
             Action::Require(requirements) => {
                 requirements.shape(&mut request);
+                if !scoped {
+                    rule.scope_grant(&mut request, arguments.as_ref());
+                }
                 Disposition::RequireHuman
             }
+            Action::Classify(_) => Disposition::RequireHuman,
         };
         (request, disposition)
     }
 }
 
 impl Rule {
+    /// Binds a session grant from this request to the rule's argument parts; false when the
+    /// rule has none.
+    fn scope_grant(&self, request: &mut ApprovalRequest, arguments: Option<&Value>) -> bool {
+        if self.grant_scope.is_empty() {
+            return false;
+        }
+        let parts: Vec<Value> = self
+            .grant_scope
+            .iter()
+            .map(|part| {
+                let value = arguments.and_then(|arguments| arguments.pointer(&part.pointer));
+                let text = value.map(value_text);
+                let kept = match (&part.regex, &text) {
+                    (Some(regex), Some(text)) => regex.find(text).map(|m| m.as_str().to_owned()),
+                    (None, Some(text)) => Some(text.to_string()),
+                    (_, None) => None,
+                };
+                serde_json::json!([part.pointer, kept])
+            })
+            .collect();
+        request.grant_scope = canonical_json(&Value::Array(parts));
+        true
+    }
+
     fn matches(&self, request: &ApprovalRequest, arguments: Option<&Value>) -> bool {
         self.tool
             .as_ref()
@@ -221,7 +291,7 @@ impl Rule {
 impl Requirements {
     fn shape(&self, request: &mut ApprovalRequest) {
         if let Some(risk) = self.risk {
-            request.risk = risk;
+            request.risk = request.risk.max(risk);
         }
         if let Some(rule_ttl) = self.ttl_seconds {
             request.ttl_seconds = Some(
@@ -301,13 +371,50 @@ fn compile_rule(spec: &RuleSpec, limits: &Limits) -> Result<Rule, String> {
             Action::Resolve { verdict, reason }
         }
         "require" => Action::Require(compile_requirements(spec, limits)?),
-        "" => return Err("action is required (allow, deny or require)".into()),
+        "classify" => {
+            let shapes = spec.ttl_seconds.is_some()
+                || spec.required_approvals.is_some()
+                || !spec.routes.is_empty()
+                || spec.separation_of_duties.is_some()
+                || !spec.reason.is_empty();
+            if shapes {
+                return Err("action \"classify\" only sets risk and grant_scope".into());
+            }
+            let risk = spec
+                .risk
+                .as_deref()
+                .ok_or("action \"classify\" needs risk (low, medium, high or critical)")?;
+            Action::Classify(parse_risk("risk", risk)?)
+        }
+        "" => return Err("action is required (allow, deny, require or classify)".into()),
         other => {
             return Err(format!(
-                "action {other:?} is not one of allow, deny or require"
+                "action {other:?} is not one of allow, deny, require or classify"
             ))
         }
     };
+    if matches!(action, Action::Resolve { .. }) && !spec.grant_scope.is_empty() {
+        return Err("grant_scope belongs to \"require\" and \"classify\" rules".into());
+    }
+    let grant_scope = spec
+        .grant_scope
+        .iter()
+        .enumerate()
+        .map(|(i, part)| {
+            let field = format!("grant_scope[{i}]");
+            validate_pointer(&part.pointer)
+                .map_err(|message| format!("{field}.pointer: {message}"))?;
+            let regex = part
+                .regex
+                .as_deref()
+                .map(|regex| Regex::new(regex).map_err(|e| format!("{field}.regex {regex:?}: {e}")))
+                .transpose()?;
+            Ok(ScopePart {
+                pointer: part.pointer.clone(),
+                regex,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     Ok(Rule {
         name: spec.name.clone(),
         tool,
@@ -315,6 +422,7 @@ fn compile_rule(spec: &RuleSpec, limits: &Limits) -> Result<Rule, String> {
         risks,
         arguments,
         action,
+        grant_scope,
     })
 }
 
@@ -443,6 +551,7 @@ mod tests {
             labels: BTreeMap::new(),
             policy_rule: None,
             separation_of_duties: true,
+            grant_scope: String::new(),
         }
     }
 
@@ -570,6 +679,37 @@ mod tests {
     }
 
     #[test]
+    fn classify_rules_raise_the_risk_that_later_rules_see() {
+        let mut shell = rule("shell-is-high", "classify");
+        shell.risk = Some("high".into());
+        shell.matches.tool = Some("bash".into());
+        shell.grant_scope = vec![GrantScopeSpec {
+            pointer: "/command".into(),
+            regex: Some(r"^\S+".into()),
+        }];
+        let mut rm = rule("rm-is-critical", "classify");
+        rm.risk = Some("critical".into());
+        rm.matches.arguments = vec![ArgumentSpec {
+            pointer: "/command".into(),
+            regex: Some(r"\brm\b".into()),
+            glob: None,
+        }];
+        let mut low = rule("auto-low", "allow");
+        low.matches.risk = vec!["low".into()];
+        // Order does not matter: classify rules run first.
+        let policy = rules(vec![low, shell, rm]);
+        let (shaped, disposition) =
+            policy.apply(request("bash", r#"{"command":"rm -rf /"}"#, Risk::Low));
+        assert_eq!(disposition, Disposition::RequireHuman);
+        assert_eq!(shaped.risk, Risk::Critical);
+        assert_eq!(shaped.grant_scope, r#"[["/command","rm"]]"#);
+        let (_, read) = policy.apply(request("read_file", r#"{"path":"a"}"#, Risk::Low));
+        assert!(verdict_of(&read).is_some());
+        let (kept, _) = policy.apply(request("read_file", "{}", Risk::Critical));
+        assert_eq!(kept.risk, Risk::Critical, "a classify rule never lowers");
+    }
+
+    #[test]
     fn every_malformed_rule_is_refused_with_its_name() {
         let argument = |pointer: &str, glob: Option<&str>, regex: Option<&str>| ArgumentSpec {
             pointer: pointer.into(),
@@ -601,6 +741,16 @@ mod tests {
             ),
             ("not one of", Box::new(|r| r.action = "maybe".into())),
             ("require", Box::new(|r| r.ttl_seconds = Some(60))),
+            ("needs risk", Box::new(|r| r.action = "classify".into())),
+            (
+                "grant_scope belongs",
+                Box::new(|r| {
+                    r.grant_scope = vec![GrantScopeSpec {
+                        pointer: "/c".into(),
+                        regex: None,
+                    }]
+                }),
+            ),
         ];
         for (expected, breakage) in cases {
             let mut broken = rule("broken-one", "allow");

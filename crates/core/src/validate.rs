@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::digest::args_digest;
+use unicode_normalization::is_nfc;
+
+use crate::digest::{args_digest, parse_strict};
 use crate::{ApprovalRequest, Decider, Error, Risk, Route};
 
 /// Bounds on what a request may carry. The server reads them from its configuration.
@@ -59,10 +61,10 @@ const MAX_LABEL_VALUE_CHARS: usize = 256;
 const MAX_DISPLAY_NAME_CHARS: usize = 256;
 
 pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<ApprovalRequest, Error> {
-    required("agent_id", &input.agent_id, MAX_ID_CHARS)?;
-    optional("session_id", &input.session_id, MAX_ID_CHARS)?;
-    optional("requester", &input.requester, MAX_KEY_CHARS)?;
-    required("idempotency_key", &input.idempotency_key, MAX_KEY_CHARS)?;
+    required_identifier("agent_id", &input.agent_id, MAX_ID_CHARS)?;
+    identifier("session_id", &input.session_id, MAX_ID_CHARS)?;
+    identifier("requester", &input.requester, MAX_KEY_CHARS)?;
+    required_identifier("idempotency_key", &input.idempotency_key, MAX_KEY_CHARS)?;
     validate_tool_name(&input.tool_name)?;
     optional("action", &input.action, MAX_ACTION_CHARS)?;
     optional("reason", &input.reason, MAX_REASON_CHARS)?;
@@ -83,8 +85,8 @@ pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<Approval
             ),
         ));
     }
-    let arguments: Value = serde_json::from_str(&input.arguments_json)
-        .map_err(|e| Error::invalid("arguments_json", format!("is not valid JSON: {e}")))?;
+    let arguments: Value = parse_strict(&input.arguments_json)
+        .map_err(|e| Error::invalid("arguments_json", format!("is not accepted: {e}")))?;
     if !arguments.is_object() {
         return Err(Error::invalid("arguments_json", "must be a JSON object"));
     }
@@ -101,7 +103,7 @@ pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<Approval
     }
     for (i, route) in input.routes.iter().enumerate() {
         validate_channel(&format!("routes[{i}].channel"), &route.channel)?;
-        optional(
+        identifier(
             &format!("routes[{i}].target"),
             &route.target,
             MAX_TARGET_CHARS,
@@ -139,7 +141,7 @@ pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<Approval
         ));
     }
     for (key, value) in &input.labels {
-        required("labels key", key, MAX_LABEL_KEY_CHARS)?;
+        required_identifier("labels key", key, MAX_LABEL_KEY_CHARS)?;
         optional(&format!("labels[{key}]"), value, MAX_LABEL_VALUE_CHARS)?;
     }
 
@@ -160,6 +162,7 @@ pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<Approval
         labels: input.labels,
         policy_rule: None,
         separation_of_duties: true,
+        grant_scope: String::new(),
     })
 }
 
@@ -170,14 +173,14 @@ pub fn validate_decider(
     idempotency_key: &str,
 ) -> Result<(), Error> {
     validate_channel("decider.channel", &decider.channel)?;
-    required("decider.user_id", &decider.user_id, MAX_KEY_CHARS)?;
-    optional(
+    required_identifier("decider.user_id", &decider.user_id, MAX_KEY_CHARS)?;
+    single_line(
         "decider.display_name",
         &decider.display_name,
         MAX_DISPLAY_NAME_CHARS,
     )?;
     optional("reason", reason, MAX_REASON_CHARS)?;
-    required("idempotency_key", idempotency_key, MAX_KEY_CHARS)
+    required_identifier("idempotency_key", idempotency_key, MAX_KEY_CHARS)
 }
 
 /// A channel name: 1–64 of `[a-z0-9_-]`.
@@ -214,8 +217,86 @@ pub fn required(field: &str, value: &str, max: usize) -> Result<(), Error> {
     optional(field, value, max)
 }
 
-/// A field that may be empty: at most `max` characters, no control characters but newline and tab.
+/// Free text that may be empty: at most `max` characters; newlines and tabs are kept, other
+/// control characters and the invisible characters of [`is_invisible`] (which reorder or hide
+/// what a reader sees) are refused.
 pub fn optional(field: &str, value: &str, max: usize) -> Result<(), Error> {
+    length(field, value, max)?;
+    if value
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return Err(Error::invalid(field, "may not hold control characters"));
+    }
+    no_invisible(field, value)
+}
+
+/// A name as a platform shows it, on one line: no control characters and no bidirectional
+/// controls; joiners and variation selectors stay (people's names hold emoji).
+pub fn single_line(field: &str, value: &str, max: usize) -> Result<(), Error> {
+    length(field, value, max)?;
+    if value.chars().any(char::is_control) {
+        return Err(Error::invalid(
+            field,
+            "must be a single line without control characters",
+        ));
+    }
+    match value.chars().find(|&c| is_bidi_control(c)) {
+        Some(c) => Err(refused(
+            field,
+            "may not hold bidirectional control characters",
+            c,
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The refusal of `field` for holding `c`, which the message names by code point.
+fn refused(field: &str, rule: &str, c: char) -> Error {
+    Error::invalid(field, format!("{rule} (found U+{:04X})", u32::from(c)))
+}
+
+/// Marks, embeddings, overrides and isolates that change the order text is shown in.
+fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+    )
+}
+
+/// An identifier that must be present; see [`identifier`].
+pub fn required_identifier(field: &str, value: &str, max: usize) -> Result<(), Error> {
+    if value.is_empty() {
+        return Err(Error::invalid(field, "is required"));
+    }
+    identifier(field, value, max)
+}
+
+/// An identifier that may be empty: printable characters and plain spaces only (no control,
+/// invisible or bidirectional-override characters, no other whitespace, no space at either
+/// end), in Unicode normalization form C, so that one identifier has one spelling.
+pub fn identifier(field: &str, value: &str, max: usize) -> Result<(), Error> {
+    length(field, value, max)?;
+    if let Some(c) = value
+        .chars()
+        .find(|&c| c.is_control() || (c.is_whitespace() && c != ' '))
+    {
+        return Err(refused(field, "may hold only printable characters", c));
+    }
+    no_invisible(field, value)?;
+    if value.starts_with(' ') || value.ends_with(' ') {
+        return Err(Error::invalid(field, "may not start or end with a space"));
+    }
+    if !is_nfc(value) {
+        return Err(Error::invalid(
+            field,
+            "must be in Unicode normalization form C (NFC)",
+        ));
+    }
+    Ok(())
+}
+
+fn length(field: &str, value: &str, max: usize) -> Result<(), Error> {
     let chars = value.chars().count();
     if chars > max {
         return Err(Error::invalid(
@@ -223,13 +304,45 @@ pub fn optional(field: &str, value: &str, max: usize) -> Result<(), Error> {
             format!("is {chars} characters long, at most {max} are allowed"),
         ));
     }
-    if value
-        .chars()
-        .any(|c| c.is_control() && c != '\n' && c != '\t')
-    {
-        return Err(Error::invalid(field, "may not hold control characters"));
-    }
     Ok(())
+}
+
+fn no_invisible(field: &str, value: &str) -> Result<(), Error> {
+    match value.chars().find(|&c| is_invisible(c)) {
+        Some(c) => Err(refused(
+            field,
+            "may not hold invisible or bidirectional control characters",
+            c,
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Characters that show nothing or change the order in which the text around them is shown:
+/// bidirectional marks, embeddings, overrides and isolates, zero-width characters, joiners,
+/// invisible operators, variation selectors, fillers, tags, the soft hyphen and the BOM.
+pub fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{034F}'
+            | '\u{061C}'
+            | '\u{115F}'
+            | '\u{1160}'
+            | '\u{17B4}'
+            | '\u{17B5}'
+            | '\u{180B}'..='\u{180F}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}'
+    )
 }
 
 #[cfg(test)]
@@ -256,7 +369,10 @@ mod tests {
 
     #[test]
     fn accepts_a_minimal_request_and_defaults_the_quorum() {
-        let request = validate_request(input(), &Limits::default()).unwrap();
+        let mut multiline = input();
+        multiline.reason = "line one\nline two".into();
+        multiline.requester = "Ève Dupont".into();
+        let request = validate_request(multiline, &Limits::default()).unwrap();
         assert_eq!(request.required_approvals, 1);
         assert_eq!(request.ttl_seconds, None);
         assert_eq!(request.args_digest.len(), 64);
@@ -312,6 +428,45 @@ mod tests {
             ),
             ("reason", Box::new(|i| i.reason = "x".repeat(4097))),
             ("session_id", Box::new(|i| i.session_id = "a\u{0}b".into())),
+            ("agent_id", Box::new(|i| i.agent_id = "a\nb".into())),
+            (
+                "agent_id",
+                Box::new(|i| i.agent_id = "ag\u{202E}ent".into()),
+            ),
+            (
+                "requester",
+                Box::new(|i| i.requester = "alice\u{200B}".into()),
+            ),
+            ("requester", Box::new(|i| i.requester = "e\u{301}ve".into())),
+            ("requester", Box::new(|i| i.requester = " alice".into())),
+            (
+                "idempotency_key",
+                Box::new(|i| i.idempotency_key = "k\tk".into()),
+            ),
+            (
+                "action",
+                Box::new(|i| i.action = "run \u{2067}ls\u{2069}".into()),
+            ),
+            ("reason", Box::new(|i| i.reason = "ok\u{FEFF}".into())),
+            (
+                "labels key",
+                Box::new(|i| {
+                    i.labels.insert("team\u{2028}".into(), "x".into());
+                }),
+            ),
+            (
+                "routes[0].target",
+                Box::new(|i| {
+                    i.routes = vec![Route {
+                        channel: "github".into(),
+                        target: "acme/ops#1\n".into(),
+                    }]
+                }),
+            ),
+            (
+                "arguments_json",
+                Box::new(|i| i.arguments_json = r#"{"cmd":"ls","cmd":"rm"}"#.into()),
+            ),
         ];
         for (field, mutate) in cases {
             let mut bad = input();

@@ -137,16 +137,19 @@ proptest! {
     fn canonical_form_is_compact_and_reads_back(value in json_value()) {
         let canonical = canonical_json(&value);
         let back: Value = serde_json::from_str(&canonical).expect("canonical JSON parses");
-        prop_assert_eq!(&back, &value);
-        // Already canonical: no whitespace or order left to remove.
+        // Already canonical: no whitespace or order left to remove. (A double with an integral
+        // value reads back as an integer: the same number.)
         prop_assert_eq!(canonical_json(&back), canonical.clone());
         let compact = serde_json::to_string(&value).expect("serializes");
-        prop_assert_eq!(canonical.len(), compact.len());
+        prop_assert!(canonical.len() <= compact.len());
     }
 
     #[test]
     fn different_values_have_different_digests(a in json_value(), b in json_value()) {
-        prop_assert_eq!(a == b, args_digest(&a) == args_digest(&b));
+        // Equal numbers are one value whether written as integer or double (1 and 1.0).
+        let same = canonical_json(&a) == canonical_json(&b);
+        prop_assert!(a != b || same);
+        prop_assert_eq!(same, args_digest(&a) == args_digest(&b));
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub struct Config {
     pub storage: StorageConfig,
     pub limits: LimitsConfig,
     pub metrics: MetricsConfig,
+    pub serving: ServingConfig,
     /// TLS for the gRPC listener; plaintext when absent.
     pub tls: Option<TlsConfig>,
     pub grants: GrantsConfig,
@@ -57,6 +58,7 @@ impl Default for Config {
             storage: StorageConfig::default(),
             limits: LimitsConfig::default(),
             metrics: MetricsConfig::default(),
+            serving: ServingConfig::default(),
             tls: None,
             grants: GrantsConfig::default(),
             tokens: Vec::new(),
@@ -64,6 +66,17 @@ impl Default for Config {
             rules: Vec::new(),
         }
     }
+}
+
+/// Without tokens only a loopback address is allowed: anyone who reaches the server could
+/// approve. Checked before the address is bound.
+pub fn refuse_open_listen(listen: SocketAddr, no_tokens: bool) -> Result<(), ConfigError> {
+    if no_tokens && !listen.ip().is_loopback() {
+        return Err(ConfigError::Invalid(format!(
+            "refusing to serve on {listen} without tokens: anyone who can reach it could approve; configure [[tokens]] or listen on a loopback address"
+        )));
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -187,6 +200,16 @@ pub struct LimitsConfig {
     pub requests_per_minute: u32,
     /// Calls an agent may make at once before the rate applies (0: `requests_per_minute`).
     pub request_burst: u32,
+    /// Sustained `RequestApproval` calls per token and minute, whatever agent ids it names
+    /// (0: no limit; unset: ten times `requests_per_minute`). Without tokens configured, every
+    /// caller shares one bucket.
+    pub requests_per_minute_per_token: Option<u32>,
+    /// Sustained `Decide` calls per decider (channel and user id) and minute, refused ones
+    /// included (0: no limit).
+    pub decisions_per_minute: u32,
+    /// Sustained `Decide` calls per worker token and minute (0: no limit; unset: ten times
+    /// `decisions_per_minute`).
+    pub decisions_per_minute_per_token: Option<u32>,
     /// Pending approvals one agent id may have (0: no limit).
     pub max_pending_per_agent: u32,
 }
@@ -202,7 +225,38 @@ impl Default for LimitsConfig {
             max_message_bytes: 256 * 1024,
             requests_per_minute: 600,
             request_burst: 0,
+            requests_per_minute_per_token: None,
+            decisions_per_minute: 600,
+            decisions_per_minute_per_token: None,
             max_pending_per_agent: 1000,
+        }
+    }
+}
+
+/// How the server treats connections (see the `serving` module).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServingConfig {
+    /// A connection that has not sent the HTTP/2 preface within this time is closed.
+    pub handshake_timeout_ms: u64,
+    /// A connection with no call in flight for this long is closed (clients reconnect).
+    pub idle_timeout_seconds: u64,
+    /// After SIGTERM, calls in flight get this long to finish; then the server exits anyway.
+    pub shutdown_grace_seconds: u64,
+    /// Connections held at once (0: the open-file limit minus `reserved_descriptors`).
+    pub max_connections: usize,
+    /// Descriptors kept free for the database, the metrics endpoint and logs.
+    pub reserved_descriptors: u64,
+}
+
+impl Default for ServingConfig {
+    fn default() -> Self {
+        ServingConfig {
+            handshake_timeout_ms: 10_000,
+            idle_timeout_seconds: 300,
+            shutdown_grace_seconds: 30,
+            max_connections: 0,
+            reserved_descriptors: 64,
         }
     }
 }
@@ -299,6 +353,16 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
+        refuse_open_listen(self.listen, self.tokens.is_empty())?;
+        let s = &self.serving;
+        if s.handshake_timeout_ms == 0
+            || s.idle_timeout_seconds == 0
+            || s.shutdown_grace_seconds == 0
+        {
+            return Err(ConfigError::Invalid(
+                "serving.handshake_timeout_ms, serving.idle_timeout_seconds and serving.shutdown_grace_seconds must be positive".into(),
+            ));
+        }
         let a = &self.approvals;
         if a.min_ttl_seconds == 0 || a.min_ttl_seconds > a.max_ttl_seconds {
             return Err(ConfigError::Invalid(

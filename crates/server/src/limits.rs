@@ -83,9 +83,14 @@ impl RateLimiter {
 
 /// How tonic words its refusal of a request over `max_decoding_message_size`.
 const TONIC_SIZE_REFUSAL: &str = "Error, decoded message length too large";
+/// How tonic words a request it cannot decode (a string field that is not UTF-8, a wire type
+/// that does not fit): prost's error, which names the message and field.
+const TONIC_DECODE_REFUSAL: &str = "failed to decode Protobuf message: ";
 
 /// Makes a request over the message size cap (`limits.max_message_bytes`) end with
-/// RESOURCE_EXHAUSTED, the code the contract names for size limits; tonic answers OUT_OF_RANGE.
+/// RESOURCE_EXHAUSTED, the code the contract names for size limits (tonic answers
+/// OUT_OF_RANGE), and a request that does not decode end with INVALID_ARGUMENT naming the field
+/// (tonic answers INTERNAL).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MessageSizeStatusLayer;
 
@@ -126,17 +131,25 @@ fn relabel_size_refusal<B, E>(
     result: Result<http::Response<B>, E>,
 ) -> Result<http::Response<B>, E> {
     result.map(|mut response| {
-        let refused = Status::from_header_map(response.headers()).filter(|status| {
-            status.code() == Code::OutOfRange && status.message().starts_with(TONIC_SIZE_REFUSAL)
+        let relabelled = Status::from_header_map(response.headers()).and_then(|refused| {
+            let message = refused.message();
+            match refused.code() {
+                Code::OutOfRange if message.starts_with(TONIC_SIZE_REFUSAL) => {
+                    Some(Status::resource_exhausted(format!(
+                        "the request is larger than the server accepts (limits.max_message_bytes){}",
+                        message.strip_prefix(TONIC_SIZE_REFUSAL).unwrap_or_default()
+                    )))
+                }
+                Code::Internal if message.starts_with(TONIC_DECODE_REFUSAL) => {
+                    Some(Status::invalid_argument(format!(
+                        "the request is not a valid message: {}",
+                        message.strip_prefix(TONIC_DECODE_REFUSAL).unwrap_or_default()
+                    )))
+                }
+                _ => None,
+            }
         });
-        if let Some(refused) = refused {
-            let message = refused
-                .message()
-                .strip_prefix(TONIC_SIZE_REFUSAL)
-                .unwrap_or_default();
-            let status = Status::resource_exhausted(format!(
-                "the request is larger than the server accepts (limits.max_message_bytes){message}"
-            ));
+        if let Some(status) = relabelled {
             // Only fails for a message that cannot be a header; the original status then stays.
             let _ = status.add_header(response.headers_mut());
         }

@@ -11,7 +11,6 @@ use countersign_server::config::{Config, LogFormat};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
-use tracing_subscriber::EnvFilter;
 
 /// countersign: human approval of AI-agent tool calls, over gRPC, stored in SQLite.
 ///
@@ -56,6 +55,22 @@ enum Command {
         #[arg(long, env = "COUNTERSIGN_CA_CERT")]
         ca_cert: Option<PathBuf>,
     },
+    /// The audit chain's anchor in the database (run with the server stopped or running).
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Print the chain's head and tail (seq and hash) as JSON, to keep outside the database:
+    /// a later head must continue from it, so removed or rewritten rows show.
+    Head,
+    /// Chain the event rows that have no hash and anchor the chain to the rows as they are
+    /// now. The server refuses to start on such a database until this is run: run it only
+    /// after checking the rows (it is logged).
+    Rechain,
 }
 
 fn main() -> ExitCode {
@@ -92,7 +107,7 @@ fn main() -> ExitCode {
         Some(_) => config.log.format = LogFormat::Text,
         None => {}
     }
-    init_logging(&config);
+    countersign_server::logging::init(&config);
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -104,6 +119,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(Command::Audit { command }) = &args.command {
+        return runtime.block_on(audit(command, &config));
+    }
     match runtime.block_on(run(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -166,7 +184,58 @@ fn healthcheck(url: &str, timeout: Duration, ca_cert: Option<&std::path::Path>) 
     }
 }
 
+/// `audit head` and `audit rechain`.
+async fn audit(command: &AuditCommand, config: &Config) -> ExitCode {
+    use countersign_server::integrity;
+    let anchor_json = |anchor: &integrity::Anchor| {
+        serde_json::json!({
+            "head_seq": anchor.head_seq,
+            "head_hash": anchor.head_hash,
+            "tail_seq": anchor.tail_seq,
+            "tail_prev_hash": anchor.tail_prev_hash,
+        })
+    };
+    let done = match command {
+        AuditCommand::Head => integrity::head(&config.database)
+            .await
+            .map(|anchor| println!("{}", anchor_json(&anchor))),
+        AuditCommand::Rechain => integrity::rechain(&config.database).await.map(|rechained| {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "rows_chained": rechained.rows_chained,
+                    "before": anchor_json(&rechained.before),
+                    "after": anchor_json(&rechained.after),
+                })
+            )
+        }),
+    };
+    match done {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!(
+                "countersign-server audit: {}: {e}",
+                config.database.display()
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
 async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    // Refusals that need no socket come before the bind: a refused server never listens.
+    config.validate()?;
+    #[cfg(unix)]
+    match countersign_server::serving::raise_open_file_limit() {
+        Ok((before, after)) => {
+            tracing::info!(
+                before,
+                after,
+                "open-file limit (soft) raised to the hard limit"
+            )
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
@@ -196,16 +265,5 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = interrupt.await;
-    }
-}
-
-fn init_logging(config: &Config) {
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&config.log.level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    match config.log.format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
     }
 }

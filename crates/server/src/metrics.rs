@@ -72,6 +72,9 @@ pub struct Metrics {
     rpcs: Family<RpcLabels, Counter>,
     commit_batch_size: Histogram,
     commit_latency: Histogram,
+    connections_open: Gauge,
+    connections_closed_by_server: Counter,
+    accept_failures: Counter,
 }
 
 impl Default for Metrics {
@@ -143,6 +146,24 @@ impl Metrics {
             Unit::Seconds,
             commit_latency.clone(),
         );
+        let connections_open = Gauge::default();
+        registry.register(
+            "connections_open",
+            "Open gRPC connections",
+            connections_open.clone(),
+        );
+        let connections_closed_by_server = Counter::default();
+        registry.register(
+            "connections_closed_idle",
+            "Connections the server closed because they finished no handshake in time, stayed idle too long, or were idle while the server was full",
+            connections_closed_by_server.clone(),
+        );
+        let accept_failures = Counter::default();
+        registry.register(
+            "accept_failures",
+            "Failed accepts for want of file descriptors or memory (each followed by a backoff)",
+            accept_failures.clone(),
+        );
         Metrics {
             registry,
             pending,
@@ -153,7 +174,26 @@ impl Metrics {
             rpcs,
             commit_batch_size,
             commit_latency,
+            connections_open,
+            connections_closed_by_server,
+            accept_failures,
         }
+    }
+
+    pub fn connection_opened(&self) {
+        self.connections_open.inc();
+    }
+
+    pub fn connection_closed(&self) {
+        self.connections_open.dec();
+    }
+
+    pub fn connections_evicted(&self, count: u64) {
+        self.connections_closed_by_server.inc_by(count);
+    }
+
+    pub fn accept_failed(&self) {
+        self.accept_failures.inc();
     }
 
     /// The OpenMetrics text of every series.

@@ -25,11 +25,7 @@ impl Security {
     pub fn from_config(config: &Config, listen: SocketAddr) -> Result<Security, ConfigError> {
         let tokens = Tokens::from_config(&config.tokens, |variable| std::env::var(variable).ok())?;
         if tokens.is_empty() {
-            if !listen.ip().is_loopback() {
-                return Err(ConfigError::Invalid(format!(
-                    "refusing to serve on {listen} without tokens: anyone who can reach it could approve; configure [[tokens]] or listen on a loopback address"
-                )));
-            }
+            crate::config::refuse_open_listen(listen, true)?;
             tracing::warn!(listen = %listen, "no tokens configured: every local caller may do everything; serving on loopback only");
         }
         let approvers = ApproverRegistry::compile(&config.approvers)
@@ -87,7 +83,9 @@ mod tests {
             2
         );
         Policy::compile(&config.rules, &config.request_limits()).unwrap();
-        assert_eq!(config.rules.len(), 3);
+        assert_eq!(config.rules.len(), 5);
+        assert_eq!(config.serving.shutdown_grace_seconds, 20);
+        assert_eq!(config.limits.decisions_per_minute, 30);
         assert!(config.tls.is_some() && config.storage.redact_arguments);
     }
 }

@@ -37,8 +37,16 @@ pub struct ApprovalApi {
     config: Arc<Config>,
     limits: Limits,
     security: Arc<Security>,
-    rate: Option<RateLimiter>,
+    rates: Rates,
     shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+/// The rate limits, each a token bucket per key; `None` where the limit is off.
+struct Rates {
+    requests_per_agent: Option<RateLimiter>,
+    requests_per_token: Option<RateLimiter>,
+    decisions_per_decider: Option<RateLimiter>,
+    decisions_per_token: Option<RateLimiter>,
 }
 
 impl ApprovalApi {
@@ -50,44 +58,46 @@ impl ApprovalApi {
         shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> Self {
         let limits = config.request_limits();
-        let rate = RateLimiter::new(
-            config.limits.requests_per_minute,
-            config.limits.request_burst,
-        );
+        let limits_config = &config.limits;
+        let rates = Rates {
+            requests_per_agent: RateLimiter::new(
+                limits_config.requests_per_minute,
+                limits_config.request_burst,
+            ),
+            requests_per_token: RateLimiter::new(
+                limits_config
+                    .requests_per_minute_per_token
+                    .unwrap_or(limits_config.requests_per_minute.saturating_mul(10)),
+                0,
+            ),
+            decisions_per_decider: RateLimiter::new(limits_config.decisions_per_minute, 0),
+            decisions_per_token: RateLimiter::new(
+                limits_config
+                    .decisions_per_minute_per_token
+                    .unwrap_or(limits_config.decisions_per_minute.saturating_mul(10)),
+                0,
+            ),
+        };
         ApprovalApi {
             store,
             hub,
             config,
             limits,
             security,
-            rate,
+            rates,
             shutdown,
         }
     }
 
-    /// Refuses an agent over its request rate, saying when to retry.
-    fn check_rate(&self, agent_id: &str) -> Result<(), Status> {
-        let Some(rate) = &self.rate else {
-            return Ok(());
-        };
-        rate.check(agent_id, Instant::now()).map_err(|wait| {
-            let retry_ms = wait.as_millis().max(1);
-            tracing::warn!(agent_id, retry_ms = retry_ms as u64, "request rate limit reached");
-            let mut status = Status::resource_exhausted(format!(
-                "agent {agent_id:?} exceeded its request rate (limits.requests_per_minute = {}); retry in {:.1} s",
-                rate.per_minute(),
-                wait.as_secs_f64()
-            ));
-            if let Ok(value) = retry_ms.to_string().parse() {
-                status.metadata_mut().insert("retry-after-ms", value);
-            }
-            status
-        })
+    /// The approval `approval_id` as its audit trail confirms it (refused when the stored row
+    /// disagrees with its newest event).
+    async fn load(&self, approval_id: &str) -> Result<Approval, Status> {
+        self.store.get(approval_id).await.map_err(status_of)
     }
 
     /// The approval `approval_id`, if `caller` may see it.
     async fn readable(&self, caller: &Caller, approval_id: &str) -> Result<Approval, Status> {
-        let approval = self.store.get(approval_id).await.map_err(status_of)?;
+        let approval = self.load(approval_id).await?;
         caller.may_read(&approval)?;
         Ok(approval)
     }
@@ -129,7 +139,7 @@ impl ApprovalApi {
                     }
                     Ok(_) => {}
                     Err(broadcast::error::RecvError::Lagged(_)) => {
-                        let approval = self.store.get(approval_id).await.map_err(status_of)?;
+                        let approval = self.load(approval_id).await?;
                         if !approval.is_pending() {
                             return Ok(approval_to_pb(&approval));
                         }
@@ -138,9 +148,40 @@ impl ApprovalApi {
                 },
             }
         }
-        let approval = self.store.get(approval_id).await.map_err(status_of)?;
+        let approval = self.load(approval_id).await?;
         Ok(approval_to_pb(&approval))
     }
+}
+
+/// Takes one call from `key`'s bucket of `limiter`, or refuses with RESOURCE_EXHAUSTED naming
+/// who (`who`) went over which setting, and when to retry.
+fn check_rate(
+    limiter: &Option<RateLimiter>,
+    key: &str,
+    who: &str,
+    setting: &str,
+) -> Result<(), Status> {
+    let Some(limiter) = limiter else {
+        return Ok(());
+    };
+    limiter.check(key, Instant::now()).map_err(|wait| {
+        let retry_ms = wait.as_millis().max(1);
+        tracing::warn!(
+            who,
+            setting,
+            retry_ms = retry_ms as u64,
+            "rate limit reached"
+        );
+        let mut status = Status::resource_exhausted(format!(
+            "{who} exceeded its rate (limits.{setting} = {}); retry in {:.1} s",
+            limiter.per_minute(),
+            wait.as_secs_f64()
+        ));
+        if let Ok(value) = retry_ms.to_string().parse() {
+            status.metadata_mut().insert("retry-after-ms", value);
+        }
+        status
+    })
 }
 
 /// Keeps the first `page_size` of `items` (fetched one more than a page); when there were more,
@@ -172,7 +213,18 @@ impl ApprovalService for ApprovalApi {
         caller.allow("RequestApproval", &[Role::Agent])?;
         let input = request_from_pb(request.into_inner()).map_err(status_of_domain)?;
         caller.for_agent(&input.agent_id)?;
-        self.check_rate(&input.agent_id)?;
+        check_rate(
+            &self.rates.requests_per_token,
+            &caller.name,
+            &format!("token {:?}", caller.name),
+            "requests_per_minute_per_token",
+        )?;
+        check_rate(
+            &self.rates.requests_per_agent,
+            &input.agent_id,
+            &format!("agent {:?}", input.agent_id),
+            "requests_per_minute",
+        )?;
         let request = validate_request(input, &self.limits).map_err(status_of_domain)?;
         let (request, disposition) = self.security.policy.apply(request);
         let ttl = request
@@ -311,7 +363,8 @@ impl ApprovalService for ApprovalApi {
         let outcome = consume_outcome_from_pb(request.outcome).map_err(status_of_domain)?;
         countersign_core::validate::optional("detail", &request.detail, 4096)
             .map_err(status_of_domain)?;
-        self.check_readable(&caller, &request.approval_id).await?;
+        // Read whatever the role: an approval that disagrees with its trail is never consumed.
+        self.readable(&caller, &request.approval_id).await?;
         let approval = self
             .store
             .consume(&request.approval_id, outcome, &request.detail, now_millis())
@@ -374,11 +427,24 @@ impl ApprovalService for ApprovalApi {
         validate_decider(&decider, &request.reason, &request.idempotency_key)
             .map_err(status_of_domain)?;
         caller.for_channel(&decider.channel)?;
-        let current = self
-            .store
-            .get(&request.approval_id)
-            .await
-            .map_err(status_of)?;
+        check_rate(
+            &self.rates.decisions_per_token,
+            &caller.name,
+            &format!("token {:?}", caller.name),
+            "decisions_per_minute_per_token",
+        )?;
+        let decider_key = format!(
+            "{}:{}",
+            decider.channel,
+            countersign_core::approvers::identity_key(&decider.user_id)
+        );
+        check_rate(
+            &self.rates.decisions_per_decider,
+            &decider_key,
+            &format!("decider {decider_key:?}"),
+            "decisions_per_minute",
+        )?;
+        let current = self.load(&request.approval_id).await?;
         caller.routed_to(&decider.channel, &current)?;
         let now = now_millis();
         let decision = Decision {

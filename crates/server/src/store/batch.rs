@@ -18,6 +18,9 @@ use crate::audit::{chain_hash, Columns};
 /// How many due approvals one expiry sweep expires at most; the next sweep takes the rest.
 pub const EXPIRY_SWEEP_LIMIT: i64 = 1000;
 
+// A request is the common change and the largest; boxing it would add an allocation to every
+// request for nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Change {
     Request {
         request: ApprovalRequest,
@@ -125,6 +128,8 @@ pub struct BoundedGrant {
     pub grant: Grant,
     pub max_risk_rank: i64,
     pub max_required_approvals: i64,
+    /// The canonical argument parts the grant covers (empty: any arguments of the tool).
+    pub scope: String,
 }
 
 /// What the database holds for a batch's keys.
@@ -426,6 +431,7 @@ impl Plan {
                         },
                         max_risk_rank: approval.risk.rank(),
                         max_required_approvals: i64::from(approval.required_approvals),
+                        scope: approval.grant_scope.clone(),
                     };
                     self.grants.push(grant.clone());
                     self.writes.new_grants.push(grant);
@@ -603,8 +609,8 @@ impl Plan {
         })
     }
 
-    /// The oldest active grant of the request's session and tool that covers its risk and
-    /// quorum (a grant covers no more than the approval that made it).
+    /// The oldest active grant of the request's session and tool that covers its risk, quorum
+    /// and argument scope (a grant covers no more than the approval that made it).
     fn covering_grant(&self, request: &ApprovalRequest, now: Millis) -> Option<String> {
         self.grants
             .iter()
@@ -615,6 +621,7 @@ impl Plan {
                     && g.grant.is_active(now)
                     && g.max_risk_rank >= request.risk.rank()
                     && g.max_required_approvals >= i64::from(request.required_approvals)
+                    && g.scope == request.grant_scope
             })
             .min_by_key(|g| g.grant.created_at)
             .map(|g| g.grant.id.clone())

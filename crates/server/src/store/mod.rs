@@ -28,6 +28,7 @@ use crate::audit::AuditReport;
 use crate::config::StorageConfig;
 use crate::history::{AuditedEvent, EventFilter, GrantFilter};
 use crate::hub::Hub;
+use crate::integrity::IntegrityError;
 use batch::{BatchKeys, Change, Loaded, Plan, WriteSet};
 
 #[derive(Debug, Error)]
@@ -169,6 +170,48 @@ impl EventBody {
     }
 }
 
+/// Where an approval's stored row disagrees with its newest stored event (`newest_event`, a
+/// stored body), argument values aside (redaction blanks them; the digest stands for them):
+/// with an event of the lean form, the parts it records (state, decisions, deliveries,
+/// resolution, consumption) must be the row's.
+pub(crate) fn disagreement(row: &Approval, newest_event: &str) -> Option<String> {
+    let stored: StoredBody = match serde_json::from_str(newest_event) {
+        Ok(stored) => stored,
+        Err(e) => return Some(format!("its newest event is not readable: {e}")),
+    };
+    let agrees = match (&stored.approval, &stored.after) {
+        (Some(logged), _) => {
+            let without_arguments = |approval: &Approval| Approval {
+                arguments_json: String::new(),
+                ..approval.clone()
+            };
+            without_arguments(logged) == without_arguments(row)
+        }
+        (None, Some(after)) => {
+            after.agent_id == row.agent_id
+                && after.state == row.state
+                && after.decisions == row.decisions.len()
+                && after.deliveries == row.deliveries
+                && after.resolution == row.resolution
+                && after.consumption == row.consumption
+        }
+        (None, None) => false,
+    };
+    let logged_state = stored
+        .approval
+        .as_ref()
+        .map(|a| a.state)
+        .or(stored.after.as_ref().map(|a| a.state));
+    (!agrees).then(|| match logged_state {
+        Some(state) => format!(
+            "its row says {} but its newest event says {}",
+            row.state.as_str(),
+            state.as_str()
+        ),
+        None => "its newest event records no approval".to_string(),
+    })
+}
+
 /// The answer to a request for approval.
 #[derive(Debug, Clone)]
 pub struct Requested {
@@ -275,6 +318,9 @@ pub trait WriterConnection: Send {
 #[async_trait]
 pub trait Backend: Send + Sync {
     async fn connect_writer(&self) -> Result<Box<dyn WriterConnection>, StoreError>;
+    /// The checks before serving: the audit chain's anchor, and every approval against its
+    /// events.
+    async fn check_integrity(&self) -> Result<(), IntegrityError>;
     async fn get(&self, approval_id: &str) -> Result<Approval, StoreError>;
     /// How many approvals are waiting for a decision.
     async fn count_pending(&self) -> Result<i64, StoreError>;
@@ -515,6 +561,10 @@ impl Store {
             Reply::Count(n) => Ok(n),
             _ => Err(unexpected_reply()),
         }
+    }
+
+    pub async fn check_integrity(&self) -> Result<(), IntegrityError> {
+        self.backend.check_integrity().await
     }
 
     pub async fn get(&self, approval_id: &str) -> Result<Approval, StoreError> {
@@ -770,6 +820,7 @@ mod tests {
             labels: BTreeMap::new(),
             policy_rule: None,
             separation_of_duties: false,
+            grant_scope: String::new(),
         }
     }
 

@@ -9,7 +9,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use countersign_core::{Approval, Error as DomainError, EventKind, Millis};
+use countersign_core::{Approval, EventKind, Millis};
 use futures::TryStreamExt;
 use serde_json::Value;
 use sqlx::sqlite::{
@@ -23,11 +23,12 @@ use super::{
     Backend, ChainHead, EventBody, Grant, ListFilter, Snapshot, StoreError, StoredEvent,
     WriterConnection,
 };
-use crate::audit::{chain_hash, AuditReport, Columns, EventRow, Verifier};
+use crate::audit::{AuditReport, Columns, EventRow, Verifier};
 use crate::config::{Durability, StorageConfig};
 use crate::history::{AuditedEvent, EventFilter, GrantFilter};
+use crate::integrity::{self, IntegrityError};
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
 pub struct SqliteBackend {
     options: SqliteConnectOptions,
@@ -54,7 +55,6 @@ impl SqliteBackend {
             .busy_timeout(Duration::from_secs(10));
         let mut conn = SqliteConnection::connect_with(&options).await?;
         MIGRATOR.run_direct(&mut conn).await?;
-        chain_unhashed_events(&mut conn).await?;
         let reads = SqlitePoolOptions::new()
             .max_connections(config.read_connections)
             .connect_with(options.clone().create_if_missing(false).read_only(true))
@@ -93,7 +93,7 @@ const EVENT_COLUMNS: &str = "e.seq, e.kind, e.at_ms, e.body, e.prev_hash, e.hash
     FROM events AS e LEFT JOIN approvals AS a ON a.id = e.approval_id";
 
 const GRANT_COLUMNS: &str = "id, agent_id, session_id, tool_name, approval_id, granted_by,
-    created_at_ms, expires_at_ms, revoked_at_ms, max_risk_rank, max_required_approvals";
+    created_at_ms, expires_at_ms, revoked_at_ms, max_risk_rank, max_required_approvals, scope";
 
 /// Every write of a batch, each statement taking its rows as one JSON array.
 const WRITE_BATCH: &str = "
@@ -109,9 +109,9 @@ SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->
        value->>8, value->>9
   FROM json_each(?);
 INSERT INTO grants (id, agent_id, session_id, tool_name, approval_id, granted_by, created_at_ms,
-                    expires_at_ms, max_risk_rank, max_required_approvals)
+                    expires_at_ms, max_risk_rank, max_required_approvals, scope)
 SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7,
-       value->>8, value->>9
+       value->>8, value->>9, value->>10
   FROM json_each(?);
 UPDATE grants SET revoked_at_ms = revoked.value->>1
   FROM json_each(?) AS revoked WHERE grants.id = revoked.value->>0;
@@ -257,6 +257,7 @@ impl WriterConnection for SqliteWriter {
                     g.grant.expires_at,
                     g.max_risk_rank,
                     g.max_required_approvals,
+                    g.scope,
                 ])
             })
             .collect();
@@ -268,17 +269,10 @@ impl WriterConnection for SqliteWriter {
             .bind(serde_json::to_string(&writes.redact)?)
             .execute(&mut self.conn)
             .await?;
-        let Some(before) = writes.prune_before else {
-            return Ok(0);
-        };
-        // The newest event always stays, so the log's head is never lost.
-        Ok(sqlx::query(
-            "DELETE FROM events WHERE at_ms < ? AND seq < (SELECT MAX(seq) FROM events)",
-        )
-        .bind(before)
-        .execute(&mut self.conn)
-        .await?
-        .rows_affected())
+        match writes.prune_before {
+            Some(before) => Ok(integrity::prune(&mut self.conn, before).await?),
+            None => Ok(0),
+        }
     }
 
     async fn commit(&mut self) -> Result<(), StoreError> {
@@ -313,6 +307,7 @@ fn bounded_grant_from_row(row: &SqliteRow) -> Result<BoundedGrant, sqlx::Error> 
         },
         max_risk_rank: row.try_get("max_risk_rank")?,
         max_required_approvals: row.try_get("max_required_approvals")?,
+        scope: row.try_get("scope")?,
     })
 }
 
@@ -323,8 +318,15 @@ impl Backend for SqliteBackend {
         Ok(Box::new(SqliteWriter { conn }))
     }
 
+    /// Refused (FAILED_PRECONDITION) when the approval's row disagrees with its newest
+    /// event: an approval changed outside countersign is never served or acted on.
     async fn get(&self, approval_id: &str) -> Result<Approval, StoreError> {
-        load_approval(&self.reads, approval_id).await
+        integrity::load_verified(&self.reads, approval_id).await
+    }
+
+    async fn check_integrity(&self) -> Result<(), IntegrityError> {
+        let mut conn = self.reads.acquire().await.map_err(StoreError::from)?;
+        integrity::check_at_start(&mut conn).await
     }
 
     async fn count_pending(&self) -> Result<i64, StoreError> {
@@ -523,8 +525,21 @@ impl Backend for SqliteBackend {
                 }
             }
         }
+        let mut report = verifier.finish();
+        if report.broken.is_none() {
+            report.broken = integrity::check_ends(&mut tx).await?;
+        }
+        if report.broken.is_none() {
+            report.broken = integrity::disagreeing_approvals(&mut tx)
+                .await?
+                .into_iter()
+                .next()
+                .map(|(approval_id, seq, problem)| {
+                    (seq.max(1), format!("approval {approval_id}: {problem}"))
+                });
+        }
         tx.commit().await?;
-        Ok(verifier.finish())
+        Ok(report)
     }
 
     async fn list_grants(
@@ -598,20 +613,6 @@ fn event_from_row(row: &SqliteRow) -> Result<StoredEvent, StoreError> {
     })
 }
 
-async fn load_approval<'e>(
-    executor: impl SqliteExecutor<'e>,
-    approval_id: &str,
-) -> Result<Approval, StoreError> {
-    let body: Option<String> = sqlx::query_scalar("SELECT body FROM approvals WHERE id = ?")
-        .bind(approval_id)
-        .fetch_optional(executor)
-        .await?;
-    match body {
-        Some(body) => Ok(serde_json::from_str(&body)?),
-        None => Err(DomainError::NotFound(format!("approval {approval_id} not found")).into()),
-    }
-}
-
 /// The `channels` column: where an approval is shown.
 fn channels_column(approval: &Approval) -> String {
     if approval.routes.is_empty() {
@@ -621,41 +622,4 @@ fn channels_column(approval: &Approval) -> String {
     channels.sort_unstable();
     channels.dedup();
     format!(",{},", channels.join(","))
-}
-
-/// Chains rows written before the hash chain existed (migration 0002), oldest first.
-async fn chain_unhashed_events(conn: &mut SqliteConnection) -> Result<(), StoreError> {
-    let mut tx = conn.begin().await?;
-    let unhashed: Vec<(i64, String, String, i64, String)> = sqlx::query_as(
-        "SELECT seq, approval_id, kind, at_ms, body FROM events WHERE hash IS NULL ORDER BY seq",
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    if unhashed.is_empty() {
-        return Ok(());
-    }
-    let mut prev_hash: String = sqlx::query_scalar(
-        "SELECT hash FROM events WHERE seq < ? AND hash IS NOT NULL ORDER BY seq DESC LIMIT 1",
-    )
-    .bind(unhashed[0].0)
-    .fetch_optional(&mut *tx)
-    .await?
-    .unwrap_or_default();
-    for (seq, approval_id, kind, at_ms, body) in &unhashed {
-        let mut json: Value = serde_json::from_str(body)?;
-        let hash = chain_hash(&prev_hash, *seq, approval_id, kind, *at_ms, &mut json);
-        sqlx::query("UPDATE events SET prev_hash = ?, hash = ? WHERE seq = ?")
-            .bind(&prev_hash)
-            .bind(&hash)
-            .bind(seq)
-            .execute(&mut *tx)
-            .await?;
-        prev_hash = hash;
-    }
-    tx.commit().await?;
-    tracing::info!(
-        events = unhashed.len(),
-        "chained the events written before the audit hash chain existed"
-    );
-    Ok(())
 }

@@ -1,0 +1,109 @@
+//! Log output in which no field can forge a line or reorder what an operator reads.
+//!
+//! The text format writes every field, the message included, with control, invisible and
+//! bidirectional characters escaped (`\n`, `\u{202e}`), so a value an agent chose cannot
+//! start a new log line or hide text. The JSON format escapes through JSON itself.
+
+use std::fmt::Write as _;
+
+use countersign_core::validate::is_invisible;
+use tracing::field::Field;
+use tracing_subscriber::field::MakeExt;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::FormatFields;
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{Config, LogFormat};
+
+/// Escapes what could break a log line or change how it reads.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() || is_invisible(c) || c == '\u{2028}' || c == '\u{2029}' => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The text format's field writer: `name=value`, values escaped, separated by spaces.
+pub fn escaped_fields() -> impl for<'w> FormatFields<'w> + Send + Sync + 'static {
+    tracing_subscriber::fmt::format::debug_fn(
+        |writer: &mut Writer<'_>, field: &Field, value: &dyn std::fmt::Debug| {
+            let text = escape(&format!("{value:?}"));
+            if field.name() == "message" {
+                writer.write_str(&text)
+            } else {
+                write!(writer, "{}={}", field.name(), text)
+            }
+        },
+    )
+    .delimited(" ")
+}
+
+/// Installs the global subscriber for `config.log`.
+pub fn init(config: &Config) {
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&config.log.level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match config.log.format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.fmt_fields(escaped_fields()).init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_field_is_escaped() {
+        assert_eq!(escape("a\nb"), "a\\nb");
+        assert_eq!(escape("x\u{202e}y\u{200b}"), "x\\u{202e}y\\u{200b}");
+        assert_eq!(escape("tab\there\\"), "tab\\there\\\\");
+        assert_eq!(escape("ÉVE ok"), "ÉVE ok");
+    }
+
+    #[test]
+    fn the_text_format_writes_no_raw_newline() {
+        use std::sync::{Arc, Mutex};
+        let lines = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let sink = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .fmt_fields(escaped_fields())
+            .without_time()
+            .with_ansi(false)
+            .with_writer(move || SharedWriter(sink.clone()))
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let agent_id = "a\n2026-01-01T00:00:00Z  INFO forged: approved";
+            tracing::info!(agent_id = %agent_id, reason = ?"x\u{202e}y", "approval\nrequested");
+        });
+        let text = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.matches('\n').count(), 1, "{text}");
+        assert!(text.contains("agent_id=a\\n2026"), "{text}");
+        assert!(text.contains("approval\\nrequested"), "{text}");
+        assert!(text.contains("\\u{202e}"), "{text}");
+    }
+
+    struct SharedWriter(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for SharedWriter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+}
