@@ -19,6 +19,10 @@ pub struct WatchOptions {
     pub heartbeat_timeout: Duration,
     /// The longest pause between reconnection attempts.
     pub max_backoff: Duration,
+    /// Start after this seq (a cursor the caller persisted) instead of with a snapshot: the
+    /// first item is then the event after it. When the server no longer retains it
+    /// (`OUT_OF_RANGE`) the watch takes a snapshot as usual. `None` or `Some(0)`: snapshot.
+    pub resume_after: Option<u64>,
 }
 
 impl WatchOptions {
@@ -28,6 +32,16 @@ impl WatchOptions {
             channel: channel.into(),
             heartbeat_timeout: Duration::from_secs(30),
             max_backoff: Duration::from_secs(10),
+            resume_after: None,
+        }
+    }
+
+    /// The same watch, started after `seq` instead of with a snapshot (see
+    /// [`WatchOptions::resume_after`]).
+    pub fn resume_after(self, seq: Option<u64>) -> Self {
+        WatchOptions {
+            resume_after: seq,
+            ..self
         }
     }
 }
@@ -49,7 +63,8 @@ pub enum WatchItem {
 
 /// A watch of the approvals of one channel that survives disconnects and server restarts.
 ///
-/// It starts with a snapshot of the pending approvals and then delivers each event once, in
+/// It starts with a snapshot of the pending approvals (or, given
+/// [`WatchOptions::resume_after`], right after that seq) and then delivers each event once, in
 /// seq order. After a broken connection, an ended stream, a slow-consumer cut-off
 /// (`RESOURCE_EXHAUSTED`) or a connection silent beyond the heartbeat timeout it reconnects
 /// on a fresh connection, with exponential backoff and jitter, and resumes after the last seq
@@ -78,7 +93,8 @@ pub enum WatchItem {
 pub struct Watch {
     connector: Connector,
     options: WatchOptions,
-    /// The seq of the last delivered item; `None` until a snapshot completes.
+    /// The seq of the last delivered item; `None` until a snapshot completes (or the seq to
+    /// resume after, when started from one).
     cursor: Option<u64>,
     stream: Option<Streaming<pb::ApprovalEvent>>,
     /// Snapshot items of the stream being read, yielded together once complete.
@@ -96,8 +112,8 @@ impl Watch {
         Watch {
             connector,
             backoff: Backoff::new(options.max_backoff),
+            cursor: options.resume_after.filter(|&seq| seq > 0),
             options,
-            cursor: None,
             stream: None,
             snapshot: Vec::new(),
             retry_at: None,

@@ -16,6 +16,9 @@
 //! # private_key_path = "/etc/countersign/app.pem"   # or COUNTERSIGN_GITHUB_APP_PRIVATE_KEY (PEM text)
 //! default_target = "acme/ops#42"     # for routes without a target; "acme/ops" opens an issue each
 //! write_interval_ms = 1000
+//! # Where the worker keeps its watch cursor (a restarted worker resumes after it); without
+//! # it every start takes a snapshot and corrects only the 50 newest resolved approvals.
+//! state_dir = "/var/lib/countersign/github"
 //!
 //! [webhook]                          # optional
 //! listen = "0.0.0.0:8080"
@@ -90,6 +93,8 @@ pub struct GitHubSection {
     pub request_timeout_ms: Option<u64>,
     /// How often deliveries and edits that failed are tried again.
     pub retry_interval_ms: Option<u64>,
+    /// Where the watch cursor is kept; must survive restarts.
+    pub state_dir: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -114,6 +119,8 @@ pub struct Config {
     pub webhook: Option<WebhookSettings>,
     pub polling: Option<PollingSettings>,
     pub retry_interval: Duration,
+    /// The watch cursor file (in the state directory), if one is configured.
+    pub cursor_path: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Config {
@@ -129,6 +136,7 @@ impl std::fmt::Debug for Config {
             .field("webhook", &self.webhook)
             .field("polling", &self.polling)
             .field("retry_interval", &self.retry_interval)
+            .field("cursor_path", &self.cursor_path)
             .finish()
     }
 }
@@ -314,6 +322,10 @@ impl Config {
             retry_interval: Duration::from_millis(
                 github.retry_interval_ms.unwrap_or(30_000).max(1),
             ),
+            cursor_path: github
+                .state_dir
+                .as_ref()
+                .map(|dir| dir.join("watch-cursor")),
         })
     }
 }

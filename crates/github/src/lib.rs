@@ -7,9 +7,10 @@
 //! both. The request comment is edited as the approval is decided, expires or is cancelled,
 //! wherever that happened.
 //!
-//! The worker keeps no state of its own: after a restart it finds its comments again through
-//! the deliveries recorded on the server and, failing that, through a hidden marker in each
-//! comment.
+//! After a restart it finds its comments again through the deliveries recorded on the server
+//! and, failing that, through a hidden marker in each comment. With a state directory it also
+//! keeps a watch cursor there and resumes after the last event it fully handled; without one
+//! every start takes a snapshot and corrects the 50 most recently resolved approvals.
 
 pub mod api;
 pub mod command;
@@ -25,7 +26,8 @@ mod worker;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use countersign_client::{Client, ClientError, WatchOptions};
+use countersign_client::{Client, ClientError, WatchItem, WatchOptions};
+use countersign_worker::cursor::{Cursor, CursorError};
 use countersign_worker::lanes::Lanes;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -33,7 +35,7 @@ use tokio::task::JoinHandle;
 use crate::api::{ApiError, GitHubApi};
 use crate::config::Config;
 use crate::poller::PollTargets;
-use crate::worker::{Input, Relay, CHANNEL};
+use crate::worker::{Input, Relay, Resume, CHANNEL};
 
 /// Inputs waiting for the worker (watch items and incoming comments).
 const INPUT_QUEUE: usize = 1024;
@@ -53,13 +55,15 @@ pub enum WorkerError {
     },
     #[error("a worker task ended unexpectedly: {0}")]
     Task(String),
+    #[error(transparent)]
+    Cursor(#[from] CursorError),
 }
 
 /// A running worker.
 pub struct Worker {
     webhook_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
-    watch_task: JoinHandle<Result<(), ClientError>>,
+    watch_task: JoinHandle<Result<(), WorkerError>>,
     other_tasks: Vec<JoinHandle<()>>,
 }
 
@@ -123,6 +127,12 @@ impl Worker {
             )));
         }
 
+        let resume = config.cursor_path.as_deref().map(|path| {
+            let (cursor, after) = Cursor::open(path);
+            Resume { cursor, after }
+        });
+        let cursor = resume.as_ref().map(|resume| resume.cursor.clone());
+        let resume_after = resume.as_ref().and_then(|resume| resume.after);
         let lanes = Lanes::new();
         let relay = Relay::new(
             client.clone(),
@@ -132,8 +142,10 @@ impl Worker {
             inputs.clone(),
             config.retry_interval,
             lanes.clone(),
+            resume,
         );
         let mut stop = shutdown_rx.clone();
+        let relay_cursor = cursor.clone();
         other_tasks.push(tokio::spawn(async move {
             // Dropped with this task (an abort): the deliveries in flight stop too.
             let _stop_lanes = lanes.abort_on_drop();
@@ -141,6 +153,11 @@ impl Worker {
                 _ = stop.changed() => {
                     // Finish posting what is under way (each is recorded on the server).
                     lanes.shutdown(SHUTDOWN_GRACE).await;
+                    if let Some(cursor) = relay_cursor {
+                        if let Err(error) = cursor.flush().await {
+                            tracing::error!(%error, "cannot write the watch cursor at shutdown");
+                        }
+                    }
                 }
                 _ = relay.run(inputs_rx) => {}
             }
@@ -148,13 +165,29 @@ impl Worker {
 
         let mut stop = shutdown_rx;
         let watch_task = tokio::spawn(async move {
-            let mut stream = client.watch(WatchOptions::channel(CHANNEL));
+            let options = WatchOptions::channel(CHANNEL).resume_after(resume_after);
+            let mut stream = client.watch(options);
+            let persisted = async {
+                match &cursor {
+                    Some(cursor) => cursor.persist().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(persisted);
             loop {
                 let item = tokio::select! {
                     _ = stop.changed() => return Ok(()),
+                    written = &mut persisted => return written.map_err(WorkerError::from),
                     item = stream.next() => item?,
                 };
-                if inputs.send(Input::Watch(Box::new(item))).await.is_err() {
+                let part = cursor.as_ref().map(|cursor| {
+                    let seq = match &item {
+                        WatchItem::Snapshot(_) => stream.cursor().unwrap_or(0),
+                        WatchItem::Event(event) => event.seq,
+                    };
+                    cursor.begin(seq)
+                });
+                if inputs.send(Input::Watch(Box::new(item), part)).await.is_err() {
                     return Ok(());
                 }
             }
@@ -186,7 +219,7 @@ impl Worker {
         let result = match ended {
             None => Ok(()),
             Some(Ok(Ok(()))) => Ok(()),
-            Some(Ok(Err(error))) => Err(WorkerError::Server(error)),
+            Some(Ok(Err(error))) => Err(error),
             Some(Err(error)) => Err(WorkerError::Task(error.to_string())),
         };
         self.stop().await;

@@ -1,13 +1,15 @@
 //! The worker's loop: one task that owns all state and handles, in order, what the watch of
 //! the `github` channel delivers and the comments that webhooks and polling bring in.
 //!
-//! Nothing here needs to survive a restart: pending approvals come back in the watch's
-//! snapshot, their comments are found through the deliveries recorded on the server (or, when
+//! Nothing here needs to survive a restart but the watch cursor (when a state directory is
+//! configured): pending approvals come back in the watch's snapshot (or, when the watch
+//! resumes after the cursor, from a list of the pending approvals), their comments are found through the deliveries recorded on the server (or, when
 //! the worker died before recording one, through the marker in the comment), and a command
 //! already answered is recognised by the marker of the reply or by the server's idempotency
 //! key (the comment id).
 
 use countersign_worker::approval::is_granted;
+use countersign_worker::cursor::{Cursor, Part};
 use countersign_worker::lanes::Lanes;
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -40,7 +42,8 @@ pub struct IncomingComment {
 }
 
 pub enum Input {
-    Watch(Box<WatchItem>),
+    /// A watch item, with its share of the cursor when one is kept.
+    Watch(Box<WatchItem>, Option<Part>),
     Comments(Vec<IncomingComment>),
     /// A command that failed for a transient reason, with the attempts made so far.
     RetryCommand(IncomingComment, u32),
@@ -52,7 +55,8 @@ pub enum Input {
 pub struct Delivered {
     approval_id: String,
     target: Target,
-    result: Result<Message, CommandError>,
+    /// `Ok(None)`: the approval was resolved before its request was posted; nothing was.
+    result: Result<Option<Message>, CommandError>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -146,7 +150,19 @@ pub struct Relay {
     /// Deliveries run here, one lane per approval, so that a slow or failing approval never
     /// delays another's request.
     lanes: Lanes,
-    resynced: bool,
+    /// The persisted watch cursor: an item stays in flight until its approval's messages are
+    /// all delivered and up to date.
+    cursor: Option<Cursor>,
+    /// The watch resumes after the cursor: no snapshot comes, the pending approvals are
+    /// listed at the start instead.
+    resumed: bool,
+}
+
+/// Where a relay's watch resumes.
+pub struct Resume {
+    pub cursor: Cursor,
+    /// The persisted seq; `None`: the watch starts with a snapshot.
+    pub after: Option<u64>,
 }
 
 impl Relay {
@@ -158,6 +174,7 @@ impl Relay {
         inputs: mpsc::Sender<Input>,
         retry_interval: Duration,
         lanes: Lanes,
+        resume: Option<Resume>,
     ) -> Relay {
         Relay {
             client,
@@ -172,12 +189,93 @@ impl Relay {
             retrying: HashSet::new(),
             parked: Vec::new(),
             lanes,
-            resynced: false,
+            resumed: resume.as_ref().is_some_and(|resume| resume.after.is_some()),
+            cursor: resume.map(|resume| resume.cursor),
         }
+    }
+
+    /// Whether the approval still has work under way or waiting for a retry on GitHub.
+    fn unfinished(&self, approval_id: &str) -> bool {
+        self.pending
+            .get(approval_id)
+            .into_iter()
+            .chain(
+                self.resolved
+                    .iter()
+                    .filter(|tracked| tracked.approval.id == approval_id),
+            )
+            .any(|tracked| {
+                !tracked.in_flight.is_empty()
+                    || !tracked.undelivered.is_empty()
+                    || tracked.messages.iter().any(|message| message.stale)
+            })
+    }
+
+    /// The end of handling a watch item's part for `approval_id`: it stays in flight while
+    /// the approval's messages are not all written.
+    fn hold_until_written(&self, approval_id: &str, part: Option<Part>) {
+        let (Some(cursor), Some(part)) = (&self.cursor, part) else {
+            return;
+        };
+        if self.unfinished(approval_id) {
+            cursor.park(approval_id, part);
+        } else {
+            part.done();
+            cursor.release(approval_id);
+        }
+    }
+
+    /// Releases the watch items waiting for `approval_id` once its messages are written.
+    fn release_if_written(&self, approval_id: &str) {
+        if let Some(cursor) = &self.cursor {
+            if !self.unfinished(approval_id) {
+                cursor.release(approval_id);
+            }
+        }
+    }
+
+    /// After a start that resumes the watch: the pending approvals, as a snapshot would have
+    /// brought them (retried until the server answers).
+    async fn adopt_pending(&mut self) {
+        let mut approvals = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let request = pb::ListApprovalsRequest {
+                states: vec![pb::ApprovalState::Pending.into()],
+                channel: CHANNEL.to_string(),
+                page_size: 500,
+                page_token: page_token.clone(),
+                ..Default::default()
+            };
+            match self.client.list_approvals(request).await {
+                Ok(page) => {
+                    approvals.extend(page.approvals);
+                    if page.next_page_token.is_empty() {
+                        break;
+                    }
+                    page_token = page.next_page_token;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot list the pending approvals; retrying");
+                    tokio::time::sleep(self.retry_interval).await;
+                }
+            }
+        }
+        tracing::info!(
+            pending = approvals.len(),
+            "resuming the watch after the persisted cursor"
+        );
+        for approval in approvals {
+            self.update(approval).await;
+        }
+        self.catch_up().await;
     }
 
     /// Handles inputs until the channel closes; retries failed deliveries and edits on a tick.
     pub async fn run(mut self, mut inputs: mpsc::Receiver<Input>) {
+        if self.resumed {
+            self.adopt_pending().await;
+        }
         let mut tick = tokio::time::interval(self.retry_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -193,8 +291,13 @@ impl Relay {
 
     async fn handle(&mut self, input: Input) {
         match input {
-            Input::Watch(item) => match *item {
-                WatchItem::Snapshot(approvals) => self.reconcile(approvals).await,
+            Input::Watch(item, part) => match *item {
+                WatchItem::Snapshot(approvals) => {
+                    self.reconcile(approvals, part.as_ref()).await;
+                    if let Some(part) = part {
+                        part.done();
+                    }
+                }
                 WatchItem::Event(event) => {
                     let kind = event.kind();
                     if let Some(approval) = event.approval {
@@ -202,7 +305,11 @@ impl Relay {
                             tracing::info!(approval_id = %approval.id, seq = event.seq, "a session grant approved a call; posting a notice");
                             self.post_grant_notice(&approval).await;
                         }
+                        let approval_id = approval.id.clone();
                         self.update(approval).await;
+                        self.hold_until_written(&approval_id, part);
+                    } else if let Some(part) = part {
+                        part.done();
                     }
                 }
             },
@@ -237,7 +344,7 @@ impl Relay {
 
     /// A snapshot: every pending approval of the channel. Approvals tracked as pending but
     /// absent were resolved meanwhile.
-    async fn reconcile(&mut self, approvals: Vec<pb::Approval>) {
+    async fn reconcile(&mut self, approvals: Vec<pb::Approval>, part: Option<&Part>) {
         let present: HashSet<&str> = approvals.iter().map(|a| a.id.as_str()).collect();
         let gone: Vec<String> = self
             .pending
@@ -247,20 +354,24 @@ impl Relay {
             .collect();
         for id in gone {
             match self.client.get_approval(&id).await {
-                Ok(approval) => self.update(approval).await,
+                Ok(approval) => {
+                    self.update(approval).await;
+                    self.hold_until_written(&id, part.map(Part::share));
+                }
                 Err(error) => {
                     tracing::warn!(approval_id = %id, %error, "cannot read an approval that left the snapshot")
                 }
             }
         }
         for approval in approvals {
+            let approval_id = approval.id.clone();
             self.update(approval).await;
+            self.hold_until_written(&approval_id, part.map(Part::share));
         }
         self.catch_up().await;
-        if !self.resynced {
-            self.resynced = true;
-            self.resync_recently_resolved().await;
-        }
+        // Whatever resolved while the watch was not following (a start, or a cursor the
+        // server no longer retained).
+        self.resync_recently_resolved(part).await;
     }
 
     /// Commands written while the worker was away or out of touch: GitHub does not redeliver
@@ -287,7 +398,7 @@ impl Relay {
 
     /// After a restart: approvals resolved while the worker was away still show "waiting" on
     /// GitHub. Look at the most recent resolved ones and correct their messages.
-    async fn resync_recently_resolved(&mut self) {
+    async fn resync_recently_resolved(&mut self, part: Option<&Part>) {
         use pb::ApprovalState as State;
         let request = pb::ListApprovalsRequest {
             states: [
@@ -308,7 +419,9 @@ impl Relay {
             Ok(listed) => {
                 for approval in listed.approvals {
                     if approval.deliveries.iter().any(|d| d.channel == CHANNEL) {
+                        let approval_id = approval.id.clone();
                         self.update(approval).await;
+                        self.hold_until_written(&approval_id, part.map(Part::share));
                     }
                 }
             }
@@ -498,7 +611,11 @@ impl Relay {
                 (self.api.clone(), self.client.clone(), self.inputs.clone());
             let approval = tracked.approval.clone();
             self.lanes.push(&approval.id.clone(), async move {
-                let result = deliver_to(&api, &client, &approval, &target).await;
+                let result = match still_pending(&client, &approval).await {
+                    Ok(true) => deliver_to(&api, &client, &approval, &target).await.map(Some),
+                    Ok(false) => Ok(None),
+                    Err(error) => Err(error.into()),
+                };
                 let delivered = Delivered {
                     approval_id: approval.id,
                     target,
@@ -530,16 +647,20 @@ impl Relay {
                 Some(tracked) => tracked,
                 None => {
                     tracing::debug!(approval_id, %target, "a delivery ended for an approval no longer tracked");
+                    self.release_if_written(&approval_id);
                     return;
                 }
             },
         };
         tracked.in_flight.retain(|t| t != &target);
         match result {
-            Ok(message) => {
+            Ok(Some(message)) => {
                 self.poll(&message, &tracked.approval);
                 tracked.messages.push(message);
                 self.sync_messages(&mut tracked).await;
+            }
+            Ok(None) => {
+                tracing::info!(approval_id, %target, "resolved before its request was posted; not posting it");
             }
             Err(error) if error.is_transient() => {
                 tracing::warn!(approval_id, %target, %error, "delivery failed; will try again");
@@ -550,10 +671,11 @@ impl Relay {
             }
         }
         if tracked.approval.state() == pb::ApprovalState::Pending {
-            self.pending.insert(approval_id, tracked);
+            self.pending.insert(approval_id.clone(), tracked);
         } else {
             self.resolved.push_back(tracked);
         }
+        self.release_if_written(&approval_id);
         for incoming in std::mem::take(&mut self.parked) {
             self.handle_comment(incoming, 0).await;
         }
@@ -606,16 +728,22 @@ impl Relay {
             if let Some(mut tracked) = self.pending.remove(&id) {
                 self.deliver(&mut tracked);
                 self.sync_messages(&mut tracked).await;
-                self.pending.insert(id, tracked);
+                self.pending.insert(id.clone(), tracked);
             }
+            self.release_if_written(&id);
         }
         let mut resolved = std::mem::take(&mut self.resolved);
+        let mut rewritten = Vec::new();
         for tracked in resolved.iter_mut() {
             if tracked.messages.iter().any(|m| m.stale) {
                 self.sync_messages(tracked).await;
+                rewritten.push(tracked.approval.id.clone());
             }
         }
         self.resolved = resolved;
+        for id in rewritten {
+            self.release_if_written(&id);
+        }
     }
 
     async fn handle_comment(&mut self, incoming: IncomingComment, attempts: u32) {
@@ -818,7 +946,9 @@ impl Relay {
             }
         }
         if let Some(approval) = response.approval {
+            let approval_id = approval.id.clone();
             self.update(approval).await;
+            self.release_if_written(&approval_id);
         }
         Ok(())
     }
@@ -854,6 +984,17 @@ impl Relay {
             tracing::warn!(%issue, comment_id, %error, "replying to a command failed");
         }
     }
+}
+
+/// Whether `approval` is still pending as the server has it now: a watch's copy may be old (a
+/// resumed watch replays what happened while the worker was stopped), and no request is
+/// posted for an approval resolved meanwhile.
+async fn still_pending(client: &Client, approval: &pb::Approval) -> Result<bool, ClientError> {
+    if approval.deliveries.iter().any(|d| d.channel == CHANNEL) {
+        return Ok(approval.state() == pb::ApprovalState::Pending);
+    }
+    let current = client.get_approval(&approval.id).await?;
+    Ok(current.state() == pb::ApprovalState::Pending)
 }
 
 /// Posts (or finds, after a crash) the request for `approval` on `target` and records the

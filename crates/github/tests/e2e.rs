@@ -1075,3 +1075,72 @@ async fn a_stuck_approval_does_not_delay_another_approval_s_comment() {
     let delivered = wait_delivered(&harness, &stuck.id).await;
     assert!(delivered.message_ref.starts_with("issue/"));
 }
+
+/// With a state directory the worker keeps a watch cursor there: an approval cancelled while
+/// the worker was stopped, behind more newer resolved approvals than the correction pass
+/// after a snapshot looks at (50), still gets its comment corrected, because the restarted
+/// worker replays every event after its cursor. The approvals created and cancelled meanwhile
+/// get no comment.
+#[tokio::test]
+async fn with_a_state_dir_a_comment_resolved_behind_60_newer_approvals_is_corrected() {
+    let state = tempfile::tempdir().expect("a state directory");
+    let cursor_file = state.path().join("watch-cursor");
+    let mut harness = Harness::start_without_worker(Mode::Webhook).await;
+    harness.state_dir = Some(state.path().to_owned());
+    harness.start_worker().await;
+    let approval = harness.request_approval(harness.request("old", "")).await;
+    let comment = harness.request_comment(&approval.id).await;
+    wait_delivered(&harness, &approval.id).await;
+    let persisted = || {
+        std::fs::read_to_string(&cursor_file)
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok())
+    };
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while persisted().is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "no cursor written");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    harness.stop_worker().await;
+
+    harness
+        .agent
+        .cancel_approval(&approval.id, "superseded")
+        .await
+        .expect("cancel");
+    for n in 0..60 {
+        let newer = harness
+            .request_approval(harness.request(&format!("newer-{n}"), ""))
+            .await;
+        harness
+            .agent
+            .cancel_approval(&newer.id, "superseded")
+            .await
+            .expect("cancel");
+    }
+    let mut watch = harness
+        .agent
+        .watch(countersign_client::WatchOptions::channel("github"));
+    watch.next().await.expect("a snapshot");
+    let head = watch.cursor().expect("the head seq");
+
+    harness.start_worker().await;
+    harness
+        .request_comment_where(comment.id, "the cancelled comment", |body| {
+            body.contains("🚫 **Cancelled**: superseded")
+        })
+        .await;
+    while persisted().is_none_or(|seq| seq < head) {
+        assert!(
+            tokio::time::Instant::now() < deadline + PATIENCE,
+            "the cursor never reached {head}: {:?}",
+            persisted()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        harness.requests_comments(harness.issue).len(),
+        1,
+        "no comment for approvals cancelled before the worker saw them"
+    );
+}

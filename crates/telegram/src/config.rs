@@ -12,7 +12,8 @@
 //! default_chat_id = -1001234567890
 //! allowed_user_ids = [11111111, 22222222]
 //! buttons = ["approve", "reject", "allow_session"]
-//! # The worker's outbox (intents of messages being sent) lives here; keep it across restarts.
+//! # The worker's outbox (intents of messages being sent) and watch cursor (where a restarted
+//! # worker resumes) live here; keep it across restarts.
 //! state_dir = "/var/lib/countersign/telegram"
 //! ```
 
@@ -130,7 +131,7 @@ pub struct TelegramSection {
     /// `max_retry_wait_secs`, per approval).
     #[serde(default = "default_retry_interval_secs")]
     pub retry_interval_secs: u64,
-    /// Where the worker keeps its outbox; must survive restarts.
+    /// Where the worker keeps its outbox and watch cursor; must survive restarts.
     #[serde(default = "default_state_dir")]
     pub state_dir: PathBuf,
 }
@@ -219,6 +220,8 @@ pub struct Settings {
     pub retry_interval: Duration,
     /// The outbox file.
     pub outbox_path: PathBuf,
+    /// The watch cursor file: the seq a restarted worker resumes after.
+    pub cursor_path: PathBuf,
     /// How long a shutdown waits for the messages being sent or edited.
     pub shutdown_grace: Duration,
 }
@@ -309,6 +312,7 @@ impl Settings {
             poll_error_backoff: Duration::from_secs(1),
             retry_interval: Duration::from_secs(telegram.retry_interval_secs.max(1)),
             outbox_path: telegram.state_dir.join("outbox.jsonl"),
+            cursor_path: telegram.state_dir.join("watch-cursor"),
             shutdown_grace: Duration::from_secs(10),
         })
     }
@@ -328,6 +332,7 @@ impl std::fmt::Debug for Settings {
             .field("allowed_user_ids", &self.allowed_user_ids)
             .field("buttons", &self.buttons)
             .field("outbox_path", &self.outbox_path)
+            .field("cursor_path", &self.cursor_path)
             .finish_non_exhaustive()
     }
 }

@@ -7,7 +7,8 @@
 //! approval is decided elsewhere, expires or is cancelled, also while the worker was down.
 //! Sent messages are recorded on the server (`RecordDelivery`), so a restarted worker edits
 //! them instead of sending new ones; a local outbox covers a crash between Telegram's answer
-//! and that record. It runs on the shared worker runtime (`countersign-worker`): one lane per
+//! and that record. A watch cursor in the state directory names the last seq up to which every
+//! event was fully handled, so a restarted worker resumes after it and misses nothing. It runs on the shared worker runtime (`countersign-worker`): one lane per
 //! approval, retries per approval honouring `retry_after`, graceful shutdown.
 //!
 //! [`run`] is the entry point used by the `countersign-telegram` binary and by tests.
@@ -23,12 +24,13 @@ use std::future::Future;
 use std::sync::Arc;
 
 use countersign_client::{Client, ClientConfig};
+use countersign_worker::cursor::Cursor;
 use countersign_worker::lanes::Lanes;
 use countersign_worker::outbox::Outbox;
 
 use crate::bot_api::{BotApi, BotApiError};
 pub use crate::config::Settings;
-use crate::worker::Worker;
+use crate::worker::{Resume, Worker};
 pub use crate::worker::{WorkerError, CHANNEL};
 
 /// Runs the worker until `shutdown` completes (then the messages being sent or edited are
@@ -40,6 +42,7 @@ pub async fn run(
 ) -> Result<(), WorkerError> {
     let bot = BotApi::new(&settings.bot_token, &settings.api_url)?;
     let outbox = Outbox::open(&settings.outbox_path)?;
+    let (cursor, after) = Cursor::open(&settings.cursor_path);
     let client = Client::connect(ClientConfig {
         url: settings.server_url.clone(),
         token: settings.worker_token.clone(),
@@ -51,10 +54,12 @@ pub async fn run(
     let _stop_lanes = lanes.abort_on_drop();
     let grace = settings.shutdown_grace;
     tokio::select! {
-        result = start_and_serve(client, bot, settings, lanes.clone(), outbox) => result,
+        result = start_and_serve(client, bot, settings, lanes.clone(), outbox, Resume { cursor: cursor.clone(), after }) => result,
+        result = cursor.persist() => result.map_err(WorkerError::from),
         () = shutdown => {
             tracing::info!(in_flight = lanes.busy(), "shutting down; finishing the messages being sent or edited");
             lanes.shutdown(grace).await;
+            cursor.flush().await?;
             Ok(())
         }
     }
@@ -66,6 +71,7 @@ async fn start_and_serve(
     settings: Settings,
     lanes: Lanes,
     outbox: Outbox,
+    resume: Resume,
 ) -> Result<(), WorkerError> {
     let bot_username = connect_to_telegram(&bot, &settings).await?;
     tracing::info!(
@@ -83,6 +89,7 @@ async fn start_and_serve(
         bot_username,
         lanes,
         outbox,
+        resume,
     ));
     tokio::select! {
         result = worker.follow_approvals() => result,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use countersign_client::{pb, Client, ClientError, WatchItem, WatchOptions};
 use countersign_worker::approval::is_granted;
+use countersign_worker::cursor::{Cursor, CursorError, Part};
 use countersign_worker::lanes::Lanes;
 use countersign_worker::outbox::{Entry, Outbox, OutboxError};
 use countersign_worker::retry::{retry_in_line, Backoff, RetrySchedule};
@@ -64,6 +65,8 @@ pub enum WorkerError {
     Server(#[from] ClientError),
     #[error(transparent)]
     Outbox(#[from] OutboxError),
+    #[error(transparent)]
+    Cursor(#[from] CursorError),
 }
 
 /// How far an approval has come; a copy that is behind the one already shown is stale (the
@@ -228,8 +231,19 @@ pub struct Worker {
     lanes: Lanes,
     retries: RetrySchedule,
     outbox: Outbox,
-    /// Signalled after each snapshot; wakes [`Worker::correct_resolved_messages`].
-    snapshot_taken: tokio::sync::Notify,
+    /// Where the watch resumes, and what has been fully handled.
+    cursor: Cursor,
+    resume_after: Option<u64>,
+    /// A part of each snapshot, sent after it was reconciled; wakes
+    /// [`Worker::correct_resolved_messages`], which keeps the snapshot in flight until done.
+    snapshot_taken: tokio::sync::mpsc::UnboundedSender<Part>,
+    snapshots: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Part>>,
+}
+
+/// Where a worker keeps its watch cursor, and the seq it found there.
+pub struct Resume {
+    pub cursor: Cursor,
+    pub after: Option<u64>,
 }
 
 impl Worker {
@@ -240,7 +254,9 @@ impl Worker {
         bot_username: String,
         lanes: Lanes,
         outbox: Outbox,
+        resume: Resume,
     ) -> Worker {
+        let (snapshot_taken, snapshots) = tokio::sync::mpsc::unbounded_channel();
         let retries = RetrySchedule::new(Backoff::new(
             settings.retry_interval,
             settings.max_retry_wait,
@@ -254,22 +270,74 @@ impl Worker {
             lanes,
             retries,
             outbox,
-            snapshot_taken: tokio::sync::Notify::new(),
+            cursor: resume.cursor,
+            resume_after: resume.after,
+            snapshot_taken,
+            snapshots: tokio::sync::Mutex::new(snapshots),
+        }
+    }
+
+    /// The end of a job of `approval_id` that was part of handling a watch item: when the
+    /// approval waits for a retry, the item stays in flight until the retry succeeds;
+    /// otherwise it (and every item waiting for this approval) is handled.
+    fn job_over(&self, approval_id: &str, part: Option<Part>) {
+        if self.retries.is_scheduled(approval_id) {
+            if let Some(part) = part {
+                self.cursor.park(approval_id, part);
+            }
+        } else {
+            if let Some(part) = part {
+                part.done();
+            }
+            self.cursor.release(approval_id);
         }
     }
 
     /// Queues showing `approval` in its lane; `tapped` is a message of it a user acted on
     /// (perhaps an orphaned copy the worker does not know), to be edited too.
-    fn enqueue_show(self: &Arc<Self>, approval: pb::Approval, tapped: Option<(i64, i32)>) {
+    /// `part` is the share of a watch item this is.
+    fn enqueue_show(
+        self: &Arc<Self>,
+        approval: pb::Approval,
+        tapped: Option<(i64, i32)>,
+        part: Option<Part>,
+    ) {
         let worker = self.clone();
         let approval_id = approval.id.clone();
         self.lanes.push(&approval_id, async move {
+            let approval = if part.is_some() {
+                worker.current_before_first_send(approval).await
+            } else {
+                approval
+            };
             worker.show(&approval, tapped).await;
+            worker.job_over(&approval.id, part);
         });
     }
 
+    /// A watch item's copy of an approval that has no message yet may be old (a resumed watch
+    /// replays what happened while the worker was stopped): before a message is sent for it,
+    /// the approval is read as it is now, so that none is sent for one resolved meanwhile.
+    async fn current_before_first_send(&self, approval: pb::Approval) -> pb::Approval {
+        let unsent = approval.state() == ApprovalState::Pending
+            && recorded_messages(&approval).is_empty()
+            && self.outbox.unsettled(&approval.id).is_empty()
+            && self.book.entry(&approval.id).lock().await.messages.is_empty();
+        if !unsent {
+            return approval;
+        }
+        match self.client.get_approval(&approval.id).await {
+            Ok(current) if Progress::of(&current) > Progress::of(&approval) => current,
+            Ok(_) => approval,
+            Err(error) => {
+                tracing::debug!(approval_id = %approval.id, %error, "cannot read the approval before sending; using the watch's copy");
+                approval
+            }
+        }
+    }
+
     /// Queues showing the approval as the server has it now.
-    fn enqueue_refresh(self: &Arc<Self>, approval_id: String) {
+    fn enqueue_refresh(self: &Arc<Self>, approval_id: String, part: Option<Part>) {
         let worker = self.clone();
         let key = approval_id.clone();
         self.lanes.push(&key, async move {
@@ -284,21 +352,45 @@ impl Worker {
                     worker.retries.succeeded(&approval_id);
                 }
             }
+            worker.job_over(&approval_id, part);
         });
     }
 
     /// Follows the `telegram` channel: a message for each pending approval, kept up to date.
-    /// Returns only on an error that reconnecting cannot fix.
+    /// Starts after the persisted cursor when there is one (no snapshot, no correction pass:
+    /// every event after it is replayed), with a snapshot otherwise. Each item stays in
+    /// flight for the cursor until all its work is over. Returns only on an error that
+    /// reconnecting cannot fix.
     pub async fn follow_approvals(self: &Arc<Self>) -> Result<(), WorkerError> {
         let mut watch = self.client.watch(WatchOptions {
             channel: CHANNEL.to_owned(),
             heartbeat_timeout: self.settings.heartbeat_timeout,
             max_backoff: self.settings.max_backoff,
+            resume_after: self.resume_after,
         });
+        if let Some(after) = self.resume_after {
+            tracing::info!(after, "resuming the watch after the persisted cursor");
+            // Messages an earlier run sent and did not record: recorded now, not at the
+            // approval's next event.
+            for entry in self.outbox.all_unsettled() {
+                self.enqueue_refresh(entry.key, None);
+            }
+        }
         loop {
             match watch.next().await? {
-                WatchItem::Snapshot(pending) => self.reconcile(pending).await,
-                WatchItem::Event(event) => self.on_event(event).await,
+                WatchItem::Snapshot(pending) => {
+                    let part = self.cursor.begin(watch.cursor().unwrap_or(0));
+                    self.reconcile(pending, &part).await;
+                    // The correction pass finishes the snapshot.
+                    if let Err(unsent) = self.snapshot_taken.send(part) {
+                        unsent.0.done();
+                    }
+                }
+                WatchItem::Event(event) => {
+                    let part = self.cursor.begin(event.seq);
+                    self.on_event(event, &part).await;
+                    part.done();
+                }
             }
         }
     }
@@ -307,7 +399,7 @@ impl Worker {
     /// one is edited, found in the approval's delivery records), and approvals the worker was
     /// showing that are no longer pending are shown as resolved. Approvals resolved while the
     /// worker was not watching are for [`Worker::correct_resolved_messages`].
-    async fn reconcile(self: &Arc<Self>, pending: Vec<pb::Approval>) {
+    async fn reconcile(self: &Arc<Self>, pending: Vec<pb::Approval>, part: &Part) {
         tracing::info!(pending = pending.len(), "snapshot of pending approvals");
         let known = self.book.unresolved_approvals();
         // Every message the worker knows of is in the book before any lane searches a chat
@@ -327,13 +419,12 @@ impl Worker {
         }
         for approval_id in known {
             if !pending.iter().any(|approval| approval.id == approval_id) {
-                self.enqueue_refresh(approval_id);
+                self.enqueue_refresh(approval_id, Some(part.share()));
             }
         }
         for approval in pending {
-            self.enqueue_show(approval, None);
+            self.enqueue_show(approval, None, Some(part.share()));
         }
-        self.snapshot_taken.notify_one();
     }
 
     /// Corrects the messages of approvals resolved while the worker was not watching (stopped,
@@ -345,10 +436,16 @@ impl Worker {
     /// was final already. Runs beside the watch, so that new approvals are not held up behind
     /// these edits.
     pub async fn correct_resolved_messages(self: &Arc<Self>) -> Result<(), WorkerError> {
-        loop {
-            self.snapshot_taken.notified().await;
+        let mut snapshots = self.snapshots.lock().await;
+        while let Some(first) = snapshots.recv().await {
+            // Snapshots that came meanwhile are covered by one pass.
+            let mut parts = vec![first];
+            while let Ok(part) = snapshots.try_recv() {
+                parts.push(part);
+            }
+            let newest = parts.last().map(Part::share);
             loop {
-                match self.show_recently_resolved().await {
+                match self.show_recently_resolved(newest.as_ref()).await {
                     Ok(()) => break,
                     Err(error) if error.is_transient() => {
                         tracing::warn!(%error, retry_in_ms = self.settings.retry_interval.as_millis() as u64, "cannot list the recently resolved approvals");
@@ -360,10 +457,12 @@ impl Worker {
                     }
                 }
             }
+            parts.into_iter().chain(newest).for_each(Part::done);
         }
+        Ok(())
     }
 
-    async fn show_recently_resolved(self: &Arc<Self>) -> Result<(), ClientError> {
+    async fn show_recently_resolved(self: &Arc<Self>, part: Option<&Part>) -> Result<(), ClientError> {
         let request = pb::ListApprovalsRequest {
             states: RESOLVED_STATES.into_iter().map(i32::from).collect(),
             channel: CHANNEL.to_owned(),
@@ -381,12 +480,12 @@ impl Worker {
             "bringing the messages of recently resolved approvals up to date"
         );
         for approval in with_messages {
-            self.enqueue_show(approval, None);
+            self.enqueue_show(approval, None, part.map(Part::share));
         }
         Ok(())
     }
 
-    async fn on_event(self: &Arc<Self>, event: pb::ApprovalEvent) {
+    async fn on_event(self: &Arc<Self>, event: pb::ApprovalEvent, part: &Part) {
         let kind = event.kind();
         let Some(approval) = event.approval else {
             return;
@@ -396,8 +495,10 @@ impl Worker {
                 tracing::info!(approval_id = %approval.id, seq = event.seq, "a session grant approved a call; posting a notice");
                 let worker = self.clone();
                 let approval_id = approval.id.clone();
+                let part = part.share();
                 self.lanes.push(&approval_id, async move {
                     worker.post_grant_notice(&approval).await;
+                    part.done();
                 });
             }
             EventKind::Requested
@@ -407,7 +508,7 @@ impl Worker {
             | EventKind::Cancelled
             | EventKind::Consumed => {
                 tracing::debug!(approval_id = %approval.id, seq = event.seq, ?kind, "approval event");
-                self.enqueue_show(approval, None);
+                self.enqueue_show(approval, None, Some(part.share()));
             }
             EventKind::DecisionRefused => {
                 tracing::info!(approval_id = %approval.id, seq = event.seq, "the server refused a decision");
@@ -754,7 +855,7 @@ impl Worker {
     pub async fn retry_failed_messages(self: &Arc<Self>) -> Result<(), WorkerError> {
         loop {
             for approval_id in self.retries.next_due().await {
-                self.enqueue_refresh(approval_id);
+                self.enqueue_refresh(approval_id, None);
             }
         }
     }
@@ -862,7 +963,7 @@ impl Worker {
         let (answer, approval) = self.decide(request, verdict, scope).await;
         self.answer(&callback_id, &answer).await;
         if let Some(approval) = approval {
-            self.enqueue_show(approval, tapped);
+            self.enqueue_show(approval, tapped, None);
         }
     }
 
@@ -910,7 +1011,7 @@ impl Worker {
         let (answer, approval) = self.decide(request, command.verdict, Scope::Once).await;
         self.reply(chat_id, message.id.0, &escape(&answer)).await;
         if let Some(approval) = approval {
-            self.enqueue_show(approval, Some((chat_id, original.id.0)));
+            self.enqueue_show(approval, Some((chat_id, original.id.0)), None);
         }
     }
 

@@ -10,11 +10,14 @@
 //! - [`outbox::Outbox`]: a durable local record of the intent of each platform write that
 //!   creates something, so that a crash between the write and its record on the server is
 //!   reconciled on restart instead of repeated blindly.
+//! - [`cursor::Cursor`]: the persisted watch cursor, which only ever names a seq whose event
+//!   and every earlier one were fully handled, so that a restarted worker resumes after it.
 //! - [`agent_text`]: text an agent wrote, made unable to pass for the worker's own lines.
 //! - [`approval`]: facts about an approval every channel shows the same way.
 
 pub mod agent_text;
 pub mod approval;
+pub mod cursor;
 pub mod lanes;
 pub mod outbox;
 pub mod retry;

@@ -174,6 +174,11 @@ impl RetrySchedule {
         (not_before > now).then(|| not_before - now)
     }
 
+    /// Whether `key` failed and waits for a retry.
+    pub fn is_scheduled(&self, key: &str) -> bool {
+        self.lock().contains_key(key)
+    }
+
     /// Forgets the failures of `key` (it succeeded).
     pub fn succeeded(&self, key: &str) {
         self.lock().remove(key);

@@ -134,6 +134,39 @@ async fn a_cursor_beyond_retention_yields_a_new_snapshot() {
     assert!(watch.cursor().unwrap() > cursor);
 }
 
+/// A watch started after a persisted seq delivers the events after it, with no snapshot; one
+/// started after a seq the server pruned takes a snapshot instead.
+#[tokio::test]
+async fn a_watch_resumes_after_a_given_seq_or_snapshots_when_it_is_pruned() {
+    let server = TestServer::start().await;
+    let client = client(&server.url());
+    create(&client, routed("before", None)).await;
+    let mut first = client.watch(watch_options(""));
+    next_snapshot(&mut first).await;
+    let cursor = first.cursor().unwrap();
+    let after = create(&client, routed("after", None)).await;
+    let mut resumed = client.watch(watch_options("").resume_after(Some(cursor)));
+    assert_eq!(resumed.cursor(), Some(cursor));
+    let event = next_event(&mut resumed).await;
+    assert_eq!(event.kind(), pb::EventKind::Requested);
+    assert_eq!(event.approval.unwrap().id, after);
+    assert!(event.seq > cursor);
+
+    let pruning = TestServer::start_with(|config| config.watch.retention_seconds = 1).await;
+    let client = self::client(&pruning.url());
+    let before = create(&client, routed("before", None)).await;
+    let mut first = client.watch(watch_options(""));
+    next_snapshot(&mut first).await;
+    let cursor = first.cursor().unwrap();
+    let after = create(&client, routed("after", None)).await;
+    wait_until_pruned_past(&pruning.url(), cursor).await;
+    let mut too_old = client.watch(watch_options("").resume_after(Some(cursor)));
+    assert_eq!(
+        ids(&next_snapshot(&mut too_old).await),
+        HashSet::from([before, after])
+    );
+}
+
 /// Polls until the server refuses to resume after `cursor` because it pruned what follows.
 async fn wait_until_pruned_past(url: &str, cursor: u64) {
     let mut raw = pb::approval_service_client::ApprovalServiceClient::connect(url.to_owned())

@@ -49,6 +49,8 @@ pub struct Harness {
     pub maintainer: User,
     /// `read` on the repository (legacy shape).
     pub reader: User,
+    /// The worker's state directory (its watch cursor); none: it takes a snapshot each start.
+    pub state_dir: Option<std::path::PathBuf>,
     deliveries: std::sync::atomic::AtomicU64,
 }
 
@@ -97,6 +99,7 @@ impl Harness {
             writer,
             maintainer,
             reader,
+            state_dir: None,
             deliveries: std::sync::atomic::AtomicU64::new(1),
         }
     }
@@ -116,6 +119,7 @@ impl Harness {
                 secondary_limit_wait_ms: Some(1000),
                 retry_interval_ms: Some(200),
                 request_timeout_ms: Some(5000),
+                state_dir: self.state_dir.clone(),
                 ..Default::default()
             },
             webhook: matches!(self.mode, Mode::Webhook | Mode::Both).then(|| WebhookSection {

@@ -76,6 +76,7 @@ impl Harness {
         settings.retry_interval = Duration::from_millis(100);
         let state = tempfile::tempdir().expect("a state directory");
         settings.outbox_path = state.path().join("outbox.jsonl");
+        settings.cursor_path = state.path().join("watch-cursor");
         let agent = Client::connect(ClientConfig::new(server.url())).expect("agent client");
         Harness {
             server,

@@ -4,6 +4,7 @@
 
 mod binary;
 mod common;
+mod cursor;
 mod fake_bot_api;
 mod faults;
 mod worker;
