@@ -499,8 +499,10 @@ async fn a_restarted_worker_edits_its_message_and_a_redelivered_tap_decides_once
         format!("{CHAT}:{}", message.message_id)
     );
 
-    // Killed and restarted between the request and the tap.
+    // Killed and restarted between the request and the tap, without its watch cursor (a lost
+    // state directory): the watch starts with a snapshot.
     harness.kill_worker().await;
+    std::fs::remove_file(&harness.settings.cursor_path).expect("the cursor was written");
     let edits_before = harness.telegram.requests_of("editMessageText").len();
     harness.start_worker();
     // The new worker finds its message in the delivery record and re-renders it in place:
