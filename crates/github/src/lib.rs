@@ -35,7 +35,7 @@ use tokio::task::JoinHandle;
 use crate::api::{ApiError, GitHubApi};
 use crate::config::Config;
 use crate::poller::PollTargets;
-use crate::worker::{Input, Relay, Resume, CHANNEL};
+use crate::worker::{Input, Relay, Resume, Runtime, CHANNEL};
 
 /// Inputs waiting for the worker (watch items and incoming comments).
 const INPUT_QUEUE: usize = 1024;
@@ -141,8 +141,10 @@ impl Worker {
             poll_targets,
             inputs.clone(),
             config.retry_interval,
-            lanes.clone(),
-            resume,
+            Runtime {
+                lanes: lanes.clone(),
+                resume,
+            },
         );
         let mut stop = shutdown_rx.clone();
         let relay_cursor = cursor.clone();
@@ -187,7 +189,11 @@ impl Worker {
                     };
                     cursor.begin(seq)
                 });
-                if inputs.send(Input::Watch(Box::new(item), part)).await.is_err() {
+                if inputs
+                    .send(Input::Watch(Box::new(item), part))
+                    .await
+                    .is_err()
+                {
                     return Ok(());
                 }
             }

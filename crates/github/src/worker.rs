@@ -158,6 +158,13 @@ pub struct Relay {
     resumed: bool,
 }
 
+/// What a relay uses of the shared worker runtime.
+pub struct Runtime {
+    pub lanes: Lanes,
+    /// The watch cursor, when a state directory is configured.
+    pub resume: Option<Resume>,
+}
+
 /// Where a relay's watch resumes.
 pub struct Resume {
     pub cursor: Cursor,
@@ -173,9 +180,9 @@ impl Relay {
         poll_targets: Option<Arc<PollTargets>>,
         inputs: mpsc::Sender<Input>,
         retry_interval: Duration,
-        lanes: Lanes,
-        resume: Option<Resume>,
+        runtime: Runtime,
     ) -> Relay {
+        let Runtime { lanes, resume } = runtime;
         Relay {
             client,
             api,
@@ -612,7 +619,9 @@ impl Relay {
             let approval = tracked.approval.clone();
             self.lanes.push(&approval.id.clone(), async move {
                 let result = match still_pending(&client, &approval).await {
-                    Ok(true) => deliver_to(&api, &client, &approval, &target).await.map(Some),
+                    Ok(true) => deliver_to(&api, &client, &approval, &target)
+                        .await
+                        .map(Some),
                     Ok(false) => Ok(None),
                     Err(error) => Err(error.into()),
                 };

@@ -322,7 +322,13 @@ impl Worker {
         let unsent = approval.state() == ApprovalState::Pending
             && recorded_messages(&approval).is_empty()
             && self.outbox.unsettled(&approval.id).is_empty()
-            && self.book.entry(&approval.id).lock().await.messages.is_empty();
+            && self
+                .book
+                .entry(&approval.id)
+                .lock()
+                .await
+                .messages
+                .is_empty();
         if !unsent {
             return approval;
         }
@@ -462,7 +468,10 @@ impl Worker {
         Ok(())
     }
 
-    async fn show_recently_resolved(self: &Arc<Self>, part: Option<&Part>) -> Result<(), ClientError> {
+    async fn show_recently_resolved(
+        self: &Arc<Self>,
+        part: Option<&Part>,
+    ) -> Result<(), ClientError> {
         let request = pb::ListApprovalsRequest {
             states: RESOLVED_STATES.into_iter().map(i32::from).collect(),
             channel: CHANNEL.to_owned(),

@@ -156,7 +156,10 @@ async fn the_cursor_never_passes_a_message_still_being_sent() {
         .message(CHAT, message_id.parse().expect("a message id"))
         .expect("the recorded message exists");
     assert!(
-        message.callback_data().iter().any(|data| data.contains(&held.id)),
+        message
+            .callback_data()
+            .iter()
+            .any(|data| data.contains(&held.id)),
         "{message:?}"
     );
 }
