@@ -12,7 +12,7 @@
 //!   first looks for the comment carrying the approval's marker, so a crash or a lost answer
 //!   never yields a second comment.
 
-use countersign_worker::retry::{Classify, Verdict};
+use countersign_worker::retry::{Backoff, Classify, Verdict};
 use std::time::Duration;
 
 use octocrab::Octocrab;
@@ -658,7 +658,7 @@ impl GitHubApi {
                 attempt += 1;
                 continue;
             }
-            if status >= 500
+            if Verdict::of_http_status(status, None).is_retryable()
                 && repeatable == Repeatable::Yes
                 && attempt < self.settings.max_attempts
             {
@@ -768,10 +768,9 @@ fn error_message(body: &str) -> String {
         .unwrap_or_else(|| body.chars().take(200).collect())
 }
 
-/// 0.5 s, 1 s, 2 s… up to 30 s.
+/// The runtime's backoff: 0.5 s, 1 s, 2 s… up to 30 s, jittered.
 fn backoff(attempt: u32) -> Duration {
-    let millis = 500u64.saturating_mul(1 << attempt.saturating_sub(1).min(6));
-    Duration::from_millis(millis.min(30_000))
+    Backoff::new(Duration::from_millis(500), Duration::from_secs(30)).delay(attempt)
 }
 
 /// A `since` value: RFC 3339 to the second, percent-encoded for a query string.
@@ -881,12 +880,5 @@ mod tests {
             kind: "User".to_string(),
         };
         assert!(!person.is_bot());
-    }
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        assert_eq!(backoff(1), Duration::from_millis(500));
-        assert_eq!(backoff(2), Duration::from_secs(1));
-        assert_eq!(backoff(30), Duration::from_secs(30));
     }
 }

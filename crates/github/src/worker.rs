@@ -49,6 +49,16 @@ pub enum Input {
     RetryCommand(IncomingComment, u32),
     /// A delivery that ran in its approval's lane is over.
     Delivered(Box<Delivered>),
+    /// An edit that ran in its approval's lane is over.
+    Written(Box<Written>),
+}
+
+/// The outcome of rewriting one message of an approval.
+pub struct Written {
+    approval_id: String,
+    message_ref: String,
+    /// The message as the edit left it (its body, or stale when the edit failed).
+    message: Message,
 }
 
 /// The outcome of posting an approval's request on one target.
@@ -95,6 +105,8 @@ pub struct Message {
     rendered: String,
     /// The last edit failed; the retry tick tries again.
     stale: bool,
+    /// An edit is queued or running in the approval's lane.
+    writing: bool,
 }
 
 impl Message {
@@ -214,7 +226,10 @@ impl Relay {
             .any(|tracked| {
                 !tracked.in_flight.is_empty()
                     || !tracked.undelivered.is_empty()
-                    || tracked.messages.iter().any(|message| message.stale)
+                    || tracked
+                        .messages
+                        .iter()
+                        .any(|message| message.stale || message.writing)
             })
     }
 
@@ -326,6 +341,7 @@ impl Relay {
                 self.handle_comment(incoming, attempts).await;
             }
             Input::Delivered(delivered) => self.delivered(*delivered).await,
+            Input::Written(written) => self.written(*written),
         }
     }
 
@@ -441,7 +457,7 @@ impl Relay {
         let pending = approval.state() == pb::ApprovalState::Pending;
         if let Some(mut tracked) = self.pending.remove(&approval.id) {
             tracked.approval = approval;
-            self.sync_messages(&mut tracked).await;
+            self.sync_messages(&mut tracked);
             if pending {
                 self.pending.insert(tracked.approval.id.clone(), tracked);
             } else {
@@ -456,7 +472,7 @@ impl Relay {
         {
             if let Some(mut tracked) = self.resolved.remove(index) {
                 tracked.approval = approval;
-                self.sync_messages(&mut tracked).await;
+                self.sync_messages(&mut tracked);
                 self.resolved.push_back(tracked);
             }
             return;
@@ -602,11 +618,12 @@ impl Relay {
                 created_at: message_created_at,
                 rendered,
                 stale: false,
+                writing: false,
             };
             self.poll(&message, &tracked.approval);
             tracked.messages.push(message);
         }
-        self.sync_messages(tracked).await;
+        self.sync_messages(tracked);
     }
 
     /// Posts (or finds) the request on each undelivered target and records the delivery, in
@@ -666,7 +683,7 @@ impl Relay {
             Ok(Some(message)) => {
                 self.poll(&message, &tracked.approval);
                 tracked.messages.push(message);
-                self.sync_messages(&mut tracked).await;
+                self.sync_messages(&mut tracked);
             }
             Ok(None) => {
                 tracing::info!(approval_id, %target, "resolved before its request was posted; not posting it");
@@ -700,14 +717,72 @@ impl Relay {
         }
     }
 
-    /// Rewrites every message whose text no longer matches the approval.
-    async fn sync_messages(&self, tracked: &mut Tracked) {
+    /// Rewrites, in the approval's lane, every message whose text no longer matches the
+    /// approval; [`Relay::written`] takes the outcome. A message with an edit under way is
+    /// rewritten again once it is over, if the approval moved on meanwhile.
+    fn sync_messages(&self, tracked: &mut Tracked) {
         let body = render::request_body(&tracked.approval);
         for message in &mut tracked.messages {
-            if message.rendered != body || message.stale {
-                write_message(&self.api, message, body.clone()).await;
+            if message.writing || (message.rendered == body && !message.stale) {
+                continue;
             }
+            message.writing = true;
+            let (api, inputs) = (self.api.clone(), self.inputs.clone());
+            let approval_id = tracked.approval.id.clone();
+            let mut copy = message.clone();
+            let body = body.clone();
+            self.lanes.push(&approval_id.clone(), async move {
+                let message_ref = copy.message_ref();
+                write_message(&api, &mut copy, body).await;
+                let written = Written {
+                    approval_id,
+                    message_ref,
+                    message: copy,
+                };
+                // A closed queue means the worker is stopping.
+                let _ = inputs.send(Input::Written(Box::new(written))).await;
+            });
         }
+    }
+
+    /// Takes the outcome of an edit: the message now shows what was written (or is stale,
+    /// for the retry tick), and is brought up to the approval's state if it moved on.
+    fn written(&mut self, written: Written) {
+        let Written {
+            approval_id,
+            message_ref,
+            message: outcome,
+        } = written;
+        let tracked = match self.pending.remove(&approval_id) {
+            Some(tracked) => Some(tracked),
+            None => self
+                .resolved
+                .iter()
+                .position(|tracked| tracked.approval.id == approval_id)
+                .and_then(|index| self.resolved.remove(index)),
+        };
+        let Some(mut tracked) = tracked else {
+            self.release_if_written(&approval_id);
+            return;
+        };
+        if let Some(message) = tracked
+            .messages
+            .iter_mut()
+            .find(|message| message.issue == outcome.issue && message.message_ref() == message_ref)
+        {
+            message.rendered = outcome.rendered;
+            message.stale = outcome.stale;
+            message.writing = false;
+        }
+        if !outcome.stale {
+            self.sync_messages(&mut tracked);
+        }
+        if tracked.approval.state() == pb::ApprovalState::Pending {
+            self.pending.insert(approval_id.clone(), tracked);
+        } else {
+            self.resolved.push_back(tracked);
+        }
+        self.release_if_written(&approval_id);
     }
 
     /// Posts a short notice on the approval's issues when a session grant approved it at
@@ -730,13 +805,15 @@ impl Relay {
         let ids: Vec<String> = self
             .pending
             .iter()
-            .filter(|(_, t)| !t.undelivered.is_empty() || t.messages.iter().any(|m| m.stale))
+            .filter(|(_, t)| {
+                !t.undelivered.is_empty() || t.messages.iter().any(|m| m.stale && !m.writing)
+            })
             .map(|(id, _)| id.clone())
             .collect();
         for id in ids {
             if let Some(mut tracked) = self.pending.remove(&id) {
                 self.deliver(&mut tracked);
-                self.sync_messages(&mut tracked).await;
+                self.sync_messages(&mut tracked);
                 self.pending.insert(id.clone(), tracked);
             }
             self.release_if_written(&id);
@@ -744,8 +821,8 @@ impl Relay {
         let mut resolved = std::mem::take(&mut self.resolved);
         let mut rewritten = Vec::new();
         for tracked in resolved.iter_mut() {
-            if tracked.messages.iter().any(|m| m.stale) {
-                self.sync_messages(tracked).await;
+            if tracked.messages.iter().any(|m| m.stale && !m.writing) {
+                self.sync_messages(tracked);
                 rewritten.push(tracked.approval.id.clone());
             }
         }
@@ -951,7 +1028,7 @@ impl Relay {
                 let reply = Reply::AlreadyResolved {
                     approval: Box::new(approval),
                 };
-                self.reply(issue, comment_id, author, &reply).await;
+                self.reply(issue, comment_id, author, &reply);
             }
         }
         if let Some(approval) = response.approval {
@@ -978,7 +1055,7 @@ impl Relay {
     async fn explain(&self, issue: &IssueRef, comment_id: u64, author: &Author, reply: &Reply) {
         self.react(&issue.repo, comment_id, ReactionContent::Confused)
             .await;
-        self.reply(issue, comment_id, author, reply).await;
+        self.reply(issue, comment_id, author, reply);
     }
 
     async fn react(&self, repo: &RepoName, comment_id: u64, reaction: ReactionContent) {
@@ -987,11 +1064,16 @@ impl Relay {
         }
     }
 
-    async fn reply(&self, issue: &IssueRef, comment_id: u64, author: &Author, reply: &Reply) {
+    /// Replies to a command, in the lane of the issue's replies: a slow or failing GitHub
+    /// holds up neither the relay nor any approval's comment.
+    fn reply(&self, issue: &IssueRef, comment_id: u64, author: &Author, reply: &Reply) {
         let body = render::reply_body(&author.login, comment_id, reply);
-        if let Err(error) = self.api.create_comment(issue, &body).await {
-            tracing::warn!(%issue, comment_id, %error, "replying to a command failed");
-        }
+        let (api, issue) = (self.api.clone(), issue.clone());
+        self.lanes.push(&format!("replies:{issue}"), async move {
+            if let Err(error) = api.create_comment(&issue, &body).await {
+                tracing::warn!(%issue, comment_id, %error, "replying to a command failed");
+            }
+        });
     }
 }
 
@@ -1070,6 +1152,7 @@ async fn deliver_to(
         created_at: message_created_at,
         rendered: current,
         stale: false,
+        writing: false,
     };
     client
         .record_delivery(pb::RecordDeliveryRequest {
@@ -1166,6 +1249,7 @@ mod tests {
             created_at: OffsetDateTime::UNIX_EPOCH,
             rendered: String::new(),
             stale: false,
+            writing: false,
         };
         assert_eq!(comment.message_ref(), "comment/99");
         assert_eq!(

@@ -1076,6 +1076,53 @@ async fn a_stuck_approval_does_not_delay_another_approval_s_comment() {
     assert!(delivered.message_ref.starts_with("issue/"));
 }
 
+/// Edits run in their approval's lane too: while GitHub holds the edit of one approval's
+/// request (an issue body), another approval's comment is edited to its outcome at once.
+#[tokio::test]
+async fn a_stuck_edit_does_not_delay_another_approval_s_edit() {
+    let harness = Harness::start(Mode::Webhook).await;
+    let stuck = harness
+        .request_approval(harness.request("call-stuck", REPO))
+        .await;
+    let calm = harness
+        .request_approval(harness.request("call-calm", ""))
+        .await;
+    let calm_comment = harness.request_comment(&calm.id).await;
+    wait_delivered(&harness, &stuck.id).await;
+    wait_delivered(&harness, &calm.id).await;
+
+    harness.github.hold(Endpoint::UpdateIssue);
+    harness
+        .agent
+        .cancel_approval(&stuck.id, "superseded")
+        .await
+        .expect("cancel");
+    harness
+        .github
+        .wait_for("the held issue edit", PATIENCE, |github| {
+            (!github.requests_to(Endpoint::UpdateIssue).is_empty()).then_some(())
+        })
+        .await;
+    let held_at = tokio::time::Instant::now();
+    harness
+        .agent
+        .cancel_approval(&calm.id, "not needed")
+        .await
+        .expect("cancel");
+    harness
+        .request_comment_where(calm_comment.id, "the calm comment cancelled", |body| {
+            body.contains("🚫 **Cancelled**: not needed")
+        })
+        .await;
+    // A held call is given up after 5 s (request_timeout_ms): the calm edit came well before.
+    assert!(
+        held_at.elapsed() < Duration::from_secs(4),
+        "the calm approval's edit waited {:?} for the stuck one",
+        held_at.elapsed()
+    );
+    harness.github.release(Endpoint::UpdateIssue);
+}
+
 /// With a state directory the worker keeps a watch cursor there: an approval cancelled while
 /// the worker was stopped, behind more newer resolved approvals than the correction pass
 /// after a snapshot looks at (50), still gets its comment corrected, because the restarted
