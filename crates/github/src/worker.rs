@@ -11,6 +11,7 @@
 use countersign_worker::approval::is_granted;
 use countersign_worker::cursor::{Cursor, Part};
 use countersign_worker::lanes::Lanes;
+use countersign_worker::retry::{Backoff, RetrySchedule};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,7 +104,7 @@ pub struct Message {
     created_at: OffsetDateTime,
     /// The body as last written.
     rendered: String,
-    /// The last edit failed; the retry tick tries again.
+    /// The last edit failed; it is tried again when the approval's retry is due.
     stale: bool,
     /// An edit is queued or running in the approval's lane.
     writing: bool,
@@ -165,6 +166,8 @@ pub struct Relay {
     /// The persisted watch cursor: an item stays in flight until its approval's messages are
     /// all delivered and up to date.
     cursor: Option<Cursor>,
+    /// When each approval with a failed delivery or edit is tried again.
+    retries: Arc<RetrySchedule>,
     /// The watch resumes after the cursor: no snapshot comes, the pending approvals are
     /// listed at the start instead.
     resumed: bool,
@@ -210,6 +213,31 @@ impl Relay {
             lanes,
             resumed: resume.as_ref().is_some_and(|resume| resume.after.is_some()),
             cursor: resume.map(|resume| resume.cursor),
+            retries: Arc::new(RetrySchedule::new(Backoff::new(
+                retry_interval,
+                retry_interval.saturating_mul(16),
+            ))),
+        }
+    }
+
+    /// Takes an approval out of the pending or recently resolved ones, to change it.
+    fn take_tracked(&mut self, approval_id: &str) -> Option<Tracked> {
+        if let Some(tracked) = self.pending.remove(approval_id) {
+            return Some(tracked);
+        }
+        let index = self
+            .resolved
+            .iter()
+            .position(|tracked| tracked.approval.id == approval_id)?;
+        self.resolved.remove(index)
+    }
+
+    /// Puts back an approval taken out by [`Relay::take_tracked`], where its state says.
+    fn put_tracked(&mut self, tracked: Tracked) {
+        if tracked.approval.state() == pb::ApprovalState::Pending {
+            self.pending.insert(tracked.approval.id.clone(), tracked);
+        } else {
+            self.resolved.push_back(tracked);
         }
     }
 
@@ -247,12 +275,15 @@ impl Relay {
         }
     }
 
-    /// Releases the watch items waiting for `approval_id` once its messages are written.
+    /// Once the approval's messages are all written: no retry is due for it any more, and
+    /// the watch items waiting for it are handled.
     fn release_if_written(&self, approval_id: &str) {
+        if self.unfinished(approval_id) {
+            return;
+        }
+        self.retries.succeeded(approval_id);
         if let Some(cursor) = &self.cursor {
-            if !self.unfinished(approval_id) {
-                cursor.release(approval_id);
-            }
+            cursor.release(approval_id);
         }
     }
 
@@ -293,20 +324,23 @@ impl Relay {
         self.catch_up().await;
     }
 
-    /// Handles inputs until the channel closes; retries failed deliveries and edits on a tick.
+    /// Handles inputs until the channel closes; retries failed deliveries and edits when due.
     pub async fn run(mut self, mut inputs: mpsc::Receiver<Input>) {
         if self.resumed {
             self.adopt_pending().await;
         }
-        let mut tick = tokio::time::interval(self.retry_interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let retries = self.retries.clone();
         loop {
             tokio::select! {
                 input = inputs.recv() => match input {
                     Some(input) => self.handle(input).await,
                     None => return,
                 },
-                _ = tick.tick() => self.retry_failed().await,
+                due = retries.next_due() => {
+                    for approval_id in due {
+                        self.retry_failed(&approval_id);
+                    }
+                }
             }
         }
     }
@@ -655,28 +689,17 @@ impl Relay {
 
     /// Takes the outcome of a delivery: the message joins its approval (and is brought up to
     /// the approval's state, which may have moved on meanwhile), or the target waits for the
-    /// retry tick. Commands parked for its issue are handled now.
+    /// approval's retry. Commands parked for its issue are handled now.
     async fn delivered(&mut self, delivered: Delivered) {
         let Delivered {
             approval_id,
             target,
             result,
         } = delivered;
-        let mut tracked = match self.pending.remove(&approval_id) {
-            Some(tracked) => tracked,
-            None => match self
-                .resolved
-                .iter()
-                .position(|tracked| tracked.approval.id == approval_id)
-                .and_then(|index| self.resolved.remove(index))
-            {
-                Some(tracked) => tracked,
-                None => {
-                    tracing::debug!(approval_id, %target, "a delivery ended for an approval no longer tracked");
-                    self.release_if_written(&approval_id);
-                    return;
-                }
-            },
+        let Some(mut tracked) = self.take_tracked(&approval_id) else {
+            tracing::debug!(approval_id, %target, "a delivery ended for an approval no longer tracked");
+            self.release_if_written(&approval_id);
+            return;
         };
         tracked.in_flight.retain(|t| t != &target);
         match result {
@@ -691,16 +714,13 @@ impl Relay {
             Err(error) if error.is_transient() => {
                 tracing::warn!(approval_id, %target, %error, "delivery failed; will try again");
                 tracked.undelivered.push(target);
+                self.retries.failed(&approval_id, None);
             }
             Err(error) => {
                 tracing::error!(approval_id, %target, %error, "delivery failed");
             }
         }
-        if tracked.approval.state() == pb::ApprovalState::Pending {
-            self.pending.insert(approval_id.clone(), tracked);
-        } else {
-            self.resolved.push_back(tracked);
-        }
+        self.put_tracked(tracked);
         self.release_if_written(&approval_id);
         for incoming in std::mem::take(&mut self.parked) {
             self.handle_comment(incoming, 0).await;
@@ -746,22 +766,15 @@ impl Relay {
     }
 
     /// Takes the outcome of an edit: the message now shows what was written (or is stale,
-    /// for the retry tick), and is brought up to the approval's state if it moved on.
+    /// and its approval's retry is scheduled), and is brought up to the approval's state if it
+    /// moved on.
     fn written(&mut self, written: Written) {
         let Written {
             approval_id,
             message_ref,
             message: outcome,
         } = written;
-        let tracked = match self.pending.remove(&approval_id) {
-            Some(tracked) => Some(tracked),
-            None => self
-                .resolved
-                .iter()
-                .position(|tracked| tracked.approval.id == approval_id)
-                .and_then(|index| self.resolved.remove(index)),
-        };
-        let Some(mut tracked) = tracked else {
+        let Some(mut tracked) = self.take_tracked(&approval_id) else {
             self.release_if_written(&approval_id);
             return;
         };
@@ -774,14 +787,12 @@ impl Relay {
             message.stale = outcome.stale;
             message.writing = false;
         }
-        if !outcome.stale {
+        if outcome.stale {
+            self.retries.failed(&approval_id, None);
+        } else {
             self.sync_messages(&mut tracked);
         }
-        if tracked.approval.state() == pb::ApprovalState::Pending {
-            self.pending.insert(approval_id.clone(), tracked);
-        } else {
-            self.resolved.push_back(tracked);
-        }
+        self.put_tracked(tracked);
         self.release_if_written(&approval_id);
     }
 
@@ -800,36 +811,18 @@ impl Relay {
         }
     }
 
-    /// The retry tick: deliveries and edits that failed for a transient reason.
-    async fn retry_failed(&mut self) {
-        let ids: Vec<String> = self
-            .pending
-            .iter()
-            .filter(|(_, t)| {
-                !t.undelivered.is_empty() || t.messages.iter().any(|m| m.stale && !m.writing)
-            })
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in ids {
-            if let Some(mut tracked) = self.pending.remove(&id) {
-                self.deliver(&mut tracked);
-                self.sync_messages(&mut tracked);
-                self.pending.insert(id.clone(), tracked);
-            }
-            self.release_if_written(&id);
-        }
-        let mut resolved = std::mem::take(&mut self.resolved);
-        let mut rewritten = Vec::new();
-        for tracked in resolved.iter_mut() {
-            if tracked.messages.iter().any(|m| m.stale && !m.writing) {
-                self.sync_messages(tracked);
-                rewritten.push(tracked.approval.id.clone());
-            }
-        }
-        self.resolved = resolved;
-        for id in rewritten {
-            self.release_if_written(&id);
-        }
+    /// Tries again, in its lane, what failed for an approval for a reason that may pass: its
+    /// undelivered targets and stale messages. Due per approval on the runtime's schedule
+    /// (exponential backoff with jitter from `retry_interval`).
+    fn retry_failed(&mut self, approval_id: &str) {
+        let Some(mut tracked) = self.take_tracked(approval_id) else {
+            self.release_if_written(approval_id);
+            return;
+        };
+        self.deliver(&mut tracked);
+        self.sync_messages(&mut tracked);
+        self.put_tracked(tracked);
+        self.release_if_written(approval_id);
     }
 
     async fn handle_comment(&mut self, incoming: IncomingComment, attempts: u32) {

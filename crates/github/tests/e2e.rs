@@ -1123,6 +1123,38 @@ async fn a_stuck_edit_does_not_delay_another_approval_s_edit() {
     harness.github.release(Endpoint::UpdateIssue);
 }
 
+/// An edit GitHub keeps failing with 502s beyond the API's own attempts is tried again on the
+/// runtime's per-approval schedule until it goes through.
+#[tokio::test]
+async fn a_failing_edit_is_retried_until_it_goes_through() {
+    let state = tempfile::tempdir().expect("a state directory");
+    let mut harness = Harness::start_without_worker(Mode::Webhook).await;
+    harness.state_dir = Some(state.path().to_owned());
+    harness.max_attempts = Some(2);
+    harness.start_worker().await;
+    let approval = harness
+        .request_approval(harness.request("call-1", ""))
+        .await;
+    let comment = harness.request_comment(&approval.id).await;
+    wait_delivered(&harness, &approval.id).await;
+
+    harness
+        .github
+        .fail_next(Endpoint::UpdateComment, 5, Failure::BadGateway);
+    harness
+        .agent
+        .cancel_approval(&approval.id, "superseded")
+        .await
+        .expect("cancel");
+    harness
+        .request_comment_where(comment.id, "the cancelled comment", |body| {
+            body.contains("🚫 **Cancelled**: superseded")
+        })
+        .await;
+    // Two attempts per edit: at least three edits, the last two scheduled by the runtime.
+    assert!(harness.github.requests_to(Endpoint::UpdateComment).len() >= 6);
+}
+
 /// With a state directory the worker keeps a watch cursor there: an approval cancelled while
 /// the worker was stopped, behind more newer resolved approvals than the correction pass
 /// after a snapshot looks at (50), still gets its comment corrected, because the restarted

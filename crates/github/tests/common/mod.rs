@@ -51,6 +51,8 @@ pub struct Harness {
     pub reader: User,
     /// The worker's state directory (its watch cursor); none: it takes a snapshot each start.
     pub state_dir: Option<std::path::PathBuf>,
+    /// Attempts per GitHub request (the API's own retries); none: the default.
+    pub max_attempts: Option<u32>,
     deliveries: std::sync::atomic::AtomicU64,
 }
 
@@ -100,6 +102,7 @@ impl Harness {
             maintainer,
             reader,
             state_dir: None,
+            max_attempts: None,
             deliveries: std::sync::atomic::AtomicU64::new(1),
         }
     }
@@ -120,6 +123,7 @@ impl Harness {
                 retry_interval_ms: Some(200),
                 request_timeout_ms: Some(5000),
                 state_dir: self.state_dir.clone(),
+                max_attempts: self.max_attempts,
                 ..Default::default()
             },
             webhook: matches!(self.mode, Mode::Webhook | Mode::Both).then(|| WebhookSection {
