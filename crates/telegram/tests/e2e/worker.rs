@@ -502,7 +502,7 @@ async fn a_restarted_worker_edits_its_message_and_a_redelivered_tap_decides_once
     // Killed and restarted between the request and the tap, without its watch cursor (a lost
     // state directory): the watch starts with a snapshot.
     harness.kill_worker().await;
-    std::fs::remove_file(&harness.settings.cursor_path).expect("the cursor was written");
+    forget_cursor(&harness);
     let edits_before = harness.telegram.requests_of("editMessageText").len();
     harness.start_worker();
     // The new worker finds its message in the delivery record and re-renders it in place:
@@ -676,6 +676,10 @@ async fn approvals_resolved_while_the_worker_was_down_are_shown_resolved_after_a
 
     let sent_before = harness.sent_count();
     let edits_before = harness.telegram.requests_of("editMessageText").len();
+    // Without its watch cursor (lost, or older than the server retains) the worker takes a
+    // snapshot and corrects the most recently resolved approvals; the cursor's own path is
+    // in tests/e2e/cursor.rs.
+    forget_cursor(&harness);
     harness.start_worker();
     shown_resolved(
         &harness,
@@ -742,6 +746,7 @@ async fn approvals_resolved_while_the_worker_was_down_are_shown_resolved_after_a
     harness
         .telegram
         .fail_next("editMessageText", 1, InjectedError::MessageCantBeEdited);
+    forget_cursor(&harness);
     harness.start_worker();
     let requests = harness
         .telegram
@@ -1174,6 +1179,15 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
 
     fn make_writer(&'a self) -> LogCapture {
         self.clone()
+    }
+}
+
+/// Removes the stopped worker's watch cursor, so that its next start takes a snapshot.
+fn forget_cursor(harness: &Harness) {
+    match std::fs::remove_file(&harness.settings.cursor_path) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => panic!("cannot remove the watch cursor: {error}"),
     }
 }
 
