@@ -1,0 +1,497 @@
+//! End to end: a real countersign server (testkit), the webhook worker (library entry point,
+//! or the real binary), a receiver on loopback that records every request and can answer
+//! 5xx, 4xx or hang, and the client SDK as the agent.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::Router;
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use countersign_client::{pb, Client, ClientConfig};
+use countersign_testkit::server::TestServer;
+use countersign_webhook::config::FileConfig;
+use countersign_webhook::store::Store;
+use countersign_webhook::{Settings, WorkerError};
+use hmac::{Hmac, Mac};
+use serde_json::Value;
+use sha2::Sha256;
+use tokio::task::JoinHandle;
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const OLD_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+const SECRET_ENV: &str = "TEST_WEBHOOK_SECRET";
+const APPROVERS: &str = "[[approvers]]\nid = \"alice\"\nname = \"Alice\"\nmax_risk = \"critical\"\nidentities = { webhook = [\"alice\"] }\n";
+
+// ---------------------------------------------------------------------------------------
+// The receiver.
+
+#[derive(Clone, Copy, Debug)]
+enum Answer {
+    Status(u16),
+    /// Never answers (the worker's timeout ends the attempt).
+    Hang,
+    /// Records, then answers 200 after this long (a worker killed meanwhile never hears it).
+    SlowOk(Duration),
+}
+
+#[derive(Clone, Debug)]
+struct Received {
+    webhook_id: String,
+    timestamp: String,
+    signature: String,
+    body: String,
+    answered: Option<u16>,
+}
+
+#[derive(Clone, Default)]
+struct Receiver {
+    script: Arc<Mutex<VecDeque<Answer>>>,
+    received: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Receiver {
+    async fn start() -> (Receiver, String) {
+        let receiver = Receiver::default();
+        let app = Router::new()
+            .route("/hook", post(receive))
+            .with_state(receiver.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (receiver, url)
+    }
+
+    fn script(&self, answers: &[Answer]) {
+        self.script.lock().unwrap().extend(answers.iter().copied());
+    }
+
+    fn received(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+
+    /// Waits until `done` holds for what was received; returns it.
+    async fn wait_for(&self, what: &str, done: impl Fn(&[Received]) -> bool) -> Vec<Received> {
+        for _ in 0..1000 {
+            let received = self.received();
+            if done(&received) {
+                return received;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the receiver never saw {what}: {:#?}", self.received());
+    }
+
+    /// Waits until a request with `webhook_id` was answered 2xx; returns its body.
+    async fn accepted(&self, webhook_id: &str) -> Value {
+        let received = self
+            .wait_for(webhook_id, |received| {
+                received
+                    .iter()
+                    .any(|r| r.webhook_id == webhook_id && r.answered == Some(200))
+            })
+            .await;
+        let body = &received
+            .iter()
+            .find(|r| r.webhook_id == webhook_id)
+            .unwrap()
+            .body;
+        serde_json::from_str(body).unwrap()
+    }
+}
+
+async fn receive(State(receiver): State<Receiver>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let answer = receiver
+        .script
+        .lock()
+        .unwrap()
+        .pop_front()
+        .unwrap_or(Answer::Status(200));
+    let index = {
+        let mut received = receiver.received.lock().unwrap();
+        received.push(Received {
+            webhook_id: header("webhook-id"),
+            timestamp: header("webhook-timestamp"),
+            signature: header("webhook-signature"),
+            body: String::from_utf8(body.to_vec()).unwrap(),
+            answered: None,
+        });
+        received.len() - 1
+    };
+    let status = match answer {
+        Answer::Status(status) => status,
+        Answer::Hang => {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            200
+        }
+        Answer::SlowOk(pause) => {
+            tokio::time::sleep(pause).await;
+            200
+        }
+    };
+    receiver.received.lock().unwrap()[index].answered = Some(status);
+    StatusCode::from_u16(status).unwrap()
+}
+
+/// A verifier written from the Standard Webhooks spec, independent of the worker's signer:
+/// the key is the base64 after `whsec_`; the signed content is `id.timestamp.body`; the
+/// header holds space-separated `v1,<base64 HMAC-SHA256>`; the timestamp is recent.
+fn verify(secret: &str, received: &Received) -> bool {
+    let key = STANDARD
+        .decode(secret.strip_prefix("whsec_").unwrap())
+        .unwrap();
+    let Ok(timestamp) = received.timestamp.parse::<i64>() else {
+        return false;
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    if (now - timestamp).abs() > 300 {
+        return false;
+    }
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
+    mac.update(format!("{}.{}.{}", received.webhook_id, timestamp, received.body).as_bytes());
+    let expected = STANDARD.encode(mac.finalize().into_bytes());
+    received.signature.split(' ').any(|part| {
+        part.split_once(',')
+            .is_some_and(|(version, signature)| version == "v1" && signature == expected)
+    })
+}
+
+#[test]
+fn the_test_verifier_accepts_the_published_vector_and_nothing_else() {
+    // The vector of the Standard Webhooks reference libraries, checked by the test's own
+    // verifier (the timestamp made current, so the signature is recomputed by the worker's
+    // signer and compared too).
+    let secret = countersign_webhook::signature::Secret::parse(OLD_SECRET).unwrap();
+    let body = r#"{"email":"test@example.com","username":"test_user"}"#;
+    assert_eq!(
+        secret.sign("msg_27UH4WbU6Z5A5EzD8u03UvzRbpk", 1649367553, body),
+        "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw="
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let mut received = Received {
+        webhook_id: "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk".into(),
+        timestamp: now.to_string(),
+        signature: format!(
+            "v1,Mm7xgUVICxZfQ3bgf0h0Dof65L/IFx+PnZvnDWPCX6Q= {}",
+            secret.sign("msg_27UH4WbU6Z5A5EzD8u03UvzRbpk", now, body)
+        ),
+        body: body.into(),
+        answered: None,
+    };
+    assert!(verify(OLD_SECRET, &received));
+    assert!(!verify(SECRET, &received));
+    received.body.push(' ');
+    assert!(!verify(OLD_SECRET, &received));
+}
+
+// ---------------------------------------------------------------------------------------
+// The harness.
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn config_toml(
+    server_url: &str,
+    hook_url: &str,
+    state_dir: &std::path::Path,
+    port: u16,
+    extra: &str,
+) -> String {
+    format!(
+        "[server]\nurl = \"{server_url}\"\nheartbeat_timeout_secs = 5\nmax_backoff_secs = 1\n\
+         [webhook]\nstate_dir = \"{}\"\nlisten = \"127.0.0.1:{port}\"\npublic_url = \"http://127.0.0.1:{port}\"\n\
+         default_endpoints = [\"ops\"]\n{extra}\n\
+         [[endpoints]]\nname = \"ops\"\nurl = \"{hook_url}\"\nsecret_env = \"{SECRET_ENV}\"\napprover = \"alice\"\n",
+        state_dir.display()
+    )
+}
+
+struct Harness {
+    server: TestServer,
+    receiver: Receiver,
+    hook_url: String,
+    agent: Client,
+    settings: Settings,
+    worker: Option<JoinHandle<Result<(), WorkerError>>>,
+    state: tempfile::TempDir,
+    port: u16,
+    http: reqwest::Client,
+}
+
+impl Harness {
+    async fn start() -> Harness {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let server = TestServer::start_with_toml(APPROVERS).await;
+        let (receiver, hook_url) = Receiver::start().await;
+        let state = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let toml = config_toml(
+            &server.url(),
+            &hook_url,
+            state.path(),
+            port,
+            "request_timeout_ms = 300\nretry_interval_ms = 30\nmax_retry_wait_ms = 200\n",
+        );
+        let file: FileConfig = toml::from_str(&toml).unwrap();
+        // Rotation: the new secret and the old one, both signing.
+        let settings = Settings::from_file(file, |name| {
+            (name == SECRET_ENV).then(|| format!("{SECRET} {OLD_SECRET}"))
+        })
+        .unwrap();
+        let agent = Client::connect(ClientConfig::new(server.url())).unwrap();
+        let mut harness = Harness {
+            server,
+            receiver,
+            hook_url,
+            agent,
+            settings,
+            worker: None,
+            state,
+            port,
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
+        };
+        harness.worker = Some(tokio::spawn(countersign_webhook::run(
+            harness.settings.clone(),
+            std::future::pending(),
+        )));
+        harness
+    }
+
+    async fn store(&self) -> Store {
+        countersign_webhook::open_store(&self.settings)
+            .await
+            .unwrap()
+    }
+
+    async fn request(&self, key: &str, ttl_seconds: u32) -> pb::Approval {
+        self.agent
+            .request_approval(pb::RequestApprovalRequest {
+                agent_id: "coder-1".into(),
+                session_id: "session-7".into(),
+                requester: "dev@example.com".into(),
+                idempotency_key: key.into(),
+                tool_name: "bash".into(),
+                arguments_json: r#"{"command":"rm -rf build/ <script>alert(1)</script>"}"#.into(),
+                action: "delete <b>the build</b> directory".into(),
+                reason: "clean rebuild\nRisk: LOW".into(),
+                risk: pb::Risk::High.into(),
+                routes: vec![pb::Route {
+                    channel: "webhook".into(),
+                    target: String::new(),
+                }],
+                ttl_seconds,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .approval
+            .unwrap()
+    }
+
+    async fn state_of(&self, approval_id: &str) -> pb::ApprovalState {
+        self.agent.get_approval(approval_id).await.unwrap().state()
+    }
+
+    async fn get(&self, url: &str) -> (u16, String) {
+        let response = self.http.get(url).send().await.unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
+    async fn post(&self, url: &str, form_token: &str) -> (u16, String) {
+        let response = self
+            .http
+            .post(url)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("form_token={form_token}"))
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            worker.abort();
+        }
+    }
+}
+
+fn requested_id(approval: &pb::Approval) -> String {
+    format!("msg_{}_requested", approval.id)
+}
+
+fn resolved_id(approval: &pb::Approval) -> String {
+    format!("msg_{}_resolved", approval.id)
+}
+
+fn form_token(page: &str) -> String {
+    let start = page.find("name=\"form_token\" value=\"").expect("a form") + 25;
+    page[start..start + 64].to_owned()
+}
+
+// ---------------------------------------------------------------------------------------
+// Delivery.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_through_5xx_and_timeouts_lose_nothing_and_every_signature_verifies() {
+    let harness = Harness::start().await;
+    harness.receiver.script(&[
+        Answer::Status(503),
+        Answer::Hang,
+        Answer::Status(500),
+        Answer::Status(429),
+        Answer::Hang,
+    ]);
+    let approval = harness.request("call-1", 0).await;
+    let body = harness.receiver.accepted(&requested_id(&approval)).await;
+    assert_eq!(body["type"], "approval.requested");
+    assert_eq!(body["data"]["approval_id"], approval.id.as_str());
+    assert_eq!(body["data"]["action"], "delete <b>the build</b> directory");
+    assert!(body["data"]["decision_links"]["approve"]
+        .as_str()
+        .unwrap()
+        .starts_with(&format!("http://127.0.0.1:{}/decide/", harness.port)));
+
+    harness
+        .agent
+        .cancel_approval(&approval.id, "not needed")
+        .await
+        .unwrap();
+    let resolved = harness.receiver.accepted(&resolved_id(&approval)).await;
+    assert_eq!(resolved["type"], "approval.resolved");
+    assert_eq!(resolved["data"]["state"], "cancelled");
+
+    let received = harness.receiver.received();
+    let attempts: Vec<&Received> = received
+        .iter()
+        .filter(|r| r.webhook_id == requested_id(&approval))
+        .collect();
+    assert_eq!(
+        attempts.len(),
+        6,
+        "five failures, then success: {received:#?}"
+    );
+    for attempt in &attempts {
+        assert_eq!(
+            attempt.body, attempts[0].body,
+            "a retry sends the same body"
+        );
+    }
+    for request in &received {
+        assert!(verify(SECRET, request), "new secret: {request:?}");
+        assert!(
+            verify(OLD_SECRET, request),
+            "old secret (rotation): {request:?}"
+        );
+    }
+    let accepted: Vec<&str> = received
+        .iter()
+        .filter(|r| r.answered == Some(200))
+        .map(|r| r.webhook_id.as_str())
+        .collect();
+    assert_eq!(
+        accepted,
+        vec![requested_id(&approval), resolved_id(&approval)]
+    );
+    assert!(harness
+        .store()
+        .await
+        .dead_letters()
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_4xx_is_a_dead_letter_that_can_be_sent_again() {
+    let harness = Harness::start().await;
+    harness.receiver.script(&[Answer::Status(404)]);
+    let approval = harness.request("call-1", 0).await;
+    let store = harness.store().await;
+    let mut letters = Vec::new();
+    for _ in 0..500 {
+        letters = store.dead_letters().await.unwrap();
+        if !letters.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(letters[0].webhook_id, requested_id(&approval));
+    assert_eq!(letters[0].last_error.as_deref(), Some("HTTP 404 Not Found"));
+    // Final: not tried again on its own.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(harness.receiver.received().len(), 1);
+
+    assert!(store.retry_dead_letter(letters[0].seq).await.unwrap());
+    let body = harness.receiver.accepted(&requested_id(&approval)).await;
+    assert_eq!(body["data"]["approval_id"], approval.id.as_str());
+    let received = harness.receiver.received();
+    assert_eq!(received.len(), 2);
+    assert_eq!(received[0].body, received[1].body);
+    assert!(store.dead_letters().await.unwrap().is_empty());
+    assert!(!store.retry_dead_letter(letters[0].seq).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_failing_beyond_the_retry_window_is_a_dead_letter() {
+    let mut harness = Harness::start().await;
+    if let Some(worker) = harness.worker.take() {
+        worker.abort();
+    }
+    harness.settings.give_up_after = Duration::from_millis(150);
+    harness.worker = Some(tokio::spawn(countersign_webhook::run(
+        harness.settings.clone(),
+        std::future::pending(),
+    )));
+    harness.receiver.script(&[Answer::Status(503); 50]);
+    let approval = harness.request("call-1", 0).await;
+    let store = harness.store().await;
+    for _ in 0..500 {
+        if !store.dead_letters().await.unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let letters = store.dead_letters().await.unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].webhook_id, requested_id(&approval));
+    assert!(letters[0].attempts >= 2, "{letters:?}");
+    assert_eq!(
+        letters[0].last_error.as_deref(),
+        Some("HTTP 503 Service Unavailable")
+    );
+}
