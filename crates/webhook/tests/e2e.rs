@@ -3,8 +3,6 @@
 //! 5xx, 4xx or hang, and the client SDK as the agent.
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -494,4 +492,150 @@ async fn a_delivery_failing_beyond_the_retry_window_is_a_dead_letter() {
         letters[0].last_error.as_deref(),
         Some("HTTP 503 Service Unavailable")
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Decision links.
+
+fn link(body: &Value, verdict: &str) -> String {
+    body["data"]["decision_links"][verdict]
+        .as_str()
+        .expect("a decision link")
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_link_decides_once_and_only_after_the_confirmation() {
+    let harness = Harness::start().await;
+    let approval = harness.request("call-1", 0).await;
+    let body = harness.receiver.accepted(&requested_id(&approval)).await;
+    assert_eq!(body["data"]["decision_links"]["approver"], "alice");
+    let approve = link(&body, "approve");
+
+    // Following the link (as a mail scanner would) shows a page and decides nothing.
+    let (status, page) = harness.get(&approve).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("Approve this request as <strong>alice</strong>?"),
+        "{page}"
+    );
+    assert!(
+        page.contains("delete &lt;b&gt;the build&lt;/b&gt; directory"),
+        "{page}"
+    );
+    assert!(
+        page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("<script>") && !page.contains("<b>"),
+        "{page}"
+    );
+    assert!(page.contains("clean rebuild ⏎ Risk: LOW"), "{page}");
+    let (status, _) = harness.get(&approve).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        harness.state_of(&approval.id).await,
+        pb::ApprovalState::Pending
+    );
+
+    // A POST without the page's form token (a cross-site form) decides nothing.
+    let (status, page) = harness.post(&approve, "").await;
+    assert_eq!(status, 403, "{page}");
+    let (status, _) = harness.post(&approve, &"0".repeat(64)).await;
+    assert_eq!(status, 403);
+    assert_eq!(
+        harness.state_of(&approval.id).await,
+        pb::ApprovalState::Pending
+    );
+
+    let waiter = {
+        let agent = harness.agent.clone();
+        let id = approval.id.clone();
+        tokio::spawn(async move { agent.wait_for_decision(&id, Duration::from_secs(20)).await })
+    };
+    let (_, page) = harness.get(&approve).await;
+    let token = form_token(&page);
+    let (status, page) = harness.post(&approve, &token).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("Approved"), "{page}");
+    let decided = waiter.await.unwrap().unwrap();
+    assert_eq!(decided.state(), pb::ApprovalState::Approved);
+    let deciders = &decided.resolution.unwrap().deciders;
+    assert_eq!(deciders.len(), 1);
+    assert_eq!(
+        (deciders[0].channel.as_str(), deciders[0].user_id.as_str()),
+        ("webhook", "alice")
+    );
+
+    // Used: the link, and its sibling, are refused with a clear page.
+    let (status, page) = harness.post(&approve, &token).await;
+    assert_eq!(status, 409, "{page}");
+    assert!(page.contains("already used"), "{page}");
+    let (status, page) = harness.get(&link(&body, "reject")).await;
+    assert_eq!(status, 409, "{page}");
+    assert!(page.contains("already used"), "{page}");
+    let resolved = harness.receiver.accepted(&resolved_id(&approval)).await;
+    assert_eq!(resolved["data"]["state"], "approved");
+    assert_eq!(resolved["data"]["deciders"][0]["user_id"], "alice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_confirmation_does_not_decide_twice() {
+    let harness = Harness::start().await;
+    let approval = harness.request("call-1", 0).await;
+    let body = harness.receiver.accepted(&requested_id(&approval)).await;
+    let reject = link(&body, "reject");
+    let (_, page) = harness.get(&reject).await;
+    let token = form_token(&page);
+    let (first, second) =
+        tokio::join!(harness.post(&reject, &token), harness.post(&reject, &token));
+    let mut statuses = [first.0, second.0];
+    statuses.sort();
+    assert_eq!(statuses, [200, 409], "{first:?} {second:?}");
+    assert_eq!(
+        harness.state_of(&approval.id).await,
+        pb::ApprovalState::Rejected
+    );
+    let decided = harness.agent.get_approval(&approval.id).await.unwrap();
+    assert_eq!(decided.decisions.len(), 1, "one decision recorded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_revoked_and_unknown_links_are_refused_with_a_clear_page() {
+    let harness = Harness::start().await;
+    let short = harness.request("short", 1).await;
+    let long = harness.request("long", 0).await;
+    let short_body = harness.receiver.accepted(&requested_id(&short)).await;
+    let long_body = harness.receiver.accepted(&requested_id(&long)).await;
+
+    let revoked = harness.store().await.revoke_links(&long.id).await.unwrap();
+    assert_eq!(revoked, 2);
+    let (status, page) = harness.get(&link(&long_body, "approve")).await;
+    assert_eq!(status, 410, "{page}");
+    assert!(page.contains("revoked"), "{page}");
+    let (status, _) = harness
+        .post(&link(&long_body, "approve"), &"0".repeat(64))
+        .await;
+    assert_eq!(status, 410);
+    assert_eq!(harness.state_of(&long.id).await, pb::ApprovalState::Pending);
+
+    for _ in 0..200 {
+        if harness.state_of(&short.id).await == pb::ApprovalState::Expired {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, page) = harness.get(&link(&short_body, "approve")).await;
+    assert_eq!(status, 410, "{page}");
+    assert!(page.contains("expired"), "{page}");
+
+    let unknown = format!(
+        "http://127.0.0.1:{}/decide/{}",
+        harness.port,
+        "A".repeat(43)
+    );
+    let (status, page) = harness.get(&unknown).await;
+    assert_eq!(status, 404, "{page}");
+    assert!(page.contains("Unknown link"), "{page}");
 }
