@@ -230,13 +230,12 @@ fn config_toml(
 }
 
 struct Harness {
-    server: TestServer,
+    _server: TestServer,
     receiver: Receiver,
-    hook_url: String,
     agent: Client,
     settings: Settings,
     worker: Option<JoinHandle<Result<(), WorkerError>>>,
-    state: tempfile::TempDir,
+    _state: tempfile::TempDir,
     port: u16,
     http: reqwest::Client,
 }
@@ -266,13 +265,12 @@ impl Harness {
         .unwrap();
         let agent = Client::connect(ClientConfig::new(server.url())).unwrap();
         let mut harness = Harness {
-            server,
+            _server: server,
             receiver,
-            hook_url,
             agent,
             settings,
             worker: None,
-            state,
+            _state: state,
             port,
             http: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
@@ -638,4 +636,177 @@ async fn expired_revoked_and_unknown_links_are_refused_with_a_clear_page() {
     let (status, page) = harness.get(&unknown).await;
     assert_eq!(status, 404, "{page}");
     assert!(page.contains("Unknown link"), "{page}");
+}
+
+// ---------------------------------------------------------------------------------------
+// The binary.
+
+const BINARY: &str = env!("CARGO_BIN_EXE_countersign-webhook");
+
+fn spawn_binary(config: &std::path::Path) -> tokio::process::Child {
+    tokio::process::Command::new(BINARY)
+        .arg("--config")
+        .arg(config)
+        .env(SECRET_ENV, SECRET)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+async fn run_command(config: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let output = tokio::process::Command::new(BINARY)
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env(SECRET_ENV, SECRET)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    (output.status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_and_restarted_binary_duplicates_nothing_beyond_at_least_once() {
+    let server = TestServer::start_with_toml(APPROVERS).await;
+    let (receiver, hook_url) = Receiver::start().await;
+    let state = tempfile::tempdir().unwrap();
+    let config = state.path().join("webhook.toml");
+    let port = free_port();
+    std::fs::write(
+        &config,
+        config_toml(
+            &server.url(),
+            &hook_url,
+            &state.path().join("state"),
+            port,
+            "retry_interval_ms = 50\n",
+        ),
+    )
+    .unwrap();
+    let agent = Client::connect(ClientConfig::new(server.url())).unwrap();
+    let request = |key: &'static str| {
+        let agent = agent.clone();
+        async move {
+            agent
+                .request_approval(pb::RequestApprovalRequest {
+                    agent_id: "coder-1".into(),
+                    requester: "dev@example.com".into(),
+                    idempotency_key: key.into(),
+                    tool_name: "bash".into(),
+                    arguments_json: "{}".into(),
+                    risk: pb::Risk::Low.into(),
+                    routes: vec![pb::Route {
+                        channel: "webhook".into(),
+                        target: "ops".into(),
+                    }],
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .approval
+                .unwrap()
+        }
+    };
+
+    let mut worker = spawn_binary(&config);
+    let first = request("first").await;
+    receiver.accepted(&requested_id(&first)).await;
+
+    // The receiver takes the second event but answers only after the worker is dead.
+    receiver.script(&[Answer::SlowOk(Duration::from_secs(1))]);
+    let second = request("second").await;
+    receiver
+        .wait_for("the second request", |r| {
+            r.iter().any(|r| r.webhook_id == requested_id(&second))
+        })
+        .await;
+    worker.kill().await.unwrap(); // SIGKILL
+    let third = request("third").await; // while the worker is down
+    agent.cancel_approval(&first.id, "done").await.unwrap();
+
+    let mut worker = spawn_binary(&config);
+    receiver.accepted(&resolved_id(&first)).await;
+    receiver.accepted(&requested_id(&third)).await;
+    receiver
+        .wait_for("the second request again", |r| {
+            r.iter()
+                .filter(|r| r.webhook_id == requested_id(&second))
+                .count()
+                == 2
+        })
+        .await;
+    receiver.accepted(&requested_id(&second)).await;
+    // Settle: nothing else arrives.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    worker.kill().await.unwrap();
+
+    let received = receiver.received();
+    let count = |id: &str| received.iter().filter(|r| r.webhook_id == id).count();
+    assert_eq!(
+        count(&requested_id(&first)),
+        1,
+        "delivered before the kill: never again"
+    );
+    assert_eq!(count(&resolved_id(&first)), 1);
+    assert_eq!(count(&requested_id(&third)), 1);
+    // In flight at the kill: sent again after the restart, same webhook-id and body (the
+    // documented at-least-once; the receiver deduplicates by webhook-id).
+    let seconds: Vec<&Received> = received
+        .iter()
+        .filter(|r| r.webhook_id == requested_id(&second))
+        .collect();
+    assert_eq!(seconds.len(), 2);
+    assert_eq!(seconds[0].body, seconds[1].body);
+    assert_eq!(received.len(), 5, "{received:#?}");
+    for request in &received {
+        assert!(verify(SECRET, request), "{request:?}");
+    }
+
+    // The operator commands work on the same state.
+    let (ok, text) = run_command(&config, &["dead-letters", "list"]).await;
+    assert!(ok && text.contains("no dead letters"), "{text}");
+    let (ok, text) = run_command(&config, &["dead-letters", "retry", "42"]).await;
+    assert!(!ok && text.contains("no dead letter number 42"), "{text}");
+    let (ok, text) = run_command(&config, &["revoke-links", &third.id]).await;
+    assert!(ok && text.contains("revoked 2 decision link(s)"), "{text}");
+}
+
+#[test]
+fn the_binary_has_help_and_names_a_bad_config() {
+    let output = std::process::Command::new(BINARY)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let help = String::from_utf8(output.stdout).unwrap();
+    for expected in [
+        "--config",
+        "dead-letters",
+        "revoke-links",
+        "COUNTERSIGN_WORKER_TOKEN",
+        "secret_env",
+    ] {
+        assert!(help.contains(expected), "{expected}: {help}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("webhook.toml");
+    std::fs::write(
+        &config,
+        "[server]\nurl = \"http://127.0.0.1:1\"\n[[endpoints]]\nname = \"ops\"\nurl = \"ftp://x\"\nsecret_env = \"X\"\n",
+    )
+    .unwrap();
+    let output = std::process::Command::new(BINARY)
+        .args(["--config", config.to_str().unwrap(), "dead-letters", "list"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let error = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        error.contains("endpoint ops: url must start with http:// or https://"),
+        "{error}"
+    );
 }
