@@ -810,3 +810,80 @@ fn the_binary_has_help_and_names_a_bad_config() {
         "{error}"
     );
 }
+
+/// The Python receiver of docs/webhooks.md, run as written against the real worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_python_receiver_verifies_the_worker_s_signatures() {
+    let docs = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/webhooks.md"
+    ))
+    .unwrap();
+    let start = docs.find("```python\n").expect("a Python block") + 10;
+    let script = &docs[start..start + docs[start..].find("```").unwrap()];
+    let port = free_port();
+    let mut python = tokio::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .env("WEBHOOK_SECRET", OLD_SECRET)
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3");
+    let hook_url = format!("http://127.0.0.1:{port}/");
+    let http = reqwest::Client::new();
+    // A forged request is refused.
+    let mut status = 0;
+    for _ in 0..250 {
+        if let Ok(response) = http
+            .post(&hook_url)
+            .header("webhook-id", "msg_forged")
+            .header("webhook-timestamp", "1649367553")
+            .header(
+                "webhook-signature",
+                "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=",
+            )
+            .body("{}")
+            .send()
+            .await
+        {
+            status = response.status().as_u16();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status, 401);
+
+    let server = TestServer::start_with_toml(APPROVERS).await;
+    let state = tempfile::tempdir().unwrap();
+    let toml = config_toml(&server.url(), &hook_url, state.path(), free_port(), "");
+    let settings = Settings::from_file(toml::from_str(&toml).unwrap(), |_| {
+        Some(format!("{SECRET} {OLD_SECRET}"))
+    })
+    .unwrap();
+    let worker = tokio::spawn(countersign_webhook::run(settings, std::future::pending()));
+    let agent = Client::connect(ClientConfig::new(server.url())).unwrap();
+    let approval = agent
+        .request_approval(pb::RequestApprovalRequest {
+            agent_id: "coder-1".into(),
+            idempotency_key: "call-1".into(),
+            tool_name: "bash".into(),
+            arguments_json: "{}".into(),
+            risk: pb::Risk::Low.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .approval
+        .unwrap();
+    let stdout = python.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .expect("the receiver printed the event")
+        .unwrap()
+        .unwrap();
+    assert_eq!(line, format!("approval.requested {}", approval.id));
+    worker.abort();
+}
