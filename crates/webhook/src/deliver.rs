@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use countersign_client::{pb, Client, WatchItem, WatchOptions};
+use countersign_worker::approval::route_targets;
 use countersign_worker::lanes::Lanes;
 use countersign_worker::retry::{Backoff, Verdict};
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
@@ -171,18 +172,8 @@ impl Deliveries {
     /// The endpoints an approval goes to: each `webhook` route's target (an endpoint name),
     /// the default endpoints for an empty target or an approval without routes.
     fn endpoints_of(&self, approval: &pb::Approval) -> Vec<&Endpoint> {
-        let targets: Vec<&str> = if approval.routes.is_empty() {
-            vec![""]
-        } else {
-            approval
-                .routes
-                .iter()
-                .filter(|route| route.channel == CHANNEL)
-                .map(|route| route.target.trim())
-                .collect()
-        };
         let mut endpoints: Vec<&Endpoint> = Vec::new();
-        for target in targets {
+        for target in route_targets(approval, CHANNEL) {
             let names: Vec<&str> = if target.is_empty() {
                 self.settings
                     .default_endpoints
@@ -226,13 +217,15 @@ impl Deliveries {
                     deliveries.wake.notify_one();
                 });
             }
+            // A row due already is in flight or waits behind one: the end of an attempt
+            // wakes this loop.
             let pause = match self.store.next_due_ms().await? {
-                Some(due) => Duration::from_millis(due.saturating_sub(now_ms()).max(0) as u64),
-                None => QUEUE_POLL,
+                Some(due) if due > now_ms() => Duration::from_millis((due - now_ms()) as u64),
+                _ => QUEUE_POLL,
             };
             tokio::select! {
                 () = woken => {}
-                () = tokio::time::sleep(pause.clamp(Duration::from_millis(10), QUEUE_POLL)) => {}
+                () = tokio::time::sleep(pause.min(QUEUE_POLL)) => {}
             }
         }
     }

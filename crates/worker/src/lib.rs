@@ -12,9 +12,11 @@
 //!   reconciled on restart instead of repeated blindly.
 //! - [`agent_text`]: text an agent wrote, made unable to pass for the worker's own lines.
 //! - [`approval`]: facts about an approval every channel shows the same way.
+//! - [`shutdown`]: the signals that ask a worker binary to stop.
 
 pub mod agent_text;
 pub mod approval;
 pub mod lanes;
 pub mod outbox;
 pub mod retry;
+pub mod shutdown;
