@@ -58,7 +58,8 @@ fn secrets_help() -> String {
     format!(
         "Secrets come from the environment: {WORKER_TOKEN_ENV} (the worker token for the \
          countersign server) and, per endpoint, the variable its `secret_env` names (whsec_… \
-         secrets, space-separated while rotating). Log levels: RUST_LOG (default info)."
+         secrets, space-separated while rotating; COUNTERSIGN_WEBHOOK_SECRET_OPS in the example \
+         configuration). Log levels: RUST_LOG (default info)."
     )
 }
 
