@@ -30,31 +30,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use countersign_worker::config::read_toml;
+pub use countersign_worker::config::{ConfigError, ServerSection, WORKER_TOKEN_ENV};
 use serde::Deserialize;
 
 use crate::signature::Secret;
-
-/// The environment variable holding the worker's token for the countersign server.
-pub const WORKER_TOKEN_ENV: &str = "COUNTERSIGN_WORKER_TOKEN";
-
-/// Why the configuration cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("invalid configuration in {path}: {source}")]
-    Parse {
-        path: PathBuf,
-        #[source]
-        source: toml::de::Error,
-    },
-    #[error("invalid configuration: {0}")]
-    Invalid(String),
-}
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -64,19 +44,6 @@ pub struct FileConfig {
     pub webhook: WebhookSection,
     #[serde(default)]
     pub endpoints: Vec<EndpointSection>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServerSection {
-    pub url: String,
-    /// `COUNTERSIGN_WORKER_TOKEN` overrides it.
-    pub token: Option<String>,
-    pub ca_cert: Option<PathBuf>,
-    #[serde(default = "default_heartbeat_timeout_secs")]
-    pub heartbeat_timeout_secs: u64,
-    #[serde(default = "default_max_backoff_secs")]
-    pub max_backoff_secs: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -139,12 +106,6 @@ pub struct EndpointSection {
 fn default_true() -> bool {
     true
 }
-fn default_heartbeat_timeout_secs() -> u64 {
-    30
-}
-fn default_max_backoff_secs() -> u64 {
-    10
-}
 fn default_state_dir() -> PathBuf {
     PathBuf::from("countersign-webhook-state")
 }
@@ -181,6 +142,7 @@ pub struct Settings {
     pub server_url: String,
     pub worker_token: Option<String>,
     pub ca_cert_pem: Option<Vec<u8>>,
+    pub connect_timeout: Duration,
     pub heartbeat_timeout: Duration,
     pub max_backoff: Duration,
     pub state_dir: PathBuf,
@@ -215,14 +177,7 @@ impl std::fmt::Debug for Settings {
 impl Settings {
     /// Reads the file at `path`; secrets come from the environment.
     pub fn load(path: &Path) -> Result<Settings, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        let file: FileConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
-            path: path.to_owned(),
-            source,
-        })?;
+        let file: FileConfig = read_toml(path)?;
         Settings::from_file(file, |name| {
             std::env::var(name).ok().filter(|value| !value.is_empty())
         })
@@ -238,9 +193,7 @@ impl Settings {
             webhook,
             endpoints,
         } = file;
-        if server.url.is_empty() {
-            return Err(ConfigError::Invalid("server.url is required".to_owned()));
-        }
+        let ca_cert_pem = server.ca_cert_pem()?;
         let mut names = HashSet::new();
         let mut resolved = Vec::new();
         for endpoint in endpoints {
@@ -297,17 +250,11 @@ impl Settings {
                 "webhook.public_url is required for decision links (or set decision_links = false on every endpoint)".to_owned(),
             ));
         }
-        let ca_cert_pem = match &server.ca_cert {
-            Some(path) => Some(std::fs::read(path).map_err(|source| ConfigError::Read {
-                path: path.clone(),
-                source,
-            })?),
-            None => None,
-        };
         Ok(Settings {
             server_url: server.url,
             worker_token: env(WORKER_TOKEN_ENV).or(server.token),
             ca_cert_pem,
+            connect_timeout: Duration::from_secs(server.connect_timeout_secs),
             heartbeat_timeout: Duration::from_secs(server.heartbeat_timeout_secs),
             max_backoff: Duration::from_secs(server.max_backoff_secs),
             state_dir: webhook.state_dir,

@@ -65,7 +65,7 @@ pub async fn run(
         url: settings.server_url.clone(),
         token: settings.worker_token.clone(),
         ca_cert_pem: settings.ca_cert_pem.clone(),
-        connect_timeout: std::time::Duration::from_secs(5),
+        connect_timeout: settings.connect_timeout,
     })?;
     let form_key = store
         .meta_or_insert("form_key", || {
