@@ -301,10 +301,11 @@ impl Deliveries {
             .await
             .map_err(|error| AttemptError {
                 verdict: Verdict::Retry { after: None },
+                // Without the URL: an endpoint's URL may carry a secret of its own.
                 message: if error.is_timeout() {
                     "timed out".to_owned()
                 } else {
-                    format!("transport error: {error}")
+                    format!("transport error: {}", error.without_url())
                 },
             })?;
         let status = response.status();

@@ -39,6 +39,7 @@ const SCHEMA: &[&str] = &[
         last_error TEXT,
         UNIQUE (endpoint, webhook_id))",
     "CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_attempt_ms)",
+    "CREATE INDEX IF NOT EXISTS deliveries_approval ON deliveries (approval_id, endpoint, state)",
     "CREATE TABLE IF NOT EXISTS links (
         token_hash TEXT PRIMARY KEY,
         approval_id TEXT NOT NULL,
