@@ -3,6 +3,7 @@
 //! 5xx, 4xx or hang, and the client SDK as the agent.
 
 use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -236,6 +237,8 @@ struct Harness {
     settings: Settings,
     worker: Option<JoinHandle<Result<(), WorkerError>>>,
     _state: tempfile::TempDir,
+    /// The worker's configuration file (for the binary's commands).
+    config: PathBuf,
     port: u16,
     http: reqwest::Client,
 }
@@ -258,6 +261,9 @@ impl Harness {
             "request_timeout_ms = 300\nretry_interval_ms = 30\nmax_retry_wait_ms = 200\n",
         );
         let file: FileConfig = toml::from_str(&toml).unwrap();
+        // The same configuration for the binary's operator commands.
+        let config = state.path().join("webhook.toml");
+        std::fs::write(&config, &toml).unwrap();
         // Rotation: the new secret and the old one, both signing.
         let settings = Settings::from_file(file, |name| {
             (name == SECRET_ENV).then(|| format!("{SECRET} {OLD_SECRET}"))
@@ -271,6 +277,7 @@ impl Harness {
             settings,
             worker: None,
             _state: state,
+            config,
             port,
             http: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
@@ -452,7 +459,15 @@ async fn a_final_4xx_is_a_dead_letter_that_can_be_sent_again() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(harness.receiver.received().len(), 1);
 
-    assert!(store.retry_dead_letter(letters[0].seq).await.unwrap());
+    let (ok, text) = run_command(&harness.config, &["dead-letters", "list"]).await;
+    assert!(ok, "{text}");
+    assert!(
+        text.contains(&requested_id(&approval)) && text.contains("HTTP 404"),
+        "{text}"
+    );
+    let number = letters[0].seq.to_string();
+    let (ok, text) = run_command(&harness.config, &["dead-letters", "retry", &number]).await;
+    assert!(ok && text.contains("queued again"), "{text}");
     let body = harness.receiver.accepted(&requested_id(&approval)).await;
     assert_eq!(body["data"]["approval_id"], approval.id.as_str());
     let received = harness.receiver.received();
@@ -886,4 +901,36 @@ async fn the_documented_python_receiver_verifies_the_worker_s_signatures() {
         .unwrap();
     assert_eq!(line, format!("approval.requested {}", approval.id));
     worker.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_s_resolution_waits_behind_its_request_being_retried() {
+    let harness = Harness::start().await;
+    harness.receiver.script(&[Answer::Status(503); 4]);
+    let approval = harness.request("call-1", 0).await;
+    harness
+        .receiver
+        .wait_for("a first attempt", |r| !r.is_empty())
+        .await;
+    harness
+        .agent
+        .cancel_approval(&approval.id, "changed my mind")
+        .await
+        .unwrap();
+    harness.receiver.accepted(&resolved_id(&approval)).await;
+    let order: Vec<(String, Option<u16>)> = harness
+        .receiver
+        .received()
+        .into_iter()
+        .map(|r| (r.webhook_id, r.answered))
+        .collect();
+    let first_resolved = order
+        .iter()
+        .position(|(id, _)| *id == resolved_id(&approval))
+        .unwrap();
+    let requested_ok = order
+        .iter()
+        .position(|(id, answered)| *id == requested_id(&approval) && *answered == Some(200))
+        .expect("the request was delivered");
+    assert!(requested_ok < first_resolved, "{order:?}");
 }
