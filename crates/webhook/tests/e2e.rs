@@ -35,6 +35,8 @@ const APPROVERS: &str = "[[approvers]]\nid = \"alice\"\nname = \"Alice\"\nmax_ri
 #[derive(Clone, Copy, Debug)]
 enum Answer {
     Status(u16),
+    /// 503 with `Retry-After: <seconds>`.
+    RetryAfter(u64),
     /// Never answers (the worker's timeout ends the attempt).
     Hang,
     /// Records, then answers 200 after this long (a worker killed meanwhile never hears it).
@@ -46,6 +48,7 @@ struct Received {
     webhook_id: String,
     timestamp: String,
     signature: String,
+    at: std::time::Instant,
     body: String,
     answered: Option<u16>,
 }
@@ -106,7 +109,11 @@ impl Receiver {
     }
 }
 
-async fn receive(State(receiver): State<Receiver>, headers: HeaderMap, body: Bytes) -> StatusCode {
+async fn receive(
+    State(receiver): State<Receiver>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> (StatusCode, HeaderMap) {
     let header = |name: &str| {
         headers
             .get(name)
@@ -126,13 +133,19 @@ async fn receive(State(receiver): State<Receiver>, headers: HeaderMap, body: Byt
             webhook_id: header("webhook-id"),
             timestamp: header("webhook-timestamp"),
             signature: header("webhook-signature"),
+            at: std::time::Instant::now(),
             body: String::from_utf8(body.to_vec()).unwrap(),
             answered: None,
         });
         received.len() - 1
     };
+    let mut answer_headers = HeaderMap::new();
     let status = match answer {
         Answer::Status(status) => status,
+        Answer::RetryAfter(seconds) => {
+            answer_headers.insert("retry-after", seconds.into());
+            503
+        }
         Answer::Hang => {
             tokio::time::sleep(Duration::from_secs(3600)).await;
             200
@@ -143,7 +156,7 @@ async fn receive(State(receiver): State<Receiver>, headers: HeaderMap, body: Byt
         }
     };
     receiver.received.lock().unwrap()[index].answered = Some(status);
-    StatusCode::from_u16(status).unwrap()
+    (StatusCode::from_u16(status).unwrap(), answer_headers)
 }
 
 /// A verifier written from the Standard Webhooks spec, independent of the worker's signer:
@@ -194,6 +207,7 @@ fn the_test_verifier_accepts_the_published_vector_and_nothing_else() {
             "v1,Mm7xgUVICxZfQ3bgf0h0Dof65L/IFx+PnZvnDWPCX6Q= {}",
             secret.sign("msg_27UH4WbU6Z5A5EzD8u03UvzRbpk", now, body)
         ),
+        at: std::time::Instant::now(),
         body: body.into(),
         answered: None,
     };
@@ -933,4 +947,47 @@ async fn an_approval_s_resolution_waits_behind_its_request_being_retried() {
         .position(|(id, answered)| *id == requested_id(&approval) && *answered == Some(200))
         .expect("the request was delivered");
     assert!(requested_ok < first_resolved, "{order:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_never_comes_before_the_endpoint_s_retry_after() {
+    let harness = Harness::start().await;
+    harness.receiver.script(&[Answer::RetryAfter(1)]);
+    let approval = harness.request("call-1", 0).await;
+    harness.receiver.accepted(&requested_id(&approval)).await;
+    let received = harness.receiver.received();
+    assert_eq!(received.len(), 2);
+    // The backoff alone would retry after 30 ms.
+    assert!(received[1].at - received[0].at >= Duration::from_secs(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_the_server_refuses_is_shown_as_refused_and_decides_nothing() {
+    let harness = Harness::start().await;
+    // Alice asks herself: the server refuses her approval (separation of duties).
+    let approval = harness
+        .agent
+        .request_approval(pb::RequestApprovalRequest {
+            agent_id: "coder-1".into(),
+            requester: "alice".into(),
+            idempotency_key: "own".into(),
+            tool_name: "bash".into(),
+            arguments_json: "{}".into(),
+            risk: pb::Risk::Low.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .approval
+        .unwrap();
+    let body = harness.receiver.accepted(&requested_id(&approval)).await;
+    let approve = link(&body, "approve");
+    let (_, page) = harness.get(&approve).await;
+    let (status, page) = harness.post(&approve, &form_token(&page)).await;
+    assert_eq!(status, 403, "{page}");
+    assert!(page.contains("Not allowed"), "{page}");
+    assert_eq!(
+        harness.state_of(&approval.id).await,
+        pb::ApprovalState::Pending
+    );
 }
