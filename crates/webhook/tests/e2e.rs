@@ -245,7 +245,7 @@ fn config_toml(
 }
 
 struct Harness {
-    _server: TestServer,
+    server: TestServer,
     receiver: Receiver,
     agent: Client,
     settings: Settings,
@@ -285,7 +285,7 @@ impl Harness {
         .unwrap();
         let agent = Client::connect(ClientConfig::new(server.url())).unwrap();
         let mut harness = Harness {
-            _server: server,
+            server,
             receiver,
             agent,
             settings,
@@ -989,5 +989,35 @@ async fn a_decision_the_server_refuses_is_shown_as_refused_and_decides_nothing()
     assert_eq!(
         harness.state_of(&approval.id).await,
         pb::ApprovalState::Pending
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_used_while_the_server_is_down_still_works_afterwards() {
+    let mut harness = Harness::start().await;
+    let approval = harness.request("call-1", 0).await;
+    let body = harness.receiver.accepted(&requested_id(&approval)).await;
+    let approve = link(&body, "approve");
+    let (_, page) = harness.get(&approve).await;
+    let token = form_token(&page);
+
+    harness.server.stop().await;
+    let (status, page) = harness.post(&approve, &token).await;
+    assert_eq!(status, 503, "{page}");
+    assert!(page.contains("the link still works"), "{page}");
+
+    harness.server.restart().await;
+    let mut outcome = (0, String::new());
+    for _ in 0..100 {
+        outcome = harness.post(&approve, &token).await;
+        if outcome.0 != 503 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(outcome.0, 200, "{}", outcome.1);
+    assert_eq!(
+        harness.state_of(&approval.id).await,
+        pb::ApprovalState::Approved
     );
 }
