@@ -12,9 +12,13 @@
 //!   reconciled on restart instead of repeated blindly.
 //! - [`agent_text`]: text an agent wrote, made unable to pass for the worker's own lines.
 //! - [`approval`]: facts about an approval every channel shows the same way.
+//! - [`config`]: the `[server]` section and configuration errors every worker shares.
+//! - [`shutdown`]: the signals that ask a worker binary to stop.
 
 pub mod agent_text;
 pub mod approval;
+pub mod config;
 pub mod lanes;
 pub mod outbox;
 pub mod retry;
+pub mod shutdown;
