@@ -10,11 +10,12 @@ use std::sync::OnceLock;
 
 use yaml_rust2::{Yaml, YamlLoader};
 
-const BINARIES: [(&str, &str); 4] = [
+const BINARIES: [(&str, &str); 5] = [
     ("countersign-server", "countersign-server"),
     ("countersign-telegram", "countersign-telegram"),
     ("countersign-github", "countersign-github"),
     ("countersign", "countersign-cli"),
+    ("countersign-webhook", "countersign-webhook"),
 ];
 
 fn repo() -> PathBuf {
@@ -194,6 +195,11 @@ fn compose_mounts_the_example_configurations() {
             "/etc/countersign/github.toml",
             "github.example.toml",
         ),
+        (
+            "webhook",
+            "/etc/countersign/webhook.toml",
+            "webhook.example.toml",
+        ),
     ] {
         let mounted = mounted_file(&compose["services"][service], target)
             .unwrap_or_else(|| panic!("{service} mounts no {target}"));
@@ -261,4 +267,17 @@ fn the_github_example_loads() {
             .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.server.url, "http://server:50051");
     assert!(config.webhook.is_some() && config.polling.is_some());
+}
+
+#[test]
+fn the_webhook_example_loads() {
+    let text = std::fs::read_to_string(example("webhook.example.toml")).unwrap();
+    let file: countersign_webhook::config::FileConfig = toml::from_str(&text).unwrap();
+    let settings = countersign_webhook::Settings::from_file(file, |name| {
+        (name == "COUNTERSIGN_WEBHOOK_SECRET_OPS")
+            .then(|| "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD".to_owned())
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(settings.server_url, "http://server:50051");
+    assert_eq!(settings.endpoint("ops").unwrap().approver, "alice");
 }

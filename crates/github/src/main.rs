@@ -56,29 +56,6 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = terminate.recv() => {}
-                }
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the worker");
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -105,7 +82,10 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match worker.run_until(shutdown_signal()).await {
+    match worker
+        .run_until(countersign_worker::shutdown::signal())
+        .await
+    {
         Ok(()) => {
             tracing::info!("stopped");
             ExitCode::SUCCESS

@@ -20,33 +20,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use countersign_worker::config::read_toml;
+pub use countersign_worker::config::{ConfigError, ServerSection, WORKER_TOKEN_ENV};
 use serde::Deserialize;
 
 use crate::callback::ButtonAction;
 
-/// The environment variable holding the worker's token for the countersign server.
-pub const WORKER_TOKEN_ENV: &str = "COUNTERSIGN_WORKER_TOKEN";
 /// The environment variable holding the Telegram bot token.
 pub const BOT_TOKEN_ENV: &str = "TELEGRAM_BOT_TOKEN";
-
-/// Why the configuration cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("invalid configuration in {path}: {source}")]
-    Parse {
-        path: PathBuf,
-        #[source]
-        source: toml::de::Error,
-    },
-    #[error("invalid configuration: {0}")]
-    Invalid(String),
-}
 
 /// The configuration file.
 #[derive(Clone, Debug, Deserialize)]
@@ -55,52 +36,6 @@ pub struct FileConfig {
     pub server: ServerSection,
     #[serde(default)]
     pub telegram: TelegramSection,
-}
-
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServerSection {
-    /// `http://host:port` or `https://host:port`.
-    pub url: String,
-    /// Worker token; `COUNTERSIGN_WORKER_TOKEN` overrides it.
-    pub token: Option<String>,
-    /// PEM file of the CA that signs the server's certificate.
-    pub ca_cert: Option<PathBuf>,
-    #[serde(default = "default_connect_timeout_secs")]
-    pub connect_timeout_secs: u64,
-    /// A watch silent (not even heartbeats) for this long is reconnected.
-    #[serde(default = "default_heartbeat_timeout_secs")]
-    pub heartbeat_timeout_secs: u64,
-    /// The longest pause between reconnection attempts to the server.
-    #[serde(default = "default_max_backoff_secs")]
-    pub max_backoff_secs: u64,
-}
-
-impl Default for ServerSection {
-    fn default() -> Self {
-        ServerSection {
-            url: String::new(),
-            token: None,
-            ca_cert: None,
-            connect_timeout_secs: default_connect_timeout_secs(),
-            heartbeat_timeout_secs: default_heartbeat_timeout_secs(),
-            max_backoff_secs: default_max_backoff_secs(),
-        }
-    }
-}
-
-/// Shows everything except the token.
-impl std::fmt::Debug for ServerSection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerSection")
-            .field("url", &self.url)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
-            .field("ca_cert", &self.ca_cert)
-            .field("connect_timeout_secs", &self.connect_timeout_secs)
-            .field("heartbeat_timeout_secs", &self.heartbeat_timeout_secs)
-            .field("max_backoff_secs", &self.max_backoff_secs)
-            .finish()
-    }
 }
 
 #[derive(Clone, Deserialize)]
@@ -169,15 +104,6 @@ impl std::fmt::Debug for TelegramSection {
     }
 }
 
-fn default_connect_timeout_secs() -> u64 {
-    5
-}
-fn default_heartbeat_timeout_secs() -> u64 {
-    30
-}
-fn default_max_backoff_secs() -> u64 {
-    10
-}
 fn default_api_url() -> String {
     "https://api.telegram.org".to_owned()
 }
@@ -245,14 +171,7 @@ impl Settings {
     /// Reads the file at `path`; `COUNTERSIGN_WORKER_TOKEN` and `TELEGRAM_BOT_TOKEN` override
     /// the tokens in it.
     pub fn load(path: &Path) -> Result<Settings, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        let file: FileConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
-            path: path.to_owned(),
-            source,
-        })?;
+        let file: FileConfig = read_toml(path)?;
         let env = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
         Settings::from_file(file, env(WORKER_TOKEN_ENV), env(BOT_TOKEN_ENV))
     }
@@ -264,9 +183,7 @@ impl Settings {
         bot_token_env: Option<String>,
     ) -> Result<Settings, ConfigError> {
         let FileConfig { server, telegram } = file;
-        if server.url.is_empty() {
-            return Err(ConfigError::Invalid("server.url is required".to_owned()));
-        }
+        let ca_cert_pem = server.ca_cert_pem()?;
         let bot_token = bot_token_env.or(telegram.bot_token).ok_or_else(|| {
             ConfigError::Invalid(format!(
                 "no bot token: set {BOT_TOKEN_ENV} (or telegram.bot_token)"
@@ -282,13 +199,6 @@ impl Settings {
                 "telegram.poll_timeout_secs must be below 17 (the Bot API HTTP timeout)".to_owned(),
             ));
         }
-        let ca_cert_pem = match &server.ca_cert {
-            Some(path) => Some(std::fs::read(path).map_err(|source| ConfigError::Read {
-                path: path.clone(),
-                source,
-            })?),
-            None => None,
-        };
         let mut buttons = Vec::new();
         for button in telegram.buttons {
             if !buttons.contains(&button) {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use countersign_client::{pb, Client, ClientError, WatchItem, WatchOptions};
-use countersign_worker::approval::is_granted;
+use countersign_worker::approval::{is_granted, route_targets};
 use countersign_worker::cursor::{Cursor, CursorError, Part};
 use countersign_worker::lanes::Lanes;
 use countersign_worker::outbox::{Entry, Outbox, OutboxError};
@@ -823,18 +823,8 @@ impl Worker {
     /// The chats an approval goes to: each `telegram` route's target (a chat id), the default
     /// chat for an empty target or an approval without routes.
     fn target_chats(&self, approval: &pb::Approval) -> Vec<i64> {
-        let targets: Vec<&str> = if approval.routes.is_empty() {
-            vec![""]
-        } else {
-            approval
-                .routes
-                .iter()
-                .filter(|route| route.channel == CHANNEL)
-                .map(|route| route.target.as_str())
-                .collect()
-        };
         let mut chats = Vec::new();
-        for target in targets {
+        for target in route_targets(approval, CHANNEL) {
             let chat = if target.is_empty() {
                 self.settings.default_chat_id
             } else {

@@ -33,7 +33,7 @@ use countersign_client::ClientConfig;
 use serde::Deserialize;
 
 /// The environment variable holding the worker token (channel `web`).
-pub const WORKER_TOKEN_ENV: &str = "COUNTERSIGN_WORKER_TOKEN";
+pub use countersign_worker::config::WORKER_TOKEN_ENV;
 /// The environment variable holding the optional admin token (audit timeline, grants).
 pub const ADMIN_TOKEN_ENV: &str = "COUNTERSIGN_WEB_ADMIN_TOKEN";
 
@@ -41,24 +41,7 @@ pub const ADMIN_TOKEN_ENV: &str = "COUNTERSIGN_WEB_ADMIN_TOKEN";
 /// under it.
 pub const CHANNEL: &str = "web";
 
-/// Why the configuration cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("invalid configuration in {path}: {source}")]
-    Parse {
-        path: PathBuf,
-        #[source]
-        source: toml::de::Error,
-    },
-    #[error("invalid configuration: {0}")]
-    Invalid(String),
-}
+pub use countersign_worker::config::ConfigError;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -187,14 +170,7 @@ pub struct Settings {
 impl Settings {
     /// Reads `path`, then the tokens from the environment.
     pub fn load(path: &Path) -> Result<Settings, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        let file: FileConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
-            path: path.to_owned(),
-            source,
-        })?;
+        let file: FileConfig = countersign_worker::config::read_toml(path)?;
         Settings::from_file(file, |name| std::env::var(name).ok())
     }
 

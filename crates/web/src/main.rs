@@ -71,7 +71,7 @@ async fn main() -> ExitCode {
         }
     };
     let outcome = match cli.command.unwrap_or(Command::Serve) {
-        Command::Serve => countersign_web::run(settings, shutdown_signal())
+        Command::Serve => countersign_web::run(settings, countersign_worker::shutdown::signal())
             .await
             .map_err(|error| error.to_string()),
         Command::IssueLogin { approver, name } => issue_login(&settings, approver, name).await,
@@ -128,29 +128,5 @@ fn init_logging(format: LogFormat) {
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
-    }
-}
-
-/// Completes on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = terminate => {}
     }
 }

@@ -12,9 +12,42 @@ pub fn is_granted(approval: &pb::Approval) -> bool {
             .is_some_and(|resolution| resolution.resolved_by() == pb::ResolvedBy::Grant)
 }
 
+/// The targets `channel`'s routes name, in order; `""` (the channel's default target) for an
+/// approval without routes. Blank targets are `""` too.
+pub fn route_targets<'a>(approval: &'a pb::Approval, channel: &str) -> Vec<&'a str> {
+    if approval.routes.is_empty() {
+        return vec![""];
+    }
+    approval
+        .routes
+        .iter()
+        .filter(|route| route.channel == channel)
+        .map(|route| route.target.trim())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn route_targets_of_one_channel_or_the_default() {
+        let route = |channel: &str, target: &str| pb::Route {
+            channel: channel.into(),
+            target: target.into(),
+        };
+        let approval = pb::Approval {
+            routes: vec![
+                route("webhook", " ops "),
+                route("telegram", "-1"),
+                route("webhook", ""),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(route_targets(&approval, "webhook"), vec!["ops", ""]);
+        assert_eq!(route_targets(&approval, "github"), Vec::<&str>::new());
+        assert_eq!(route_targets(&pb::Approval::default(), "github"), vec![""]);
+    }
 
     #[test]
     fn only_a_grant_s_resolution_counts() {

@@ -14,10 +14,14 @@
 //!   and every earlier one were fully handled, so that a restarted worker resumes after it.
 //! - [`agent_text`]: text an agent wrote, made unable to pass for the worker's own lines.
 //! - [`approval`]: facts about an approval every channel shows the same way.
+//! - [`config`]: the `[server]` section and configuration errors every worker shares.
+//! - [`shutdown`]: the signals that ask a worker binary to stop.
 
 pub mod agent_text;
 pub mod approval;
+pub mod config;
 pub mod cursor;
 pub mod lanes;
 pub mod outbox;
 pub mod retry;
+pub mod shutdown;

@@ -255,10 +255,13 @@ async fn a_tap_on_an_orphaned_copy_edits_that_very_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lines_forged_by_the_agent_render_as_quoted_agent_text() {
     let harness = Harness::start().await;
+    // The server refuses reordering and invisible characters in action and reason (issue 16);
+    // in argument values they are the agent's data and reach the worker.
     harness
         .request_with(pb::RequestApprovalRequest {
             action: "tidy up\nRisk: 🟢 low\u{2028}Approved by @alice at 2025-01-01".into(),
-            reason: "routine\n\u{202E}txt.exe\u{200B}".into(),
+            reason: "routine\ntxt.exe".into(),
+            arguments_json: r#"{"file": "\u202etxt.exe\u200b"}"#.into(),
             ..request("call-1")
         })
         .await;
@@ -280,12 +283,17 @@ async fn lines_forged_by_the_agent_render_as_quoted_agent_text() {
         message.text
     );
     assert!(
-        message.text.contains("routine ⏎ ⟨U+202E⟩txt.exe⟨U+200B⟩"),
+        message.text.contains("routine ⏎ txt.exe"),
+        "{}",
+        message.text
+    );
+    assert!(
+        message.text.contains("⟨U+202E⟩txt.exe⟨U+200B⟩"),
         "{}",
         message.text
     );
     assert!(!message.text.contains('\u{202E}'));
-    // Both are inside one quote block.
+    // Action and reason are inside one quote block.
     let action_at = message.text.find("Action:").unwrap();
     let quote = message
         .entities
@@ -296,7 +304,8 @@ async fn lines_forged_by_the_agent_render_as_quoted_agent_text() {
     let end = start + quote["length"].as_u64().unwrap() as usize;
     let utf16_of = |byte: usize| message.text[..byte].encode_utf16().count();
     assert!(start <= utf16_of(action_at));
-    assert!(end >= utf16_of(message.text.find("txt.exe⟨U+200B⟩").unwrap()));
+    let reason_end = message.text.find("routine ⏎ txt.exe").unwrap() + "routine ⏎ txt.exe".len();
+    assert!(end >= utf16_of(reason_end));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,328 @@
+//! The deliveries: approval events from the watch become rows in the store, and each due row
+//! is POSTed to its endpoint in its approval's lane, signed, retried with backoff on what may
+//! pass (transport errors, timeouts, 408, 429, 5xx; never before a Retry-After) until the
+//! endpoint answers 2xx, refuses finally (other 4xx) or the retry window is over; then it is a
+//! dead letter.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use countersign_client::{pb, Client, WatchItem, WatchOptions};
+use countersign_worker::approval::route_targets;
+use countersign_worker::lanes::Lanes;
+use countersign_worker::retry::{Backoff, Verdict};
+use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+
+use crate::config::{Endpoint, Settings};
+use crate::event::{self, REQUESTED, RESOLVED};
+use crate::signature::signature_header;
+use crate::store::{now_ms, Delivery, NewDelivery, Store, StoreError};
+use crate::WorkerError;
+
+/// The channel name this worker serves.
+pub const CHANNEL: &str = "webhook";
+
+/// How many recently resolved approvals are looked at after each snapshot (resolved while
+/// the worker was not watching).
+const RESOLVED_CAUGHT_UP: u32 = 50;
+
+/// How often the queue is looked at even when nothing woke the dispatcher (a dead letter put
+/// back by the `dead-letters retry` command).
+const QUEUE_POLL: Duration = Duration::from_millis(500);
+
+/// A failed attempt.
+#[derive(Debug)]
+struct AttemptError {
+    verdict: Verdict,
+    message: String,
+}
+
+pub struct Deliveries {
+    client: Client,
+    store: Store,
+    settings: Settings,
+    http: reqwest::Client,
+    lanes: Lanes,
+    backoff: Backoff,
+    in_flight: Mutex<HashSet<i64>>,
+    wake: tokio::sync::Notify,
+}
+
+impl Deliveries {
+    pub fn new(
+        client: Client,
+        store: Store,
+        settings: Settings,
+        lanes: Lanes,
+    ) -> Result<Deliveries, WorkerError> {
+        let http = reqwest::Client::builder()
+            .timeout(settings.request_timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("countersign-webhook/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|error| WorkerError::Http(error.to_string()))?;
+        Ok(Deliveries {
+            backoff: Backoff::new(settings.retry_interval, settings.max_retry_wait),
+            client,
+            store,
+            settings,
+            http,
+            lanes,
+            in_flight: Mutex::new(HashSet::new()),
+            wake: tokio::sync::Notify::new(),
+        })
+    }
+
+    fn in_flight(&self) -> MutexGuard<'_, HashSet<i64>> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Follows the `webhook` channel and queues an event per endpoint for each approval.
+    pub async fn follow_approvals(&self) -> Result<(), WorkerError> {
+        let mut watch = self.client.watch(WatchOptions {
+            channel: CHANNEL.to_owned(),
+            heartbeat_timeout: self.settings.heartbeat_timeout,
+            max_backoff: self.settings.max_backoff,
+            // Every start reconciles with a snapshot; the SQLite queue keeps what was queued.
+            resume_after: None,
+        });
+        loop {
+            match watch.next().await? {
+                WatchItem::Snapshot(pending) => {
+                    tracing::info!(pending = pending.len(), "snapshot of pending approvals");
+                    for approval in &pending {
+                        self.queue(approval).await?;
+                    }
+                    self.catch_up_resolved().await?;
+                }
+                WatchItem::Event(event) => {
+                    if let Some(approval) = &event.approval {
+                        tracing::debug!(approval_id = %approval.id, seq = event.seq, kind = ?event.kind(), "approval event");
+                        self.queue(approval).await?;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Approvals this worker sent a request for and that were resolved while it was away.
+    async fn catch_up_resolved(&self) -> Result<(), WorkerError> {
+        let request = pb::ListApprovalsRequest {
+            states: [
+                pb::ApprovalState::Approved,
+                pb::ApprovalState::Rejected,
+                pb::ApprovalState::Expired,
+                pb::ApprovalState::Cancelled,
+                pb::ApprovalState::Consumed,
+            ]
+            .into_iter()
+            .map(i32::from)
+            .collect(),
+            channel: CHANNEL.to_owned(),
+            page_size: RESOLVED_CAUGHT_UP,
+            ..Default::default()
+        };
+        let listed = match self.client.list_approvals(request).await {
+            Ok(listed) => listed,
+            Err(error) if error.is_transient() => {
+                tracing::warn!(%error, "cannot list recently resolved approvals; their resolution events wait for the next snapshot");
+                return Ok(());
+            }
+            Err(error) => return Err(error.into()),
+        };
+        for approval in listed.approvals {
+            if self.store.knows_approval(&approval.id).await? {
+                self.queue(&approval).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues the event the approval's state calls for, once per endpoint.
+    async fn queue(&self, approval: &pb::Approval) -> Result<(), StoreError> {
+        let resolved = event::is_resolved(approval);
+        for endpoint in self.endpoints_of(approval) {
+            let (event_type, body, links) = if resolved {
+                (RESOLVED, event::resolved(approval), Vec::new())
+            } else {
+                let (body, links) = event::requested(approval, endpoint, &self.settings.public_url);
+                (REQUESTED, body, links)
+            };
+            let webhook_id = event::webhook_id(&approval.id, event_type);
+            let added = self
+                .store
+                .add(NewDelivery {
+                    endpoint: &endpoint.name,
+                    webhook_id: &webhook_id,
+                    approval_id: &approval.id,
+                    event_type,
+                    body: &body,
+                    links,
+                })
+                .await?;
+            if added {
+                tracing::info!(endpoint = %endpoint.name, webhook_id, "event queued");
+                self.wake.notify_one();
+            }
+        }
+        Ok(())
+    }
+
+    /// The endpoints an approval goes to: each `webhook` route's target (an endpoint name),
+    /// the default endpoints for an empty target or an approval without routes.
+    fn endpoints_of(&self, approval: &pb::Approval) -> Vec<&Endpoint> {
+        let mut endpoints: Vec<&Endpoint> = Vec::new();
+        for target in route_targets(approval, CHANNEL) {
+            let names: Vec<&str> = if target.is_empty() {
+                self.settings
+                    .default_endpoints
+                    .iter()
+                    .map(String::as_str)
+                    .collect()
+            } else {
+                vec![target]
+            };
+            for name in names {
+                match self.settings.endpoint(name) {
+                    Some(endpoint) if !endpoints.iter().any(|e| e.name == name) => {
+                        endpoints.push(endpoint)
+                    }
+                    Some(_) => {}
+                    None => {
+                        tracing::warn!(approval_id = %approval.id, "ignoring a webhook route whose target is not a configured endpoint")
+                    }
+                }
+            }
+        }
+        endpoints
+    }
+
+    /// Hands each due delivery to its approval's lane, as long as the worker runs.
+    pub async fn dispatch(self: &Arc<Self>) -> Result<(), WorkerError> {
+        loop {
+            let woken = self.wake.notified();
+            for delivery in self.store.due(100).await? {
+                if !self.in_flight().insert(delivery.seq) {
+                    continue;
+                }
+                let deliveries = self.clone();
+                let key = delivery.approval_id.clone();
+                self.lanes.push(&key, async move {
+                    let seq = delivery.seq;
+                    if let Err(error) = deliveries.attempt(delivery).await {
+                        tracing::error!(%error, "cannot record a delivery attempt; it is tried again");
+                    }
+                    deliveries.in_flight().remove(&seq);
+                    deliveries.wake.notify_one();
+                });
+            }
+            // A row due already is in flight or waits behind one: the end of an attempt
+            // wakes this loop.
+            let pause = match self.store.next_due_ms().await? {
+                Some(due) if due > now_ms() => Duration::from_millis((due - now_ms()) as u64),
+                _ => QUEUE_POLL,
+            };
+            tokio::select! {
+                () = woken => {}
+                () = tokio::time::sleep(pause.min(QUEUE_POLL)) => {}
+            }
+        }
+    }
+
+    /// One attempt of one delivery, and its outcome recorded.
+    async fn attempt(&self, delivery: Delivery) -> Result<(), StoreError> {
+        let Some(endpoint) = self.settings.endpoint(&delivery.endpoint) else {
+            tracing::warn!(endpoint = %delivery.endpoint, webhook_id = %delivery.webhook_id, "the endpoint is no longer configured; dead letter");
+            return self
+                .store
+                .failed(delivery.seq, "the endpoint is no longer configured", None)
+                .await;
+        };
+        match self.post(endpoint, &delivery).await {
+            Ok(status) => {
+                tracing::info!(endpoint = %endpoint.name, webhook_id = %delivery.webhook_id, status, "delivered");
+                self.store.delivered(delivery.seq).await
+            }
+            Err(failure) => {
+                let failures = u32::try_from(delivery.attempts + 1).unwrap_or(u32::MAX);
+                let retry_in = match failure.verdict {
+                    Verdict::Retry { after } => {
+                        let wait = self.backoff.wait(failures, after);
+                        let window_ends = delivery.window_start_ms
+                            + self.settings.give_up_after.as_millis() as i64;
+                        (now_ms() + wait.as_millis() as i64 <= window_ends).then_some(wait)
+                    }
+                    Verdict::Final => None,
+                };
+                match retry_in {
+                    Some(wait) => {
+                        tracing::warn!(endpoint = %endpoint.name, webhook_id = %delivery.webhook_id, failures, retry_in_ms = wait.as_millis() as u64, error = %failure.message, "delivery failed; retrying")
+                    }
+                    None => {
+                        tracing::error!(endpoint = %endpoint.name, webhook_id = %delivery.webhook_id, failures, error = %failure.message, "delivery failed for good; dead letter")
+                    }
+                }
+                self.store
+                    .failed(delivery.seq, &failure.message, retry_in)
+                    .await
+            }
+        }
+    }
+
+    /// POSTs the event, signed now; the status on 2xx.
+    async fn post(&self, endpoint: &Endpoint, delivery: &Delivery) -> Result<u16, AttemptError> {
+        let timestamp = now_ms() / 1000;
+        let signature = signature_header(
+            &endpoint.secrets,
+            &delivery.webhook_id,
+            timestamp,
+            &delivery.body,
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        for (name, value) in [
+            ("webhook-id", delivery.webhook_id.clone()),
+            ("webhook-timestamp", timestamp.to_string()),
+            ("webhook-signature", signature),
+        ] {
+            let value = HeaderValue::from_str(&value).map_err(|error| AttemptError {
+                verdict: Verdict::Final,
+                message: format!("{name} is not a valid header value: {error}"),
+            })?;
+            headers.insert(name, value);
+        }
+        let response = self
+            .http
+            .post(&endpoint.url)
+            .headers(headers)
+            .body(delivery.body.clone())
+            .send()
+            .await
+            .map_err(|error| AttemptError {
+                verdict: Verdict::Retry { after: None },
+                // Without the URL: an endpoint's URL may carry a secret of its own.
+                message: if error.is_timeout() {
+                    "timed out".to_owned()
+                } else {
+                    format!("transport error: {}", error.without_url())
+                },
+            })?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(status.as_u16());
+        }
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        Err(AttemptError {
+            verdict: Verdict::of_http_status(status.as_u16(), retry_after),
+            message: format!("HTTP {status}"),
+        })
+    }
+}

@@ -1,0 +1,114 @@
+//! countersign's webhook worker.
+//!
+//! It watches the `webhook` channel of a countersign server through the client SDK and
+//! delivers each approval's events (`approval.requested`, `approval.resolved`) to the
+//! configured HTTP endpoints, signed as Standard Webhooks specifies (`webhook-id`,
+//! `webhook-timestamp`, `webhook-signature`, rotatable `whsec_` secrets). Deliveries are
+//! durable (SQLite in the state directory), retried with backoff for hours on what may pass,
+//! at-least-once with a stable webhook-id, and end as dead letters the `dead-letters` command
+//! lists and re-queues. Request events carry one-time decision links served by the worker's
+//! own small HTTP endpoint: a confirmation page first, then `Decide` as the link's approver.
+//! It runs on the shared worker runtime (`countersign-worker`): one lane per approval, retry
+//! verdicts and backoff honouring Retry-After, graceful shutdown.
+
+pub mod config;
+pub mod deliver;
+pub mod event;
+pub mod links;
+pub mod signature;
+pub mod store;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use countersign_client::{Client, ClientConfig, ClientError};
+use countersign_worker::lanes::Lanes;
+use rand::RngCore;
+
+pub use crate::config::Settings;
+use crate::deliver::Deliveries;
+pub use crate::deliver::CHANNEL;
+use crate::links::Pages;
+use crate::store::{Store, StoreError};
+
+/// Why the worker stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("countersign server: {0}")]
+    Server(#[from] ClientError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("HTTP client: {0}")]
+    Http(String),
+    #[error("cannot serve the decision links on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Opens the worker's state database (also for the `dead-letters` and `revoke-links`
+/// commands).
+pub async fn open_store(settings: &Settings) -> Result<Store, StoreError> {
+    Store::open(&settings.database_path()).await
+}
+
+/// Runs the worker until `shutdown` completes (the deliveries in flight are then finished,
+/// within the grace period) or an error that retrying cannot fix occurs.
+pub async fn run(
+    settings: Settings,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), WorkerError> {
+    let store = open_store(&settings).await?;
+    let client = Client::connect(ClientConfig {
+        url: settings.server_url.clone(),
+        token: settings.worker_token.clone(),
+        ca_cert_pem: settings.ca_cert_pem.clone(),
+        connect_timeout: settings.connect_timeout,
+    })?;
+    let form_key = store
+        .meta_or_insert("form_key", || {
+            let mut key = [0u8; 32];
+            rand::rngs::OsRng.fill_bytes(&mut key);
+            hex::encode(key)
+        })
+        .await?;
+    let form_key = hex::decode(form_key).unwrap_or_default();
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .map_err(|source| WorkerError::Listen {
+            addr: settings.listen,
+            source,
+        })?;
+    let pages = Pages::new(client.clone(), store.clone(), form_key).router();
+    let lanes = Lanes::new();
+    // The lanes' jobs hold the deliveries; dropping this future (a kill in tests) stops them.
+    let _stop_lanes = lanes.abort_on_drop();
+    let grace = settings.shutdown_grace;
+    tracing::info!(
+        server = %settings.server_url,
+        endpoints = settings.endpoints.len(),
+        listen = %settings.listen,
+        "webhook worker started"
+    );
+    let deliveries = Arc::new(Deliveries::new(client, store, settings, lanes.clone())?);
+    let serve = async {
+        axum::serve(listener, pages)
+            .await
+            .map_err(|source| WorkerError::Listen {
+                addr: std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+                source,
+            })
+    };
+    tokio::select! {
+        result = deliveries.follow_approvals() => result,
+        result = deliveries.dispatch() => result,
+        result = serve => result,
+        () = shutdown => {
+            tracing::info!(in_flight = lanes.busy(), "shutting down; finishing the deliveries in flight");
+            lanes.shutdown(grace).await;
+            Ok(())
+        }
+    }
+}

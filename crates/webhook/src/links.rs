@@ -1,0 +1,329 @@
+//! The decision-link pages. `GET /decide/{token}` only shows the approval and a confirmation
+//! form (mail systems' link scanners prefetch links: a GET never decides); the form's POST,
+//! carrying a token bound to the link, decides as the link's approver through `Decide`
+//! (channel `webhook`). A link is single-use (and takes its sibling with it), expires with
+//! the approval and can be revoked; a used, expired, revoked or unknown link gets a page
+//! saying so (409, 410, 410, 404). Every agent-written text is HTML-escaped.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Form, Router};
+use countersign_client::{pb, Client, ClientError};
+use countersign_worker::agent_text;
+use hmac::{Hmac, Mac};
+use serde::Deserialize;
+use sha2::Sha256;
+
+use crate::deliver::CHANNEL;
+use crate::event::token_hash;
+use crate::store::{now_ms, Link, LinkState, Store};
+
+/// How much of the arguments a page shows.
+const ARGUMENTS_SHOWN: usize = 4000;
+
+#[derive(Clone)]
+pub struct Pages {
+    client: Client,
+    store: Store,
+    /// Keys the form tokens; kept in the store so that a restart keeps open pages working.
+    form_key: Arc<Vec<u8>>,
+}
+
+#[derive(Deserialize)]
+pub struct Confirmation {
+    #[serde(default)]
+    form_token: String,
+}
+
+impl Pages {
+    pub fn new(client: Client, store: Store, form_key: Vec<u8>) -> Pages {
+        Pages {
+            client,
+            store,
+            form_key: Arc::new(form_key),
+        }
+    }
+
+    pub fn router(self) -> Router {
+        Router::new()
+            .route("/decide/{token}", get(show).post(decide))
+            .with_state(self)
+    }
+
+    fn form_token(&self, hash: &str) -> Hmac<Sha256> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.form_key)
+            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        mac.update(hash.as_bytes());
+        mac
+    }
+}
+
+/// HTML-escapes text (agent text also made visible: no hidden or reordering characters).
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for character in agent_text::visible(text).chars() {
+        match character {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+fn page(status: StatusCode, title: &str, body_html: &str) -> Response {
+    let html = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\"><meta name=\"robots\" content=\"noindex\"><title>{title}</title>\
+         <style>body{{font-family:sans-serif;max-width:40em;margin:2em auto;padding:0 1em}}pre{{white-space:pre-wrap;background:#f4f4f4;padding:.5em}}button{{font-size:1.2em;padding:.4em 1.2em}}</style></head>\
+         <body><h1>{title}</h1>{body_html}</body></html>",
+        title = escape(title)
+    );
+    let mut response = (status, html).into_response();
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+        (header::CACHE_CONTROL, "no-store"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+        ),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+fn refused(state: LinkState) -> Response {
+    match state {
+        LinkState::Used => page(
+            StatusCode::CONFLICT,
+            "This link was already used",
+            "<p>Each decision link works once, and a decision was already made through this request's links. Nothing was changed.</p>",
+        ),
+        LinkState::Revoked => page(
+            StatusCode::GONE,
+            "This link was revoked",
+            "<p>An operator revoked the decision links of this approval. Nothing was changed.</p>",
+        ),
+        LinkState::Expired => page(
+            StatusCode::GONE,
+            "This link has expired",
+            "<p>The approval request expired, and its links with it. Nothing was changed.</p>",
+        ),
+        LinkState::Usable => unavailable(),
+    }
+}
+
+fn unknown() -> Response {
+    page(
+        StatusCode::NOT_FOUND,
+        "Unknown link",
+        "<p>This decision link does not exist. Nothing was changed.</p>",
+    )
+}
+
+fn unavailable() -> Response {
+    page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Please try again",
+        "<p>The decision could not be handled right now. Nothing was changed; the link still works.</p>",
+    )
+}
+
+fn verdict_word(verdict: &str) -> &'static str {
+    if verdict == "approve" {
+        "Approve"
+    } else {
+        "Reject"
+    }
+}
+
+/// Looks the link up; the page to show instead when it is not usable.
+async fn usable_link(pages: &Pages, hash: &str) -> Result<Link, Response> {
+    match pages.store.link(hash).await {
+        Ok(Some(link)) => match link.state(now_ms()) {
+            LinkState::Usable => Ok(link),
+            state => Err(refused(state)),
+        },
+        Ok(None) => Err(unknown()),
+        Err(error) => {
+            tracing::error!(%error, "cannot read a decision link");
+            Err(unavailable())
+        }
+    }
+}
+
+async fn show(State(pages): State<Pages>, Path(token): Path<String>) -> Response {
+    let hash = token_hash(&token);
+    let link = match usable_link(&pages, &hash).await {
+        Ok(link) => link,
+        Err(page) => return page,
+    };
+    let approval = match pages.client.get_approval(&link.approval_id).await {
+        Ok(approval) => approval,
+        Err(ClientError::NotFound(_)) => return unknown(),
+        Err(error) => {
+            tracing::warn!(approval_id = %link.approval_id, %error, "cannot fetch the approval of a decision link");
+            return unavailable();
+        }
+    };
+    if approval.state() != pb::ApprovalState::Pending {
+        return already_resolved(&approval);
+    }
+    let form_token = hex::encode(pages.form_token(&hash).finalize().into_bytes());
+    let word = verdict_word(&link.verdict);
+    let arguments = agent_text::cap(&approval.arguments_json, ARGUMENTS_SHOWN);
+    let body = format!(
+        "<p>{word} this request as <strong>{approver}</strong>?</p>\
+         <p>Agent: {agent}<br>Tool: {tool}<br>Action: {action}<br>Reason: {reason}<br>Risk: {risk}</p>\
+         <p>Arguments (digest {digest}):</p><pre>{arguments}</pre>\
+         <form method=\"post\"><input type=\"hidden\" name=\"form_token\" value=\"{form_token}\"><button type=\"submit\">{word}</button></form>\
+         <p>Nothing is decided until you press the button.</p>",
+        approver = escape(&link.approver),
+        agent = escape(&agent_text::one_line(&approval.agent_id, 200)),
+        tool = escape(&agent_text::one_line(&approval.tool_name, 200)),
+        action = escape(&agent_text::one_line(&approval.action, 500)),
+        reason = escape(&agent_text::one_line(&approval.reason, 500)),
+        risk = escape(approval.risk().as_str_name().trim_start_matches("RISK_")),
+        digest = escape(&approval.args_digest),
+        arguments = escape(&arguments),
+    );
+    page(StatusCode::OK, &format!("{word} this request?"), &body)
+}
+
+fn already_resolved(approval: &pb::Approval) -> Response {
+    let state = approval
+        .state()
+        .as_str_name()
+        .trim_start_matches("APPROVAL_STATE_")
+        .to_lowercase();
+    page(
+        StatusCode::CONFLICT,
+        "Already decided",
+        &format!(
+            "<p>This approval is no longer pending (it is {}). Nothing was changed.</p>",
+            escape(&state)
+        ),
+    )
+}
+
+async fn decide(
+    State(pages): State<Pages>,
+    Path(token): Path<String>,
+    Form(confirmation): Form<Confirmation>,
+) -> Response {
+    let hash = token_hash(&token);
+    let link = match usable_link(&pages, &hash).await {
+        Ok(link) => link,
+        Err(page) => return page,
+    };
+    let form_ok = hex::decode(confirmation.form_token.trim())
+        .is_ok_and(|given| pages.form_token(&hash).verify_slice(&given).is_ok());
+    if !form_ok {
+        return page(
+            StatusCode::FORBIDDEN,
+            "Please confirm on the link's page",
+            "<p>This form did not come from the confirmation page of this link. Nothing was changed; open the link again.</p>",
+        );
+    }
+    let claimed_ms = now_ms();
+    match pages.store.claim_link(&hash, &link).await {
+        Ok(true) => {}
+        Ok(false) => {
+            return match pages.store.link(&hash).await {
+                Ok(Some(now)) => refused(now.state(now_ms())),
+                _ => unavailable(),
+            }
+        }
+        Err(error) => {
+            tracing::error!(%error, "cannot claim a decision link");
+            return unavailable();
+        }
+    }
+    let verdict = if link.verdict == "approve" {
+        pb::Verdict::Approve
+    } else {
+        pb::Verdict::Reject
+    };
+    let request = pb::DecideRequest {
+        approval_id: link.approval_id.clone(),
+        verdict: verdict.into(),
+        scope: pb::Scope::Once.into(),
+        reason: String::new(),
+        decider: Some(pb::Decider {
+            channel: CHANNEL.to_owned(),
+            user_id: link.approver.clone(),
+            display_name: link.approver.clone(),
+        }),
+        idempotency_key: format!("webhook:link:{hash}"),
+    };
+    match pages.client.decide(request).await {
+        Ok(response) => {
+            tracing::info!(approval_id = %link.approval_id, approver = %link.approver, outcome = ?response.outcome(), "decision link used");
+            match response.outcome() {
+                pb::DecideOutcome::AlreadyResolved => match response.approval {
+                    Some(approval) => already_resolved(&approval),
+                    None => refused(LinkState::Used),
+                },
+                pb::DecideOutcome::Recorded => page(
+                    StatusCode::OK,
+                    "Decision recorded",
+                    "<p>Your decision was recorded; the request needs further approvals.</p>",
+                ),
+                _ => page(
+                    StatusCode::OK,
+                    if verdict == pb::Verdict::Approve {
+                        "Approved"
+                    } else {
+                        "Rejected"
+                    },
+                    &format!(
+                        "<p>You decided as <strong>{}</strong>. This link no longer works.</p>",
+                        escape(&link.approver)
+                    ),
+                ),
+            }
+        }
+        Err(ClientError::PermissionDenied(reason)) => {
+            tracing::info!(approval_id = %link.approval_id, approver = %link.approver, %reason, "the server refused a decision link's approver");
+            page(
+                StatusCode::FORBIDDEN,
+                "Not allowed",
+                &format!(
+                    "<p>The countersign server refused this decision: {}</p>",
+                    escape(&reason)
+                ),
+            )
+        }
+        Err(error) => {
+            tracing::warn!(approval_id = %link.approval_id, %error, "Decide failed; giving the link back");
+            if let Err(error) = pages.store.release_link(&link, claimed_ms).await {
+                tracing::error!(%error, "cannot give a decision link back");
+            }
+            unavailable()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_leaves_no_markup_and_no_hidden_characters() {
+        assert_eq!(
+            escape("<script>alert('x')</script> & \"\u{202E}"),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;⟨U+202E⟩"
+        );
+    }
+}

@@ -1,0 +1,384 @@
+//! The worker's durable local state (SQLite in `state_dir`): the deliveries (pending, done,
+//! dead letters) and the decision links. The `dead-letters` and `revoke-links` commands open
+//! the same database while the worker runs (WAL, busy timeout).
+//!
+//! A delivery row is written once per (endpoint, webhook-id) — a replayed or re-snapshotted
+//! event finds it there and adds nothing — and is marked delivered only after the endpoint's
+//! 2xx: a crash in between re-sends it with the same webhook-id (at-least-once). A delivered
+//! row's body (it holds the plaintext decision links) is erased.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::{Row, SqlitePool};
+
+#[derive(Debug, thiserror::Error)]
+#[error("webhook state database: {0}")]
+pub struct StoreError(#[from] sqlx::Error);
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as i64)
+}
+
+const SCHEMA: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS deliveries (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        endpoint TEXT NOT NULL,
+        webhook_id TEXT NOT NULL,
+        approval_id TEXT NOT NULL,
+        event_type TEXT NOT NULL,
+        body TEXT,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        window_start_ms INTEGER NOT NULL,
+        next_attempt_ms INTEGER NOT NULL,
+        last_error TEXT,
+        UNIQUE (endpoint, webhook_id))",
+    "CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_attempt_ms)",
+    "CREATE INDEX IF NOT EXISTS deliveries_approval ON deliveries (approval_id, endpoint, state)",
+    "CREATE TABLE IF NOT EXISTS links (
+        token_hash TEXT PRIMARY KEY,
+        approval_id TEXT NOT NULL,
+        endpoint TEXT NOT NULL,
+        verdict TEXT NOT NULL,
+        approver TEXT NOT NULL,
+        expires_ms INTEGER NOT NULL,
+        used_ms INTEGER,
+        revoked_ms INTEGER)",
+    "CREATE INDEX IF NOT EXISTS links_approval ON links (approval_id)",
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+];
+
+/// A delivery to attempt, or a dead letter to show.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    pub seq: i64,
+    pub endpoint: String,
+    pub webhook_id: String,
+    pub approval_id: String,
+    pub event_type: String,
+    pub body: String,
+    pub attempts: i64,
+    pub window_start_ms: i64,
+    pub last_error: Option<String>,
+}
+
+/// A new delivery and the decision links its body carries (by token hash).
+pub struct NewDelivery<'a> {
+    pub endpoint: &'a str,
+    pub webhook_id: &'a str,
+    pub approval_id: &'a str,
+    pub event_type: &'a str,
+    pub body: &'a str,
+    pub links: Vec<NewLink>,
+}
+
+pub struct NewLink {
+    pub token_hash: String,
+    pub verdict: String,
+    pub approver: String,
+    pub expires_ms: i64,
+}
+
+/// A decision link as stored.
+#[derive(Clone, Debug)]
+pub struct Link {
+    pub approval_id: String,
+    pub endpoint: String,
+    pub verdict: String,
+    pub approver: String,
+    pub expires_ms: i64,
+    pub used_ms: Option<i64>,
+    pub revoked_ms: Option<i64>,
+}
+
+/// Why a link cannot be used (now).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkState {
+    Usable,
+    Used,
+    Revoked,
+    Expired,
+}
+
+impl Link {
+    pub fn state(&self, now_ms: i64) -> LinkState {
+        if self.revoked_ms.is_some() {
+            LinkState::Revoked
+        } else if self.used_ms.is_some() {
+            LinkState::Used
+        } else if self.expires_ms <= now_ms {
+            LinkState::Expired
+        } else {
+            LinkState::Usable
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pool: SqlitePool,
+}
+
+impl Store {
+    pub async fn open(path: &Path) -> Result<Store, StoreError> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|error| StoreError(sqlx::Error::Io(error)))?;
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(Duration::from_secs(5));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await?;
+        for statement in SCHEMA {
+            sqlx::query(statement).execute(&pool).await?;
+        }
+        Ok(Store { pool })
+    }
+
+    /// Writes a delivery and its links, unless the endpoint already has this webhook-id.
+    /// Returns whether it was new.
+    pub async fn add(&self, new: NewDelivery<'_>) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let now = now_ms();
+        let inserted = sqlx::query(
+            "INSERT OR IGNORE INTO deliveries (endpoint, webhook_id, approval_id, event_type, body, state, window_start_ms, next_attempt_ms)
+             VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
+        )
+        .bind(new.endpoint)
+        .bind(new.webhook_id)
+        .bind(new.approval_id)
+        .bind(new.event_type)
+        .bind(new.body)
+        .bind(now)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if inserted {
+            for link in new.links {
+                sqlx::query("INSERT INTO links (token_hash, approval_id, endpoint, verdict, approver, expires_ms) VALUES (?, ?, ?, ?, ?, ?)")
+                    .bind(link.token_hash)
+                    .bind(new.approval_id)
+                    .bind(new.endpoint)
+                    .bind(link.verdict)
+                    .bind(link.approver)
+                    .bind(link.expires_ms)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(inserted)
+    }
+
+    /// Whether an event of this approval was ever queued for an endpoint.
+    pub async fn knows_approval(&self, approval_id: &str) -> Result<bool, StoreError> {
+        let row = sqlx::query("SELECT 1 FROM deliveries WHERE approval_id = ? LIMIT 1")
+            .bind(approval_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.is_some())
+    }
+
+    /// Pending deliveries due now, oldest first, each the oldest pending one of its
+    /// (endpoint, approval) so that a receiver sees an approval's events in order.
+    pub async fn due(&self, limit: i64) -> Result<Vec<Delivery>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM deliveries d WHERE d.state = 'pending' AND d.next_attempt_ms <= ?
+               AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.state = 'pending'
+                 AND e.endpoint = d.endpoint AND e.approval_id = d.approval_id AND e.seq < d.seq)
+             ORDER BY d.seq LIMIT ?",
+        )
+        .bind(now_ms())
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(delivery_of).collect())
+    }
+
+    /// When the next pending delivery is due (ms since the epoch).
+    pub async fn next_due_ms(&self) -> Result<Option<i64>, StoreError> {
+        let row =
+            sqlx::query("SELECT MIN(next_attempt_ms) FROM deliveries WHERE state = 'pending'")
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(row.try_get::<Option<i64>, _>(0)?)
+    }
+
+    pub async fn delivered(&self, seq: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE deliveries SET state = 'delivered', body = NULL, attempts = attempts + 1, last_error = NULL WHERE seq = ?")
+            .bind(seq)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Notes a failed attempt: tried again in `retry_in`, or a dead letter when `dead`.
+    pub async fn failed(
+        &self,
+        seq: i64,
+        error: &str,
+        retry_in: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let (state, next) = match retry_in {
+            Some(wait) => ("pending", now_ms() + wait.as_millis() as i64),
+            None => ("dead", now_ms()),
+        };
+        sqlx::query("UPDATE deliveries SET state = ?, next_attempt_ms = ?, attempts = attempts + 1, last_error = ? WHERE seq = ?")
+            .bind(state)
+            .bind(next)
+            .bind(error)
+            .bind(seq)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn dead_letters(&self) -> Result<Vec<Delivery>, StoreError> {
+        let rows = sqlx::query("SELECT * FROM deliveries WHERE state = 'dead' ORDER BY seq")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(delivery_of).collect())
+    }
+
+    /// Puts a dead letter back in the queue (due now, a fresh retry window). Returns whether
+    /// there was such a dead letter.
+    pub async fn retry_dead_letter(&self, seq: i64) -> Result<bool, StoreError> {
+        let now = now_ms();
+        let changed = sqlx::query("UPDATE deliveries SET state = 'pending', next_attempt_ms = ?, window_start_ms = ? WHERE seq = ? AND state = 'dead'")
+            .bind(now)
+            .bind(now)
+            .bind(seq)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(changed == 1)
+    }
+
+    /// The webhook-ids (with their state) queued for an approval, oldest first.
+    pub async fn deliveries_of(
+        &self,
+        approval_id: &str,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT webhook_id, state FROM deliveries WHERE approval_id = ? ORDER BY seq",
+        )
+        .bind(approval_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get("webhook_id")?, row.try_get("state")?)))
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(StoreError)
+    }
+
+    pub async fn link(&self, token_hash: &str) -> Result<Option<Link>, StoreError> {
+        let row = sqlx::query("SELECT * FROM links WHERE token_hash = ?")
+            .bind(token_hash)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| {
+            Ok(Link {
+                approval_id: row.try_get("approval_id")?,
+                endpoint: row.try_get("endpoint")?,
+                verdict: row.try_get("verdict")?,
+                approver: row.try_get("approver")?,
+                expires_ms: row.try_get("expires_ms")?,
+                used_ms: row.try_get("used_ms")?,
+                revoked_ms: row.try_get("revoked_ms")?,
+            })
+        })
+        .transpose()
+        .map_err(StoreError)
+    }
+
+    /// Takes a usable link, and with it its siblings (the other verdicts sent to the same
+    /// endpoint for the same approval): only one of them can ever decide. Returns false when
+    /// the link was not usable any more (used, revoked or expired meanwhile).
+    pub async fn claim_link(&self, token_hash: &str, link: &Link) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let now = now_ms();
+        let claimed = sqlx::query("UPDATE links SET used_ms = ? WHERE token_hash = ? AND used_ms IS NULL AND revoked_ms IS NULL AND expires_ms > ?")
+            .bind(now)
+            .bind(token_hash)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            == 1;
+        if claimed {
+            sqlx::query("UPDATE links SET used_ms = ? WHERE approval_id = ? AND endpoint = ? AND used_ms IS NULL")
+                .bind(now)
+                .bind(&link.approval_id)
+                .bind(&link.endpoint)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(claimed)
+    }
+
+    /// Gives back a claimed link and its siblings (the decision could not be recorded).
+    pub async fn release_link(&self, link: &Link, claimed_ms: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE links SET used_ms = NULL WHERE approval_id = ? AND endpoint = ? AND used_ms >= ?")
+            .bind(&link.approval_id)
+            .bind(&link.endpoint)
+            .bind(claimed_ms)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Revokes every unused link of an approval; returns how many.
+    pub async fn revoke_links(&self, approval_id: &str) -> Result<u64, StoreError> {
+        let revoked = sqlx::query("UPDATE links SET revoked_ms = ? WHERE approval_id = ? AND used_ms IS NULL AND revoked_ms IS NULL")
+            .bind(now_ms())
+            .bind(approval_id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(revoked)
+    }
+
+    /// A value kept across restarts, made by `make` the first time.
+    pub async fn meta_or_insert(
+        &self,
+        key: &str,
+        make: impl FnOnce() -> String,
+    ) -> Result<String, StoreError> {
+        sqlx::query("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)")
+            .bind(key)
+            .bind(make())
+            .execute(&self.pool)
+            .await?;
+        let row = sqlx::query("SELECT value FROM meta WHERE key = ?")
+            .bind(key)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get(0)?)
+    }
+}
+
+fn delivery_of(row: &sqlx::sqlite::SqliteRow) -> Delivery {
+    Delivery {
+        seq: row.get("seq"),
+        endpoint: row.get("endpoint"),
+        webhook_id: row.get("webhook_id"),
+        approval_id: row.get("approval_id"),
+        event_type: row.get("event_type"),
+        body: row.get::<Option<String>, _>("body").unwrap_or_default(),
+        attempts: row.get("attempts"),
+        window_start_ms: row.get("window_start_ms"),
+        last_error: row.get("last_error"),
+    }
+}

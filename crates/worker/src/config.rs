@@ -1,0 +1,152 @@
+//! The parts of a worker's configuration every channel shares: the `[server]` section, how
+//! the TOML file is read, and the errors that name what is wrong.
+
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+/// The environment variable holding the worker's token for the countersign server.
+pub const WORKER_TOKEN_ENV: &str = "COUNTERSIGN_WORKER_TOKEN";
+
+/// Why the configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid configuration in {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// Reads and parses the TOML file at `path`.
+pub fn read_toml<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|source| ConfigError::Parse {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The `[server]` section: where the countersign server is and how to reach it.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    /// `http://host:port` or `https://host:port`.
+    pub url: String,
+    /// Worker token; `COUNTERSIGN_WORKER_TOKEN` overrides it.
+    pub token: Option<String>,
+    /// PEM file of the CA that signs the server's certificate.
+    pub ca_cert: Option<PathBuf>,
+    #[serde(default = "default_connect_timeout_secs")]
+    pub connect_timeout_secs: u64,
+    /// A watch silent (not even heartbeats) for this long is reconnected.
+    #[serde(default = "default_heartbeat_timeout_secs")]
+    pub heartbeat_timeout_secs: u64,
+    /// The longest pause between reconnection attempts to the server.
+    #[serde(default = "default_max_backoff_secs")]
+    pub max_backoff_secs: u64,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        ServerSection {
+            url: String::new(),
+            token: None,
+            ca_cert: None,
+            connect_timeout_secs: default_connect_timeout_secs(),
+            heartbeat_timeout_secs: default_heartbeat_timeout_secs(),
+            max_backoff_secs: default_max_backoff_secs(),
+        }
+    }
+}
+
+/// Shows everything except the token.
+impl std::fmt::Debug for ServerSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerSection")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("ca_cert", &self.ca_cert)
+            .field("connect_timeout_secs", &self.connect_timeout_secs)
+            .field("heartbeat_timeout_secs", &self.heartbeat_timeout_secs)
+            .field("max_backoff_secs", &self.max_backoff_secs)
+            .finish()
+    }
+}
+
+impl ServerSection {
+    /// Checks that the URL is set and reads the CA file, if any.
+    pub fn ca_cert_pem(&self) -> Result<Option<Vec<u8>>, ConfigError> {
+        if self.url.is_empty() {
+            return Err(ConfigError::Invalid("server.url is required".to_owned()));
+        }
+        match &self.ca_cert {
+            Some(path) => std::fs::read(path)
+                .map(Some)
+                .map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                }),
+            None => Ok(None),
+        }
+    }
+}
+
+fn default_connect_timeout_secs() -> u64 {
+    5
+}
+fn default_heartbeat_timeout_secs() -> u64 {
+    30
+}
+fn default_max_backoff_secs() -> u64 {
+    10
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_file_and_the_token_is_never_shown() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("worker.toml");
+        std::fs::write(
+            &path,
+            "[server]\nurl = \"http://x\"\ntoken = \"s3cret\"\nnope = 1\n",
+        )
+        .unwrap();
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct File {
+            server: ServerSection,
+        }
+        let error = read_toml::<File>(&path).err().unwrap().to_string();
+        assert!(
+            error.contains("worker.toml") && error.contains("nope"),
+            "{error}"
+        );
+        let section = ServerSection {
+            token: Some("s3cret".into()),
+            ..ServerSection::default()
+        };
+        assert!(!format!("{section:?}").contains("s3cret"));
+        assert!(section
+            .ca_cert_pem()
+            .unwrap_err()
+            .to_string()
+            .contains("server.url"));
+    }
+}
