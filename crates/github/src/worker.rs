@@ -359,7 +359,7 @@ impl Relay {
                     if let Some(approval) = event.approval {
                         if kind == pb::EventKind::Requested && is_granted(&approval) {
                             tracing::info!(approval_id = %approval.id, seq = event.seq, "a session grant approved a call; posting a notice");
-                            self.post_grant_notice(&approval).await;
+                            self.post_grant_notice(&approval, part.as_ref().map(Part::share));
                         }
                         let approval_id = approval.id.clone();
                         self.update(approval).await;
@@ -799,16 +799,28 @@ impl Relay {
     /// Posts a short notice on the approval's issues when a session grant approved it at
     /// once, so that approvers see every use of the grants they gave. Repository targets
     /// (an issue per approval) get none: it would open an issue per use.
-    async fn post_grant_notice(&self, approval: &pb::Approval) {
+    /// Posted in the approval's lane; `part` (the watch item's share) is done once it is.
+    fn post_grant_notice(&self, approval: &pb::Approval, part: Option<Part>) {
         let notice = render::grant_notice(approval);
-        for target in self.targets_of(approval) {
-            let Target::Issue(issue) = target else {
-                continue;
-            };
-            if let Err(error) = self.api.create_comment(&issue, &notice).await {
-                tracing::warn!(approval_id = %approval.id, %issue, %error, "cannot post the session grant notice");
+        let issues: Vec<IssueRef> = self
+            .targets_of(approval)
+            .into_iter()
+            .filter_map(|target| match target {
+                Target::Issue(issue) => Some(issue),
+                Target::Repo(_) => None,
+            })
+            .collect();
+        let (api, approval_id) = (self.api.clone(), approval.id.clone());
+        self.lanes.push(&approval.id, async move {
+            for issue in issues {
+                if let Err(error) = api.create_comment(&issue, &notice).await {
+                    tracing::warn!(approval_id, %issue, %error, "cannot post the session grant notice");
+                }
             }
-        }
+            if let Some(part) = part {
+                part.done();
+            }
+        });
     }
 
     /// Tries again, in its lane, what failed for an approval for a reason that may pass: its
