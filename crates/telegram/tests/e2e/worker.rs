@@ -502,7 +502,7 @@ async fn a_restarted_worker_edits_its_message_and_a_redelivered_tap_decides_once
     // Killed and restarted between the request and the tap, without its watch cursor (a lost
     // state directory): the watch starts with a snapshot.
     harness.kill_worker().await;
-    forget_cursor(&harness);
+    forget_cursor(&harness).await;
     let edits_before = harness.telegram.requests_of("editMessageText").len();
     harness.start_worker();
     // The new worker finds its message in the delivery record and re-renders it in place:
@@ -679,7 +679,7 @@ async fn approvals_resolved_while_the_worker_was_down_are_shown_resolved_after_a
     // Without its watch cursor (lost, or older than the server retains) the worker takes a
     // snapshot and corrects the most recently resolved approvals; the cursor's own path is
     // in tests/e2e/cursor.rs.
-    forget_cursor(&harness);
+    forget_cursor(&harness).await;
     harness.start_worker();
     shown_resolved(
         &harness,
@@ -746,7 +746,7 @@ async fn approvals_resolved_while_the_worker_was_down_are_shown_resolved_after_a
     harness
         .telegram
         .fail_next("editMessageText", 1, InjectedError::MessageCantBeEdited);
-    forget_cursor(&harness);
+    forget_cursor(&harness).await;
     harness.start_worker();
     let requests = harness
         .telegram
@@ -1183,11 +1183,18 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
 }
 
 /// Removes the stopped worker's watch cursor, so that its next start takes a snapshot.
-fn forget_cursor(harness: &Harness) {
-    match std::fs::remove_file(&harness.settings.cursor_path) {
-        Ok(()) => {}
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => panic!("cannot remove the watch cursor: {error}"),
+/// Removes the stopped worker's watch cursor. The worker was aborted in-process, so a cursor
+/// write it had handed to a blocking thread may still land just after the abort (a killed
+/// process's would not): the file must stay gone for a while.
+async fn forget_cursor(harness: &Harness) {
+    let mut absent_checks = 0;
+    while absent_checks < 3 {
+        match std::fs::remove_file(&harness.settings.cursor_path) {
+            Ok(()) => absent_checks = 0,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => absent_checks += 1,
+            Err(error) => panic!("cannot remove the watch cursor: {error}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
 
