@@ -3,19 +3,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use countersign_github::config::{
     Config, ProcessEnvironment, ENV_APP_PRIVATE_KEY, ENV_GITHUB_TOKEN, ENV_WEBHOOK_SECRET,
     ENV_WORKER_TOKEN,
 };
 use countersign_github::Worker;
-use tracing_subscriber::EnvFilter;
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
+use countersign_worker::logging::{self, LogFormat};
 
 /// Posts countersign approval requests as GitHub issue comments and turns `/approve` and
 /// `/reject <reason>` comments from people with write access into decisions.
@@ -47,19 +41,10 @@ fn secrets_help() -> String {
     )
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    logging::init(cli.log_format);
     let config = match Config::load(&cli.config, &ProcessEnvironment) {
         Ok(config) => config,
         Err(error) => {

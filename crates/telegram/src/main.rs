@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use countersign_telegram::config::{BOT_TOKEN_ENV, WORKER_TOKEN_ENV};
 use countersign_telegram::Settings;
-use tracing_subscriber::EnvFilter;
+use countersign_worker::logging::{self, LogFormat};
 
 /// Shows countersign approval requests in Telegram with inline Approve / Reject / Allow for
 /// session buttons, and relays the decisions to the countersign server.
@@ -21,12 +21,6 @@ struct Cli {
     log_format: LogFormat,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
 fn secrets_help() -> String {
     format!(
         "Secrets come from the environment: {BOT_TOKEN_ENV} (the bot token) and \
@@ -38,7 +32,7 @@ fn secrets_help() -> String {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    logging::init(cli.log_format);
     let settings = match Settings::load(&cli.config) {
         Ok(settings) => settings,
         Err(error) => {
@@ -52,14 +46,5 @@ async fn main() -> ExitCode {
             tracing::error!(%error, "the Telegram worker stopped");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
     }
 }

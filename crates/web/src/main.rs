@@ -3,11 +3,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use countersign_web::config::{ADMIN_TOKEN_ENV, WORKER_TOKEN_ENV};
 use countersign_web::sessions::{Approver, Sessions};
 use countersign_web::Settings;
-use tracing_subscriber::EnvFilter;
+use countersign_worker::logging::{self, LogFormat};
 
 /// A browser inbox where approvers see every pending countersign approval live, read the
 /// full call and decide one by one or in batches. Without a command it serves the inbox.
@@ -45,12 +45,6 @@ enum Command {
     },
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
 fn secrets_help() -> String {
     format!(
         "Secrets come from the environment: {WORKER_TOKEN_ENV} (a worker token for channel \
@@ -62,7 +56,7 @@ fn secrets_help() -> String {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    logging::init(cli.log_format);
     let settings = match Settings::load(&cli.config) {
         Ok(settings) => settings,
         Err(error) => {
@@ -118,15 +112,4 @@ async fn revoke_sessions(settings: &Settings, approver: &str) -> Result<(), Stri
         .map_err(|error| error.to_string())?;
     println!("revoked {revoked} session(s) of {approver}");
     Ok(())
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
 }

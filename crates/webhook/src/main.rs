@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use countersign_webhook::config::WORKER_TOKEN_ENV;
 use countersign_webhook::Settings;
-use tracing_subscriber::EnvFilter;
+use countersign_worker::logging::{self, LogFormat};
 
 /// Delivers countersign approval events to HTTP endpoints (Standard Webhooks signatures) with
 /// one-time decision links. Without a command it runs the worker.
@@ -48,12 +48,6 @@ enum DeadLetterAction {
     },
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
 fn secrets_help() -> String {
     format!(
         "Secrets come from the environment: {WORKER_TOKEN_ENV} (the worker token for the \
@@ -66,7 +60,7 @@ fn secrets_help() -> String {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    logging::init(cli.log_format);
     let Some(config) = cli.config else {
         eprintln!("error: --config (or COUNTERSIGN_WEBHOOK_CONFIG) is required");
         return ExitCode::from(2);
@@ -140,16 +134,5 @@ async fn operate(settings: &Settings, command: Command) -> Result<(), String> {
             println!("revoked {revoked} decision link(s) of {approval_id}");
             Ok(())
         }
-    }
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
     }
 }

@@ -16,12 +16,14 @@
 //! - [`approval`]: facts about an approval every channel shows the same way.
 //! - [`config`]: the `[server]` section and configuration errors every worker shares.
 //! - [`shutdown`]: the signals that ask a worker binary to stop.
+//! - [`logging`]: how a worker binary logs.
 
 pub mod agent_text;
 pub mod approval;
 pub mod config;
 pub mod cursor;
 pub mod lanes;
+pub mod logging;
 pub mod outbox;
 pub mod retry;
 pub mod shutdown;
