@@ -41,6 +41,7 @@ fn decision(id: &str, racer: usize, verdict: pb::Verdict) -> pb::DecideRequest {
             display_name: format!("User {racer}"),
         }),
         idempotency_key: format!("{id}-{racer}"),
+        ..Default::default()
     }
 }
 

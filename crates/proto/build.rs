@@ -6,7 +6,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::env::set_var("PROTOC", protoc);
     let include = protoc_bin_vendored::include_path()?;
 
-    let proto_root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    // Read at run time, not compiled in: a build script binary shared between checkouts (a
+    // hard-linked target directory) must read this checkout's proto files.
+    let proto_root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
     let files = [proto_root.join("countersign/v1/approval.proto")];
     for file in &files {
         println!("cargo:rerun-if-changed={}", file.display());

@@ -92,6 +92,7 @@ pub fn decide(id: &str, verdict: pb::Verdict, user: &str, key: &str) -> pb::Deci
             display_name: format!("@{user}"),
         }),
         idempotency_key: key.to_string(),
+        ..Default::default()
     }
 }
 

@@ -71,6 +71,7 @@ fn decide_request(approval_id: String, verdict: pb::Verdict, user: String) -> pb
             display_name: user.clone(),
             user_id: user,
         }),
+        ..Default::default()
     }
 }
 

@@ -507,6 +507,16 @@ pub struct ApproveArgs {
     /// Approve this call only, or later calls of the same tool in the agent session too
     #[arg(long, value_enum, default_value_t = DecisionScope::Once)]
     pub scope: DecisionScope,
+    /// Edit the arguments before approving: opens $VISUAL or $EDITOR on them (pretty-printed
+    /// JSON) and approves what you save. Saved unchanged, it approves them as they are. The
+    /// server validates the edit and checks policy on it again; a refused edit decides nothing
+    #[arg(long, conflicts_with = "args_digest")]
+    pub edit: bool,
+    /// The version of the arguments you reviewed (args_digest, or edited_args_digest once
+    /// edited, as `countersign get` shows them); refused when they changed since. Needed to
+    /// approve an approval someone edited
+    #[arg(long, value_name = "DIGEST")]
+    pub args_digest: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]

@@ -84,7 +84,25 @@ async fn dispatch(
         }
         Command::List(args) => list(&client, &out, args).await?,
         Command::Watch(args) => watch(&client, &out, args).await?,
-        Command::Approve(ApproveArgs { decision, scope }) => {
+        Command::Approve(ApproveArgs {
+            decision,
+            scope,
+            edit,
+            args_digest,
+        }) => {
+            let version = if edit {
+                let approval = client.get_approval(&decision.id).await?;
+                let edited = crate::edit::edit_arguments(&approval)?;
+                Version {
+                    expected_digest: edited.seen_digest,
+                    edited_arguments: edited.arguments.unwrap_or_default(),
+                }
+            } else {
+                Version {
+                    expected_digest: args_digest.unwrap_or_default(),
+                    edited_arguments: String::new(),
+                }
+            };
             decide(
                 &client,
                 settings,
@@ -92,6 +110,7 @@ async fn dispatch(
                 decision,
                 pb::Verdict::Approve,
                 scope.into(),
+                version,
             )
             .await?
         }
@@ -103,6 +122,7 @@ async fn dispatch(
                 decision,
                 pb::Verdict::Reject,
                 pb::Scope::Once,
+                Version::default(),
             )
             .await?
         }
@@ -475,6 +495,15 @@ async fn watch(client: &Client, out: &Printer, args: WatchArgs) -> Result<Exit, 
     }
 }
 
+/// Which version of the arguments a decision is about (edit-on-approve).
+#[derive(Default)]
+struct Version {
+    /// The args digest the decider reviewed; empty: none named.
+    expected_digest: String,
+    /// Edited arguments to approve instead; empty: none.
+    edited_arguments: String,
+}
+
 async fn decide(
     client: &Client,
     settings: &Settings,
@@ -482,6 +511,7 @@ async fn decide(
     args: DecideArgs,
     verdict: pb::Verdict,
     scope: pb::Scope,
+    version: Version,
 ) -> Result<Exit, CliError> {
     let user = settings.decider(args.user.as_deref())?;
     let response = client
@@ -498,6 +528,8 @@ async fn decide(
             // Each invocation is a new action; a repeat by the same user is recognised by the
             // server as DUPLICATE anyway.
             idempotency_key: format!("cli-{}", uuid::Uuid::now_v7()),
+            edited_arguments_json: version.edited_arguments,
+            expected_args_digest: version.expected_digest,
         })
         .await?;
     let outcome = render::decide_outcome(&response);

@@ -277,7 +277,18 @@ fn answer(
     ask: bool,
 ) -> Option<Value> {
     let reason = verdict.explanation();
+    // Edit-on-approve: the arguments the approver edited replace the tool's input.
+    let updated_input = match verdict {
+        Verdict::Allow { updated_input, .. } => updated_input.as_ref(),
+        Verdict::Deny { .. } => None,
+    };
     match (host, event) {
+        // Gemini's hook output has no way to change the tool's input: an edit is not run as
+        // requested, it is denied with the reason.
+        (Host::Gemini, _) if updated_input.is_some() && !ask => Some(json!({
+            "decision": "deny",
+            "reason": format!("{reason}; Gemini CLI cannot run edited arguments, so the call is not run as requested"),
+        })),
         (Host::Gemini, _) => Some(if ask || verdict.is_allow() {
             json!({})
         } else {
@@ -291,20 +302,33 @@ fn answer(
             } else {
                 "deny"
             };
-            Some(json!({"hookSpecificOutput": {
+            let mut output = json!({
                 "hookEventName": "PreToolUse",
                 "permissionDecision": decision,
                 "permissionDecisionReason": reason,
-            }}))
+            });
+            if let (Some(input), false) = (updated_input, ask) {
+                output["updatedInput"] = input.clone();
+            }
+            Some(json!({ "hookSpecificOutput": output }))
         }
-        // Codex refuses `allow` without updatedInput, and `ask`: silence lets the call go on.
-        (Host::Codex, HookEvent::PreToolUse) => (!ask && !verdict.is_allow()).then(|| {
-            json!({"hookSpecificOutput": {
+        // Codex takes `allow` only with updatedInput (an approval with edits), and no `ask`:
+        // silence lets the call go on.
+        (Host::Codex, HookEvent::PreToolUse) => match (ask, updated_input) {
+            (false, Some(input)) => Some(json!({"hookSpecificOutput": {
                 "hookEventName": "PreToolUse",
-                "permissionDecision": "deny",
+                "permissionDecision": "allow",
                 "permissionDecisionReason": reason,
-            }})
-        }),
+                "updatedInput": input,
+            }})),
+            _ => (!ask && !verdict.is_allow()).then(|| {
+                json!({"hookSpecificOutput": {
+                    "hookEventName": "PreToolUse",
+                    "permissionDecision": "deny",
+                    "permissionDecisionReason": reason,
+                }})
+            }),
+        },
         (_, HookEvent::PermissionRequest) => {
             if ask {
                 return None;
@@ -312,6 +336,9 @@ fn answer(
             let decision = match verdict {
                 Verdict::Allow { session, .. } => {
                     let mut decision = json!({"behavior": "allow"});
+                    if let Some(input) = updated_input {
+                        decision["updatedInput"] = input.clone();
+                    }
                     if host == Host::ClaudeCode && *session {
                         decision["updatedPermissions"] = json!([{
                             "type": "addRules",

@@ -343,8 +343,9 @@ impl Tools {
                 let verdict = self
                     .gate(request, call.key_is_derived(), progress, cancelled)
                     .await?;
-                if verdict.is_allow() {
-                    // The input exactly as the host sent it: the approval does not change it.
+                if let Verdict::Allow { updated_input, .. } = &verdict {
+                    // The input as the host sent it, or as an approver edited it.
+                    let input = updated_input.clone().unwrap_or(input);
                     let answer = json!({"behavior": "allow", "updatedInput": input});
                     return Some(text_result(answer.to_string(), false));
                 }

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use countersign_client::{pb, Timestamp};
+use countersign_client::{pb, version, Timestamp};
 use serde_json::{json, Map, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
@@ -63,7 +63,19 @@ fn decision_json(decision: &pb::Decision) -> Value {
         "decider": decider_json(decision.decider.as_ref()),
         "idempotency_key": decision.idempotency_key,
         "decided_at": timestamp_json(decision.decided_at.as_ref()),
+        "args_digest": decision.args_digest,
+        "edited_arguments": parsed_or_null(&decision.edited_arguments_json),
+        "restarts_count": decision.restarts_count,
     })
+}
+
+/// JSON text as JSON (the raw text if it is not JSON); empty: null.
+fn parsed_or_null(text: &str) -> Value {
+    if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+    }
 }
 
 fn delivery_json(delivery: &pb::Delivery) -> Value {
@@ -78,12 +90,7 @@ fn delivery_json(delivery: &pb::Delivery) -> Value {
 pub fn approval_json(approval: &pb::Approval) -> Value {
     // Arguments are a JSON object on the wire; keep them as JSON, or as the raw text if the
     // server ever sent something else. Empty: redacted from storage.
-    let arguments = if approval.arguments_json.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&approval.arguments_json)
-            .unwrap_or_else(|_| Value::String(approval.arguments_json.clone()))
-    };
+    let arguments = parsed_or_null(&approval.arguments_json);
     let labels: Map<String, Value> = approval
         .labels
         .iter()
@@ -131,6 +138,10 @@ pub fn approval_json(approval: &pb::Approval) -> Value {
         "resolved_at": timestamp_json(approval.resolved_at.as_ref()),
         "consumption": consumption,
         "policy_rule": approval.policy_rule,
+        "edited_arguments": parsed_or_null(&approval.edited_arguments_json),
+        "edited_args_digest": approval.edited_args_digest,
+        "editor": decider_json(approval.editor.as_ref()),
+        "edited_at": timestamp_json(approval.edited_at.as_ref()),
     })
 }
 
@@ -195,6 +206,19 @@ pub fn approval_text(approval: &pb::Approval) -> String {
     line("reason:", &approval.reason);
     line("risk:", risk(approval));
     line("arguments:", &approval.arguments_json);
+    line("digest:", &approval.args_digest);
+    if version::is_edited(approval) {
+        line(
+            "edited by:",
+            &approval
+                .editor
+                .as_ref()
+                .map(decider_text)
+                .unwrap_or_default(),
+        );
+        line("edited args:", &approval.edited_arguments_json);
+        line("edited digest:", &approval.edited_args_digest);
+    }
     line("agent:", &approval.agent_id);
     line("session:", &approval.session_id);
     line("requester:", &approval.requester);
@@ -215,11 +239,7 @@ pub fn approval_text(approval: &pb::Approval) -> String {
             "approvals:",
             &format!(
                 "{} of {} required",
-                approval
-                    .decisions
-                    .iter()
-                    .filter(|d| d.verdict() == pb::Verdict::Approve)
-                    .count(),
+                version::current_approvals(approval).count(),
                 approval.required_approvals
             ),
         );
@@ -246,6 +266,12 @@ pub fn approval_text(approval: &pb::Approval) -> String {
             .map(decider_text)
             .unwrap_or_default();
         let mut text = format!("{} by {who}", verdict(decision.verdict()));
+        if !decision.edited_arguments_json.is_empty() {
+            text.push_str(" with edited arguments");
+            if decision.restarts_count {
+                text.push_str(" (restarted the approval count)");
+            }
+        }
         if !decision.reason.is_empty() {
             text.push_str(&format!(": {}", decision.reason));
         }
@@ -350,7 +376,15 @@ pub fn event_line(event: &pb::ApprovalEvent) -> String {
             .as_ref()
             .map(decider_text)
             .unwrap_or_default();
-        let _ = write!(line, "  [{} by {who}]", verdict(decision.verdict()));
+        let edited = match (
+            decision.edited_arguments_json.is_empty(),
+            decision.restarts_count,
+        ) {
+            (true, _) => "",
+            (false, false) => ", edited",
+            (false, true) => ", edited, count restarted",
+        };
+        let _ = write!(line, "  [{} by {who}{edited}]", verdict(decision.verdict()));
     }
     if let Some(delivery) = &event.delivery {
         let _ = write!(line, "  [{} {}]", delivery.channel, delivery.target);

@@ -768,3 +768,73 @@ async fn admin_commands_need_an_admin_token() {
     );
     assert_exit(&run(&server.url(), &["verify-audit"]).await, 77);
 }
+
+/// `approve --edit` opens $VISUAL/$EDITOR on the pretty-printed arguments: a malformed or empty
+/// edit decides nothing; a valid one approves the edited arguments.
+#[tokio::test]
+async fn approve_with_edit_opens_the_editor_and_approves_what_was_saved() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    // The "editor": keeps a copy of what it was shown, then writes $NEW_ARGUMENTS over it.
+    let editor = dir.path().join("editor.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\ncp \"$1\" \"$SHOWN\"\nprintf '%s' \"$NEW_ARGUMENTS\" > \"$1\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let shown = dir.path().join("shown.json");
+    let id = request_id(&url, &[]).await;
+    let edit = |arguments: &str| {
+        let mut command = countersign(&url);
+        command
+            .args(["approve", &id, "--edit", "-o", "json"])
+            .env_remove("VISUAL")
+            .env("EDITOR", &editor)
+            .env("SHOWN", &shown)
+            .env("NEW_ARGUMENTS", arguments)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        tokio::time::timeout(STEP, command.output())
+    };
+
+    let duplicate = edit(r#"{"env": "staging", "env": "prod"}"#)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_exit(&duplicate, 70);
+    assert!(
+        stderr(&duplicate).contains("edited_arguments_json"),
+        "{}",
+        stderr(&duplicate)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&shown).unwrap(),
+        "{\n  \"env\": \"prod\"\n}\n",
+        "the editor shows the arguments pretty-printed"
+    );
+    let empty = edit("  ").await.unwrap().unwrap();
+    assert_exit(&empty, 64);
+    assert!(stderr(&empty).contains("empty"), "{}", stderr(&empty));
+    let unchanged = json(&run(&url, &["get", &id, "-o", "json"]).await);
+    assert_eq!(unchanged["state"], "PENDING");
+    assert_eq!(unchanged["decisions"], serde_json::json!([]));
+
+    let approved = edit(r#"{"env": "staging"}"#).await.unwrap().unwrap();
+    assert_exit(&approved, 0);
+    let answer = json(&approved);
+    assert_eq!(answer["outcome"], "RESOLVED");
+    assert_eq!(answer["approval"]["state"], "APPROVED");
+    assert_eq!(answer["approval"]["arguments"]["env"], "prod");
+    assert_eq!(answer["approval"]["edited_arguments"]["env"], "staging");
+    assert_eq!(answer["approval"]["editor"]["user_id"], "tester");
+
+    let text = run(&url, &["get", &id]).await;
+    assert!(stdout(&text).contains("edited args:"), "{}", stdout(&text));
+    assert!(
+        stdout(&text).contains("with edited arguments"),
+        "{}",
+        stdout(&text)
+    );
+}

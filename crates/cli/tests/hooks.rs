@@ -256,6 +256,63 @@ async fn an_approval_reaches_each_host_as_its_own_allow() {
     }
 }
 
+/// An approval with edited arguments (edit-on-approve) reaches each host as its way of running
+/// the edited input: Claude Code and Codex get `updatedInput`; Gemini CLI, whose hook can only
+/// merge keys into the input, gets a denial instead of a call nobody approved.
+#[tokio::test]
+async fn an_approval_with_edits_reaches_each_host_as_its_updated_input() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let edited = json!({"command": "npm run deploy -- --env staging"});
+    for surface in SURFACES {
+        let session = session_of(surface, "edit");
+        let mut watch = watch_requests(&url).await;
+        let input = surface.payload(&session, 0);
+        let hook = tokio::spawn({
+            let url = url.clone();
+            async move { surface.run(&url, &input, &[]).await }
+        });
+        let approval = next_pending(&mut watch).await;
+        let response = client(&url)
+            .decide(pb::DecideRequest {
+                approval_id: approval.id.clone(),
+                verdict: pb::Verdict::Approve.into(),
+                decider: Some(pb::Decider {
+                    channel: "telegram".into(),
+                    user_id: "1001".into(),
+                    display_name: "Alice".into(),
+                }),
+                idempotency_key: format!("cb-edit-{surface:?}"),
+                edited_arguments_json: edited.to_string(),
+                ..Default::default()
+            })
+            .await
+            .expect("decide with edits");
+        assert_eq!(response.outcome(), pb::DecideOutcome::Resolved);
+        let output = hook.await.unwrap();
+        let reason = format!(
+            "countersign: approved by {APPROVER}, with the arguments edited by Alice (telegram)"
+        );
+        let expected = match surface {
+            ClaudePreToolUse | CodexPreToolUse => json!({"hookSpecificOutput": {
+                "hookEventName": "PreToolUse",
+                "permissionDecision": "allow",
+                "permissionDecisionReason": reason,
+                "updatedInput": edited,
+            }}),
+            ClaudePermissionRequest | CodexPermissionRequest => json!({"hookSpecificOutput": {
+                "hookEventName": "PermissionRequest",
+                "decision": {"behavior": "allow", "updatedInput": edited},
+            }}),
+            GeminiBeforeTool => json!({
+                "decision": "deny",
+                "reason": format!("{reason}; Gemini CLI cannot run edited arguments, so the call is not run as requested"),
+            }),
+        };
+        assert_answer(surface, &output, Some(expected));
+    }
+}
+
 #[tokio::test]
 async fn a_rejection_reaches_the_model_with_its_reason_and_approver() {
     let server = TestServer::start().await;

@@ -173,6 +173,43 @@ async fn the_handshake_lists_the_tools_and_answers_ping_and_unknown_methods() {
     assert_eq!(status.code(), Some(0));
 }
 
+/// An approver's edit (edit-on-approve) is the permission prompt's `updatedInput`.
+#[tokio::test]
+async fn approve_with_edits_answers_the_edited_input() {
+    let (_server, client, mut watch, mut mcp) = started().await;
+    let input = json!({"command": "git push --force"});
+    mcp.call_tool(
+        1,
+        "approve",
+        json!({"tool_name": "Bash", "input": input, "tool_use_id": "toolu_edit"}),
+        None,
+    )
+    .await;
+    let approval = next_pending(&mut watch).await;
+    let edited = json!({"command": "git push --force-with-lease"});
+    client
+        .decide(pb::DecideRequest {
+            approval_id: approval.id.clone(),
+            verdict: pb::Verdict::Approve.into(),
+            decider: Some(pb::Decider {
+                channel: "telegram".into(),
+                user_id: "1001".into(),
+                display_name: "Alice".into(),
+            }),
+            idempotency_key: "cb-edit".into(),
+            edited_arguments_json: edited.to_string(),
+            ..Default::default()
+        })
+        .await
+        .expect("decide with edits");
+    let response = mcp.response().await;
+    assert_eq!(response["id"], 1);
+    assert_eq!(
+        tool_text(&response),
+        json!({"behavior": "allow", "updatedInput": edited})
+    );
+}
+
 #[tokio::test]
 async fn approve_answers_the_permission_prompt_and_reports_progress_while_waiting() {
     let (_server, client, mut watch, mut mcp) = started().await;

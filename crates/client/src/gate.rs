@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::backoff::{log_retry, Backoff};
-use crate::{Client, ClientError};
+use crate::{version, Client, ClientError};
 
 /// How long a gated request keeps retrying a server it cannot reach before it denies: long
 /// enough to ride out a restart, short enough that an agent is not held for minutes by a server
@@ -37,6 +37,9 @@ pub enum Verdict {
         approval_id: String,
         session: bool,
         explanation: String,
+        /// An approver edited the arguments (edit-on-approve): run the call with this input
+        /// instead of the one requested.
+        updated_input: Option<Value>,
     },
     /// Do not run the call. `failure` is true when countersign could not decide (server
     /// unreachable, refused, deadline reached, bad input) rather than a person or rule saying no.
@@ -228,10 +231,35 @@ pub fn verdict_of(approval: &pb::Approval) -> Verdict {
         .map(|reason| format!(": {reason}"))
         .unwrap_or_default();
     match approval.state() {
+        pb::ApprovalState::Approved | pb::ApprovalState::Consumed
+            if version::is_edited(approval) =>
+        {
+            let editor = version::editor_name(approval).unwrap_or_default();
+            match version::edited_input(approval) {
+                Some(input) => Verdict::Allow {
+                    session: is_session_scoped(approval),
+                    explanation: format!(
+                        "countersign: approved {by}{reason}, with the arguments edited by {editor}"
+                    ),
+                    approval_id: id,
+                    updated_input: Some(input),
+                },
+                // Edited, but the edit is not readable (redacted): running the arguments as
+                // requested would run what nobody approved.
+                None => Verdict::Deny {
+                    explanation: format!(
+                        "countersign: approval {id} approved arguments edited by {editor}, which are not available (redacted), so the call is not run"
+                    ),
+                    failure: true,
+                    approval_id: Some(id),
+                },
+            }
+        }
         pb::ApprovalState::Approved | pb::ApprovalState::Consumed => Verdict::Allow {
             session: is_session_scoped(approval),
             explanation: format!("countersign: approved {by}{reason}"),
             approval_id: id,
+            updated_input: None,
         },
         pb::ApprovalState::Rejected => Verdict::Deny {
             explanation: format!("countersign: rejected {by}{reason}"),

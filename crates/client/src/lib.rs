@@ -47,6 +47,7 @@ mod backoff;
 mod client;
 mod error;
 pub mod gate;
+pub mod version;
 mod watch;
 
 pub use client::{Client, ClientConfig};

@@ -154,6 +154,46 @@ pub struct Decision {
     /// Who this decider is for quorum purposes: a registry approver id, or the decider's
     /// channel identity. The same person on two channels counts once.
     pub approver: String,
+    /// The version of the arguments decided on (their digest). On the way in: the version the
+    /// decider saw, empty when they named none; stored: the version decided. Empty in
+    /// decisions stored before edits existed: the requested arguments.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub args_digest: String,
+    /// Set when this decision edited the arguments (see [`ArgsEdit`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub edited_arguments_json: String,
+    /// This edit replaced a version that had approvals, which stopped counting.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub restarts_count: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+/// The arguments an approver edited, as the server validated them and what policy requires
+/// for them (never less than the approval required before).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EditedVersion {
+    pub arguments_json: String,
+    pub args_digest: String,
+    pub risk: Risk,
+    pub required_approvals: u32,
+    pub separation_of_duties: bool,
+}
+
+/// The current edit of an approval's arguments (edit-on-approve). The requested arguments
+/// stay in [`Approval::arguments_json`]; the runtime executes these instead.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArgsEdit {
+    pub arguments_json: String,
+    pub args_digest: String,
+    pub editor: Decider,
+    pub edited_at: Millis,
+    /// What policy requires for the edited arguments, at least what the approval required.
+    pub risk: Risk,
+    pub required_approvals: u32,
+    pub separation_of_duties: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,6 +205,10 @@ pub struct Resolution {
     pub grant_id: Option<String>,
     pub reason: String,
     pub resolved_at: Millis,
+    /// An approval by people: the digest of the version approved (the edited one when
+    /// edited), which the execution is bound to.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub args_digest: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -243,6 +287,9 @@ pub struct Approval {
     /// See [`ApprovalRequest::grant_scope`].
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub grant_scope: String,
+    /// The arguments as an approver edited them; `None`: as requested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edit: Option<ArgsEdit>,
 }
 
 fn separation_of_duties_default() -> bool {
@@ -361,6 +408,7 @@ impl Approval {
             policy_rule: request.policy_rule,
             separation_of_duties: request.separation_of_duties,
             grant_scope: request.grant_scope,
+            edit: None,
         };
         if let Disposition::Resolve {
             verdict,
@@ -378,6 +426,7 @@ impl Approval {
                 grant_id,
                 reason,
                 resolved_at: now,
+                args_digest: String::new(),
             });
         }
         approval
@@ -403,12 +452,114 @@ impl Approval {
             || self.routes.iter().any(|r| r.channel == channel)
     }
 
-    /// The distinct approvers who approved so far.
+    /// Blanks every argument value this approval holds, requested and edited (for redaction
+    /// and for the event log, where the digests stand for them).
+    pub fn clear_argument_values(&mut self) {
+        self.arguments_json.clear();
+        if let Some(edit) = &mut self.edit {
+            edit.arguments_json.clear();
+        }
+        for decision in &mut self.decisions {
+            decision.edited_arguments_json.clear();
+        }
+    }
+
+    /// Puts back edited argument values blanked by [`Approval::clear_argument_values`] from
+    /// `source`, the same approval as stored with them (its decisions hold every version).
+    pub fn restore_edited_values(&mut self, source: &Approval) {
+        let edited = |digest: &str| {
+            source
+                .decisions
+                .iter()
+                .find(|d| d.args_digest == digest && !d.edited_arguments_json.is_empty())
+                .map(|d| d.edited_arguments_json.clone())
+        };
+        if let Some(edit) = &mut self.edit {
+            if let Some(text) = edited(&edit.args_digest) {
+                edit.arguments_json = text;
+            }
+        }
+        for decision in &mut self.decisions {
+            if decision.edited_arguments_json.is_empty() {
+                if let Some(original) = source
+                    .decisions
+                    .iter()
+                    .find(|d| d.idempotency_key == decision.idempotency_key)
+                {
+                    decision.edited_arguments_json = original.edited_arguments_json.clone();
+                }
+            }
+        }
+    }
+
+    /// The digest of the arguments to execute: the edited ones when edited.
+    pub fn current_digest(&self) -> &str {
+        self.edit
+            .as_ref()
+            .map_or(&self.args_digest, |edit| &edit.args_digest)
+    }
+
+    /// The arguments to execute: the edited ones when edited.
+    pub fn current_arguments(&self) -> &str {
+        self.edit
+            .as_ref()
+            .map_or(&self.arguments_json, |edit| &edit.arguments_json)
+    }
+
+    /// The risk deciders are checked against: raised by an edit, never lowered.
+    pub fn effective_risk(&self) -> Risk {
+        self.edit
+            .as_ref()
+            .map_or(self.risk, |edit| edit.risk.max(self.risk))
+    }
+
+    /// The distinct approvers of the current version needed to approve.
+    pub fn effective_required_approvals(&self) -> u32 {
+        self.edit.as_ref().map_or(self.required_approvals, |edit| {
+            edit.required_approvals.max(self.required_approvals)
+        })
+    }
+
+    pub fn effective_separation_of_duties(&self) -> bool {
+        self.separation_of_duties || self.edit.as_ref().is_some_and(|e| e.separation_of_duties)
+    }
+
+    /// The version `decision` is about (decisions stored before edits name none: the
+    /// requested arguments).
+    fn version_of<'a>(&'a self, decision: &'a Decision) -> &'a str {
+        if decision.args_digest.is_empty() {
+            &self.args_digest
+        } else {
+            &decision.args_digest
+        }
+    }
+
+    /// This approval as it would be with `version` applied by `editor`: what the approver
+    /// registry checks an edit against (the raised risk, the four-eyes rule).
+    pub fn with_edit(&self, version: &EditedVersion, editor: &Decider, now: Millis) -> Approval {
+        let mut edited = self.clone();
+        edited.edit = Some(ArgsEdit {
+            arguments_json: version.arguments_json.clone(),
+            args_digest: version.args_digest.clone(),
+            editor: editor.clone(),
+            edited_at: now,
+            risk: version.risk.max(self.effective_risk()),
+            required_approvals: version
+                .required_approvals
+                .max(self.effective_required_approvals()),
+            separation_of_duties: version.separation_of_duties
+                || self.effective_separation_of_duties(),
+        });
+        edited
+    }
+
+    /// The distinct approvers who approved the current version so far.
     pub fn approvals_so_far(&self) -> usize {
+        let current = self.current_digest();
         let mut approvers: Vec<&str> = self
             .decisions
             .iter()
-            .filter(|d| d.verdict == Verdict::Approve)
+            .filter(|d| d.verdict == Verdict::Approve && self.version_of(d) == current)
             .map(|d| d.approver.as_str())
             .collect();
         approvers.sort_unstable();
@@ -443,13 +594,26 @@ impl Approval {
             grant_id: None,
             reason: "no decision before the approval expired".to_string(),
             resolved_at: now,
+            args_digest: String::new(),
         });
         true
     }
 
-    /// Applies a decision. Refusals of the decider (registry, ceiling, four-eyes) happen
-    /// before this, in the caller; here only the approval's own rules apply.
-    pub fn decide(&mut self, decision: Decision, now: Millis) -> Result<DecideEffect, Error> {
+    /// Applies a decision, with the arguments edited when `edit` is set (an approval of the
+    /// edited version). Refusals of the decider (registry, ceiling, four-eyes) and policy on
+    /// an edit happen before this, in the caller; here only the approval's own rules apply.
+    ///
+    /// Versions: a decision names the version the decider saw (`args_digest`); one naming
+    /// another version than the current is refused. Naming none means the requested
+    /// arguments, so once the approval has been edited an approval must name the version.
+    /// Approvals count toward the quorum only for the current version: an edit that replaces
+    /// a version with approvals restarts the count (`restarts_count`).
+    pub fn decide(
+        &mut self,
+        mut decision: Decision,
+        edit: Option<EditedVersion>,
+        now: Millis,
+    ) -> Result<DecideEffect, Error> {
         let unchanged = |outcome| DecideEffect {
             outcome,
             event: None,
@@ -478,12 +642,20 @@ impl Approval {
                 "SCOPE_SESSION needs an approval with a session_id",
             ));
         }
-        let same_vote_again = self
-            .decisions
-            .iter()
-            .any(|d| d.approver == decision.approver && d.verdict == decision.verdict);
+        let edit = self.place_version(&mut decision, edit)?;
+        let same_vote_again = edit.is_none()
+            && self.decisions.iter().any(|d| {
+                d.approver == decision.approver
+                    && d.verdict == decision.verdict
+                    && (d.verdict == Verdict::Reject || self.version_of(d) == decision.args_digest)
+            });
         if same_vote_again {
             return Ok(unchanged(DecideOutcome::Duplicate));
+        }
+        if let Some(edit) = edit {
+            decision.restarts_count = self.approvals_so_far() > 0;
+            decision.edited_arguments_json = edit.arguments_json.clone();
+            self.edit = Some(edit);
         }
 
         let verdict = decision.verdict;
@@ -492,7 +664,9 @@ impl Approval {
         self.decisions.push(decision);
         let resolves = match verdict {
             Verdict::Reject => true,
-            Verdict::Approve => self.approvals_so_far() >= self.required_approvals as usize,
+            Verdict::Approve => {
+                self.approvals_so_far() >= self.effective_required_approvals() as usize
+            }
         };
         if !resolves {
             return Ok(DecideEffect {
@@ -506,12 +680,18 @@ impl Approval {
             Verdict::Approve => Some(
                 self.decisions
                     .iter()
-                    .filter(|d| d.verdict == Verdict::Approve)
+                    .filter(|d| {
+                        d.verdict == Verdict::Approve && self.version_of(d) == self.current_digest()
+                    })
                     .map(|d| d.decider.clone())
                     .collect(),
             ),
         }
         .unwrap_or_default();
+        let args_digest = match verdict {
+            Verdict::Approve => self.current_digest().to_owned(),
+            Verdict::Reject => String::new(),
+        };
         self.resolve(Resolution {
             verdict: Some(verdict),
             resolved_by: ResolvedBy::Decision,
@@ -520,12 +700,70 @@ impl Approval {
             grant_id: None,
             reason,
             resolved_at: now,
+            args_digest,
         });
         Ok(DecideEffect {
             outcome: DecideOutcome::Resolved,
             event: Some(EventKind::Resolved),
             grants_session: verdict == Verdict::Approve && scope == Scope::Session,
         })
+    }
+
+    /// Checks the version `decision` is about against the current one and settles it in
+    /// `decision.args_digest`; returns the edit to make, if `edit` is a new version.
+    fn place_version(
+        &self,
+        decision: &mut Decision,
+        edit: Option<EditedVersion>,
+    ) -> Result<Option<ArgsEdit>, Error> {
+        let current = self.current_digest().to_owned();
+        if !decision.args_digest.is_empty() && decision.args_digest != current {
+            return Err(Error::FailedPrecondition(format!(
+                "approval {} now has arguments of version {current}, not {} which the decider saw (it was edited meanwhile); review the current arguments and decide again",
+                self.id, decision.args_digest
+            )));
+        }
+        match (decision.verdict, edit) {
+            (Verdict::Reject, Some(_)) => Err(Error::invalid(
+                "edited_arguments_json",
+                "edited arguments go with VERDICT_APPROVE only; a rejection has nothing to edit",
+            )),
+            (Verdict::Approve, edit)
+                if decision.scope == Scope::Session && (edit.is_some() || self.edit.is_some()) =>
+            {
+                Err(Error::invalid(
+                    "scope",
+                    "edited arguments are approved for this call only (SCOPE_ONCE), never for the session",
+                ))
+            }
+            (Verdict::Reject, None) => {
+                decision.args_digest = current;
+                Ok(None)
+            }
+            (Verdict::Approve, None) => {
+                if decision.args_digest.is_empty() {
+                    if let Some(edit) = &self.edit {
+                        return Err(Error::FailedPrecondition(format!(
+                            "approval {} was edited by {} to version {}; an approval must name the version it approves (expected_args_digest) after reviewing the edited arguments",
+                            self.id,
+                            edit.editor.identity(),
+                            edit.args_digest
+                        )));
+                    }
+                    decision.args_digest = current;
+                }
+                Ok(None)
+            }
+            (Verdict::Approve, Some(version)) => {
+                decision.args_digest = version.args_digest.clone();
+                if version.args_digest == current {
+                    // The edit is the current version: an approval of it, nothing to edit.
+                    return Ok(None);
+                }
+                let edited = self.with_edit(&version, &decision.decider, decision.decided_at);
+                Ok(edited.edit)
+            }
+        }
     }
 
     /// Cancels a pending approval (the requesting agent changed its mind).
@@ -548,6 +786,7 @@ impl Approval {
             grant_id: None,
             reason: reason.to_string(),
             resolved_at: now,
+            args_digest: String::new(),
         });
         Ok(EventKind::Cancelled)
     }
@@ -635,6 +874,9 @@ mod tests {
             decider,
             idempotency_key: key.into(),
             decided_at: 5,
+            args_digest: String::new(),
+            edited_arguments_json: String::new(),
+            restarts_count: false,
         }
     }
 
@@ -651,15 +893,23 @@ mod tests {
     #[test]
     fn quorum_counts_distinct_approvers_and_one_reject_resolves() {
         let mut a = pending(2);
-        let first = a.decide(decision("u1", Verdict::Approve, "k1"), 1).unwrap();
+        let first = a
+            .decide(decision("u1", Verdict::Approve, "k1"), None, 1)
+            .unwrap();
         assert_eq!(first.outcome, DecideOutcome::Recorded);
         assert_eq!(first.event, Some(EventKind::DecisionRecorded));
-        let again = a.decide(decision("u1", Verdict::Approve, "k2"), 2).unwrap();
+        let again = a
+            .decide(decision("u1", Verdict::Approve, "k2"), None, 2)
+            .unwrap();
         assert_eq!(again.outcome, DecideOutcome::Duplicate);
-        let reject = a.decide(decision("u1", Verdict::Reject, "k3"), 3).unwrap();
+        let reject = a
+            .decide(decision("u1", Verdict::Reject, "k3"), None, 3)
+            .unwrap();
         assert_eq!(reject.outcome, DecideOutcome::Resolved);
         assert_eq!(a.state, State::Rejected);
-        let late = a.decide(decision("u2", Verdict::Approve, "k4"), 4).unwrap();
+        let late = a
+            .decide(decision("u2", Verdict::Approve, "k4"), None, 4)
+            .unwrap();
         assert_eq!(late.outcome, DecideOutcome::AlreadyResolved);
         assert_eq!(late.event, None);
         assert_eq!(a.decisions.len(), 2);
@@ -669,13 +919,13 @@ mod tests {
     fn a_repeated_idempotency_key_is_a_duplicate_even_after_resolution() {
         let mut a = pending(1);
         assert_eq!(
-            a.decide(decision("u1", Verdict::Approve, "k1"), 1)
+            a.decide(decision("u1", Verdict::Approve, "k1"), None, 1)
                 .unwrap()
                 .outcome,
             DecideOutcome::Resolved
         );
         assert_eq!(
-            a.decide(decision("u1", Verdict::Approve, "k1"), 2)
+            a.decide(decision("u1", Verdict::Approve, "k1"), None, 2)
                 .unwrap()
                 .outcome,
             DecideOutcome::Duplicate
@@ -686,7 +936,7 @@ mod tests {
     fn an_approval_past_its_deadline_cannot_be_approved() {
         let mut a = pending(1);
         let effect = a
-            .decide(decision("u1", Verdict::Approve, "k1"), 60_000)
+            .decide(decision("u1", Verdict::Approve, "k1"), None, 60_000)
             .unwrap();
         assert_eq!(effect.outcome, DecideOutcome::AlreadyResolved);
         assert_eq!(effect.event, Some(EventKind::Expired));
@@ -699,11 +949,11 @@ mod tests {
         let mut a = pending(1);
         let mut d = decision("u1", Verdict::Approve, "k1");
         d.scope = Scope::Session;
-        assert!(a.decide(d.clone(), 1).unwrap().grants_session);
+        assert!(a.decide(d.clone(), None, 1).unwrap().grants_session);
 
         let mut no_session = pending(1);
         no_session.session_id.clear();
-        let err = no_session.decide(d, 1).unwrap_err();
+        let err = no_session.decide(d, None, 1).unwrap_err();
         assert!(matches!(err, Error::InvalidArgument { ref field, .. } if field == "scope"));
         assert!(no_session.decisions.is_empty());
     }
@@ -712,7 +962,8 @@ mod tests {
     fn consume_only_once_and_only_after_approval() {
         let mut a = pending(1);
         assert!(a.consume(ConsumeOutcome::Succeeded, "", 1).is_err());
-        a.decide(decision("u1", Verdict::Approve, "k1"), 1).unwrap();
+        a.decide(decision("u1", Verdict::Approve, "k1"), None, 1)
+            .unwrap();
         assert_eq!(
             a.consume(ConsumeOutcome::Succeeded, "ok", 2).unwrap(),
             EventKind::Consumed

@@ -189,17 +189,23 @@ impl ApproverRegistry {
                     decider.display_name
                 ))
             })?;
-        if approval.risk > approver.max_risk {
+        let risk = approval.effective_risk();
+        if risk > approver.max_risk {
+            let edited = if approval.edit.is_some() {
+                " with the edited arguments"
+            } else {
+                ""
+            };
             return Err(Error::PermissionDenied(format!(
-                "approver {} may decide up to {} risk; approval {} is {}",
+                "approver {} may decide up to {} risk; approval {} is {}{edited}",
                 approver.label(),
                 approver.max_risk.as_str(),
                 approval.id,
-                approval.risk.as_str()
+                risk.as_str()
             )));
         }
         if verdict == Verdict::Approve
-            && approval.separation_of_duties
+            && approval.effective_separation_of_duties()
             && approver.is_requester(&approval.requester)
         {
             return Err(Error::PermissionDenied(format!(

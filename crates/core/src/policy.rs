@@ -19,7 +19,9 @@ use serde_json::Value;
 
 use crate::digest::canonical_json;
 use crate::validate::{optional, validate_channel, Limits};
-use crate::{ApprovalRequest, Disposition, ResolvedBy, Risk, Route, Verdict};
+use crate::{
+    Approval, ApprovalRequest, Disposition, EditedVersion, Error, ResolvedBy, Risk, Route, Verdict,
+};
 
 /// A configuration entry (a rule, an approver) that cannot be used, named so that the operator
 /// finds it.
@@ -243,6 +245,68 @@ impl Policy {
             Action::Classify(_) => Disposition::RequireHuman,
         };
         (request, disposition)
+    }
+}
+
+impl Policy {
+    /// What the rules require for `approval` with its arguments replaced by an approver's
+    /// edit (`arguments_json`, already validated, and its digest), evaluated like a request:
+    /// a `deny` rule refuses the edit; otherwise the risk, quorum and four-eyes rule of the
+    /// edited call, never below what the approval requires now (an edit cannot lower what is
+    /// required, and an `allow` rule does not approve an edit).
+    pub fn reevaluate(
+        &self,
+        approval: &Approval,
+        arguments_json: String,
+        args_digest: String,
+    ) -> Result<EditedVersion, Error> {
+        let request = ApprovalRequest {
+            agent_id: approval.agent_id.clone(),
+            session_id: approval.session_id.clone(),
+            requester: approval.requester.clone(),
+            idempotency_key: approval.idempotency_key.clone(),
+            tool_name: approval.tool_name.clone(),
+            arguments_json,
+            args_digest,
+            action: approval.action.clone(),
+            reason: approval.reason.clone(),
+            risk: approval.effective_risk(),
+            routes: approval.routes.clone(),
+            required_approvals: approval.effective_required_approvals(),
+            ttl_seconds: None,
+            labels: approval.labels.clone(),
+            policy_rule: None,
+            separation_of_duties: approval.effective_separation_of_duties(),
+            grant_scope: String::new(),
+        };
+        let (shaped, disposition) = self.apply(request);
+        if let Disposition::Resolve {
+            verdict: Verdict::Reject,
+            rule,
+            reason,
+            ..
+        } = disposition
+        {
+            let why = if reason.is_empty() {
+                String::new()
+            } else {
+                format!(" ({reason})")
+            };
+            return Err(Error::PermissionDenied(format!(
+                "the edited arguments match deny rule {:?}{why}: an edit cannot approve a call the policy denies",
+                rule.unwrap_or_default()
+            )));
+        }
+        Ok(EditedVersion {
+            arguments_json: shaped.arguments_json,
+            args_digest: shaped.args_digest,
+            risk: shaped.risk.max(approval.effective_risk()),
+            required_approvals: shaped
+                .required_approvals
+                .max(approval.effective_required_approvals()),
+            separation_of_duties: shaped.separation_of_duties
+                || approval.effective_separation_of_duties(),
+        })
     }
 }
 

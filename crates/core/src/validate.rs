@@ -75,21 +75,7 @@ pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<Approval
         )
     })?;
 
-    if input.arguments_json.len() > limits.max_arguments_bytes {
-        return Err(Error::invalid(
-            "arguments_json",
-            format!(
-                "is {} bytes, more than the limit of {} bytes",
-                input.arguments_json.len(),
-                limits.max_arguments_bytes
-            ),
-        ));
-    }
-    let arguments: Value = parse_strict(&input.arguments_json)
-        .map_err(|e| Error::invalid("arguments_json", format!("is not accepted: {e}")))?;
-    if !arguments.is_object() {
-        return Err(Error::invalid("arguments_json", "must be a JSON object"));
-    }
+    let args_digest = validate_arguments("arguments_json", &input.arguments_json, limits)?;
 
     if input.routes.len() > limits.max_routes {
         return Err(Error::invalid(
@@ -146,7 +132,7 @@ pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<Approval
     }
 
     Ok(ApprovalRequest {
-        args_digest: args_digest(&arguments),
+        args_digest,
         agent_id: input.agent_id,
         session_id: input.session_id,
         requester: input.requester,
@@ -164,6 +150,44 @@ pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<Approval
         separation_of_duties: true,
         grant_scope: String::new(),
     })
+}
+
+/// Checks arguments (a request's, or an approver's edit of them) and returns their digest:
+/// within the size limit, strict JSON (no duplicate keys, no number that cannot be represented
+/// exactly) and an object. `field` names them in the refusal.
+pub fn validate_arguments(field: &str, text: &str, limits: &Limits) -> Result<String, Error> {
+    if text.len() > limits.max_arguments_bytes {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "is {} bytes, more than the limit of {} bytes",
+                text.len(),
+                limits.max_arguments_bytes
+            ),
+        ));
+    }
+    let arguments: Value =
+        parse_strict(text).map_err(|e| Error::invalid(field, format!("is not accepted: {e}")))?;
+    if !arguments.is_object() {
+        return Err(Error::invalid(field, "must be a JSON object"));
+    }
+    Ok(args_digest(&arguments))
+}
+
+/// Checks an expected arguments digest: empty, or 64 lowercase hex digits.
+pub fn validate_digest(field: &str, digest: &str) -> Result<(), Error> {
+    let well_formed = digest.len() == 64
+        && digest
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if digest.is_empty() || well_formed {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            field,
+            "must be a hex SHA-256 digest (64 lowercase hex digits) as in args_digest",
+        ))
+    }
 }
 
 /// Checks the decider of a `Decide` call and a free-text reason.

@@ -254,6 +254,9 @@ fn decision(
         decider,
         idempotency_key: format!("key-{key}"),
         decided_at: now,
+        args_digest: String::new(),
+        edited_arguments_json: String::new(),
+        restarts_count: false,
     }
 }
 
@@ -304,7 +307,7 @@ proptest! {
                 }
                 Op::Decide { approver, channel, approve, session, key } => {
                     let d = decision(approver, channel, approve, session, key, now);
-                    match approval.decide(d, now) {
+                    match approval.decide(d, None, now) {
                         Ok(effect) => match effect.outcome {
                             DecideOutcome::Resolved => {
                                 prop_assert!(before.is_pending());

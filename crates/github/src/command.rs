@@ -6,6 +6,10 @@
 //! opened inside a list item or a quote), indented code blocks (four spaces or a tab after a
 //! blank line), `<pre>` and `<code>` blocks, block quotes (`>` and the lazy continuation lines
 //! of a quoted paragraph) and HTML comments. The first command of a comment counts.
+//!
+//! Edit-on-approve: a fenced code block with the info string `json` that directly follows an
+//! `/approve` line (only blank lines between) is not ignored but holds the edited arguments
+//! the approval is for. Any other code block, and one after `/reject`, stays ignored.
 
 /// What the commenter wants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,6 +26,9 @@ pub struct Command {
     pub approval_id: Option<String>,
     /// The reason given with `/reject` (empty when none).
     pub reason: String,
+    /// `/approve` followed by a ```json block: its content, the edited arguments (validated by
+    /// the server).
+    pub edited_arguments: Option<String>,
 }
 
 /// The shortest id prefix or suffix the worker shows and accepts (see `render::short_id`).
@@ -42,7 +49,8 @@ pub fn parse_command(body: &str) -> Option<Command> {
     let mut block = Block::Prose;
     // Whether the previous line continues a paragraph (an indented line then is not code).
     let mut in_paragraph = false;
-    for line in body.lines() {
+    let lines: Vec<&str> = body.lines().collect();
+    for (index, line) in lines.iter().copied().enumerate() {
         let trimmed = line.trim();
         match block {
             Block::Fence { fence_char, len } => {
@@ -97,13 +105,44 @@ pub fn parse_command(body: &str) -> Option<Command> {
             continue;
         }
         if indent_of(line) < 4 {
-            if let Some(command) = parse_line(trimmed) {
+            if let Some(mut command) = parse_line(trimmed) {
+                if command.verdict == Verdict::Approve {
+                    command.edited_arguments = json_block_after(&lines[index + 1..]);
+                }
                 return Some(command);
             }
         }
         in_paragraph = true;
     }
     None
+}
+
+/// The content of a ```json (or ~~~json) fence opening on the first non-blank line of `lines`,
+/// outside any container, up to its closing fence (or the end of the comment, as GitHub
+/// renders an unclosed fence).
+fn json_block_after(lines: &[&str]) -> Option<String> {
+    let mut rest = lines.iter().skip_while(|line| line.trim().is_empty());
+    let opening = rest.next()?;
+    if indent_of(opening) >= 4 {
+        return None;
+    }
+    let opening = opening.trim();
+    let Some(Block::Fence { fence_char, len }) = opens_fence(opening) else {
+        return None;
+    };
+    let info = opening[len * fence_char.len_utf8()..].trim();
+    if !info
+        .split_whitespace()
+        .next()
+        .is_some_and(|language| language.eq_ignore_ascii_case("json"))
+    {
+        return None;
+    }
+    let content: Vec<&str> = rest
+        .take_while(|line| !closes_fence(line, fence_char, len))
+        .copied()
+        .collect();
+    Some(content.join("\n"))
 }
 
 /// Leading whitespace in columns, a tab counting up to the next multiple of four.
@@ -212,6 +251,7 @@ fn parse_line(line: &str) -> Option<Command> {
             Verdict::Reject => reason.to_string(),
             Verdict::Approve => String::new(),
         },
+        edited_arguments: None,
     })
 }
 
@@ -232,6 +272,7 @@ mod tests {
             verdict: Verdict::Approve,
             approval_id: id.map(str::to_string),
             reason: String::new(),
+            edited_arguments: None,
         })
     }
 
@@ -240,7 +281,46 @@ mod tests {
             verdict: Verdict::Reject,
             approval_id: id.map(str::to_string),
             reason: reason.to_string(),
+            edited_arguments: None,
         })
+    }
+
+    #[test]
+    fn a_json_fence_right_after_approve_is_the_edit() {
+        let body = "/approve\n\n```json\n{\"env\": \"staging\",\n \"x\": 1}\n```\nthanks";
+        let command = parse_command(body).unwrap();
+        assert_eq!(command.verdict, Verdict::Approve);
+        assert_eq!(
+            command.edited_arguments.as_deref(),
+            Some("{\"env\": \"staging\",\n \"x\": 1}")
+        );
+        let with_id = parse_command("/approve 0193abcd\n~~~ JSON\n{}\n~~~").unwrap();
+        assert_eq!(with_id.approval_id.as_deref(), Some("0193abcd"));
+        assert_eq!(with_id.edited_arguments.as_deref(), Some("{}"));
+    }
+
+    #[test]
+    fn other_blocks_are_no_edit_and_commands_inside_code_stay_ignored() {
+        // Not json, not right after the command, or after /reject: no edit.
+        for body in [
+            "/approve\n```\n{}\n```",
+            "/approve\n```sh\n{}\n```",
+            "/approve\nsee below\n```json\n{}\n```",
+            "/approve\n    ```json\n    {}\n    ```",
+        ] {
+            assert_eq!(parse_command(body), approve(None), "{body:?}");
+        }
+        assert_eq!(
+            parse_command("/reject no\n```json\n{}\n```"),
+            reject(None, "no")
+        );
+        // A command inside a json block is still no command.
+        assert_eq!(parse_command("```json\n/approve\n```"), None);
+        assert_eq!(
+            parse_command("```json\n{}\n```\n/approve"),
+            approve(None),
+            "a block before the command is not its edit"
+        );
     }
 
     #[test]

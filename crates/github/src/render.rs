@@ -10,7 +10,7 @@
 //! full arguments. The first line of the request comment is a hidden marker with the
 //! approval id, which is how the worker recognises its own comment after a crash.
 
-use countersign_client::pb;
+use countersign_client::{pb, version};
 use countersign_worker::agent_text;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
@@ -78,10 +78,8 @@ pub fn request_body(approval: &pb::Approval) -> String {
     let head = request_head(approval);
     let tail = request_tail(approval);
     let budget = MAX_BODY_CHARS - 1 - head.chars().count() - tail.chars().count();
-    format!(
-        "{head}{}{tail}",
-        arguments_block(&approval.arguments_json, &approval.args_digest, budget)
-    )
+    let (arguments, digest) = version::current_arguments(approval);
+    format!("{head}{}{tail}", arguments_block(arguments, digest, budget))
 }
 
 /// The smallest request comment: everything but the arguments (their digest stays), for when
@@ -190,6 +188,22 @@ fn request_head(approval: &pb::Approval) -> String {
         "- **Arguments digest:** `sha256:{}`\n",
         hex_only(&approval.args_digest)
     ));
+    if let Some(editor) = approval
+        .editor
+        .as_ref()
+        .filter(|_| version::is_edited(approval))
+    {
+        body.push_str(&format!(
+            "- **Edited by** {}: the arguments below are the edited version `sha256:{}`, which the agent runs instead of the requested ones{}\n",
+            decider_name(editor),
+            hex_only(&approval.edited_args_digest),
+            if approval.decisions.iter().any(|d| d.restarts_count) {
+                " (the edit restarted the approval count: approvals of an earlier version no longer count)"
+            } else {
+                ""
+            }
+        ));
+    }
     body.push_str(&format!(
         "- **Approval:** `{short}` (`{}`)\n\n",
         hex_only(&approval.id)
@@ -205,6 +219,14 @@ fn request_tail(approval: &pb::Approval) -> String {
     if approval.state() == pb::ApprovalState::Pending {
         body.push_str(&format!(
             "\nTo answer, comment on this issue with one of these on its own line (write access to the repository needed):\n`/approve {short}` or `/reject {short} <reason>`\n"
+        ));
+        let edited = if version::is_edited(approval) {
+            " To approve the edited version shown, repeat its arguments the same way."
+        } else {
+            ""
+        };
+        body.push_str(&format!(
+            "To approve different arguments, follow the `/approve` line with a fenced ```` ```json ```` block holding the edited arguments (a JSON object); policy is checked again on them.{edited}\n"
         ));
     }
     body
@@ -227,10 +249,7 @@ fn status_line(approval: &pb::Approval) -> String {
         .unwrap_or_default();
     match approval.state() {
         State::Pending => {
-            let approvers: Vec<String> = approval
-                .decisions
-                .iter()
-                .filter(|d| d.verdict() == pb::Verdict::Approve)
+            let approvers: Vec<String> = version::current_approvals(approval)
                 .filter_map(|d| d.decider.as_ref())
                 .map(decider_name)
                 .collect();

@@ -1002,6 +1002,8 @@ impl Relay {
                     display_name: author.login.clone(),
                 }),
                 idempotency_key: comment_id.to_string(),
+                edited_arguments_json: command.edited_arguments.clone().unwrap_or_default(),
+                ..Default::default()
             })
             .await;
         let response = match decided {

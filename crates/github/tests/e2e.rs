@@ -1015,6 +1015,7 @@ async fn a_session_grant_s_use_is_announced() {
             reason: String::new(),
             decider: Some(github_decider(&harness.writer)),
             idempotency_key: "grant-test".to_string(),
+            ..Default::default()
         })
         .await
         .expect("decide for the session");
@@ -1221,5 +1222,76 @@ async fn with_a_state_dir_a_comment_resolved_behind_60_newer_approvals_is_correc
         harness.requests_comments(harness.issue).len(),
         1,
         "no comment for approvals cancelled before the worker saw them"
+    );
+}
+
+/// Edit-on-approve: `/approve` followed by a ```json block approves edited arguments; a plain
+/// `/approve` after an edit is refused with the reason; repeating the edited arguments
+/// approves that version.
+#[tokio::test]
+async fn an_approve_with_a_json_block_approves_the_edited_arguments() {
+    let harness = Harness::start(Mode::Webhook).await;
+    let request = pb::RequestApprovalRequest {
+        required_approvals: 2,
+        ..harness.request("call-edit", "")
+    };
+    let approval = harness.request_approval(request).await;
+    let request_comment = harness.request_comment(&approval.id).await;
+    assert!(request_comment.body.contains("```json"), "says how to edit");
+
+    let edited = r#"{"command": "kubectl rollout restart deploy/api", "namespace": "staging"}"#;
+    let edit = harness
+        .say(
+            &harness.writer,
+            &format!("Staging first.\n/approve\n```json\n{edited}\n```"),
+        )
+        .await;
+    assert_eq!(harness.reactions(edit.id, 1).await, vec!["+1"]);
+    let now = harness.approval(&approval.id).await;
+    assert_eq!(
+        now.state(),
+        pb::ApprovalState::Pending,
+        "two approvals needed"
+    );
+    assert_eq!(now.edited_arguments_json, edited);
+    assert_eq!(
+        now.editor.as_ref().map(|e| e.display_name.as_str()),
+        Some("alice")
+    );
+    harness
+        .request_comment_where(request_comment.id, "the comment shows the edit", |body| {
+            body.contains("**Edited by** @alice") && body.contains("\"staging\"")
+        })
+        .await;
+
+    // A plain /approve names no version: after an edit it is refused, with the reason.
+    let plain = harness.say(&harness.maintainer, "/approve").await;
+    let reply = harness.reply_to(harness.issue, plain.id).await;
+    assert!(reply.body.contains("was edited"), "{}", reply.body);
+    assert_eq!(harness.approval(&approval.id).await.decisions.len(), 1);
+
+    // Malformed edits are refused and change nothing.
+    let broken = harness
+        .say(
+            &harness.maintainer,
+            "/approve\n```json\n{\"a\": 1, \"a\": 2}\n```",
+        )
+        .await;
+    let reply = harness.reply_to(harness.issue, broken.id).await;
+    assert!(reply.body.contains("appears twice"), "{}", reply.body);
+
+    // The same edited arguments again: an approval of that version.
+    harness
+        .say(
+            &harness.maintainer,
+            &format!("/approve\n\n```json\n{edited}\n```"),
+        )
+        .await;
+    let resolved = harness.resolved(&approval.id).await;
+    assert_eq!(resolved.state(), pb::ApprovalState::Approved);
+    assert_eq!(resolved.edited_arguments_json, edited);
+    assert_eq!(
+        resolved.resolution.expect("resolution").args_digest,
+        resolved.edited_args_digest
     );
 }

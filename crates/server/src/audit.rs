@@ -217,9 +217,11 @@ impl Verifier {
                         digest(&approval, "/id").unwrap_or_default()
                     ))
                 } else {
-                    arguments_problem(&wrapped).map(|problem| {
-                        problem.replace("the row was edited", "the approval's row was edited")
-                    })
+                    arguments_problem(&wrapped)
+                        .map(|problem| {
+                            problem.replace("the row was edited", "the approval's row was edited")
+                        })
+                        .or_else(|| edits_problem(&approval))
                 }
             }
             _ => Some("an approval's row or its REQUESTED event is not valid JSON".into()),
@@ -232,6 +234,45 @@ impl Verifier {
             None => true,
         }
     }
+}
+
+/// Edited arguments still stored in an approval's row (the edit and the decisions that made
+/// each version) must be the ones their digest, which the chained events carry, was made of.
+fn edits_problem(approval: &Value) -> Option<String> {
+    let id = approval
+        .get("id")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let decisions = approval
+        .get("decisions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
+    let versions = decisions
+        .map(|decision| (decision, "/edited_arguments_json"))
+        .chain(approval.get("edit").map(|edit| (edit, "/arguments_json")));
+    for (holder, pointer) in versions {
+        let Some(text) = holder
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .filter(|text| !text.is_empty())
+        else {
+            continue;
+        };
+        let digest = holder
+            .get("args_digest")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match serde_json::from_str::<Value>(text) {
+            Ok(parsed) if args_digest(&parsed) == digest => {}
+            _ => {
+                return Some(format!(
+                    "approval {id}: edited arguments do not match their args_digest: the approval's row was edited"
+                ))
+            }
+        }
+    }
+    None
 }
 
 /// Arguments still stored must be the ones the digest (which the hash covers) was made of.

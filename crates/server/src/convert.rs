@@ -191,6 +191,9 @@ pub fn decision_to_pb(decision: &Decision) -> pb::Decision {
         decider: Some(decider_to_pb(&decision.decider)),
         idempotency_key: decision.idempotency_key.clone(),
         decided_at: Some(timestamp(decision.decided_at)),
+        args_digest: decision.args_digest.clone(),
+        edited_arguments_json: decision.edited_arguments_json.clone(),
+        restarts_count: decision.restarts_count,
     }
 }
 
@@ -215,7 +218,7 @@ pub fn approval_to_pb(approval: &Approval) -> pb::Approval {
         args_digest: approval.args_digest.clone(),
         action: approval.action.clone(),
         reason: approval.reason.clone(),
-        risk: risk_to_pb(approval.risk) as i32,
+        risk: risk_to_pb(approval.effective_risk()) as i32,
         routes: approval
             .routes
             .iter()
@@ -224,7 +227,7 @@ pub fn approval_to_pb(approval: &Approval) -> pb::Approval {
                 target: r.target.clone(),
             })
             .collect(),
-        required_approvals: approval.required_approvals,
+        required_approvals: approval.effective_required_approvals(),
         labels: approval
             .labels
             .iter()
@@ -240,6 +243,7 @@ pub fn approval_to_pb(approval: &Approval) -> pb::Approval {
             grant_id: r.grant_id.clone().unwrap_or_default(),
             reason: r.reason.clone(),
             resolved_at: Some(timestamp(r.resolved_at)),
+            args_digest: r.args_digest.clone(),
         }),
         deliveries: approval.deliveries.iter().map(delivery_to_pb).collect(),
         created_at: Some(timestamp(approval.created_at)),
@@ -251,6 +255,18 @@ pub fn approval_to_pb(approval: &Approval) -> pb::Approval {
             consumed_at: Some(timestamp(c.consumed_at)),
         }),
         policy_rule: approval.policy_rule.clone().unwrap_or_default(),
+        edited_arguments_json: approval
+            .edit
+            .as_ref()
+            .map(|e| e.arguments_json.clone())
+            .unwrap_or_default(),
+        edited_args_digest: approval
+            .edit
+            .as_ref()
+            .map(|e| e.args_digest.clone())
+            .unwrap_or_default(),
+        editor: approval.edit.as_ref().map(|e| decider_to_pb(&e.editor)),
+        edited_at: approval.edit.as_ref().map(|e| timestamp(e.edited_at)),
     }
 }
 

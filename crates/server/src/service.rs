@@ -5,9 +5,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use countersign_core::validate::{
-    required, validate_channel, validate_decider, validate_request, Limits,
+    required, validate_arguments, validate_channel, validate_decider, validate_digest,
+    validate_request, Limits,
 };
-use countersign_core::{Approval, Decision, Delivery, Error as DomainError};
+use countersign_core::{
+    Approval, Decision, Delivery, EditedVersion, Error as DomainError, Verdict,
+};
 use countersign_proto::v1 as pb;
 use countersign_proto::v1::approval_service_server::ApprovalService;
 use tokio::sync::broadcast;
@@ -196,6 +199,36 @@ pub(crate) fn paginate<T>(
         items.last().map(token).unwrap_or_default()
     } else {
         String::new()
+    }
+}
+
+impl ApprovalApi {
+    /// Puts a refused decision on the audit trail (the approval stays as it is) and returns
+    /// the refusal for the caller.
+    async fn refuse(
+        &self,
+        caller: &Caller,
+        current: &Approval,
+        decision: Decision,
+        refusal: DomainError,
+        now: countersign_core::Millis,
+    ) -> Status {
+        let why = refusal.to_string();
+        tracing::warn!(
+            approval_id = %current.id,
+            decider = %decision.decider.identity(),
+            token = %caller.name,
+            why = %why,
+            "decision refused"
+        );
+        match self
+            .store
+            .refuse_decision(&current.id, decision, &why, now)
+            .await
+        {
+            Ok(_) => status_of_domain(refusal),
+            Err(e) => status_of(e),
+        }
     }
 }
 
@@ -426,6 +459,25 @@ impl ApprovalService for ApprovalApi {
         let decider = decider_from_pb(request.decider);
         validate_decider(&decider, &request.reason, &request.idempotency_key)
             .map_err(status_of_domain)?;
+        validate_digest("expected_args_digest", &request.expected_args_digest)
+            .map_err(status_of_domain)?;
+        let edited_digest = if request.edited_arguments_json.is_empty() {
+            None
+        } else if verdict != Verdict::Approve {
+            return Err(status_of_domain(DomainError::invalid(
+                "edited_arguments_json",
+                "edited arguments go with VERDICT_APPROVE only; a rejection has nothing to edit",
+            )));
+        } else {
+            Some(
+                validate_arguments(
+                    "edited_arguments_json",
+                    &request.edited_arguments_json,
+                    &self.limits,
+                )
+                .map_err(status_of_domain)?,
+            )
+        };
         caller.for_channel(&decider.channel)?;
         check_rate(
             &self.rates.decisions_per_token,
@@ -455,32 +507,45 @@ impl ApprovalService for ApprovalApi {
             decider,
             idempotency_key: request.idempotency_key,
             decided_at: now,
+            // The version the decider saw; an edit is made on that version, and the store
+            // refuses both when the approval was edited meanwhile.
+            args_digest: request.expected_args_digest,
+            edited_arguments_json: String::new(),
+            restarts_count: false,
         };
-        // Checked against the approval as read: the risk, requester and separation-of-duties
-        // setting the registry looks at never change.
+        // Policy on the edited arguments: a deny rule refuses the edit, a higher risk or
+        // quorum applies to it.
+        let edit: Option<EditedVersion> = match edited_digest {
+            None => None,
+            Some(digest) => match self.security.policy.reevaluate(
+                &current,
+                request.edited_arguments_json,
+                digest,
+            ) {
+                Ok(version) => Some(version),
+                Err(refusal) => {
+                    return Err(self.refuse(&caller, &current, decision, refusal, now).await)
+                }
+            },
+        };
+        // Checked against the approval as read (with the edit applied): its risk, requester and
+        // separation-of-duties setting change only by an edit, and the store refuses the
+        // decision when the approval was edited meanwhile.
+        let checked = match &edit {
+            Some(version) => current.with_edit(version, &decision.decider, now),
+            None => current.clone(),
+        };
         let authorized = self
             .security
             .approvers
-            .authorize(&decision.decider, verdict, &current);
+            .authorize(&decision.decider, verdict, &checked);
         let decision = match authorized {
             Ok(approver) => Decision {
                 approver,
                 ..decision
             },
             Err(refusal) => {
-                let why = refusal.to_string();
-                tracing::warn!(
-                    approval_id = %current.id,
-                    decider = %decision.decider.identity(),
-                    token = %caller.name,
-                    why = %why,
-                    "decision refused"
-                );
-                self.store
-                    .refuse_decision(&current.id, decision, &why, now)
-                    .await
-                    .map_err(status_of)?;
-                return Err(status_of_domain(refusal));
+                return Err(self.refuse(&caller, &current, decision, refusal, now).await)
             }
         };
         let (outcome, approval) = self
@@ -488,6 +553,7 @@ impl ApprovalService for ApprovalApi {
             .decide(
                 &request.approval_id,
                 decision,
+                edit,
                 self.config.grants.ttl_seconds,
                 now,
             )
@@ -497,6 +563,8 @@ impl ApprovalService for ApprovalApi {
             approval_id = %approval.id,
             outcome = ?outcome,
             state = approval.state.as_str(),
+            args_digest = %approval.current_digest(),
+            edited = approval.edit.is_some(),
             token = %caller.name,
             "decision"
         );

@@ -281,6 +281,7 @@ async fn client(number: usize, url: String, stop: Arc<AtomicBool>, seen: Arc<Mut
                     display_name: format!("Approver {approver}"),
                 }),
                 idempotency_key: format!("d-{key}-{approver}"),
+                ..Default::default()
             };
             let decided = until_acknowledged(&url, |mut client| {
                 let decision = decision.clone();

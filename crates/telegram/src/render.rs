@@ -5,7 +5,7 @@
 //! an edit that changes nothing is recognised (and Telegram's "message is not modified" is
 //! expected, not an error).
 
-use countersign_client::pb;
+use countersign_client::{pb, version};
 use pb::{ApprovalState, ResolvedBy, Risk, Scope, Verdict};
 use time::OffsetDateTime;
 
@@ -147,26 +147,44 @@ fn render_tail(approval: &pb::Approval) -> String {
 }
 
 /// The arguments, pretty-printed in a `pre` block, truncated with a note to fit `budget`.
+/// When an approver edited them (edit-on-approve), the edited arguments, which the agent
+/// runs, with who edited them.
 fn render_arguments(approval: &pb::Approval, budget: usize) -> String {
-    let fingerprint = approval
-        .args_digest
-        .get(..12)
-        .unwrap_or(&approval.args_digest);
-    let heading = if fingerprint.is_empty() {
+    let (arguments, digest) = version::current_arguments(approval);
+    let fingerprint = digest.get(..12).unwrap_or(digest);
+    let mut heading = if version::is_edited(approval) {
+        let editor = approval
+            .editor
+            .as_ref()
+            .map(|editor| agent_html(&decider_name(editor), NAME_LIMIT))
+            .unwrap_or_default();
+        let restarted = if approval.decisions.iter().any(|d| d.restarts_count) {
+            " · the edit restarted the approval count"
+        } else {
+            ""
+        };
+        format!(
+            "✏️ <b>Arguments edited by</b> {editor}{restarted} (requested sha256 <code>{}</code>); the agent runs these:\n",
+            escape(approval.args_digest.get(..12).unwrap_or(&approval.args_digest))
+        )
+    } else {
+        String::new()
+    };
+    heading.push_str(&if fingerprint.is_empty() {
         "<b>Arguments:</b>\n".to_owned()
     } else {
         format!(
             "<b>Arguments</b> (sha256 <code>{}</code>):\n",
             escape(fingerprint)
         )
-    };
-    if approval.arguments_json.is_empty() {
+    });
+    if arguments.is_empty() {
         return format!("{heading}<i>not stored (redacted)</i>\n");
     }
-    let pretty = serde_json::from_str::<serde_json::Value>(&approval.arguments_json)
+    let pretty = serde_json::from_str::<serde_json::Value>(arguments)
         .ok()
         .and_then(|value| serde_json::to_string_pretty(&value).ok())
-        .unwrap_or_else(|| approval.arguments_json.clone());
+        .unwrap_or_else(|| arguments.to_owned());
     let pretty = agent_text::visible(&pretty);
     const OPEN: &str = "<pre><code class=\"language-json\">";
     const CLOSE: &str = "</code></pre>\n";
@@ -246,10 +264,7 @@ fn pending_html(approval: &pb::Approval) -> String {
     if required == 1 {
         return "⏳ Waiting for a decision".to_owned();
     }
-    let approvers: Vec<&pb::Decider> = approval
-        .decisions
-        .iter()
-        .filter(|decision| decision.verdict() == Verdict::Approve)
+    let approvers: Vec<&pb::Decider> = version::current_approvals(approval)
         .filter_map(|decision| decision.decider.as_ref())
         .collect();
     let mut html = format!("⏳ Waiting: {} of {required} approvals", approvers.len());
@@ -588,6 +603,50 @@ mod tests {
             user_id: "42".into(),
             display_name: name.into(),
         }
+    }
+
+    #[test]
+    fn an_edit_made_elsewhere_shows_the_edited_arguments_and_the_editor_escaped() {
+        let mut edited = approval(r#"{"command":"rm -rf build/"}"#);
+        edited.edited_arguments_json = r#"{"command":"rm -rf build/<b>tmp</b>"}"#.into();
+        edited.edited_args_digest =
+            "ffeeddccbbaa00112233445566778899ffeeddccbbaa00112233445566778899".into();
+        edited.editor = Some(decider("<i>Mallory</i>", "github"));
+        edited.required_approvals = 2;
+        edited.decisions = vec![pb::Decision {
+            verdict: Verdict::Approve.into(),
+            decider: edited.editor.clone(),
+            args_digest: edited.edited_args_digest.clone(),
+            edited_arguments_json: edited.edited_arguments_json.clone(),
+            restarts_count: true,
+            ..Default::default()
+        }];
+        let html = render_approval(&edited, &ButtonAction::ALL).html;
+        assert!(
+            html.contains("✏️ <b>Arguments edited by</b> &lt;i&gt;Mallory&lt;/i&gt;"),
+            "{html}"
+        );
+        assert!(
+            html.contains("the edit restarted the approval count"),
+            "{html}"
+        );
+        assert!(
+            html.contains("requested sha256 <code>a1b2c3d4e5f6</code>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("(sha256 <code>ffeeddccbbaa</code>)"),
+            "{html}"
+        );
+        assert!(
+            html.contains("rm -rf build/&lt;b&gt;tmp&lt;/b&gt;"),
+            "{html}"
+        );
+        assert!(
+            !html.contains("\"rm -rf build/\""),
+            "the requested version is not shown as current"
+        );
+        assert!(html.contains("Waiting: 1 of 2 approvals"), "{html}");
     }
 
     #[test]

@@ -958,6 +958,7 @@ impl Worker {
             reason: String::new(),
             decider: Some(decider(&query.from)),
             idempotency_key: format!("telegram:callback:{callback_id}"),
+            ..Default::default()
         };
         let (answer, approval) = self.decide(request, verdict, scope).await;
         self.answer(&callback_id, &answer).await;
@@ -1006,6 +1007,7 @@ impl Worker {
             reason: command.reason,
             decider: Some(decider(from)),
             idempotency_key: format!("telegram:message:{chat_id}:{}", message.id.0),
+            ..Default::default()
         };
         let (answer, approval) = self.decide(request, command.verdict, Scope::Once).await;
         self.reply(chat_id, message.id.0, &escape(&answer)).await;

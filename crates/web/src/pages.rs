@@ -7,6 +7,7 @@ use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
+use countersign_client::version;
 use countersign_client::{pb, ClientError};
 
 use crate::auth::{session_cookie, SignedForm, Viewer, SESSION_COOKIE};
@@ -219,8 +220,15 @@ struct ApprovalPage {
     status: Status,
     requester: String,
     reason: String,
+    /// The digest of the requested arguments.
     digest: String,
+    /// The current arguments (the edited ones when edited), pretty-printed; the edit box
+    /// starts with them.
     arguments: String,
+    /// Their digest: the version an approval from this page names.
+    current_digest: String,
+    /// "Alice (telegram)" when an approver edited the arguments; empty otherwise.
+    edited_by: String,
     diffs: Vec<view::Diff>,
     timeline: Vec<TimelineEntry>,
     key: String,
@@ -242,6 +250,7 @@ pub async fn approval(
     let (_, seq) = app.live.pending();
     let approval = app.client.get_approval(&id).await?;
     let timeline = timeline(&app, &approval).await;
+    let (current, current_digest) = version::current_arguments(&approval);
     Ok(render(&ApprovalPage {
         layout: Layout::of(&viewer),
         row: Row::of(&approval),
@@ -249,8 +258,12 @@ pub async fn approval(
         requester: approval.requester.clone(),
         reason: approval.reason.clone(),
         digest: approval.args_digest.clone(),
-        arguments: view::pretty_arguments(&approval.arguments_json),
-        diffs: view::diffs(&approval.arguments_json),
+        arguments: view::pretty_arguments(current),
+        current_digest: current_digest.to_owned(),
+        edited_by: version::editor_name(&approval)
+            .filter(|_| version::is_edited(&approval))
+            .unwrap_or_default(),
+        diffs: view::diffs(current),
         timeline,
         key: random_token(),
         seq,
@@ -288,6 +301,16 @@ pub struct DecideResult {
     pub approval: Option<pb::Approval>,
 }
 
+/// Which version of the arguments a decision is about: the one the page showed, and the
+/// approver's edit of it (edit-on-approve).
+#[derive(Default)]
+struct Version {
+    expected_digest: String,
+    edited_arguments: String,
+}
+
+// One parameter per part of a Decide call.
+#[allow(clippy::too_many_arguments)]
 async fn decide_one(
     app: &App,
     viewer: &Viewer,
@@ -296,6 +319,7 @@ async fn decide_one(
     scope: pb::Scope,
     reason: &str,
     key: &str,
+    version: Version,
 ) -> DecideResult {
     let request = pb::DecideRequest {
         approval_id: approval_id.to_owned(),
@@ -308,6 +332,8 @@ async fn decide_one(
             display_name: viewer.approver.name.clone(),
         }),
         idempotency_key: format!("web-{key}-{approval_id}"),
+        expected_args_digest: version.expected_digest,
+        edited_arguments_json: version.edited_arguments,
     };
     let (class, what, approval) = match app.client.decide(request).await {
         Ok(response) => {
@@ -330,6 +356,9 @@ async fn decide_one(
             (class, what, response.approval)
         }
         Err(ClientError::PermissionDenied(why)) => ("refused", format!("refused: {why}"), None),
+        // A malformed edit, or arguments edited since the page was shown.
+        Err(ClientError::InvalidArgument(why)) => ("invalid", format!("refused: {why}"), None),
+        Err(ClientError::FailedPrecondition(why)) => ("changed", format!("refused: {why}"), None),
         Err(error) => ("failed", format!("failed: {error}"), None),
     };
     DecideResult {
@@ -368,6 +397,28 @@ fn decision_of(form: &FormFields) -> Result<(pb::Verdict, pb::Scope, String), Re
     Ok((verdict, scope, reason))
 }
 
+/// The version the page showed (`args_digest`) and, when the approver changed the arguments
+/// in the edit box (`arguments`, prefilled with `shown_arguments`), their edit. An edit goes
+/// with an approval only.
+fn version_of(form: &FormFields, verdict: pb::Verdict) -> Result<Version, Refusal> {
+    let shown = form.get("shown_arguments").unwrap_or("").trim();
+    let edited = form
+        .get("arguments")
+        .map(str::trim)
+        .filter(|arguments| *arguments != shown)
+        .unwrap_or("");
+    if !edited.is_empty() && verdict != pb::Verdict::Approve {
+        return Err(Refusal::BadRequest(
+            "edited arguments go with Approve only; to reject, leave the arguments as they are"
+                .into(),
+        ));
+    }
+    Ok(Version {
+        expected_digest: form.get("args_digest").unwrap_or("").trim().to_owned(),
+        edited_arguments: edited.to_owned(),
+    })
+}
+
 fn form_key(form: &FormFields) -> String {
     form.get("key")
         .filter(|key| {
@@ -382,6 +433,7 @@ pub async fn decide(
     SignedForm { viewer, form }: SignedForm,
 ) -> Result<Response, Refusal> {
     let (verdict, scope, reason) = decision_of(&form)?;
+    let version = version_of(&form, verdict)?;
     let result = decide_one(
         &app,
         &viewer,
@@ -390,14 +442,16 @@ pub async fn decide(
         scope,
         &reason,
         &form_key(&form),
+        version,
     )
     .await;
     tracing::info!(approval = %id, approver = %viewer.approver.id, result = result.class, "web decision");
-    if matches!(result.class, "refused" | "failed") {
-        let status = if result.class == "refused" {
-            StatusCode::FORBIDDEN
-        } else {
-            StatusCode::BAD_GATEWAY
+    if matches!(result.class, "refused" | "invalid" | "changed" | "failed") {
+        let status = match result.class {
+            "refused" => StatusCode::FORBIDDEN,
+            "invalid" => StatusCode::BAD_REQUEST,
+            "changed" => StatusCode::CONFLICT,
+            _ => StatusCode::BAD_GATEWAY,
         };
         return Ok((
             status,
@@ -412,7 +466,11 @@ pub async fn decide(
 
 struct BatchItem {
     row: Row,
+    /// The current arguments (edited ones when edited) and their digest, which the decision
+    /// names.
     arguments: String,
+    digest: String,
+    edited_by: String,
 }
 
 #[derive(Template)]
@@ -466,9 +524,14 @@ pub async fn batch_review(
         .into_iter()
         .map(|approval| {
             let approval = approval?;
+            let (arguments, digest) = version::current_arguments(&approval);
             Ok(BatchItem {
                 row: Row::of(&approval),
-                arguments: view::pretty_arguments(&approval.arguments_json),
+                arguments: view::pretty_arguments(arguments),
+                digest: digest.to_owned(),
+                edited_by: version::editor_name(&approval)
+                    .filter(|_| version::is_edited(&approval))
+                    .unwrap_or_default(),
             })
         })
         .collect::<Result<Vec<_>, ClientError>>()?;
@@ -486,8 +549,16 @@ pub async fn batch_decide(
     let ids = batch_ids(&form)?;
     let (verdict, scope, reason) = decision_of(&form)?;
     let key = form_key(&form);
-    let outcomes = futures::future::join_all(ids.iter().map(|id| async {
-        let result = decide_one(&app, &viewer, id, verdict, scope, &reason, &key).await;
+    // Each approval's version as the review page showed it.
+    let versions: Vec<Version> = ids
+        .iter()
+        .map(|id| Version {
+            expected_digest: form.get(&format!("digest-{id}")).unwrap_or("").to_owned(),
+            edited_arguments: String::new(),
+        })
+        .collect();
+    let outcomes = futures::future::join_all(ids.iter().zip(versions).map(|(id, version)| async {
+        let result = decide_one(&app, &viewer, id, verdict, scope, &reason, &key, version).await;
         // A refused or failed decision carries no approval: read it for its action.
         let approval = match result.approval {
             Some(approval) => Some(approval),

@@ -2,7 +2,7 @@
 //! plain text: the templates escape it (askama escapes HTML by default), so agent text can
 //! never become markup.
 
-use countersign_client::{pb, Timestamp};
+use countersign_client::{pb, version, Timestamp};
 use countersign_worker::agent_text::one_line;
 use serde_json::Value;
 
@@ -57,21 +57,17 @@ fn decider_text(decider: Option<&pb::Decider>) -> String {
 
 /// Approvals counted so far against the quorum.
 pub fn approvals_so_far(approval: &pb::Approval) -> usize {
-    approval
-        .decisions
-        .iter()
-        .filter(|d| d.verdict() == pb::Verdict::Approve)
-        .count()
+    version::current_approvals(approval).count()
 }
 
 /// Whether `approver_id` already approved this approval on the web (it then waits for
 /// others and leaves this approver's inbox).
 pub fn approved_by(approval: &pb::Approval, approver_id: &str) -> bool {
-    approval.decisions.iter().any(|d| {
-        d.verdict() == pb::Verdict::Approve
-            && d.decider.as_ref().is_some_and(|who| {
-                who.channel == crate::config::CHANNEL && who.user_id == approver_id
-            })
+    // Approvals of an earlier version (before an edit) no longer count.
+    version::current_approvals(approval).any(|d| {
+        d.decider
+            .as_ref()
+            .is_some_and(|who| who.channel == crate::config::CHANNEL && who.user_id == approver_id)
     })
 }
 
@@ -227,10 +223,18 @@ fn decision_entry(decision: &pb::Decision) -> TimelineEntry {
     } else {
         ""
     };
+    let edited = match (
+        decision.edited_arguments_json.is_empty(),
+        decision.restarts_count,
+    ) {
+        (true, _) => "",
+        (false, false) => " with edited arguments",
+        (false, true) => " with edited arguments (the approval count restarted)",
+    };
     TimelineEntry {
         at: time_text(decision.decided_at.as_ref()),
         what: format!(
-            "{} {verdict}{scope}{}",
+            "{} {verdict}{scope}{edited}{}",
             decider_text(decision.decider.as_ref()),
             reason_suffix(&decision.reason)
         ),

@@ -143,9 +143,26 @@ pub fn resolved(approval: &pb::Approval) -> String {
             "deciders": resolution.deciders.iter().map(decider_json).collect::<Vec<_>>(),
             "reason": resolution.reason,
             "resolved_at": rfc3339(approval.resolved_at.as_ref()),
+            "edit": edit_json(approval),
         }
     })
     .to_string()
+}
+
+/// The arguments an approver edited (edit-on-approve), which the agent runs instead of the
+/// requested ones; null when not edited.
+fn edit_json(approval: &pb::Approval) -> Value {
+    if approval.edited_args_digest.is_empty() {
+        return Value::Null;
+    }
+    let arguments = serde_json::from_str::<Value>(&approval.edited_arguments_json)
+        .unwrap_or_else(|_| Value::String(approval.edited_arguments_json.clone()));
+    json!({
+        "arguments": arguments,
+        "args_digest": approval.edited_args_digest,
+        "editor": approval.editor.as_ref().map_or(Value::Null, decider_json),
+        "edited_at": rfc3339(approval.edited_at.as_ref()),
+    })
 }
 
 /// Whether the approval is resolved (an `approval.resolved` event is due).

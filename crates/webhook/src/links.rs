@@ -37,6 +37,10 @@ pub struct Pages {
 pub struct Confirmation {
     #[serde(default)]
     form_token: String,
+    /// The version of the arguments the page showed; the decision is refused when they were
+    /// edited since.
+    #[serde(default)]
+    args_digest: String,
 }
 
 impl Pages {
@@ -182,12 +186,28 @@ async fn show(State(pages): State<Pages>, Path(token): Path<String>) -> Response
     }
     let form_token = hex::encode(pages.form_token(&hash).finalize().into_bytes());
     let word = verdict_word(&link.verdict);
-    let arguments = agent_text::cap(&approval.arguments_json, ARGUMENTS_SHOWN);
+    // The version to decide on: the edited arguments when an approver edited them.
+    let (shown, digest, edited) = match &approval.editor {
+        Some(editor) if !approval.edited_args_digest.is_empty() => (
+            &approval.edited_arguments_json,
+            &approval.edited_args_digest,
+            format!(
+                " edited by {}",
+                escape(&agent_text::one_line(&editor_name(editor), 200))
+            ),
+        ),
+        _ => (
+            &approval.arguments_json,
+            &approval.args_digest,
+            String::new(),
+        ),
+    };
+    let arguments = agent_text::cap(shown, ARGUMENTS_SHOWN);
     let body = format!(
         "<p>{word} this request as <strong>{approver}</strong>?</p>\
          <p>Agent: {agent}<br>Tool: {tool}<br>Action: {action}<br>Reason: {reason}<br>Risk: {risk}</p>\
-         <p>Arguments (digest {digest}):</p><pre>{arguments}</pre>\
-         <form method=\"post\"><input type=\"hidden\" name=\"form_token\" value=\"{form_token}\"><button type=\"submit\">{word}</button></form>\
+         <p>Arguments{edited} (digest {digest}):</p><pre>{arguments}</pre>\
+         <form method=\"post\"><input type=\"hidden\" name=\"form_token\" value=\"{form_token}\"><input type=\"hidden\" name=\"args_digest\" value=\"{digest}\"><button type=\"submit\">{word}</button></form>\
          <p>Nothing is decided until you press the button.</p>",
         approver = escape(&link.approver),
         agent = escape(&agent_text::one_line(&approval.agent_id, 200)),
@@ -195,10 +215,19 @@ async fn show(State(pages): State<Pages>, Path(token): Path<String>) -> Response
         action = escape(&agent_text::one_line(&approval.action, 500)),
         reason = escape(&agent_text::one_line(&approval.reason, 500)),
         risk = escape(approval.risk().as_str_name().trim_start_matches("RISK_")),
-        digest = escape(&approval.args_digest),
+        digest = escape(digest),
         arguments = escape(&arguments),
     );
     page(StatusCode::OK, &format!("{word} this request?"), &body)
+}
+
+fn editor_name(editor: &pb::Decider) -> String {
+    let name = if editor.display_name.is_empty() {
+        &editor.user_id
+    } else {
+        &editor.display_name
+    };
+    format!("{name} ({})", editor.channel)
 }
 
 fn already_resolved(approval: &pb::Approval) -> Response {
@@ -266,6 +295,8 @@ async fn decide(
             display_name: link.approver.clone(),
         }),
         idempotency_key: format!("webhook:link:{hash}"),
+        expected_args_digest: confirmation.args_digest.trim().to_owned(),
+        ..Default::default()
     };
     match pages.client.decide(request).await {
         Ok(response) => {

@@ -142,6 +142,7 @@ pub async fn decide(
                 display_name: "Alice".into(),
             }),
             idempotency_key: format!("cb-{}", uuid::Uuid::now_v7()),
+            ..Default::default()
         })
         .await
         .expect("decide");

@@ -51,6 +51,7 @@ pub async fn decide(
                 display_name: "Alice".into(),
             }),
             idempotency_key: format!("decision-{approval_id}"),
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use countersign_core::{
-    Approval, ApprovalRequest, ConsumeOutcome, Decision, Delivery, Disposition,
+    Approval, ApprovalRequest, ConsumeOutcome, Decision, Delivery, Disposition, EditedVersion,
     Error as DomainError, EventKind, Millis, ResolvedBy, Verdict,
 };
 use serde_json::Value;
@@ -31,6 +31,8 @@ pub(crate) enum Change {
     Decide {
         approval_id: String,
         decision: Decision,
+        /// Edit-on-approve: the edited arguments, validated, with what policy requires.
+        edit: Option<EditedVersion>,
         grant_ttl_seconds: u32,
     },
     RefuseDecision {
@@ -405,13 +407,17 @@ impl Plan {
             Change::Decide {
                 approval_id,
                 decision,
+                edit,
                 grant_ttl_seconds,
             } => {
                 let mut approval = self.load(&approval_id)?;
-                let effect = approval.decide(decision.clone(), now)?;
+                let effect = approval.decide(decision.clone(), edit, now)?;
                 let mut events = Vec::new();
                 if let Some(kind) = effect.event {
-                    let recorded = (kind != EventKind::Expired).then_some(decision.clone());
+                    // The decision as recorded (with the version it settled on).
+                    let recorded = (kind != EventKind::Expired)
+                        .then(|| approval.decisions.last().cloned())
+                        .flatten();
                     self.save(&approval);
                     events.push(self.append_event(kind, now, &approval, recorded, None)?);
                 }
@@ -429,8 +435,8 @@ impl Plan {
                                 .then(|| now + i64::from(grant_ttl_seconds) * 1000),
                             revoked_at: None,
                         },
-                        max_risk_rank: approval.risk.rank(),
-                        max_required_approvals: i64::from(approval.required_approvals),
+                        max_risk_rank: approval.effective_risk().rank(),
+                        max_required_approvals: i64::from(approval.effective_required_approvals()),
                         scope: approval.grant_scope.clone(),
                     };
                     self.grants.push(grant.clone());
@@ -691,17 +697,17 @@ impl Plan {
             .chain(reply_approval)
             .filter(|approval| !approval.is_pending())
         {
-            approval.arguments_json.clear();
+            approval.clear_argument_values();
             if !resolved.contains(&approval.id) {
                 resolved.push(approval.id.clone());
             }
         }
         for id in resolved {
             if let Some(approval) = self.approvals.get_mut(&id) {
-                approval.arguments_json.clear();
+                approval.clear_argument_values();
             }
             if let Some(approval) = self.writes.approvals.get_mut(&id) {
-                approval.arguments_json.clear();
+                approval.clear_argument_values();
             }
             if !self.writes.redact.contains(&id) {
                 self.writes.redact.push(id);

@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use countersign_core::{
-    Approval, ApprovalRequest, ConsumeOutcome, Consumption, DecideOutcome, Decision, Delivery,
-    Disposition, Error as DomainError, EventKind, Millis, Resolution, State,
+    Approval, ApprovalRequest, ArgsEdit, ConsumeOutcome, Consumption, DecideOutcome, Decision,
+    Delivery, Disposition, EditedVersion, Error as DomainError, EventKind, Millis, Resolution,
+    State,
 };
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -108,6 +109,10 @@ struct Progress {
     resolution: Option<Resolution>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     consumption: Option<Consumption>,
+    /// The current edit of the arguments, without their values (the row's decisions hold
+    /// them; the edit's digest stands for them in the hash chain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    edit: Option<ArgsEdit>,
 }
 
 impl EventBody {
@@ -115,9 +120,10 @@ impl EventBody {
     fn stored(&self, kind: EventKind) -> Result<serde_json::Value, StoreError> {
         let (approval, after) = if kind == EventKind::Requested {
             let mut requested = self.approval.clone();
-            requested.arguments_json.clear();
+            requested.clear_argument_values();
             (Some(requested), None)
         } else {
+            let edit = without_values(&self.approval.edit);
             let progress = Progress {
                 agent_id: self.approval.agent_id.clone(),
                 state: self.approval.state,
@@ -125,13 +131,20 @@ impl EventBody {
                 deliveries: self.approval.deliveries.clone(),
                 resolution: self.approval.resolution.clone(),
                 consumption: self.approval.consumption.clone(),
+                edit,
             };
             (None, Some(progress))
         };
+        // Edited argument values stay out of events like requested ones: the row keeps them,
+        // the decision's args_digest stands for them.
+        let decision = self.decision.clone().map(|mut decision| {
+            decision.edited_arguments_json.clear();
+            decision
+        });
         Ok(serde_json::to_value(StoredBody {
             approval,
             after,
-            decision: self.decision.clone(),
+            decision,
             delivery: self.delivery.clone(),
             detail: self.detail.clone(),
         })?)
@@ -140,10 +153,23 @@ impl EventBody {
     /// Reads a stored body back; `current` is the approval as stored now (its row).
     fn from_stored(body: &str, current: Option<Approval>) -> Result<EventBody, StoreError> {
         let stored: StoredBody = serde_json::from_str(body)?;
+        let mut decision = stored.decision;
+        if let (Some(decision), Some(current)) = (&mut decision, &current) {
+            if let Some(recorded) = current
+                .decisions
+                .iter()
+                .find(|d| d.idempotency_key == decision.idempotency_key)
+            {
+                decision.edited_arguments_json = recorded.edited_arguments_json.clone();
+            }
+        }
         let approval = match (stored.approval, stored.after, current) {
             (Some(mut approval), _, current) => {
                 if approval.arguments_json.is_empty() {
-                    approval.arguments_json = current.map(|c| c.arguments_json).unwrap_or_default();
+                    if let Some(current) = &current {
+                        approval.arguments_json = current.arguments_json.clone();
+                        approval.restore_edited_values(current);
+                    }
                 }
                 approval
             }
@@ -153,6 +179,9 @@ impl EventBody {
                 approval.deliveries = after.deliveries;
                 approval.resolution = after.resolution;
                 approval.consumption = after.consumption;
+                let current = approval.clone();
+                approval.edit = after.edit;
+                approval.restore_edited_values(&current);
                 approval
             }
             _ => {
@@ -163,7 +192,7 @@ impl EventBody {
         };
         Ok(EventBody {
             approval,
-            decision: stored.decision,
+            decision,
             delivery: stored.delivery,
             detail: stored.detail,
         })
@@ -181,9 +210,10 @@ pub(crate) fn disagreement(row: &Approval, newest_event: &str) -> Option<String>
     };
     let agrees = match (&stored.approval, &stored.after) {
         (Some(logged), _) => {
-            let without_arguments = |approval: &Approval| Approval {
-                arguments_json: String::new(),
-                ..approval.clone()
+            let without_arguments = |approval: &Approval| {
+                let mut approval = approval.clone();
+                approval.clear_argument_values();
+                approval
             };
             without_arguments(logged) == without_arguments(row)
         }
@@ -194,6 +224,7 @@ pub(crate) fn disagreement(row: &Approval, newest_event: &str) -> Option<String>
                 && after.deliveries == row.deliveries
                 && after.resolution == row.resolution
                 && after.consumption == row.consumption
+                && without_values(&after.edit) == without_values(&row.edit)
         }
         (None, None) => false,
     };
@@ -209,6 +240,14 @@ pub(crate) fn disagreement(row: &Approval, newest_event: &str) -> Option<String>
             state.as_str()
         ),
         None => "its newest event records no approval".to_string(),
+    })
+}
+
+/// An edit with its argument values blanked, as events record it.
+fn without_values(edit: &Option<ArgsEdit>) -> Option<ArgsEdit> {
+    edit.clone().map(|mut edit| {
+        edit.arguments_json.clear();
+        edit
     })
 }
 
@@ -441,12 +480,14 @@ impl Store {
         &self,
         approval_id: &str,
         decision: Decision,
+        edit: Option<EditedVersion>,
         grant_ttl_seconds: u32,
         now: Millis,
     ) -> Result<(DecideOutcome, Approval), StoreError> {
         let change = Change::Decide {
             approval_id: approval_id.to_string(),
             decision,
+            edit,
             grant_ttl_seconds,
         };
         match self.submit(change, now).await? {
@@ -910,6 +951,9 @@ mod tests {
             approver: approver.into(),
             idempotency_key: format!("tap-{approver}"),
             decided_at: 0,
+            args_digest: String::new(),
+            edited_arguments_json: String::new(),
+            restarts_count: false,
         }
     }
 
@@ -956,7 +1000,7 @@ mod tests {
                     if i % 2 == 1 {
                         decision.verdict = Verdict::Reject;
                     }
-                    store.decide(&id, decision, 0, now_millis()).await
+                    store.decide(&id, decision, None, 0, now_millis()).await
                 })
             })
             .collect();

@@ -287,3 +287,69 @@ async fn an_approver_works_through_the_inbox_in_a_real_browser() {
     chromium.stop().await;
     setup.web.stop().await;
 }
+
+/// Edit-on-approve in the browser: a malformed edit is refused with the server's reason and
+/// decides nothing; a valid edit approves the edited arguments, which the agent receives.
+#[tokio::test]
+async fn an_approver_edits_the_arguments_before_approving_in_a_real_browser() {
+    let setup = Setup::start(Mode::Login).await;
+    let chromium = Chromium::start().await;
+    let browser = &chromium.client;
+    let link = setup.web.issue_login("alice", "Alice").await;
+    browser.goto(&link).await.unwrap();
+    click(browser, "#sign-in").await;
+    element(browser, "#inbox").await;
+
+    let approval = setup
+        .request("editor", "deploy to production", pb::Risk::Medium)
+        .await;
+    let page = format!("{}/approvals/{}", setup.web.url, approval.id);
+    let set_edit = |arguments: &'static str| {
+        format!(
+            "document.getElementById('edit').open = true; document.getElementById('edit-arguments').value = {}; return null;",
+            serde_json::Value::from(arguments)
+        )
+    };
+
+    browser.goto(&page).await.unwrap();
+    let prefilled = script(
+        browser,
+        "return document.getElementById('edit-arguments').value;",
+    )
+    .await;
+    let shown: serde_json::Value = serde_json::from_str(prefilled.as_str().unwrap()).unwrap();
+    assert_eq!(shown["command"], "make deploy", "prefilled, pretty-printed");
+    assert!(prefilled.as_str().unwrap().contains("\n  \"command\""));
+    script(
+        browser,
+        &set_edit(r#"{"command": "make deploy", "command": "rm -rf /"}"#),
+    )
+    .await;
+    click(browser, "#approve").await;
+    text_becomes(browser, "body", "edited_arguments_json").await;
+    assert!(browser.source().await.unwrap().contains("appears twice"));
+    chromium.screenshot("10-edit-refused").await;
+    let unchanged = setup.agent.get_approval(&approval.id).await.unwrap();
+    assert_eq!(unchanged.state(), pb::ApprovalState::Pending);
+    assert!(unchanged.decisions.is_empty());
+
+    browser.goto(&page).await.unwrap();
+    script(
+        browser,
+        &set_edit(r#"{"command": "make deploy", "env": "staging"}"#),
+    )
+    .await;
+    click(browser, "#approve").await;
+    text_becomes(browser, "#state", "approved").await;
+    assert_eq!(text(browser, "#edited-by").await, "Alice (web)");
+    assert!(text(browser, "#arguments").await.contains("staging"));
+    chromium.screenshot("11-approved-with-edits").await;
+    let approved = setup.agent.get_approval(&approval.id).await.unwrap();
+    assert_eq!(approved.state(), pb::ApprovalState::Approved);
+    let edited: serde_json::Value = serde_json::from_str(&approved.edited_arguments_json).unwrap();
+    assert_eq!(
+        edited,
+        serde_json::json!({"command": "make deploy", "env": "staging"})
+    );
+    assert_eq!(approved.editor.unwrap().display_name, "Alice");
+}

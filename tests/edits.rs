@@ -1,0 +1,402 @@
+//! Edit-on-approve through gRPC over a real socket: an approver approves edited arguments,
+//! policy is evaluated again on them, the quorum counts one version, the waiting runtime gets
+//! the edited arguments and the audit trail keeps both versions.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use countersign_proto::v1 as pb;
+use countersign_server::config::Config;
+use countersign_testkit::server::TestServer;
+use tonic::Code;
+
+const CONFIG: &str = r#"
+[[approvers]]
+id = "alice"
+name = "Alice"
+max_risk = "critical"
+identities = { telegram = ["1001"] }
+
+[[approvers]]
+id = "bob"
+name = "Bob"
+max_risk = "medium"
+identities = { telegram = ["2002"] }
+
+[[approvers]]
+id = "carol"
+name = "Carol"
+max_risk = "critical"
+identities = { telegram = ["3003"] }
+
+[[rules]]
+name = "production-is-critical"
+action = "classify"
+risk = "critical"
+[rules.match]
+arguments = [{ pointer = "/cwd", glob = "/prod*" }]
+
+[[rules]]
+name = "never-wipe-root"
+action = "deny"
+reason = "wiping / is never allowed"
+[rules.match]
+tool = "bash"
+arguments = [{ pointer = "/command", regex = "rm -rf /\\s*$" }]
+
+[[rules]]
+name = "prod-deploys"
+action = "require"
+required_approvals = 2
+[rules.match]
+tool = "deploy"
+arguments = [{ pointer = "/env", glob = "prod*" }]
+"#;
+
+async fn edit_server() -> TestServer {
+    TestServer::start_with(|c| {
+        let parsed = Config::parse(CONFIG).unwrap();
+        c.approvers = parsed.approvers;
+        c.rules = parsed.rules;
+    })
+    .await
+}
+
+fn call(key: &str, tool: &str, arguments: &str, required: u32) -> pb::RequestApprovalRequest {
+    pb::RequestApprovalRequest {
+        tool_name: tool.into(),
+        arguments_json: arguments.into(),
+        requester: "dave".into(),
+        risk: pb::Risk::Medium as i32,
+        required_approvals: required,
+        ..request("agent-e", key)
+    }
+}
+
+/// An approval by `user` (a Telegram id of the registry above) of the version `expected`
+/// (empty: none named), with `edit` (empty: none).
+fn approve(id: &str, user: &str, key: &str, expected: &str, edit: &str) -> pb::DecideRequest {
+    pb::DecideRequest {
+        edited_arguments_json: edit.into(),
+        expected_args_digest: expected.into(),
+        ..decide(id, pb::Verdict::Approve, user, key)
+    }
+}
+
+async fn get(client: &mut Client, id: &str) -> pb::Approval {
+    client
+        .get_approval(pb::GetApprovalRequest {
+            approval_id: id.into(),
+        })
+        .await
+        .expect("get approval")
+        .into_inner()
+}
+
+fn digest_of(json: &str) -> String {
+    countersign_core::digest::args_digest(&serde_json::from_str(json).unwrap())
+}
+
+async fn refused(client: &mut Client, request: pb::DecideRequest) -> tonic::Status {
+    client
+        .decide(request)
+        .await
+        .expect_err("the decision is refused")
+}
+
+#[tokio::test]
+async fn an_edit_the_policy_denies_or_that_is_malformed_is_refused_and_changes_nothing() {
+    let server = edit_server().await;
+    let mut client = connect(&server).await;
+    let approval = create(
+        &mut client,
+        call("k1", "bash", r#"{"command": "rm -rf /tmp/build"}"#, 1),
+    )
+    .await;
+    let before = get(&mut client, &approval.id).await;
+
+    let denied = refused(
+        &mut client,
+        approve(&approval.id, "1001", "d1", "", r#"{"command": "rm -rf /"}"#),
+    )
+    .await;
+    assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
+    assert!(denied.message().contains("never-wipe-root"), "{denied:?}");
+
+    let mut reject = decide(&approval.id, pb::Verdict::Reject, "1001", "d2");
+    reject.edited_arguments_json = r#"{"command": "ls"}"#.into();
+    let with_reject = refused(&mut client, reject).await;
+    assert_eq!(with_reject.code(), Code::InvalidArgument);
+    assert!(with_reject.message().contains("edited_arguments_json"));
+    assert!(with_reject.message().contains("VERDICT_APPROVE"));
+
+    for (edit, says) in [
+        (r#"{"command": "ls", "command": "rm -rf /"}"#, "twice"),
+        (r#"["ls"]"#, "must be a json object"),
+        (
+            r#"{"n": 123456789012345678901234567890}"#,
+            "edited_arguments_json",
+        ),
+        ("{not json", "edited_arguments_json"),
+    ] {
+        let status = refused(&mut client, approve(&approval.id, "1001", "d3", "", edit)).await;
+        assert_eq!(status.code(), Code::InvalidArgument, "{edit}: {status:?}");
+        assert!(
+            status.message().contains("edited_arguments_json"),
+            "{status:?}"
+        );
+        assert!(status.message().to_lowercase().contains(says), "{status:?}");
+    }
+    let bad_digest = refused(&mut client, approve(&approval.id, "1001", "d4", "abc", "")).await;
+    assert_eq!(bad_digest.code(), Code::InvalidArgument);
+    assert!(bad_digest.message().contains("expected_args_digest"));
+
+    let after = get(&mut client, &approval.id).await;
+    assert_eq!(state(&after), pb::ApprovalState::Pending);
+    assert!(after.decisions.is_empty());
+    assert!(after.edited_arguments_json.is_empty());
+    assert_eq!(after.arguments_json, before.arguments_json);
+    assert_eq!(after.risk, before.risk);
+}
+
+#[tokio::test]
+async fn an_edit_that_raises_the_risk_needs_a_decider_with_that_ceiling_and_the_waiter_runs_it() {
+    let server = edit_server().await;
+    let mut client = connect(&server).await;
+    let original = r#"{"command": "make deploy", "cwd": "/srv/staging"}"#;
+    let approval = create(&mut client, call("k1", "bash", original, 1)).await;
+    assert_eq!(approval.risk, pb::Risk::Medium as i32);
+
+    let mut waiter = client.clone();
+    let id = approval.id.clone();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .wait_for_decision(pb::WaitForDecisionRequest {
+                approval_id: id,
+                timeout_ms: 20_000,
+            })
+            .await
+            .expect("wait")
+            .into_inner()
+    });
+
+    // Bob may decide up to MEDIUM; the edit moves the call to production: CRITICAL.
+    let edited = r#"{"cwd": "/prod/app", "command": "make deploy"}"#;
+    let over_ceiling = refused(&mut client, approve(&approval.id, "2002", "b1", "", edited)).await;
+    assert_eq!(over_ceiling.code(), Code::PermissionDenied);
+    assert!(
+        over_ceiling.message().contains("edited arguments"),
+        "{over_ceiling:?}"
+    );
+    let unchanged = get(&mut client, &approval.id).await;
+    assert_eq!(state(&unchanged), pb::ApprovalState::Pending);
+    assert!(unchanged.edited_arguments_json.is_empty());
+    assert_eq!(unchanged.risk, pb::Risk::Medium as i32);
+
+    let decided = client
+        .decide(approve(&approval.id, "1001", "a1", "", edited))
+        .await
+        .expect("alice may approve a critical call")
+        .into_inner();
+    assert_eq!(decided.outcome(), pb::DecideOutcome::Resolved);
+
+    let seen = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter is woken")
+        .expect("waiter task");
+    assert_eq!(state(&seen), pb::ApprovalState::Approved);
+    assert_eq!(seen.edited_arguments_json, edited);
+    assert_eq!(seen.edited_args_digest, digest_of(edited));
+    assert_eq!(seen.arguments_json, original, "the request stays as it was");
+    assert_eq!(seen.args_digest, digest_of(original));
+    assert_eq!(seen.risk, pb::Risk::Critical as i32);
+    let editor = seen.editor.clone().expect("the editor");
+    assert_eq!(
+        (editor.channel.as_str(), editor.user_id.as_str()),
+        ("telegram", "1001")
+    );
+    let resolution = seen.resolution.clone().expect("resolution");
+    assert_eq!(resolution.args_digest, digest_of(edited));
+    let decision = seen.decisions.last().expect("the decision");
+    assert_eq!(decision.edited_arguments_json, edited);
+    assert_eq!(decision.args_digest, digest_of(edited));
+    assert!(!decision.restarts_count);
+
+    // Consume binds the execution to the edited version.
+    let consumed = client
+        .consume(pb::ConsumeRequest {
+            approval_id: approval.id.clone(),
+            outcome: pb::ConsumeOutcome::Succeeded as i32,
+            detail: String::new(),
+        })
+        .await
+        .expect("consume")
+        .into_inner();
+    assert_eq!(state(&consumed), pb::ApprovalState::Consumed);
+    assert_eq!(consumed.edited_args_digest, digest_of(edited));
+    assert_eq!(
+        consumed.resolution.expect("resolution").args_digest,
+        digest_of(edited)
+    );
+
+    // The audit trail keeps both versions with their digests, and still verifies.
+    let mut admin = admin(&channel(&server).await, None);
+    let events = admin
+        .list_events(pb::ListEventsRequest {
+            approval_id: approval.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("list events")
+        .into_inner()
+        .events;
+    let kinds: Vec<pb::EventKind> = events
+        .iter()
+        .map(|e| kind(e.event.as_ref().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            pb::EventKind::Requested,
+            pb::EventKind::DecisionRefused,
+            pb::EventKind::Resolved,
+            pb::EventKind::Consumed
+        ]
+    );
+    let requested = events[0].event.as_ref().unwrap().approval.as_ref().unwrap();
+    assert_eq!(requested.arguments_json, original);
+    assert!(requested.edited_arguments_json.is_empty());
+    let resolved = events[2].event.as_ref().unwrap();
+    let logged = resolved.decision.as_ref().expect("the decision");
+    assert_eq!(logged.edited_arguments_json, edited);
+    assert_eq!(logged.args_digest, digest_of(edited));
+    let then = resolved.approval.as_ref().unwrap();
+    assert_eq!(then.arguments_json, original);
+    assert_eq!(then.edited_arguments_json, edited);
+    let verified = admin
+        .verify_audit(pb::VerifyAuditRequest {})
+        .await
+        .expect("verify")
+        .into_inner();
+    assert!(verified.intact, "{verified:?}");
+}
+
+#[tokio::test]
+async fn with_a_quorum_an_edit_restarts_the_count_and_approvals_must_name_the_version() {
+    let server = edit_server().await;
+    let mut client = connect(&server).await;
+    let original = r#"{"env": "staging", "service": "api"}"#;
+    let approval = create(&mut client, call("k1", "deploy", original, 2)).await;
+
+    let first = client
+        .decide(approve(&approval.id, "3003", "c1", "", ""))
+        .await
+        .expect("carol approves the request as it is")
+        .into_inner();
+    assert_eq!(first.outcome(), pb::DecideOutcome::Recorded);
+
+    let edited = r#"{"env": "staging", "service": "api", "dry_run": true}"#;
+    let edit = client
+        .decide(approve(&approval.id, "1001", "a1", "", edited))
+        .await
+        .expect("alice approves an edit")
+        .into_inner();
+    assert_eq!(
+        edit.outcome(),
+        pb::DecideOutcome::Recorded,
+        "the count restarted"
+    );
+    let now = edit.approval.expect("approval");
+    let made = now.decisions.last().expect("alice's decision");
+    assert!(
+        made.restarts_count,
+        "the edit is marked as restarting the count"
+    );
+    assert_eq!(now.edited_args_digest, digest_of(edited));
+
+    // Carol approved the old version: approving again without naming a version, or naming the
+    // old one, is refused and changes nothing.
+    for expected in [String::new(), digest_of(original)] {
+        let stale = refused(
+            &mut client,
+            approve(&approval.id, "3003", "c2", &expected, ""),
+        )
+        .await;
+        assert_eq!(stale.code(), Code::FailedPrecondition, "{stale:?}");
+        assert!(stale.message().contains(&digest_of(edited)), "{stale:?}");
+    }
+    assert_eq!(
+        state(&get(&mut client, &approval.id).await),
+        pb::ApprovalState::Pending
+    );
+
+    let second = client
+        .decide(approve(&approval.id, "3003", "c3", &digest_of(edited), ""))
+        .await
+        .expect("carol approves the edited version")
+        .into_inner();
+    assert_eq!(second.outcome(), pb::DecideOutcome::Resolved);
+    let approved = second.approval.expect("approval");
+    assert_eq!(state(&approved), pb::ApprovalState::Approved);
+    let deciders: Vec<String> = approved
+        .resolution
+        .expect("resolution")
+        .deciders
+        .iter()
+        .map(|d| d.user_id.clone())
+        .collect();
+    assert_eq!(
+        deciders,
+        ["1001", "3003"],
+        "only approvals of the edited version"
+    );
+}
+
+#[tokio::test]
+async fn an_edit_that_raises_the_quorum_needs_the_higher_quorum_on_the_same_version() {
+    let server = edit_server().await;
+    let mut client = connect(&server).await;
+    let approval = create(
+        &mut client,
+        call("k1", "deploy", r#"{"env": "staging"}"#, 1),
+    )
+    .await;
+    assert_eq!(approval.required_approvals, 1);
+
+    let edited = r#"{"env": "production"}"#;
+    let edit = client
+        .decide(approve(
+            &approval.id,
+            "1001",
+            "a1",
+            &approval.args_digest,
+            edited,
+        ))
+        .await
+        .expect("alice approves an edit to production")
+        .into_inner();
+    assert_eq!(edit.outcome(), pb::DecideOutcome::Recorded);
+    let now = edit.approval.expect("approval");
+    assert_eq!(
+        now.required_approvals, 2,
+        "the prod-deploys rule asks for two"
+    );
+    assert!(
+        !now.decisions[0].restarts_count,
+        "nothing was approved before"
+    );
+
+    // Approving the same edit again is an approval of that version, not another edit.
+    let second = client
+        .decide(approve(&approval.id, "3003", "c1", "", edited))
+        .await
+        .expect("carol approves the same edited arguments")
+        .into_inner();
+    assert_eq!(second.outcome(), pb::DecideOutcome::Resolved);
+    let approved = second.approval.expect("approval");
+    assert_eq!(approved.edited_arguments_json, edited);
+    assert_eq!(approved.editor.expect("editor").user_id, "1001");
+    assert!(approved.decisions[1].edited_arguments_json.is_empty());
+}
