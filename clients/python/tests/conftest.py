@@ -175,7 +175,7 @@ class Approver:
         self,
         address: str,
         agent_id: str,
-        verdicts: list[tuple[Verdict, Scope, str]],
+        verdicts: list[tuple[Verdict, Scope, str]] | list[tuple[Verdict, Scope, str, dict | None]],
     ) -> None:
         self.address = address
         self.agent_id = agent_id
@@ -188,9 +188,13 @@ class Approver:
     def _run(self) -> None:
         try:
             with Client(self.address) as client:
-                for verdict, scope, reason in self.verdicts:
+                for verdict, scope, reason, *edit in self.verdicts:
                     pending = first_pending(client, self.agent_id)
-                    result = client.decide(pending.id, verdict, decider=ALICE, scope=scope, reason=reason)
+                    # A fourth item: the arguments approved instead (edit-on-approve).
+                    edited = edit[0] if edit else None
+                    result = client.decide(
+                        pending.id, verdict, decider=ALICE, scope=scope, reason=reason, edited_arguments=edited
+                    )
                     self.decided.append(result.approval)
         except BaseException as error:  # noqa: BLE001 - reported by join()
             self.error = error

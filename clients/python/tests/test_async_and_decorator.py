@@ -154,3 +154,20 @@ def test_a_decorated_call_that_fails_is_recorded_as_failed(server: Server, agent
     assert consumed.state is State.CONSUMED and consumed.tool_name == "migrate"
     assert consumed.consumption is not None
     assert not consumed.consumption.succeeded and consumed.consumption.detail == "RuntimeError"
+
+
+def test_the_decorator_runs_the_edited_arguments(server: Server, agent_id: str) -> None:
+    """Edit-on-approve: the function runs with the arguments the approver approved instead."""
+    ran: list[str] = []
+
+    @requires_approval(action="purge {path}", agent_id=agent_id, client=Client(server.address), deadline=30)
+    def purge(path: str, dry_run: bool = False) -> str:
+        ran.append(f"{path} dry_run={dry_run}")
+        return "purged"
+
+    approver = Approver(
+        server.address, agent_id, [(Verdict.APPROVE, Scope.ONCE, "", {"path": "/tmp/cache", "dry_run": True})]
+    )
+    assert purge("/var/cache") == "purged"
+    approver.join()
+    assert ran == ["/tmp/cache dry_run=True"]

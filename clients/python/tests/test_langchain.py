@@ -137,3 +137,43 @@ def test_human_in_the_loop_interrupts_are_answered_by_countersign(server: Server
         again = resume_command(client, paused.interrupts, agent_id=agent_id, deadline=5)
         assert again.resume == command.resume
         assert len(client.list(agent_id=agent_id).approvals) == 2
+
+
+def test_an_approval_with_edits_runs_the_edited_call(server: Server, agent_id: str) -> None:
+    """Edit-on-approve: the middleware runs the tool with the arguments the approver edited,
+    and a HumanInTheLoopMiddleware interrupt is answered with LangChain's edit decision."""
+    deleted: list[str] = []
+    model = ScriptedChatModel(messages=iter([delete_call("tc-e", "prod.db"), AIMessage("done")]))
+    client = Client(server.address)
+    gate = CountersignMiddleware(["delete_file"], agent_id=agent_id, client=client, session_id="s", deadline=30)
+    agent = create_agent(model, tools=tools_recording(deleted), middleware=[gate])
+    approver = Approver(server.address, agent_id, [(Verdict.APPROVE, Scope.ONCE, "", {"path": "prod.db.bak"})])
+    agent.invoke({"messages": [{"role": "user", "content": "clean up"}]})
+    approver.join()
+    assert deleted == ["prod.db.bak"], "the edited call ran, not the requested one"
+    [approval] = client.list(agent_id=agent_id).approvals
+    assert approval.arguments == {"path": "prod.db"}
+    assert approval.edited_arguments == {"path": "prod.db.bak"}
+    assert approval.arguments_to_run == {"path": "prod.db.bak"}
+    assert approval.editor is not None and approval.editor.display_name == "Alice"
+    assert approval.decisions[0].edited_arguments == {"path": "prod.db.bak"}
+
+    hitl_model = ScriptedChatModel(messages=iter([delete_call("tc-h", "prod.db"), AIMessage("done")]))
+    hitl_agent = create_agent(
+        hitl_model,
+        tools=tools_recording(deleted),
+        middleware=[HumanInTheLoopMiddleware(interrupt_on={"delete_file": True})],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "hitl-edit"}}
+    paused = hitl_agent.invoke({"messages": [{"role": "user", "content": "clean up"}]}, config, version="v2")
+    hitl_agent_id = f"{agent_id}-hitl"
+    approver = Approver(server.address, hitl_agent_id, [(Verdict.APPROVE, Scope.ONCE, "", {"path": "old.tmp"})])
+    command = resume_command(client, paused.interrupts, agent_id=hitl_agent_id, deadline=30)
+    approver.join()
+    assert command.resume["decisions"] == [
+        {"type": "edit", "edited_action": {"name": "delete_file", "args": {"path": "old.tmp"}}}
+    ]
+    hitl_agent.invoke(command, config, version="v2")
+    assert deleted == ["prod.db.bak", "old.tmp"]
+    client.close()

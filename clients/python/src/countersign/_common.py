@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -306,6 +307,8 @@ def decide_request(
     scope: Scope | str,
     reason: str,
     idempotency_key: str,
+    edited_arguments: Mapping[str, Any] | None = None,
+    expected_args_digest: str = "",
 ) -> pb.DecideRequest:
     return pb.DecideRequest(
         approval_id=approval_id,
@@ -318,6 +321,8 @@ def decide_request(
         # The platform's id for this action makes a repeat DUPLICATE; without one, each call
         # is a new action.
         idempotency_key=idempotency_key or str(uuid.uuid4()),
+        edited_arguments_json=json.dumps(dict(edited_arguments)) if edited_arguments is not None else "",
+        expected_args_digest=expected_args_digest,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 import grpc
@@ -161,9 +161,20 @@ class AsyncClient(ClientBase):
         scope: Scope | str = Scope.ONCE,
         reason: str = "",
         idempotency_key: str = "",
+        edited_arguments: Mapping[str, Any] | None = None,
+        expected_args_digest: str = "",
     ) -> DecideResult:
         """As ``Client.decide``."""
-        request = _common.decide_request(approval_id, verdict, decider, scope, reason, idempotency_key)
+        request = _common.decide_request(
+            approval_id,
+            verdict,
+            decider,
+            scope,
+            reason,
+            idempotency_key,
+            edited_arguments,
+            expected_args_digest,
+        )
         return _common.decide_result(await self._call("Decide", request))
 
     async def watch(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import grpc
@@ -179,10 +179,21 @@ class Client(ClientBase):
         scope: Scope | str = Scope.ONCE,
         reason: str = "",
         idempotency_key: str = "",
+        edited_arguments: Mapping[str, Any] | None = None,
+        expected_args_digest: str = "",
     ) -> DecideResult:
         """Records an approve or reject decision (as a worker does). A decision on an approval
         that is no longer pending raises AlreadyResolved naming who or what won."""
-        request = _common.decide_request(approval_id, verdict, decider, scope, reason, idempotency_key)
+        request = _common.decide_request(
+            approval_id,
+            verdict,
+            decider,
+            scope,
+            reason,
+            idempotency_key,
+            edited_arguments,
+            expected_args_digest,
+        )
         return _common.decide_result(self._call("Decide", request))
 
     def watch(

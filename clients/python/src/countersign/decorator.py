@@ -92,8 +92,9 @@ def requires_approval(
                 try:
                     approval = await api.request_and_wait(request(args, kwargs), deadline=deadline)
                     _check(approval)
+                    run_args, run_kwargs = _approved_call(signature, approval, args, kwargs)
                     try:
-                        result = await func(*args, **kwargs)
+                        result = await func(*run_args, **run_kwargs)
                     except BaseException as error:
                         await _report(api, approval, error)
                         raise
@@ -112,8 +113,9 @@ def requires_approval(
             api = _resolve(client, Client)
             approval = api.request_and_wait(request(args, kwargs), deadline=deadline)
             _check(approval)
+            run_args, run_kwargs = _approved_call(signature, approval, args, kwargs)
             try:
-                result = func(*args, **kwargs)
+                result = func(*run_args, **run_kwargs)
             except BaseException as error:
                 _report_sync(api, approval, error)
                 raise
@@ -144,6 +146,24 @@ def _check(approval: Approval) -> None:
     if approval.state is State.REJECTED:
         raise ApprovalRejected(approval)
     raise ApprovalNotGranted(approval)
+
+
+def _approved_call(
+    signature: inspect.Signature, approval: Approval, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments to call with: as called, or as an approver edited them (edit-on-approve).
+    Edited arguments that are not available (redacted) or do not fit the function's
+    parameters stop the call: running anything else would run what nobody approved."""
+    if not approval.edited:
+        return args, kwargs
+    edited = approval.edited_arguments
+    if edited is None:
+        raise ApprovalNotGranted(approval)
+    try:
+        bound = signature.bind(**edited)
+    except TypeError:
+        raise ApprovalNotGranted(approval) from None
+    return bound.args, bound.kwargs
 
 
 def _consumption(error: BaseException | None) -> dict[str, Any]:

@@ -4,10 +4,12 @@ Two ways in:
 
 - ``CountersignMiddleware``: an ``AgentMiddleware`` whose ``wrap_tool_call`` asks countersign
   before each call of the chosen tools (the tool call id is the idempotency key). An approved
-  call runs; anything else becomes ``ToolMessage(status="error")`` telling the model who
-  decided and why, and the tool does not run.
+  call runs (with the arguments an approver edited, when edited); anything else becomes
+  ``ToolMessage(status="error")`` telling the model who decided and why, and the tool does not
+  run.
 - ``hitl_decisions`` / ``resume_command``: answer the interrupts of LangChain's own
-  ``HumanInTheLoopMiddleware`` with countersign decisions (``{"decisions": [...]}``).
+  ``HumanInTheLoopMiddleware`` with countersign decisions (``{"decisions": [...]}``): approve,
+  reject, or an approval with edits as ``{"type": "edit", "edited_action": {...}}``.
 """
 
 from __future__ import annotations
@@ -102,9 +104,9 @@ class CountersignMiddleware(AgentMiddleware):
         if self.client is None:
             raise RuntimeError("CountersignMiddleware has no sync client; use ainvoke or pass client=")
         approval = self.client.request_and_wait(self._request(request), deadline=self.deadline)
-        if not approval.approved:
+        if not approval.approved or not _runnable(approval):
             return self._refusal(request, approval)
-        return handler(request)
+        return handler(_as_approved(request, approval))
 
     async def awrap_tool_call(
         self,
@@ -116,13 +118,27 @@ class CountersignMiddleware(AgentMiddleware):
         if self.async_client is None:
             raise RuntimeError("CountersignMiddleware has no async client; use invoke or pass async_client=")
         approval = await self.async_client.request_and_wait(self._request(request), deadline=self.deadline)
-        if not approval.approved:
+        if not approval.approved or not _runnable(approval):
             return self._refusal(request, approval)
-        return await handler(request)
+        return await handler(_as_approved(request, approval))
 
 
-def _decision(approval: Approval) -> dict[str, str]:
-    if approval.approved:
+def _runnable(approval: Approval) -> bool:
+    """An approval with edits runs only with the edited arguments; redacted, nothing runs."""
+    return not approval.edited or approval.edited_arguments is not None
+
+
+def _as_approved(request: ToolCallRequest, approval: Approval) -> ToolCallRequest:
+    """The tool call as approved: with the arguments an approver edited, when edited."""
+    if not approval.edited:
+        return request
+    return request.override(tool_call={**request.tool_call, "args": approval.edited_arguments})
+
+
+def _decision(approval: Approval, name: str) -> dict[str, Any]:
+    if approval.approved and _runnable(approval):
+        if approval.edited:
+            return {"type": "edit", "edited_action": {"name": name, "args": approval.edited_arguments}}
         return {"type": "approve"}
     return {"type": "reject", "message": rejection_text(approval)}
 
@@ -136,11 +152,11 @@ def hitl_decisions(
     risk: Risk | str = Risk.MEDIUM,
     ttl: float | timedelta | None = None,
     deadline: float | None = None,
-) -> dict[str, list[dict[str, str]]]:
+) -> dict[str, list[dict[str, Any]]]:
     """The answer to one HumanInTheLoopMiddleware interrupt: ``{"decisions": [...]}``, one
-    approve or reject per action request, in order. Each action becomes a countersign approval
-    keyed by the interrupt id and its position, so answering the same interrupt again asks
-    nothing new."""
+    approve, edit (an approval with edited arguments) or reject per action request, in order.
+    Each action becomes a countersign approval keyed by the interrupt id and its position, so
+    answering the same interrupt again asks nothing new."""
     value = interrupt.value
     if not isinstance(value, dict) or "action_requests" not in value:
         raise ValueError(f"interrupt {interrupt.id} is not a HumanInTheLoopMiddleware request: {value!r}")
@@ -157,7 +173,7 @@ def hitl_decisions(
             ttl=ttl,
             deadline=deadline,
         )
-        decisions.append(_decision(approval))
+        decisions.append(_decision(approval, action["name"]))
     return {"decisions": decisions}
 
 

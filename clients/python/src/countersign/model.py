@@ -131,6 +131,12 @@ class Decision:
     reason: str
     decider: Decider | None
     decided_at: datetime | None
+    #: The version of the arguments decided on (their digest).
+    args_digest: str = ""
+    #: Set when this decision edited the arguments (edit-on-approve).
+    edited_arguments: dict[str, Any] | None = None
+    #: This edit replaced a version that had approvals: the quorum count restarted.
+    restarts_count: bool = False
 
 
 @dataclass(frozen=True)
@@ -180,6 +186,25 @@ class Approval:
     resolved_at: datetime | None
     #: Set once the call was consumed.
     consumption: Consumption | None = None
+    #: The arguments as an approver edited them (edit-on-approve): run these instead of
+    #: ``arguments``. None when not edited (or when redacted from storage).
+    edited_arguments: dict[str, Any] | None = None
+    #: Digest of the edited arguments; "" when not edited.
+    edited_args_digest: str = ""
+    #: Who made the current edit, and when.
+    editor: Decider | None = None
+    edited_at: datetime | None = None
+
+    @property
+    def edited(self) -> bool:
+        """True when an approver edited the arguments."""
+        return bool(self.edited_args_digest)
+
+    @property
+    def arguments_to_run(self) -> dict[str, Any] | None:
+        """The arguments the call must run with: the edited ones when edited (None when they
+        are not available, being redacted: then nothing may run)."""
+        return self.edited_arguments if self.edited else self.arguments
 
     @property
     def approved(self) -> bool:
@@ -316,12 +341,19 @@ def _decision(message: pb.Decision) -> Decision:
         reason=message.reason,
         decider=_decider(message.decider) if message.HasField("decider") else None,
         decided_at=_time(message, "decided_at"),
+        args_digest=message.args_digest,
+        edited_arguments=_json_or_none(message.edited_arguments_json),
+        restarts_count=message.restarts_count,
     )
+
+
+def _json_or_none(text: str) -> Any:
+    return json.loads(text) if text else None
 
 
 def approval_of(message: pb.Approval) -> Approval:
     resolution = message.resolution
-    arguments = json.loads(message.arguments_json) if message.arguments_json else None
+    arguments = _json_or_none(message.arguments_json)
     return Approval(
         id=message.id,
         state=State.of(message.state) or State.PENDING,
@@ -354,6 +386,10 @@ def approval_of(message: pb.Approval) -> Approval:
         )
         if message.HasField("consumption")
         else None,
+        edited_arguments=_json_or_none(message.edited_arguments_json),
+        edited_args_digest=message.edited_args_digest,
+        editor=_decider(message.editor) if message.HasField("editor") else None,
+        edited_at=_time(message, "edited_at"),
     )
 
 

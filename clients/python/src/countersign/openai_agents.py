@@ -56,16 +56,31 @@ async def resolve_interruptions(client: AsyncClient, result: RunResult, **option
 
     An approval with scope SESSION approves later calls of that tool in this run at once
     (``always_approve=True``); anything but APPROVED is a rejection whose message tells the
-    model who decided and why.
+    model who decided and why. The SDK cannot run a call with other arguments than its own, so
+    an approval with edited arguments rejects this call and tells the model the arguments an
+    approver approved instead (a new call with them asks again).
     """
     state = result.to_state()
     for item in result.interruptions:
         approval = await approve_item(client, item, **options)
-        if approval.approved:
+        if approval.approved and not approval.edited:
             state.approve(item, always_approve=approval.scope is Scope.SESSION)
+        elif approval.approved:
+            state.reject(item, rejection_message=edited_text(approval))
         else:
             state.reject(item, rejection_message=rejection_text(approval))
     return state
+
+
+def edited_text(approval: Approval) -> str:
+    """What the model is told about an approval with edited arguments."""
+    if approval.edited_arguments is None:
+        return f"Tool call not run: {approval.outcome}, with edited arguments that are not available."
+    edited = json.dumps(approval.edited_arguments, sort_keys=True)
+    return (
+        f"Tool call not run as requested: {approval.outcome}, only with these edited arguments: "
+        f"{edited}. Call the tool again with exactly these arguments if you still need it."
+    )
 
 
 async def run_with_approvals(

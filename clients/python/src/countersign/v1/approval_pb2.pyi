@@ -143,23 +143,29 @@ class Decider(_message.Message):
     def __init__(self, channel: _Optional[str] = ..., user_id: _Optional[str] = ..., display_name: _Optional[str] = ...) -> None: ...
 
 class Decision(_message.Message):
-    __slots__ = ("verdict", "scope", "reason", "decider", "idempotency_key", "decided_at")
+    __slots__ = ("verdict", "scope", "reason", "decider", "idempotency_key", "decided_at", "args_digest", "edited_arguments_json", "restarts_count")
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     DECIDER_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     DECIDED_AT_FIELD_NUMBER: _ClassVar[int]
+    ARGS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    EDITED_ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_COUNT_FIELD_NUMBER: _ClassVar[int]
     verdict: Verdict
     scope: Scope
     reason: str
     decider: Decider
     idempotency_key: str
     decided_at: _timestamp_pb2.Timestamp
-    def __init__(self, verdict: _Optional[_Union[Verdict, str]] = ..., scope: _Optional[_Union[Scope, str]] = ..., reason: _Optional[str] = ..., decider: _Optional[_Union[Decider, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    args_digest: str
+    edited_arguments_json: str
+    restarts_count: bool
+    def __init__(self, verdict: _Optional[_Union[Verdict, str]] = ..., scope: _Optional[_Union[Scope, str]] = ..., reason: _Optional[str] = ..., decider: _Optional[_Union[Decider, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., args_digest: _Optional[str] = ..., edited_arguments_json: _Optional[str] = ..., restarts_count: _Optional[bool] = ...) -> None: ...
 
 class Resolution(_message.Message):
-    __slots__ = ("verdict", "resolved_by", "deciders", "rule", "grant_id", "reason", "resolved_at")
+    __slots__ = ("verdict", "resolved_by", "deciders", "rule", "grant_id", "reason", "resolved_at", "args_digest")
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     RESOLVED_BY_FIELD_NUMBER: _ClassVar[int]
     DECIDERS_FIELD_NUMBER: _ClassVar[int]
@@ -167,6 +173,7 @@ class Resolution(_message.Message):
     GRANT_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     RESOLVED_AT_FIELD_NUMBER: _ClassVar[int]
+    ARGS_DIGEST_FIELD_NUMBER: _ClassVar[int]
     verdict: Verdict
     resolved_by: ResolvedBy
     deciders: _containers.RepeatedCompositeFieldContainer[Decider]
@@ -174,7 +181,8 @@ class Resolution(_message.Message):
     grant_id: str
     reason: str
     resolved_at: _timestamp_pb2.Timestamp
-    def __init__(self, verdict: _Optional[_Union[Verdict, str]] = ..., resolved_by: _Optional[_Union[ResolvedBy, str]] = ..., deciders: _Optional[_Iterable[_Union[Decider, _Mapping]]] = ..., rule: _Optional[str] = ..., grant_id: _Optional[str] = ..., reason: _Optional[str] = ..., resolved_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    args_digest: str
+    def __init__(self, verdict: _Optional[_Union[Verdict, str]] = ..., resolved_by: _Optional[_Union[ResolvedBy, str]] = ..., deciders: _Optional[_Iterable[_Union[Decider, _Mapping]]] = ..., rule: _Optional[str] = ..., grant_id: _Optional[str] = ..., reason: _Optional[str] = ..., resolved_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., args_digest: _Optional[str] = ...) -> None: ...
 
 class Delivery(_message.Message):
     __slots__ = ("channel", "target", "message_ref", "recorded_at")
@@ -199,7 +207,7 @@ class Consumption(_message.Message):
     def __init__(self, outcome: _Optional[_Union[ConsumeOutcome, str]] = ..., detail: _Optional[str] = ..., consumed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Approval(_message.Message):
-    __slots__ = ("id", "agent_id", "session_id", "requester", "idempotency_key", "tool_name", "arguments_json", "args_digest", "action", "reason", "risk", "routes", "required_approvals", "labels", "state", "decisions", "resolution", "deliveries", "created_at", "expires_at", "resolved_at", "consumption", "policy_rule")
+    __slots__ = ("id", "agent_id", "session_id", "requester", "idempotency_key", "tool_name", "arguments_json", "args_digest", "action", "reason", "risk", "routes", "required_approvals", "labels", "state", "decisions", "resolution", "deliveries", "created_at", "expires_at", "resolved_at", "consumption", "policy_rule", "edited_arguments_json", "edited_args_digest", "editor", "edited_at")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -230,6 +238,10 @@ class Approval(_message.Message):
     RESOLVED_AT_FIELD_NUMBER: _ClassVar[int]
     CONSUMPTION_FIELD_NUMBER: _ClassVar[int]
     POLICY_RULE_FIELD_NUMBER: _ClassVar[int]
+    EDITED_ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    EDITED_ARGS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    EDITOR_FIELD_NUMBER: _ClassVar[int]
+    EDITED_AT_FIELD_NUMBER: _ClassVar[int]
     id: str
     agent_id: str
     session_id: str
@@ -253,7 +265,11 @@ class Approval(_message.Message):
     resolved_at: _timestamp_pb2.Timestamp
     consumption: Consumption
     policy_rule: str
-    def __init__(self, id: _Optional[str] = ..., agent_id: _Optional[str] = ..., session_id: _Optional[str] = ..., requester: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., args_digest: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., risk: _Optional[_Union[Risk, str]] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., required_approvals: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., decisions: _Optional[_Iterable[_Union[Decision, _Mapping]]] = ..., resolution: _Optional[_Union[Resolution, _Mapping]] = ..., deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., consumption: _Optional[_Union[Consumption, _Mapping]] = ..., policy_rule: _Optional[str] = ...) -> None: ...
+    edited_arguments_json: str
+    edited_args_digest: str
+    editor: Decider
+    edited_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., agent_id: _Optional[str] = ..., session_id: _Optional[str] = ..., requester: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., args_digest: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., risk: _Optional[_Union[Risk, str]] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., required_approvals: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., decisions: _Optional[_Iterable[_Union[Decision, _Mapping]]] = ..., resolution: _Optional[_Union[Resolution, _Mapping]] = ..., deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., consumption: _Optional[_Union[Consumption, _Mapping]] = ..., policy_rule: _Optional[str] = ..., edited_arguments_json: _Optional[str] = ..., edited_args_digest: _Optional[str] = ..., editor: _Optional[_Union[Decider, _Mapping]] = ..., edited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RequestApprovalRequest(_message.Message):
     __slots__ = ("agent_id", "session_id", "requester", "idempotency_key", "tool_name", "arguments_json", "action", "reason", "risk", "routes", "required_approvals", "ttl_seconds", "labels")
@@ -385,20 +401,24 @@ class ApprovalEvent(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., kind: _Optional[_Union[EventKind, str]] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., delivery: _Optional[_Union[Delivery, _Mapping]] = ...) -> None: ...
 
 class DecideRequest(_message.Message):
-    __slots__ = ("approval_id", "verdict", "scope", "reason", "decider", "idempotency_key")
+    __slots__ = ("approval_id", "verdict", "scope", "reason", "decider", "idempotency_key", "edited_arguments_json", "expected_args_digest")
     APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     DECIDER_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    EDITED_ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_ARGS_DIGEST_FIELD_NUMBER: _ClassVar[int]
     approval_id: str
     verdict: Verdict
     scope: Scope
     reason: str
     decider: Decider
     idempotency_key: str
-    def __init__(self, approval_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., scope: _Optional[_Union[Scope, str]] = ..., reason: _Optional[str] = ..., decider: _Optional[_Union[Decider, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    edited_arguments_json: str
+    expected_args_digest: str
+    def __init__(self, approval_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., scope: _Optional[_Union[Scope, str]] = ..., reason: _Optional[str] = ..., decider: _Optional[_Union[Decider, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., edited_arguments_json: _Optional[str] = ..., expected_args_digest: _Optional[str] = ...) -> None: ...
 
 class DecideResponse(_message.Message):
     __slots__ = ("outcome", "approval")
