@@ -193,7 +193,12 @@ class Approver:
                     # A fourth item: the arguments approved instead (edit-on-approve).
                     edited = edit[0] if edit else None
                     result = client.decide(
-                        pending.id, verdict, decider=ALICE, scope=scope, reason=reason, edited_arguments=edited
+                        pending.id,
+                        verdict,
+                        decider=ALICE,
+                        scope=scope,
+                        reason=reason,
+                        edited_arguments=edited,
                     )
                     self.decided.append(result.approval)
         except BaseException as error:  # noqa: BLE001 - reported by join()

@@ -145,9 +145,12 @@ def test_an_approval_with_edits_runs_the_edited_call(server: Server, agent_id: s
     deleted: list[str] = []
     model = ScriptedChatModel(messages=iter([delete_call("tc-e", "prod.db"), AIMessage("done")]))
     client = Client(server.address)
-    gate = CountersignMiddleware(["delete_file"], agent_id=agent_id, client=client, session_id="s", deadline=30)
+    gate = CountersignMiddleware(
+        ["delete_file"], agent_id=agent_id, client=client, session_id="s", deadline=30
+    )
     agent = create_agent(model, tools=tools_recording(deleted), middleware=[gate])
-    approver = Approver(server.address, agent_id, [(Verdict.APPROVE, Scope.ONCE, "", {"path": "prod.db.bak"})])
+    edit = {"path": "prod.db.bak"}
+    approver = Approver(server.address, agent_id, [(Verdict.APPROVE, Scope.ONCE, "", edit)])
     agent.invoke({"messages": [{"role": "user", "content": "clean up"}]})
     approver.join()
     assert deleted == ["prod.db.bak"], "the edited call ran, not the requested one"
@@ -168,7 +171,8 @@ def test_an_approval_with_edits_runs_the_edited_call(server: Server, agent_id: s
     config = {"configurable": {"thread_id": "hitl-edit"}}
     paused = hitl_agent.invoke({"messages": [{"role": "user", "content": "clean up"}]}, config, version="v2")
     hitl_agent_id = f"{agent_id}-hitl"
-    approver = Approver(server.address, hitl_agent_id, [(Verdict.APPROVE, Scope.ONCE, "", {"path": "old.tmp"})])
+    edit = {"path": "old.tmp"}
+    approver = Approver(server.address, hitl_agent_id, [(Verdict.APPROVE, Scope.ONCE, "", edit)])
     command = resume_command(client, paused.interrupts, agent_id=hitl_agent_id, deadline=30)
     approver.join()
     assert command.resume["decisions"] == [

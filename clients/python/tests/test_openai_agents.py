@@ -110,6 +110,27 @@ def test_a_rejection_skips_the_tool_and_tells_the_model_why(server: Server, agen
     assert "that is the production database" in str(outputs[0]["output"])
 
 
+def test_an_approval_with_edits_skips_the_call_and_tells_the_model_the_edited_arguments(
+    server: Server, agent_id: str
+) -> None:
+    """The SDK cannot run a call with other arguments: the requested call does not run, and the
+    model hears the arguments the approver approved instead."""
+    deleted: list[str] = []
+    model = ScriptedModel([[tool_call("call-1", "prod.db")], [message("will retry")]])
+    edit = {"path": "prod.db.tmp"}
+    approver = Approver(server.address, agent_id, [(Verdict.APPROVE, Scope.ONCE, "", edit)])
+    result = run(server, agent_with(model, deleted), agent_id)
+    approver.join()
+    assert deleted == [], "the requested arguments never run"
+    assert result.final_output == "will retry"
+    outputs = [
+        item
+        for item in model.inputs[-1]
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    ]
+    assert len(outputs) == 1 and '{"path": "prod.db.tmp"}' in str(outputs[0]["output"])
+
+
 def test_a_resumed_run_asks_once_per_call_id(server: Server, agent_id: str) -> None:
     """The call id is the idempotency key: resolving the same interruption twice reuses the
     approval (and its decision) instead of asking again."""
