@@ -273,22 +273,7 @@ async fn an_approval_with_edits_reaches_each_host_as_its_updated_input() {
             async move { surface.run(&url, &input, &[]).await }
         });
         let approval = next_pending(&mut watch).await;
-        let response = client(&url)
-            .decide(pb::DecideRequest {
-                approval_id: approval.id.clone(),
-                verdict: pb::Verdict::Approve.into(),
-                decider: Some(pb::Decider {
-                    channel: "telegram".into(),
-                    user_id: "1001".into(),
-                    display_name: "Alice".into(),
-                }),
-                idempotency_key: format!("cb-edit-{surface:?}"),
-                edited_arguments_json: edited.to_string(),
-                ..Default::default()
-            })
-            .await
-            .expect("decide with edits");
-        assert_eq!(response.outcome(), pb::DecideOutcome::Resolved);
+        approve_with_edits(&client(&url), &approval.id, &edited).await;
         let output = hook.await.unwrap();
         let reason = format!(
             "countersign: approved by {APPROVER}, with the arguments edited by Alice (telegram)"

@@ -187,21 +187,7 @@ async fn approve_with_edits_answers_the_edited_input() {
     .await;
     let approval = next_pending(&mut watch).await;
     let edited = json!({"command": "git push --force-with-lease"});
-    client
-        .decide(pb::DecideRequest {
-            approval_id: approval.id.clone(),
-            verdict: pb::Verdict::Approve.into(),
-            decider: Some(pb::Decider {
-                channel: "telegram".into(),
-                user_id: "1001".into(),
-                display_name: "Alice".into(),
-            }),
-            idempotency_key: "cb-edit".into(),
-            edited_arguments_json: edited.to_string(),
-            ..Default::default()
-        })
-        .await
-        .expect("decide with edits");
+    approve_with_edits(&client, &approval.id, &edited).await;
     let response = mcp.response().await;
     assert_eq!(response["id"], 1);
     assert_eq!(

@@ -130,22 +130,48 @@ pub async fn decide(
     scope: pb::Scope,
     reason: &str,
 ) {
-    let response = client
-        .decide(pb::DecideRequest {
-            approval_id: approval_id.to_owned(),
+    resolve(
+        client,
+        pb::DecideRequest {
             verdict: verdict.into(),
             scope: scope.into(),
             reason: reason.to_owned(),
-            decider: Some(pb::Decider {
-                channel: "telegram".into(),
-                user_id: "1001".into(),
-                display_name: "Alice".into(),
-            }),
-            idempotency_key: format!("cb-{}", uuid::Uuid::now_v7()),
-            ..Default::default()
-        })
-        .await
-        .expect("decide");
+            ..by_alice(approval_id)
+        },
+    )
+    .await;
+}
+
+/// Approves as Alice on Telegram with the arguments edited to `edited` (edit-on-approve).
+pub async fn approve_with_edits(client: &Client, approval_id: &str, edited: &Value) {
+    resolve(
+        client,
+        pb::DecideRequest {
+            verdict: pb::Verdict::Approve.into(),
+            edited_arguments_json: edited.to_string(),
+            ..by_alice(approval_id)
+        },
+    )
+    .await;
+}
+
+/// A decision on `approval_id` by Alice on Telegram, with a fresh idempotency key.
+fn by_alice(approval_id: &str) -> pb::DecideRequest {
+    pb::DecideRequest {
+        approval_id: approval_id.to_owned(),
+        decider: Some(pb::Decider {
+            channel: "telegram".into(),
+            user_id: "1001".into(),
+            display_name: "Alice".into(),
+        }),
+        idempotency_key: format!("cb-{}", uuid::Uuid::now_v7()),
+        ..Default::default()
+    }
+}
+
+/// Sends `request`, which must resolve the approval.
+async fn resolve(client: &Client, request: pb::DecideRequest) {
+    let response = client.decide(request).await.expect("decide");
     assert_eq!(response.outcome(), pb::DecideOutcome::Resolved);
 }
 

@@ -68,6 +68,14 @@ async fn press(browser: &Client, key: &str) {
         .expect("key press");
 }
 
+/// Signs in as Alice with a one-time link; the inbox is shown.
+async fn sign_in(browser: &Client, setup: &Setup) {
+    let link = setup.web.issue_login("alice", "Alice").await;
+    browser.goto(&link).await.unwrap();
+    click(browser, "#sign-in").await;
+    element(browser, "#inbox").await;
+}
+
 async fn script(browser: &Client, code: &str) -> serde_json::Value {
     browser.execute(code, Vec::new()).await.expect("script")
 }
@@ -79,10 +87,7 @@ async fn an_approver_works_through_the_inbox_in_a_real_browser() {
     let browser = &chromium.client;
 
     // Sign in with a one-time link.
-    let link = setup.web.issue_login("alice", "Alice").await;
-    browser.goto(&link).await.unwrap();
-    click(browser, "#sign-in").await;
-    element(browser, "#inbox").await;
+    sign_in(browser, &setup).await;
     assert_eq!(text(browser, "#who").await, "Alice");
 
     // A new approval appears without a reload; the agent's markup is text.
@@ -295,10 +300,7 @@ async fn an_approver_edits_the_arguments_before_approving_in_a_real_browser() {
     let setup = Setup::start(Mode::Login).await;
     let chromium = Chromium::start().await;
     let browser = &chromium.client;
-    let link = setup.web.issue_login("alice", "Alice").await;
-    browser.goto(&link).await.unwrap();
-    click(browser, "#sign-in").await;
-    element(browser, "#inbox").await;
+    sign_in(browser, &setup).await;
 
     let approval = setup
         .request("editor", "deploy to production", pb::Risk::Medium)
