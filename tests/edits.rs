@@ -400,3 +400,52 @@ async fn an_edit_that_raises_the_quorum_needs_the_higher_quorum_on_the_same_vers
     assert_eq!(approved.editor.expect("editor").user_id, "1001");
     assert!(approved.decisions[1].edited_arguments_json.is_empty());
 }
+
+/// With `storage.redact_arguments`, the edited arguments stay until the call is consumed (the
+/// runtime needs them to run it), and are blanked then, the digests staying.
+#[tokio::test]
+async fn redaction_keeps_an_approved_edit_until_the_call_is_consumed() {
+    let server = TestServer::start_with(|c| {
+        let parsed = Config::parse(CONFIG).unwrap();
+        c.approvers = parsed.approvers;
+        c.rules = parsed.rules;
+        c.storage.redact_arguments = true;
+    })
+    .await;
+    let mut client = connect(&server).await;
+    let approval = create(
+        &mut client,
+        call("k1", "bash", r#"{"command": "make clean"}"#, 1),
+    )
+    .await;
+    let edited = r#"{"command": "make clean-cache"}"#;
+    client
+        .decide(approve(&approval.id, "1001", "a1", "", edited))
+        .await
+        .expect("approve with edits");
+    let approved = get(&mut client, &approval.id).await;
+    assert_eq!(state(&approved), pb::ApprovalState::Approved);
+    assert!(approved.arguments_json.is_empty(), "the request's arguments are redacted");
+    assert_eq!(approved.edited_arguments_json, edited, "the edit stays to be run");
+
+    let consumed = client
+        .consume(pb::ConsumeRequest {
+            approval_id: approval.id.clone(),
+            outcome: pb::ConsumeOutcome::Succeeded as i32,
+            detail: String::new(),
+        })
+        .await
+        .expect("consume")
+        .into_inner();
+    assert!(consumed.edited_arguments_json.is_empty());
+    assert_eq!(consumed.edited_args_digest, digest_of(edited));
+    let stored = get(&mut client, &approval.id).await;
+    assert!(stored.edited_arguments_json.is_empty());
+    assert!(stored.decisions.iter().all(|d| d.edited_arguments_json.is_empty()));
+    let verified = admin(&channel(&server).await, None)
+        .verify_audit(pb::VerifyAuditRequest {})
+        .await
+        .expect("verify")
+        .into_inner();
+    assert!(verified.intact, "{verified:?}");
+}

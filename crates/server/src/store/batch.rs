@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use countersign_core::{
     Approval, ApprovalRequest, ConsumeOutcome, Decision, Delivery, Disposition, EditedVersion,
-    Error as DomainError, EventKind, Millis, ResolvedBy, Verdict,
+    Error as DomainError, EventKind, Millis, ResolvedBy, State, Verdict,
 };
 use serde_json::Value;
 
@@ -683,6 +683,8 @@ impl Plan {
     /// change resolved: in the approval written (events store none) and, through the write
     /// set, in events stored before migration 0007 (which do); and in what the change returns
     /// and publishes. The digest stays; the hash chain does not cover argument values.
+    /// Arguments an approver edited stay until the call is consumed: the runtime, which knows
+    /// only the arguments it sent, needs them to run the call.
     fn redact_resolved(&mut self, applied: &mut Applied) {
         let reply_approval = match &mut applied.reply {
             Reply::Requested(requested) => Some(&mut requested.approval),
@@ -697,22 +699,31 @@ impl Plan {
             .chain(reply_approval)
             .filter(|approval| !approval.is_pending())
         {
-            approval.clear_argument_values();
+            redact(approval);
             if !resolved.contains(&approval.id) {
                 resolved.push(approval.id.clone());
             }
         }
         for id in resolved {
             if let Some(approval) = self.approvals.get_mut(&id) {
-                approval.clear_argument_values();
+                redact(approval);
             }
             if let Some(approval) = self.writes.approvals.get_mut(&id) {
-                approval.clear_argument_values();
+                redact(approval);
             }
             if !self.writes.redact.contains(&id) {
                 self.writes.redact.push(id);
             }
         }
+    }
+}
+
+/// Blanks a resolved approval's argument values, but an approved edit's until it is consumed.
+fn redact(approval: &mut Approval) {
+    if approval.state == State::Approved && approval.edit.is_some() {
+        approval.arguments_json.clear();
+    } else {
+        approval.clear_argument_values();
     }
 }
 
