@@ -425,8 +425,14 @@ async fn redaction_keeps_an_approved_edit_until_the_call_is_consumed() {
         .expect("approve with edits");
     let approved = get(&mut client, &approval.id).await;
     assert_eq!(state(&approved), pb::ApprovalState::Approved);
-    assert!(approved.arguments_json.is_empty(), "the request's arguments are redacted");
-    assert_eq!(approved.edited_arguments_json, edited, "the edit stays to be run");
+    assert!(
+        approved.arguments_json.is_empty(),
+        "the request's arguments are redacted"
+    );
+    assert_eq!(
+        approved.edited_arguments_json, edited,
+        "the edit stays to be run"
+    );
 
     let consumed = client
         .consume(pb::ConsumeRequest {
@@ -441,11 +447,69 @@ async fn redaction_keeps_an_approved_edit_until_the_call_is_consumed() {
     assert_eq!(consumed.edited_args_digest, digest_of(edited));
     let stored = get(&mut client, &approval.id).await;
     assert!(stored.edited_arguments_json.is_empty());
-    assert!(stored.decisions.iter().all(|d| d.edited_arguments_json.is_empty()));
+    assert!(stored
+        .decisions
+        .iter()
+        .all(|d| d.edited_arguments_json.is_empty()));
     let verified = admin(&channel(&server).await, None)
         .verify_audit(pb::VerifyAuditRequest {})
         .await
         .expect("verify")
         .into_inner();
     assert!(verified.intact, "{verified:?}");
+}
+
+/// The edited arguments in an approval's row are covered by their digest, which the chained
+/// decision event carries: changing them by hand breaks VerifyAudit.
+#[tokio::test]
+async fn edited_arguments_changed_by_hand_fail_verify_audit() {
+    use sqlx::Connection;
+
+    let server = edit_server().await;
+    let mut client = connect(&server).await;
+    let approval = create(
+        &mut client,
+        call("k1", "bash", r#"{"command": "make clean"}"#, 1),
+    )
+    .await;
+    client
+        .decide(approve(
+            &approval.id,
+            "1001",
+            "a1",
+            "",
+            r#"{"command": "make clean-cache"}"#,
+        ))
+        .await
+        .expect("approve with edits");
+    let mut admin = admin(&channel(&server).await, None);
+    let verify = |admin: &mut AdminClient| {
+        let mut admin = admin.clone();
+        async move {
+            admin
+                .verify_audit(pb::VerifyAuditRequest {})
+                .await
+                .expect("verify")
+                .into_inner()
+        }
+    };
+    assert!(verify(&mut admin).await.intact);
+
+    let url = format!("sqlite://{}", server.database_path().display());
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let changed = sqlx::query(
+        "UPDATE approvals SET body = replace(body, 'clean-cache', 'rm-everything') WHERE id = ?",
+    )
+    .bind(&approval.id)
+    .execute(&mut conn)
+    .await
+    .unwrap()
+    .rows_affected();
+    assert_eq!(changed, 1);
+    let report = verify(&mut admin).await;
+    assert!(!report.intact, "{report:?}");
+    assert!(
+        report.problem.contains("edited arguments do not match"),
+        "{report:?}"
+    );
 }

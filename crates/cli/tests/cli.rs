@@ -838,3 +838,30 @@ async fn approve_with_edit_opens_the_editor_and_approves_what_was_saved() {
         stdout(&text)
     );
 }
+
+/// `approve --args-digest` names the version reviewed: another version is refused and
+/// decides nothing; the current one approves.
+#[tokio::test]
+async fn approve_with_args_digest_approves_only_the_version_named() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let id = request_id(&url, &[]).await;
+    let stale = "0".repeat(64);
+    let refused = run(&url, &["approve", &id, "--args-digest", &stale]).await;
+    assert_exit(&refused, 70);
+    assert!(stderr(&refused).contains(&stale), "{}", stderr(&refused));
+    let shown = json(&run(&url, &["get", &id, "-o", "json"]).await);
+    assert_eq!(shown["state"], "PENDING");
+    let digest = shown["args_digest"].as_str().unwrap();
+    let approved = run(
+        &url,
+        &["approve", &id, "--args-digest", digest, "-o", "json"],
+    )
+    .await;
+    assert_exit(&approved, 0);
+    assert_eq!(json(&approved)["approval"]["state"], "APPROVED");
+    assert_eq!(
+        json(&approved)["approval"]["decisions"][0]["args_digest"],
+        digest
+    );
+}

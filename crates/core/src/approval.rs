@@ -974,6 +974,76 @@ mod tests {
         ));
     }
 
+    fn version(arguments: &str, digest: &str) -> EditedVersion {
+        EditedVersion {
+            arguments_json: arguments.into(),
+            args_digest: digest.into(),
+            risk: Risk::High,
+            required_approvals: 1,
+            separation_of_duties: true,
+        }
+    }
+
+    #[test]
+    fn an_edit_after_an_approval_restarts_the_count_and_stale_versions_are_refused() {
+        let mut a = pending(2);
+        a.decide(decision("u1", Verdict::Approve, "k1"), None, 1)
+            .unwrap();
+        assert_eq!(a.approvals_so_far(), 1);
+        let effect = a
+            .decide(
+                decision("u2", Verdict::Approve, "k2"),
+                Some(version("{\"x\":1}", "e1")),
+                2,
+            )
+            .unwrap();
+        assert_eq!(effect.outcome, DecideOutcome::Recorded);
+        assert!(a.decisions[1].restarts_count);
+        assert_eq!(a.current_digest(), "e1");
+        assert_eq!(a.approvals_so_far(), 1, "only u2's approval of e1 counts");
+
+        // No version named after an edit, or the old one: refused, nothing changes.
+        let before = a.clone();
+        for named in ["", "d"] {
+            let mut stale = decision("u1", Verdict::Approve, "k3");
+            stale.args_digest = named.into();
+            assert!(matches!(
+                a.decide(stale, None, 3),
+                Err(Error::FailedPrecondition(_))
+            ));
+            assert_eq!(a, before);
+        }
+        let mut current = decision("u1", Verdict::Approve, "k4");
+        current.args_digest = "e1".into();
+        assert_eq!(
+            a.decide(current, None, 4).unwrap().outcome,
+            DecideOutcome::Resolved
+        );
+        let resolution = a.resolution.as_ref().unwrap();
+        assert_eq!(resolution.args_digest, "e1");
+        assert_eq!(resolution.deciders.len(), 2);
+    }
+
+    #[test]
+    fn an_edit_goes_with_an_approval_of_this_call_only() {
+        let mut a = pending(1);
+        let reject = a.decide(
+            decision("u1", Verdict::Reject, "k1"),
+            Some(version("{}", "e1")),
+            1,
+        );
+        assert!(
+            matches!(reject, Err(Error::InvalidArgument { ref field, .. }) if field == "edited_arguments_json")
+        );
+        let mut session = decision("u1", Verdict::Approve, "k2");
+        session.scope = Scope::Session;
+        let refused = a.decide(session, Some(version("{}", "e1")), 2);
+        assert!(
+            matches!(refused, Err(Error::InvalidArgument { ref field, .. }) if field == "scope")
+        );
+        assert!(a.decisions.is_empty() && a.edit.is_none());
+    }
+
     #[test]
     fn cancel_only_while_pending() {
         let mut a = pending(1);
