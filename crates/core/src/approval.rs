@@ -603,7 +603,7 @@ impl Approval {
     /// edited version). Refusals of the decider (registry, ceiling, four-eyes) and policy on
     /// an edit happen before this, in the caller; here only the approval's own rules apply.
     ///
-    /// Versions: a decision names the version the decider saw (`args_digest`); one naming
+    /// Versions: an approval names the version the decider saw (`args_digest`); one naming
     /// another version than the current is refused. Naming none means the requested
     /// arguments, so once the approval has been edited an approval must name the version.
     /// Approvals count toward the quorum only for the current version: an edit that replaces
@@ -717,7 +717,11 @@ impl Approval {
         edit: Option<EditedVersion>,
     ) -> Result<Option<ArgsEdit>, Error> {
         let current = self.current_digest().to_owned();
-        if !decision.args_digest.is_empty() && decision.args_digest != current {
+        // A rejection rejects whatever the version; an approval only the version named.
+        if decision.verdict == Verdict::Approve
+            && !decision.args_digest.is_empty()
+            && decision.args_digest != current
+        {
             return Err(Error::FailedPrecondition(format!(
                 "approval {} now has arguments of version {current}, not {} which the decider saw (it was edited meanwhile); review the current arguments and decide again",
                 self.id, decision.args_digest

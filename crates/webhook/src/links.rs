@@ -336,6 +336,22 @@ async fn decide(
                 ),
             )
         }
+        Err(ClientError::FailedPrecondition(reason)) => {
+            // Edited since the page was shown: the link stays usable, to decide on what it
+            // shows now.
+            tracing::info!(approval_id = %link.approval_id, approver = %link.approver, %reason, "the arguments changed since the confirmation page");
+            if let Err(error) = pages.store.release_link(&link, claimed_ms).await {
+                tracing::error!(%error, "cannot give a decision link back");
+            }
+            page(
+                StatusCode::CONFLICT,
+                "The request changed",
+                &format!(
+                    "<p>Nothing was decided: {}</p><p>Open the link again to see the request as it is now.</p>",
+                    escape(&reason)
+                ),
+            )
+        }
         Err(error) => {
             tracing::warn!(approval_id = %link.approval_id, %error, "Decide failed; giving the link back");
             if let Err(error) = pages.store.release_link(&link, claimed_ms).await {

@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const OLD_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const SECRET_ENV: &str = "TEST_WEBHOOK_SECRET";
-const APPROVERS: &str = "[[approvers]]\nid = \"alice\"\nname = \"Alice\"\nmax_risk = \"critical\"\nidentities = { webhook = [\"alice\"] }\n";
+const APPROVERS: &str = "[[approvers]]\nid = \"alice\"\nname = \"Alice\"\nmax_risk = \"critical\"\nidentities = { webhook = [\"alice\"] }\n\n[[approvers]]\nid = \"bob\"\nname = \"Bob\"\nmax_risk = \"critical\"\nidentities = { telegram = [\"2002\"] }\n";
 
 // ---------------------------------------------------------------------------------------
 // The receiver.
@@ -312,24 +312,12 @@ impl Harness {
     }
 
     async fn request(&self, key: &str, ttl_seconds: u32) -> pb::Approval {
+        self.request_with(request_message(key, ttl_seconds)).await
+    }
+
+    async fn request_with(&self, request: pb::RequestApprovalRequest) -> pb::Approval {
         self.agent
-            .request_approval(pb::RequestApprovalRequest {
-                agent_id: "coder-1".into(),
-                session_id: "session-7".into(),
-                requester: "dev@example.com".into(),
-                idempotency_key: key.into(),
-                tool_name: "bash".into(),
-                arguments_json: r#"{"command":"rm -rf build/ <script>alert(1)</script>"}"#.into(),
-                action: "delete <b>the build</b> directory".into(),
-                reason: "clean rebuild\nRisk: LOW".into(),
-                risk: pb::Risk::High.into(),
-                routes: vec![pb::Route {
-                    channel: "webhook".into(),
-                    target: String::new(),
-                }],
-                ttl_seconds,
-                ..Default::default()
-            })
+            .request_approval(request)
             .await
             .unwrap()
             .approval
@@ -346,15 +334,41 @@ impl Harness {
     }
 
     async fn post(&self, url: &str, form_token: &str) -> (u16, String) {
+        self.post_form(url, &format!("form_token={form_token}"))
+            .await
+    }
+
+    async fn post_form(&self, url: &str, form: &str) -> (u16, String) {
         let response = self
             .http
             .post(url)
             .header("content-type", "application/x-www-form-urlencoded")
-            .body(format!("form_token={form_token}"))
+            .body(form.to_owned())
             .send()
             .await
             .unwrap();
         (response.status().as_u16(), response.text().await.unwrap())
+    }
+}
+
+/// The request the tests make: `key`, `ttl_seconds` (0: the default), routed to webhooks.
+fn request_message(key: &str, ttl_seconds: u32) -> pb::RequestApprovalRequest {
+    pb::RequestApprovalRequest {
+        agent_id: "coder-1".into(),
+        session_id: "session-7".into(),
+        requester: "dev@example.com".into(),
+        idempotency_key: key.into(),
+        tool_name: "bash".into(),
+        arguments_json: r#"{"command":"rm -rf build/ <script>alert(1)</script>"}"#.into(),
+        action: "delete <b>the build</b> directory".into(),
+        reason: "clean rebuild\nRisk: LOW".into(),
+        risk: pb::Risk::High.into(),
+        routes: vec![pb::Route {
+            channel: "webhook".into(),
+            target: String::new(),
+        }],
+        ttl_seconds,
+        ..Default::default()
     }
 }
 
@@ -605,6 +619,72 @@ async fn a_decision_link_decides_once_and_only_after_the_confirmation() {
     let resolved = harness.receiver.accepted(&resolved_id(&approval)).await;
     assert_eq!(resolved["data"]["state"], "approved");
     assert_eq!(resolved["data"]["deciders"][0]["user_id"], "alice");
+}
+
+/// Edit-on-approve: a confirmation page names the version of the arguments it shows; after
+/// an edit elsewhere, confirming it decides nothing (the link stays usable), and the page then
+/// shows the edited arguments, which the decision approves. The resolution carries the edit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_link_approves_the_version_its_page_showed() {
+    let harness = Harness::start().await;
+    let approval = harness
+        .request_with(pb::RequestApprovalRequest {
+            required_approvals: 2,
+            ..request_message("call-edit", 0)
+        })
+        .await;
+    let body = harness.receiver.accepted(&requested_id(&approval)).await;
+    let approve = link(&body, "approve");
+    let (_, page) = harness.get(&approve).await;
+    let token = form_token(&page);
+    assert!(page.contains(&approval.args_digest), "{page}");
+
+    let edited = r#"{"command":"rm -rf build/tmp"}"#;
+    harness
+        .agent
+        .decide(pb::DecideRequest {
+            approval_id: approval.id.clone(),
+            verdict: pb::Verdict::Approve.into(),
+            decider: Some(pb::Decider {
+                channel: "telegram".into(),
+                user_id: "2002".into(),
+                display_name: "Bob".into(),
+            }),
+            idempotency_key: "tg-edit".into(),
+            edited_arguments_json: edited.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let stale = format!("form_token={token}&args_digest={}", approval.args_digest);
+    let (status, page) = harness.post_form(&approve, &stale).await;
+    assert_eq!(status, 409, "{page}");
+    assert!(page.contains("Nothing was decided"), "{page}");
+    assert_eq!(
+        harness.state_of(&approval.id).await,
+        pb::ApprovalState::Pending
+    );
+
+    let (status, page) = harness.get(&approve).await;
+    assert_eq!(status, 200, "the link is still usable: {page}");
+    assert!(page.contains("edited by Bob (telegram)"), "{page}");
+    assert!(page.contains("rm -rf build/tmp"), "{page}");
+    let current = harness.agent.get_approval(&approval.id).await.unwrap();
+    let confirmed = format!(
+        "form_token={}&args_digest={}",
+        form_token(&page),
+        current.edited_args_digest
+    );
+    let (status, page) = harness.post_form(&approve, &confirmed).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("Approved"), "{page}");
+    let resolved = harness.receiver.accepted(&resolved_id(&approval)).await;
+    assert_eq!(resolved["data"]["state"], "approved");
+    assert_eq!(
+        resolved["data"]["edit"]["arguments"]["command"],
+        "rm -rf build/tmp"
+    );
+    assert_eq!(resolved["data"]["edit"]["editor"]["user_id"], "2002");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
