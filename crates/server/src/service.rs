@@ -507,9 +507,14 @@ impl ApprovalService for ApprovalApi {
             decider,
             idempotency_key: request.idempotency_key,
             decided_at: now,
-            // The version the decider saw; an edit is made on that version, and the store
-            // refuses both when the approval was edited meanwhile.
-            args_digest: request.expected_args_digest,
+            // The version the decider saw. An edit that names none is made on the version read
+            // here, which its authorization below is checked against: the store refuses it
+            // when the approval was edited meanwhile.
+            args_digest: if request.expected_args_digest.is_empty() && edited_digest.is_some() {
+                current.current_digest().to_owned()
+            } else {
+                request.expected_args_digest
+            },
             edited_arguments_json: String::new(),
             restarts_count: false,
         };
