@@ -56,12 +56,38 @@ arguments = [{ pointer = "/env", glob = "prod*" }]
 "#;
 
 async fn edit_server() -> TestServer {
+    server_redacting(false).await
+}
+
+/// The server of these tests, with `storage.redact_arguments` as `redact`.
+async fn server_redacting(redact: bool) -> TestServer {
     TestServer::start_with(|c| {
         let parsed = Config::parse(CONFIG).unwrap();
         c.approvers = parsed.approvers;
         c.rules = parsed.rules;
+        c.storage.redact_arguments = redact;
     })
     .await
+}
+
+async fn consume(client: &mut Client, id: &str) -> pb::Approval {
+    client
+        .consume(pb::ConsumeRequest {
+            approval_id: id.into(),
+            outcome: pb::ConsumeOutcome::Succeeded as i32,
+            detail: String::new(),
+        })
+        .await
+        .expect("consume")
+        .into_inner()
+}
+
+async fn verify(server: &TestServer) -> pb::VerifyAuditResponse {
+    admin(&channel(server).await, None)
+        .verify_audit(pb::VerifyAuditRequest {})
+        .await
+        .expect("verify")
+        .into_inner()
 }
 
 fn call(key: &str, tool: &str, arguments: &str, required: u32) -> pb::RequestApprovalRequest {
@@ -225,15 +251,7 @@ async fn an_edit_that_raises_the_risk_needs_a_decider_with_that_ceiling_and_the_
     assert!(!decision.restarts_count);
 
     // Consume binds the execution to the edited version.
-    let consumed = client
-        .consume(pb::ConsumeRequest {
-            approval_id: approval.id.clone(),
-            outcome: pb::ConsumeOutcome::Succeeded as i32,
-            detail: String::new(),
-        })
-        .await
-        .expect("consume")
-        .into_inner();
+    let consumed = consume(&mut client, &approval.id).await;
     assert_eq!(state(&consumed), pb::ApprovalState::Consumed);
     assert_eq!(consumed.edited_args_digest, digest_of(edited));
     assert_eq!(
@@ -275,11 +293,7 @@ async fn an_edit_that_raises_the_risk_needs_a_decider_with_that_ceiling_and_the_
     let then = resolved.approval.as_ref().unwrap();
     assert_eq!(then.arguments_json, original);
     assert_eq!(then.edited_arguments_json, edited);
-    let verified = admin
-        .verify_audit(pb::VerifyAuditRequest {})
-        .await
-        .expect("verify")
-        .into_inner();
+    let verified = verify(&server).await;
     assert!(verified.intact, "{verified:?}");
 }
 
@@ -405,13 +419,7 @@ async fn an_edit_that_raises_the_quorum_needs_the_higher_quorum_on_the_same_vers
 /// runtime needs them to run it), and are blanked then, the digests staying.
 #[tokio::test]
 async fn redaction_keeps_an_approved_edit_until_the_call_is_consumed() {
-    let server = TestServer::start_with(|c| {
-        let parsed = Config::parse(CONFIG).unwrap();
-        c.approvers = parsed.approvers;
-        c.rules = parsed.rules;
-        c.storage.redact_arguments = true;
-    })
-    .await;
+    let server = server_redacting(true).await;
     let mut client = connect(&server).await;
     let approval = create(
         &mut client,
@@ -434,15 +442,7 @@ async fn redaction_keeps_an_approved_edit_until_the_call_is_consumed() {
         "the edit stays to be run"
     );
 
-    let consumed = client
-        .consume(pb::ConsumeRequest {
-            approval_id: approval.id.clone(),
-            outcome: pb::ConsumeOutcome::Succeeded as i32,
-            detail: String::new(),
-        })
-        .await
-        .expect("consume")
-        .into_inner();
+    let consumed = consume(&mut client, &approval.id).await;
     assert!(consumed.edited_arguments_json.is_empty());
     assert_eq!(consumed.edited_args_digest, digest_of(edited));
     let stored = get(&mut client, &approval.id).await;
@@ -451,11 +451,7 @@ async fn redaction_keeps_an_approved_edit_until_the_call_is_consumed() {
         .decisions
         .iter()
         .all(|d| d.edited_arguments_json.is_empty()));
-    let verified = admin(&channel(&server).await, None)
-        .verify_audit(pb::VerifyAuditRequest {})
-        .await
-        .expect("verify")
-        .into_inner();
+    let verified = verify(&server).await;
     assert!(verified.intact, "{verified:?}");
 }
 
@@ -482,18 +478,7 @@ async fn edited_arguments_changed_by_hand_fail_verify_audit() {
         ))
         .await
         .expect("approve with edits");
-    let mut admin = admin(&channel(&server).await, None);
-    let verify = |admin: &mut AdminClient| {
-        let mut admin = admin.clone();
-        async move {
-            admin
-                .verify_audit(pb::VerifyAuditRequest {})
-                .await
-                .expect("verify")
-                .into_inner()
-        }
-    };
-    assert!(verify(&mut admin).await.intact);
+    assert!(verify(&server).await.intact);
 
     let url = format!("sqlite://{}", server.database_path().display());
     let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
@@ -506,7 +491,7 @@ async fn edited_arguments_changed_by_hand_fail_verify_audit() {
     .unwrap()
     .rows_affected();
     assert_eq!(changed, 1);
-    let report = verify(&mut admin).await;
+    let report = verify(&server).await;
     assert!(!report.intact, "{report:?}");
     assert!(
         report.problem.contains("edited arguments do not match"),
