@@ -33,6 +33,10 @@ const ANSWER_DISABLED_BUTTON: &str = "This button is disabled";
 const ANSWER_NOT_ALLOWED: &str = "Not allowed";
 const ANSWER_NO_SUCH_APPROVAL: &str = "This approval does not exist";
 const ANSWER_TRY_AGAIN: &str = "Could not record the decision, please try again";
+// The buttons name no version of the arguments (edit-on-approve): after an edit, approving
+// needs a channel that shows and names the edited version.
+const ANSWER_EDITED: &str =
+    "The arguments were edited: approve the edited version in the web inbox, the CLI or on GitHub";
 const REPLY_HOW_TO: &str = "Reply to an approval request with /approve or /reject &lt;reason&gt;";
 const REPLY_NOT_A_REQUEST: &str = "That message is not an approval request";
 
@@ -1035,6 +1039,10 @@ impl Worker {
                 (ANSWER_NOT_ALLOWED.to_owned(), None)
             }
             Err(ClientError::NotFound(_)) => (ANSWER_NO_SUCH_APPROVAL.to_owned(), None),
+            Err(ClientError::FailedPrecondition(reason)) => {
+                tracing::info!(approval_id, %reason, "the server refused an approval of an unnamed version");
+                (ANSWER_EDITED.to_owned(), None)
+            }
             Err(error) => {
                 tracing::warn!(approval_id, %error, "Decide failed");
                 (ANSWER_TRY_AGAIN.to_owned(), None)

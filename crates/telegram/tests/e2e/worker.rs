@@ -295,6 +295,65 @@ async fn a_tap_the_servers_approver_registry_refuses_changes_nothing() {
     );
 }
 
+/// Edit-on-approve elsewhere: the message shows the edited arguments and who edited them; an
+/// Approve tap (which names no version) is refused with how to approve the edited version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_made_elsewhere_is_shown_and_a_tap_cannot_approve_it_unseen() {
+    let harness = Harness::start().await;
+    let approval = harness
+        .request_with(pb::RequestApprovalRequest {
+            required_approvals: 2,
+            ..request("call-edit")
+        })
+        .await;
+    let message = harness.request_message(0).await;
+    harness
+        .agent
+        .decide(pb::DecideRequest {
+            approval_id: approval.id.clone(),
+            verdict: Verdict::Approve.into(),
+            decider: Some(pb::Decider {
+                channel: "cli".into(),
+                user_id: "carol".into(),
+                display_name: "<b>Carol</b>".into(),
+            }),
+            idempotency_key: "cli-edit".into(),
+            edited_arguments_json: r#"{"command":"rm -rf build/<tmp>"}"#.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let shown = harness
+        .telegram
+        .wait_for_message("the edit to be shown", CHAT, message.message_id, |m| {
+            m.text.contains("Arguments edited by")
+        })
+        .await;
+    assert!(shown.text.contains("<b>Carol</b> (cli)"), "{}", shown.text);
+    assert!(shown.text.contains("rm -rf build/<tmp>"), "{}", shown.text);
+    assert!(
+        shown.text.contains("Waiting: 1 of 2 approvals"),
+        "{}",
+        shown.text
+    );
+
+    let (_, callback_id) =
+        harness
+            .telegram
+            .tap_button(&alice(), CHAT, shown.message_id, &button(&shown, "Approve"));
+    let answer = wait_for_answer(&harness, &callback_id, 0).await;
+    assert!(
+        answer
+            .param_str("text")
+            .unwrap_or_default()
+            .contains("arguments were edited"),
+        "{answer:?}"
+    );
+    let now = harness.agent.get_approval(&approval.id).await.unwrap();
+    assert_eq!(now.state(), ApprovalState::Pending);
+    assert_eq!(now.decisions.len(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_follow_decisions_elsewhere_expiry_and_cancellation() {
     let harness = Harness::start().await;
