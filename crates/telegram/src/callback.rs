@@ -1,4 +1,7 @@
-//! The `callback_data` of the inline buttons: `cs1:<action>:<approval id>`.
+//! The `callback_data` of the inline buttons: `cs1:<action>:<approval id>`, and on the Approve
+//! button of an approval whose arguments were edited `cs1:a:<approval id>:<version>`, the
+//! first [`VERSION_PREFIX_LEN`] hex digits of the edited arguments' digest (edit-on-approve:
+//! a tap approves only the version its message showed).
 //!
 //! Telegram limits `callback_data` to 64 bytes and hands back whatever a client sends, so the
 //! format carries a version (old buttons keep working or are refused cleanly after a format
@@ -14,6 +17,10 @@ use uuid::Uuid;
 pub const MAX_CALLBACK_DATA_BYTES: usize = 64;
 
 const VERSION: &str = "cs1";
+
+/// How much of an args digest a button carries: 64 bits, enough that no edit made meanwhile
+/// can pass for the version shown, and within Telegram's 64 bytes.
+pub const VERSION_PREFIX_LEN: usize = 16;
 
 /// What a button does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
@@ -64,6 +71,9 @@ pub struct CallbackData {
     pub action: ButtonAction,
     /// The approval id, as a lower-case hyphenated UUID.
     pub approval_id: String,
+    /// The start of the args digest of the version the message showed ([`VERSION_PREFIX_LEN`]
+    /// lower-case hex digits), on buttons of an edited approval.
+    pub version: Option<String>,
 }
 
 impl CallbackData {
@@ -71,13 +81,26 @@ impl CallbackData {
         CallbackData {
             action,
             approval_id: approval_id.to_owned(),
+            version: None,
+        }
+    }
+
+    /// A button that acts only on the version of the arguments with digest `args_digest`.
+    pub fn for_version(action: ButtonAction, approval_id: &str, args_digest: &str) -> CallbackData {
+        CallbackData {
+            version: args_digest.get(..VERSION_PREFIX_LEN).map(str::to_owned),
+            ..CallbackData::new(action, approval_id)
         }
     }
 }
 
 impl fmt::Display for CallbackData {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{VERSION}:{}:{}", self.action.code(), self.approval_id)
+        write!(f, "{VERSION}:{}:{}", self.action.code(), self.approval_id)?;
+        match &self.version {
+            Some(version) => write!(f, ":{version}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -104,10 +127,26 @@ impl FromStr for CallbackData {
             return Err(CallbackDataError::TooLong);
         }
         let mut parts = data.split(':');
-        let (Some(version), Some(action), Some(approval_id), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
+        let (Some(version), Some(action), Some(approval_id), args_version, None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
             return Err(CallbackDataError::Malformed);
+        };
+        let args_version = match args_version {
+            None => None,
+            Some(prefix)
+                if prefix.len() == VERSION_PREFIX_LEN
+                    && prefix
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) =>
+            {
+                Some(prefix.to_owned())
+            }
+            Some(_) => return Err(CallbackDataError::Malformed),
         };
         if version != VERSION {
             return Err(CallbackDataError::UnknownVersion);
@@ -120,6 +159,7 @@ impl FromStr for CallbackData {
         Ok(CallbackData {
             action,
             approval_id,
+            version: args_version,
         })
     }
 }
@@ -137,6 +177,23 @@ mod tests {
             assert!(data.len() <= MAX_CALLBACK_DATA_BYTES, "{data}");
             assert!(data.starts_with("cs1:"), "{data}");
             assert_eq!(data.parse(), Ok(CallbackData::new(action, ID)));
+        }
+    }
+
+    #[test]
+    fn a_version_round_trips_within_64_bytes() {
+        let digest = "0123456789abcdef".repeat(4);
+        let data = CallbackData::for_version(ButtonAction::Approve, ID, &digest);
+        let text = data.to_string();
+        assert_eq!(text, format!("cs1:a:{ID}:0123456789abcdef"));
+        assert!(text.len() <= MAX_CALLBACK_DATA_BYTES, "{text}");
+        assert_eq!(text.parse(), Ok(data));
+        for bad in ["0123456789ABCDEF", "0123456789abcde", "0123456789abcdefg"] {
+            assert_eq!(
+                format!("cs1:a:{ID}:{bad}").parse::<CallbackData>(),
+                Err(CallbackDataError::Malformed),
+                "{bad}"
+            );
         }
     }
 

@@ -212,9 +212,17 @@ fn keyboard(approval: &pb::Approval, buttons: &[ButtonAction]) -> Vec<Vec<Button
     if approval.state() != ApprovalState::Pending {
         return Vec::new();
     }
+    // An edited approval: Approve names the version shown; the session button goes (edits
+    // are approved for one call only).
+    let edited = version::is_edited(approval);
     let button = |action: ButtonAction| Button {
         label: action.label(),
-        callback_data: CallbackData::new(action, &approval.id).to_string(),
+        callback_data: if edited {
+            CallbackData::for_version(action, &approval.id, &approval.edited_args_digest)
+        } else {
+            CallbackData::new(action, &approval.id)
+        }
+        .to_string(),
     };
     // Approve and Reject side by side, the wider session button on its own row.
     let first_row: Vec<Button> = buttons
@@ -223,7 +231,7 @@ fn keyboard(approval: &pb::Approval, buttons: &[ButtonAction]) -> Vec<Vec<Button
         .map(|action| button(*action))
         .collect();
     let mut rows = vec![first_row];
-    if buttons.contains(&ButtonAction::AllowSession) {
+    if buttons.contains(&ButtonAction::AllowSession) && !edited {
         rows.push(vec![button(ButtonAction::AllowSession)]);
     }
     rows.retain(|row| !row.is_empty());

@@ -6,7 +6,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use countersign_client::{pb, Client, ClientError, WatchItem, WatchOptions};
+use countersign_client::{pb, version, Client, ClientError, WatchItem, WatchOptions};
 use countersign_worker::approval::{is_granted, route_targets};
 use countersign_worker::cursor::{Cursor, CursorError, Part};
 use countersign_worker::lanes::Lanes;
@@ -33,10 +33,10 @@ const ANSWER_DISABLED_BUTTON: &str = "This button is disabled";
 const ANSWER_NOT_ALLOWED: &str = "Not allowed";
 const ANSWER_NO_SUCH_APPROVAL: &str = "This approval does not exist";
 const ANSWER_TRY_AGAIN: &str = "Could not record the decision, please try again";
-// The buttons name no version of the arguments (edit-on-approve): after an edit, approving
-// needs a channel that shows and names the edited version.
+// Edit-on-approve: the tapped message showed another version of the arguments than the
+// current one (or, as a button from before the edit, named none).
 const ANSWER_EDITED: &str =
-    "The arguments were edited: approve the edited version in the web inbox, the CLI or on GitHub";
+    "The arguments were edited since this message was shown: look at the updated message and decide again";
 const REPLY_HOW_TO: &str = "Reply to an approval request with /approve or /reject &lt;reason&gt;";
 const REPLY_NOT_A_REQUEST: &str = "That message is not an approval request";
 
@@ -955,6 +955,19 @@ impl Worker {
             ButtonAction::Reject => (Verdict::Reject, Scope::Once),
             ButtonAction::AllowSession => (Verdict::Approve, Scope::Session),
         };
+        // An Approve button of an edited approval names the version its message showed.
+        let expected_args_digest = match (&data.version, verdict) {
+            (Some(shown), Verdict::Approve) => {
+                match self.version_named(&data.approval_id, shown).await {
+                    Ok(digest) => digest,
+                    Err(answer) => {
+                        self.answer(&callback_id, answer).await;
+                        return;
+                    }
+                }
+            }
+            _ => String::new(),
+        };
         let request = pb::DecideRequest {
             approval_id: data.approval_id.clone(),
             verdict: verdict.into(),
@@ -962,6 +975,7 @@ impl Worker {
             reason: String::new(),
             decider: Some(decider(&query.from)),
             idempotency_key: format!("telegram:callback:{callback_id}"),
+            expected_args_digest,
             ..Default::default()
         };
         let (answer, approval) = self.decide(request, verdict, scope).await;
@@ -1017,6 +1031,29 @@ impl Worker {
         self.reply(chat_id, message.id.0, &escape(&answer)).await;
         if let Some(approval) = approval {
             self.enqueue_show(approval, Some((chat_id, original.id.0)), None);
+        }
+    }
+
+    /// The full digest of the current version of the arguments when it starts with `shown`
+    /// (the version a button's message showed), or what to answer the tap instead.
+    async fn version_named(&self, approval_id: &str, shown: &str) -> Result<String, &'static str> {
+        let approval = match self.client.get_approval(approval_id).await {
+            Ok(approval) => approval,
+            Err(ClientError::NotFound(_)) => return Err(ANSWER_NO_SUCH_APPROVAL),
+            Err(error) => {
+                tracing::warn!(approval_id, %error, "cannot read the approval of a tap");
+                return Err(ANSWER_TRY_AGAIN);
+            }
+        };
+        let (_, current) = version::current_arguments(&approval);
+        if current.starts_with(shown) {
+            Ok(current.to_owned())
+        } else {
+            tracing::info!(
+                approval_id,
+                "a tap on a message showing an earlier version of the arguments"
+            );
+            Err(ANSWER_EDITED)
         }
     }
 

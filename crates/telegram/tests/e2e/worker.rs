@@ -295,10 +295,11 @@ async fn a_tap_the_servers_approver_registry_refuses_changes_nothing() {
     );
 }
 
-/// Edit-on-approve elsewhere: the message shows the edited arguments and who edited them; an
-/// Approve tap (which names no version) is refused with how to approve the edited version.
+/// Edit-on-approve elsewhere: the message shows the edited arguments and who edited them, and
+/// its Approve button names that version. A tap on the message as it was before the edit
+/// decides nothing; a tap on the updated message approves the edited version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_edit_made_elsewhere_is_shown_and_a_tap_cannot_approve_it_unseen() {
+async fn an_edit_made_elsewhere_is_shown_and_a_tap_approves_only_the_version_shown() {
     let harness = Harness::start().await;
     let approval = harness
         .request_with(pb::RequestApprovalRequest {
@@ -306,7 +307,8 @@ async fn an_edit_made_elsewhere_is_shown_and_a_tap_cannot_approve_it_unseen() {
             ..request("call-edit")
         })
         .await;
-    let message = harness.request_message(0).await;
+    let before = harness.request_message(0).await;
+    let stale_approve = button(&before, "Approve");
     harness
         .agent
         .decide(pb::DecideRequest {
@@ -325,7 +327,7 @@ async fn an_edit_made_elsewhere_is_shown_and_a_tap_cannot_approve_it_unseen() {
         .unwrap();
     let shown = harness
         .telegram
-        .wait_for_message("the edit to be shown", CHAT, message.message_id, |m| {
+        .wait_for_message("the edit to be shown", CHAT, before.message_id, |m| {
             m.text.contains("Arguments edited by")
         })
         .await;
@@ -336,12 +338,18 @@ async fn an_edit_made_elsewhere_is_shown_and_a_tap_cannot_approve_it_unseen() {
         "{}",
         shown.text
     );
+    assert_eq!(
+        shown.button_texts(),
+        vec!["✅ Approve", "❌ Reject"],
+        "no session grant for an edit"
+    );
 
-    let (_, callback_id) =
+    // The button as it was before the edit names no version: refused, nothing changes.
+    let (_, stale_tap) =
         harness
             .telegram
-            .tap_button(&alice(), CHAT, shown.message_id, &button(&shown, "Approve"));
-    let answer = wait_for_answer(&harness, &callback_id, 0).await;
+            .tap_button(&alice(), CHAT, before.message_id, &stale_approve);
+    let answer = wait_for_answer(&harness, &stale_tap, 0).await;
     assert!(
         answer
             .param_str("text")
@@ -349,9 +357,28 @@ async fn an_edit_made_elsewhere_is_shown_and_a_tap_cannot_approve_it_unseen() {
             .contains("arguments were edited"),
         "{answer:?}"
     );
-    let now = harness.agent.get_approval(&approval.id).await.unwrap();
-    assert_eq!(now.state(), ApprovalState::Pending);
-    assert_eq!(now.decisions.len(), 1);
+    assert_eq!(
+        harness
+            .agent
+            .get_approval(&approval.id)
+            .await
+            .unwrap()
+            .decisions
+            .len(),
+        1
+    );
+
+    let (_, tap) =
+        harness
+            .telegram
+            .tap_button(&alice(), CHAT, shown.message_id, &button(&shown, "Approve"));
+    let decided = harness.agent_waits(&approval.id).await;
+    assert_eq!(decided.state(), ApprovalState::Approved);
+    assert_eq!(
+        decided.decisions[1].args_digest, decided.edited_args_digest,
+        "the tap approved the edited version"
+    );
+    assert!(wait_for_answer(&harness, &tap, 0).await.succeeded());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
