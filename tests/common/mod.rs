@@ -137,19 +137,60 @@ pub async fn next_event(events: &mut Events, wait: Duration) -> pb::ApprovalEven
     }
 }
 
-pub async fn count_rows(server: &TestServer, table: &str) -> i64 {
-    use sqlx::Connection;
-    let url = format!("sqlite://{}?mode=ro", server.database_path().display());
-    let mut conn = sqlx::SqliteConnection::connect(&url)
-        .await
-        .expect("open database");
-    sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
-        .fetch_one(&mut conn)
-        .await
-        .expect("count")
+/// A connection to the server's database, whichever backend it runs on.
+enum Stored {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
 }
 
-/// A read-write connection to the server's database, to inspect or tamper with it by hand.
+impl Stored {
+    async fn open(server: &TestServer) -> Stored {
+        use sqlx::Connection;
+        let database = server.database_path();
+        let database = database.to_string_lossy();
+        if database.starts_with("postgres") {
+            Stored::Postgres(
+                sqlx::PgConnection::connect(&database)
+                    .await
+                    .expect("open database"),
+            )
+        } else {
+            Stored::Sqlite(
+                sqlx::SqliteConnection::connect(&format!("sqlite://{database}?mode=ro"))
+                    .await
+                    .expect("open database"),
+            )
+        }
+    }
+
+    async fn count(&mut self, sql: &str) -> i64 {
+        match self {
+            Stored::Sqlite(conn) => sqlx::query_scalar(sql).fetch_one(conn).await,
+            Stored::Postgres(conn) => sqlx::query_scalar(sql).fetch_one(conn).await,
+        }
+        .expect("count")
+    }
+
+    async fn texts(&mut self, sql: &str) -> Vec<String> {
+        match self {
+            Stored::Sqlite(conn) => sqlx::query_scalar(sql).fetch_all(conn).await,
+            Stored::Postgres(conn) => sqlx::query_scalar(sql).fetch_all(conn).await,
+        }
+        .expect("read")
+    }
+}
+
+pub async fn count_rows(server: &TestServer, table: &str) -> i64 {
+    count(server, &format!("SELECT COUNT(*) FROM {table}")).await
+}
+
+/// The number a `SELECT COUNT(*)` query gives on the server's database.
+pub async fn count(server: &TestServer, sql: &str) -> i64 {
+    Stored::open(server).await.count(sql).await
+}
+
+/// A read-write connection to the server's SQLite database, to inspect or tamper with it by
+/// hand.
 pub async fn database(server: &TestServer) -> sqlx::SqliteConnection {
     use sqlx::Connection;
     let url = format!("sqlite://{}", server.database_path().display());
@@ -161,15 +202,11 @@ pub async fn database(server: &TestServer) -> sqlx::SqliteConnection {
 /// Everything a refused call must leave alone: every approval as stored, and the number of
 /// events and grants.
 pub async fn stored_state(server: &TestServer) -> (Vec<String>, i64, i64) {
-    let mut conn = database(server).await;
-    let approvals: Vec<String> = sqlx::query_scalar("SELECT body FROM approvals ORDER BY id")
-        .fetch_all(&mut conn)
-        .await
-        .expect("approvals");
+    let mut stored = Stored::open(server).await;
     (
-        approvals,
-        count_rows(server, "events").await,
-        count_rows(server, "grants").await,
+        stored.texts("SELECT body FROM approvals ORDER BY id").await,
+        stored.count("SELECT COUNT(*) FROM events").await,
+        stored.count("SELECT COUNT(*) FROM grants").await,
     )
 }
 
