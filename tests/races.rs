@@ -77,7 +77,9 @@ async fn events_of(server: &TestServer, approval_id: &str, kind: &str) -> i64 {
     // Both are the server's own ids and names, safe to quote.
     common::count(
         server,
-        &format!("SELECT COUNT(*) FROM events WHERE approval_id = '{approval_id}' AND kind = '{kind}'"),
+        &format!(
+            "SELECT COUNT(*) FROM events WHERE approval_id = '{approval_id}' AND kind = '{kind}'"
+        ),
     )
     .await
 }

@@ -144,7 +144,8 @@ enum Stored {
 }
 
 impl Stored {
-    async fn open(server: &TestServer) -> Stored {
+    /// Read-only on SQLite unless `write`.
+    async fn connect(server: &TestServer, write: bool) -> Stored {
         use sqlx::Connection;
         let database = server.database_path();
         let database = database.to_string_lossy();
@@ -156,11 +157,32 @@ impl Stored {
             )
         } else {
             Stored::Sqlite(
-                sqlx::SqliteConnection::connect(&format!("sqlite://{database}?mode=ro"))
-                    .await
-                    .expect("open database"),
+                sqlx::SqliteConnection::connect(&format!(
+                    "sqlite://{database}{}",
+                    if write { "" } else { "?mode=ro" }
+                ))
+                .await
+                .expect("open database"),
             )
         }
+    }
+
+    async fn open(server: &TestServer) -> Stored {
+        Stored::connect(server, false).await
+    }
+
+    async fn execute(&mut self, sql: &str) -> u64 {
+        match self {
+            Stored::Sqlite(conn) => sqlx::query(sql)
+                .execute(conn)
+                .await
+                .map(|r| r.rows_affected()),
+            Stored::Postgres(conn) => sqlx::query(sql)
+                .execute(conn)
+                .await
+                .map(|r| r.rows_affected()),
+        }
+        .expect("execute")
     }
 
     async fn count(&mut self, sql: &str) -> i64 {
@@ -189,14 +211,10 @@ pub async fn count(server: &TestServer, sql: &str) -> i64 {
     Stored::open(server).await.count(sql).await
 }
 
-/// A read-write connection to the server's SQLite database, to inspect or tamper with it by
-/// hand.
-pub async fn database(server: &TestServer) -> sqlx::SqliteConnection {
-    use sqlx::Connection;
-    let url = format!("sqlite://{}", server.database_path().display());
-    sqlx::SqliteConnection::connect(&url)
-        .await
-        .expect("open database")
+/// Runs `sql` on the server's database by hand, as an attacker with access to it would;
+/// returns how many rows it changed.
+pub async fn tamper(server: &TestServer, sql: &str) -> u64 {
+    Stored::connect(server, true).await.execute(sql).await
 }
 
 /// Everything a refused call must leave alone: every approval as stored, and the number of

@@ -148,9 +148,7 @@ macro_rules! audit_sql {
                 Ok((newest, oldest))
             }
 
-            async fn unchained(
-                &mut self,
-            ) -> Result<(i64, Option<i64>), $crate::store::StoreError> {
+            async fn unchained(&mut self) -> Result<(i64, Option<i64>), $crate::store::StoreError> {
                 Ok(sqlx::query_as($crate::integrity::sql::UNCHAINED)
                     .fetch_one(&mut *self)
                     .await?)
@@ -158,8 +156,7 @@ macro_rules! audit_sql {
 
             async fn approvals_beside_events(
                 &mut self,
-            ) -> Result<Vec<$crate::integrity::ApprovalAndEvent>, $crate::store::StoreError>
-            {
+            ) -> Result<Vec<$crate::integrity::ApprovalAndEvent>, $crate::store::StoreError> {
                 Ok(
                     sqlx::query_as($crate::integrity::sql::APPROVALS_BESIDE_EVENTS)
                         .fetch_all(&mut *self)
@@ -214,12 +211,11 @@ macro_rules! audit_sql {
                         .fetch_all(&mut *tx)
                         .await?;
                 for (seq, approval_id, kind, at_ms, body) in &unhashed {
-                    let prev_hash: String =
-                        sqlx::query_scalar($crate::integrity::sql::HASH_BEFORE)
-                            .bind(seq)
-                            .fetch_optional(&mut *tx)
-                            .await?
-                            .unwrap_or_default();
+                    let prev_hash: String = sqlx::query_scalar($crate::integrity::sql::HASH_BEFORE)
+                        .bind(seq)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                        .unwrap_or_default();
                     let mut json: serde_json::Value = serde_json::from_str(body)?;
                     let hash = $crate::audit::chain_hash(
                         &prev_hash,
@@ -260,8 +256,7 @@ macro_rules! audit_sql {
                 }
                 let mut verifier = $crate::audit::Verifier::default();
                 {
-                    let mut rows =
-                        sqlx::query($crate::integrity::sql::EVERY_EVENT).fetch(&mut *tx);
+                    let mut rows = sqlx::query($crate::integrity::sql::EVERY_EVENT).fetch(&mut *tx);
                     while let Some(row) = rows.try_next().await? {
                         let row = $crate::audit::EventRow {
                             seq: row.try_get("seq")?,
@@ -508,4 +503,3 @@ pub async fn head(database: &Path) -> Result<Anchor, StoreError> {
         }
     }
 }
-

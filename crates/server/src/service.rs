@@ -167,24 +167,27 @@ async fn check_rate(
         return Ok(());
     };
     let bucket = format!("{setting}:{key}");
-    limiter.check_shared(store, &bucket, Instant::now()).await.map_err(|wait| {
-        let retry_ms = wait.as_millis().max(1);
-        tracing::warn!(
-            who,
-            setting,
-            retry_ms = retry_ms as u64,
-            "rate limit reached"
-        );
-        let mut status = Status::resource_exhausted(format!(
-            "{who} exceeded its rate (limits.{setting} = {}); retry in {:.1} s",
-            limiter.per_minute(),
-            wait.as_secs_f64()
-        ));
-        if let Ok(value) = retry_ms.to_string().parse() {
-            status.metadata_mut().insert("retry-after-ms", value);
-        }
-        status
-    })
+    limiter
+        .check_shared(store, &bucket, Instant::now())
+        .await
+        .map_err(|wait| {
+            let retry_ms = wait.as_millis().max(1);
+            tracing::warn!(
+                who,
+                setting,
+                retry_ms = retry_ms as u64,
+                "rate limit reached"
+            );
+            let mut status = Status::resource_exhausted(format!(
+                "{who} exceeded its rate (limits.{setting} = {}); retry in {:.1} s",
+                limiter.per_minute(),
+                wait.as_secs_f64()
+            ));
+            if let Ok(value) = retry_ms.to_string().parse() {
+                status.metadata_mut().insert("retry-after-ms", value);
+            }
+            status
+        })
 }
 
 /// Keeps the first `page_size` of `items` (fetched one more than a page); when there were more,

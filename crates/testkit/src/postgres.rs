@@ -89,7 +89,9 @@ impl Cluster {
         let postgres_command = |program: &str| {
             let mut command = if as_root {
                 let mut command = Command::new("runuser");
-                command.args(["-u", "postgres", "--"]).arg(bin.join(program));
+                command
+                    .args(["-u", "postgres", "--"])
+                    .arg(bin.join(program));
                 command
             } else {
                 Command::new(bin.join(program))
@@ -97,10 +99,15 @@ impl Cluster {
             command.current_dir(&dir);
             command
         };
-        run(postgres_command("initdb")
-            .arg("-D")
-            .arg(&data)
-            .args(["-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"]))?;
+        run(postgres_command("initdb").arg("-D").arg(&data).args([
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        ]))?;
         let options = format!(
             "-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={} -c max_connections=400",
             dir.display()
@@ -141,7 +148,11 @@ fn binaries() -> Result<PathBuf, String> {
 fn watch_over(bin: &Path, dir: &Path, data: &Path, as_root: bool) -> Result<(), String> {
     let stop = format!(
         "{}{} -D {} -m immediate stop",
-        if as_root { "runuser -u postgres -- " } else { "" },
+        if as_root {
+            "runuser -u postgres -- "
+        } else {
+            ""
+        },
         bin.join("pg_ctl").display(),
         data.display()
     );

@@ -104,8 +104,7 @@ struct PgWriter {
     conn: PgConnection,
 }
 
-const LOCK_HEAD: &str =
-    "SELECT head_seq, head_hash FROM audit_anchor WHERE id = 1 FOR UPDATE";
+const LOCK_HEAD: &str = "SELECT head_seq, head_hash FROM audit_anchor WHERE id = 1 FOR UPDATE";
 
 /// What a batch reads of approvals: named by id, made by a revoked grant, and under a
 /// requested idempotency key.
@@ -155,9 +154,8 @@ UPDATE events SET body = jsonb_set(body::jsonb, '{approval,arguments_json}', '\"
 impl WriterConnection for PgWriter {
     async fn begin(&mut self) -> Result<Option<ChainHead>, StoreError> {
         sqlx::query("BEGIN").execute(&mut self.conn).await?;
-        let (seq, hash): (i64, String) = sqlx::query_as(LOCK_HEAD)
-            .fetch_one(&mut self.conn)
-            .await?;
+        let (seq, hash): (i64, String) =
+            sqlx::query_as(LOCK_HEAD).fetch_one(&mut self.conn).await?;
         Ok(Some(ChainHead { seq, hash }))
     }
 
