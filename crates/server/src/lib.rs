@@ -115,7 +115,10 @@ pub async fn serve_with_metrics(
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     set_health(&health_reporter, true).await;
-    let health_follower = tokio::spawn(follow_storage_health(store.writable(), health_reporter));
+    let health_follower = tokio::spawn(follow_storage_health(
+        store.writable(),
+        health_reporter.clone(),
+    ));
     // v1alpha beside v1: grpcurl, grpcio's reflection client and other older tools only
     // speak v1alpha.
     let reflection = || {
@@ -166,6 +169,8 @@ pub async fn serve_with_metrics(
             tracing::info!(
                 "shutting down: ending watch streams and waits, finishing calls in flight"
             );
+            // A load balancer that checks health sends the next calls to another replica.
+            set_health(&health_reporter, false).await;
             let _ = stop_tx.send(true);
             connections.shut_down();
             let _ = draining_tx.send(());

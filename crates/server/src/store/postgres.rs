@@ -361,9 +361,13 @@ impl Backend for PostgresBackend {
         Ok(Box::new(PgWriter { conn }))
     }
 
+    /// In one snapshot: the other replicas keep writing while this one starts.
     async fn check_integrity(&self) -> Result<(), IntegrityError> {
-        let mut conn = self.reads.acquire().await.map_err(StoreError::from)?;
-        integrity::check_at_start(&mut *conn).await
+        let mut tx = self.reads.begin().await.map_err(StoreError::from)?;
+        sqlx::query(SNAPSHOT).execute(&mut *tx).await?;
+        integrity::check_at_start(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn get(&self, approval_id: &str) -> Result<Approval, StoreError> {
