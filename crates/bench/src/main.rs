@@ -83,6 +83,12 @@ struct Args {
     /// need no control over the server (requests as configured there, cycle, latency).
     #[arg(long, value_name = "URL")]
     server: Option<String>,
+    /// A PostgreSQL URL (postgres://user@host:port/database): every started server stores
+    /// there instead, each configuration on a new database created beside the one named (the
+    /// ListApprovals-with-history figure, which fills a SQLite file directly, is skipped)
+    /// [default: SQLite files in a temporary directory].
+    #[arg(long, value_name = "URL")]
+    database: Option<String>,
     /// The countersign-server executable [default: next to this one, built by cargo].
     #[arg(long, value_name = "PATH")]
     server_binary: Option<PathBuf>,
@@ -184,6 +190,7 @@ async fn run(args: &Args) -> Result<Report, BenchError> {
         None => Some(Servers::new(
             process::server_binary(args.server_binary.clone())?,
             args.server_log_level.clone(),
+            args.database.clone(),
         )?),
     };
     let mut figures = Vec::new();
@@ -327,7 +334,10 @@ async fn run(args: &Args) -> Result<Report, BenchError> {
         figures.push(figure);
     }
 
-    if let Some(servers) = servers.as_mut().filter(|_| wants(args, Part::History)) {
+    if let Some(servers) = servers
+        .as_mut()
+        .filter(|servers| wants(args, Part::History) && servers.postgres.is_none())
+    {
         progress(&format!(
             "ListApprovals with {} historical approvals: inserting them",
             args.history
@@ -437,16 +447,22 @@ fn cpu_per_call(
     CpuPerCall(kinds)
 }
 
-/// Starts servers, each configuration on a database of its own in a temporary directory.
+/// Starts servers, each configuration on a database of its own: a SQLite file in a temporary
+/// directory, or a new database on the PostgreSQL server of `postgres`.
 struct Servers {
     binary: PathBuf,
     log_level: String,
     scratch: tempfile::TempDir,
     started: usize,
+    postgres: Option<String>,
 }
 
 impl Servers {
-    fn new(binary: PathBuf, log_level: String) -> Result<Servers, BenchError> {
+    fn new(
+        binary: PathBuf,
+        log_level: String,
+        postgres: Option<String>,
+    ) -> Result<Servers, BenchError> {
         let scratch = tempfile::Builder::new()
             .prefix("countersign-bench-")
             .tempdir()
@@ -456,6 +472,7 @@ impl Servers {
             log_level,
             scratch,
             started: 0,
+            postgres,
         })
     }
 
@@ -469,11 +486,20 @@ impl Servers {
         let dir = self.scratch.path().join(format!("server-{}", self.started));
         std::fs::create_dir_all(&dir)
             .map_err(|e| BenchError::Setup(format!("cannot create {}: {e}", dir.display())))?;
-        let served = self.start_in(&dir, durability, group_commit).await?;
+        let database = match &self.postgres {
+            Some(url) => process::create_postgres_database(url, self.started).await?,
+            None => dir.join("countersign.db").display().to_string(),
+        };
+        let settings = ServerSettings {
+            durability,
+            group_commit,
+            log_level: self.log_level.clone(),
+        };
+        let served = process::start_server(&self.binary, &dir, &database, &settings).await?;
         Ok((served, dir))
     }
 
-    /// A server on the database in `dir`.
+    /// A server on the SQLite database in `dir`.
     async fn start_in(
         &self,
         dir: &std::path::Path,
@@ -485,7 +511,8 @@ impl Servers {
             group_commit,
             log_level: self.log_level.clone(),
         };
-        process::start_server(&self.binary, dir, &settings).await
+        let database = dir.join("countersign.db").display().to_string();
+        process::start_server(&self.binary, dir, &database, &settings).await
     }
 }
 
