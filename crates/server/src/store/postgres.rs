@@ -34,8 +34,8 @@ pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migr
 
 /// The channel commits are announced on.
 const EVENTS_CHANNEL: &str = "countersign_events";
-/// The advisory lock whose holder runs the sweeps.
-const SWEEP_LOCK: i64 = 0x636f_756e_7465_72;
+/// The advisory lock whose holder runs the sweeps ("counter" in ASCII).
+const SWEEP_LOCK: i64 = 0x0063_6f75_6e74_6572;
 /// Makes a transaction just begun read one snapshot.
 const SNAPSHOT: &str = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY";
 
