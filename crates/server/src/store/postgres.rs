@@ -21,6 +21,7 @@ use sqlx::{Connection, QueryBuilder, Row};
 use tokio::sync::{watch, Mutex, Notify};
 
 use super::batch::{BatchKeys, BoundedGrant, Loaded, WriteSet, EXPIRY_SWEEP_LIMIT};
+use super::reads::readable_approvals;
 use super::{
     channels_column, Backend, ChainHead, EventBody, Grant, ListFilter, Snapshot, StoreError,
     StoredEvent, WriterConnection,
@@ -195,18 +196,7 @@ impl WriterConnection for PgWriter {
                 .await?;
             bodies.extend(due);
         }
-        // An unreadable row is skipped, not fatal: failing here would stall every later batch
-        // (a change naming it gets NOT_FOUND).
-        loaded.approvals = bodies
-            .iter()
-            .filter_map(|body| {
-                serde_json::from_str::<Approval>(body)
-                    .inspect_err(
-                        |e| tracing::error!(error = %e, "skipping an unreadable stored approval"),
-                    )
-                    .ok()
-            })
-            .collect();
+        loaded.approvals = readable_approvals(&bodies);
         if !keys.grant_ids.is_empty() || !keys.grant_scopes.is_empty() {
             let (agents, sessions): (Vec<&str>, Vec<&str>) = keys
                 .grant_scopes

@@ -2,6 +2,23 @@
 //! backend's pool and row types. (`QueryBuilder` numbers placeholders the way each database
 //! wants; PostgreSQL gets SQLite's `instr` from its migration.)
 
+use countersign_core::Approval;
+
+/// The approvals of stored rows (`body` columns) a batch loaded. An unreadable row is skipped,
+/// not fatal: failing here would stall every later batch (a change naming it gets NOT_FOUND).
+pub(super) fn readable_approvals(bodies: &[String]) -> Vec<Approval> {
+    bodies
+        .iter()
+        .filter_map(|body| {
+            serde_json::from_str::<Approval>(body)
+                .inspect_err(
+                    |e| tracing::error!(error = %e, "skipping an unreadable stored approval"),
+                )
+                .ok()
+        })
+        .collect()
+}
+
 /// Defines, in the calling backend module, the shared reads over `$pool` (rows of `$row`,
 /// database `$db`): `list`, `count_pending`, `events_after`, `list_events`, `list_grants`,
 /// `event_from_row` and `bounded_grant_from_row`.

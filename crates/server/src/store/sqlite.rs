@@ -18,6 +18,7 @@ use sqlx::sqlite::{
 use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteExecutor};
 
 use super::batch::{BatchKeys, BoundedGrant, Loaded, WriteSet, EXPIRY_SWEEP_LIMIT};
+use super::reads::readable_approvals;
 use super::{
     channels_column, Backend, ChainHead, EventBody, Grant, ListFilter, Snapshot, StoreError,
     StoredEvent, WriterConnection,
@@ -156,18 +157,7 @@ impl WriterConnection for SqliteWriter {
                 .await?;
             bodies.extend(due);
         }
-        // An unreadable row is skipped, not fatal: failing here would stall every later batch
-        // (a change naming it gets NOT_FOUND).
-        loaded.approvals = bodies
-            .iter()
-            .filter_map(|body| {
-                serde_json::from_str::<Approval>(body)
-                    .inspect_err(
-                        |e| tracing::error!(error = %e, "skipping an unreadable stored approval"),
-                    )
-                    .ok()
-            })
-            .collect();
+        loaded.approvals = readable_approvals(&bodies);
         if !keys.grant_ids.is_empty() || !keys.grant_scopes.is_empty() {
             let rows = sqlx::query(&format!(
                 "SELECT {GRANT_COLUMNS} FROM grants WHERE id IN (SELECT value FROM json_each(?))
