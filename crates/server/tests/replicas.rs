@@ -1,7 +1,7 @@
 //! Three replicas of the server on one PostgreSQL database, with clients spread over them:
 //! decisions race across replicas and one wins, every replica's watchers see the same
-//! gap-free sequence whichever replica wrote, and a waiter on one replica hears of a decision
-//! made on another.
+//! gap-free sequence whichever replica wrote, a waiter on one replica hears of a decision
+//! made on another, and an agent's rate and pending limits count its calls on every replica.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use countersign_proto::v1 as pb;
 use countersign_proto::v1::approval_service_client::ApprovalServiceClient;
+use countersign_server::config::Config;
 use countersign_testkit::postgres::Cluster;
 use countersign_testkit::server::TestServer;
 use tokio::sync::Barrier;
@@ -20,11 +21,20 @@ const PATIENCE: Duration = Duration::from_secs(10);
 
 /// Three replicas on a new database, and a client of each.
 async fn replicas() -> (Vec<TestServer>, Vec<Client>) {
+    replicas_with(|_| {}).await
+}
+
+/// [`replicas`], each configured by `adjust`.
+async fn replicas_with(adjust: impl Fn(&mut Config)) -> (Vec<TestServer>, Vec<Client>) {
     let database = PathBuf::from(Cluster::shared().create_database().await);
     let mut servers = Vec::new();
     let mut clients = Vec::new();
     for _ in 0..3 {
-        let server = TestServer::start_with(|config| config.database = database.clone()).await;
+        let server = TestServer::start_with(|config| {
+            adjust(config);
+            config.database = database.clone();
+        })
+        .await;
         clients.push(Client::connect(server.url()).await.expect("connect"));
         servers.push(server);
     }
@@ -225,4 +235,43 @@ async fn a_waiter_on_one_replica_gets_the_decision_made_on_another() {
         latencies[latencies.len() / 2],
         latencies[latencies.len() - 1]
     );
+}
+
+/// Sends `count` requests of one agent, spread over the replicas in turn; returns how many
+/// were accepted, after checking that every refusal is RESOURCE_EXHAUSTED.
+async fn accepted_of(clients: &[Client], count: usize) -> usize {
+    let mut accepted = 0;
+    for n in 0..count {
+        match clients[n % clients.len()]
+            .clone()
+            .request_approval(request("agent", &format!("limited-{n}")))
+            .await
+        {
+            Ok(_) => accepted += 1,
+            Err(status) => assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}"),
+        }
+    }
+    accepted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agents_rate_limit_counts_its_requests_on_every_replica() {
+    let (_servers, clients) = replicas_with(|config| {
+        config.limits.requests_per_minute = 4;
+        config.limits.request_burst = 4;
+        config.limits.max_pending_per_agent = 0;
+    })
+    .await;
+    // Each replica alone would accept 4 of its 3 or 4; together they accept 4 of 12.
+    assert_eq!(accepted_of(&clients, 12).await, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agents_pending_limit_counts_its_approvals_on_every_replica() {
+    let (_servers, clients) = replicas_with(|config| {
+        config.limits.requests_per_minute = 0;
+        config.limits.max_pending_per_agent = 3;
+    })
+    .await;
+    assert_eq!(accepted_of(&clients, 9).await, 3);
 }
