@@ -282,9 +282,21 @@ async fn run(args: &Args) -> Result<Report, BenchError> {
                 "watcher and waiter latency at {} approvals/s (full, group commit)",
                 args.rate
             ));
-            let (watcher, waiter) = figures::delivery_latency(&url, &load, args.rate).await?;
+            let (watcher, waiter) = figures::delivery_latency(&url, &url, &load, args.rate).await?;
             figures.push(watcher);
             figures.push(waiter);
+            // On PostgreSQL: decisions made on a second replica of the same database.
+            if let Some(servers) = servers.as_mut().filter(|s| s.postgres.is_some()) {
+                progress(&format!(
+                    "waiter latency at {} approvals/s, Decide on a second replica",
+                    args.rate
+                ));
+                let replica = servers.start_replica().await?;
+                let (_, across) =
+                    figures::delivery_latency(&url, &replica.url(), &load, args.rate).await?;
+                figures.push(across);
+                replica.stop().await?;
+            }
         }
         if let Some(served) = served {
             served.stop().await?;
@@ -455,6 +467,8 @@ struct Servers {
     scratch: tempfile::TempDir,
     started: usize,
     postgres: Option<String>,
+    /// The database the last server started on.
+    last_database: String,
 }
 
 impl Servers {
@@ -473,6 +487,7 @@ impl Servers {
             scratch,
             started: 0,
             postgres,
+            last_database: String::new(),
         })
     }
 
@@ -496,7 +511,22 @@ impl Servers {
             log_level: self.log_level.clone(),
         };
         let served = process::start_server(&self.binary, &dir, &database, &settings).await?;
+        self.last_database = database;
         Ok((served, dir))
+    }
+
+    /// Another server (full, group commit) on the database the last one started on.
+    async fn start_replica(&mut self) -> Result<Served, BenchError> {
+        self.started += 1;
+        let dir = self.scratch.path().join(format!("server-{}", self.started));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| BenchError::Setup(format!("cannot create {}: {e}", dir.display())))?;
+        let settings = ServerSettings {
+            durability: "full",
+            group_commit: true,
+            log_level: self.log_level.clone(),
+        };
+        process::start_server(&self.binary, &dir, &self.last_database, &settings).await
     }
 
     /// A server on the SQLite database in `dir`.
