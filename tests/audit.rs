@@ -156,19 +156,20 @@ async fn the_history_is_filtered_and_paginated() {
     assert_eq!(bad_token.code(), tonic::Code::InvalidArgument);
 }
 
-/// Runs `sql` on the server's database by hand, as an attacker with file access would.
-async fn tamper(server: &TestServer, sql: &str) {
-    let mut conn = database(server).await;
-    let changed = sqlx::query(sql)
-        .execute(&mut conn)
-        .await
-        .unwrap()
-        .rows_affected();
-    assert_eq!(changed, 1, "{sql}");
-}
-
 #[tokio::test]
 async fn editing_one_event_row_by_hand_makes_verify_audit_name_that_row() {
+    // The true digest of the edited arguments, set in place of the requested one.
+    let edited_digest = if countersign_testkit::postgres::enabled() {
+        "regexp_replace(replace(body, 'rm -rf', 'ls -la'), '\"args_digest\":\"[0-9a-f]+\"',
+             '\"args_digest\":\"6449a137daeef8933820008d4120aebef023f2b8eeed51581fa944e32fa00734\"')"
+    } else {
+        "json_set(replace(body, 'rm -rf', 'ls -la'), '$.args_digest',
+             '6449a137daeef8933820008d4120aebef023f2b8eeed51581fa944e32fa00734')"
+    };
+    let edited_arguments_and_digest = format!(
+        "UPDATE approvals SET body = {edited_digest}
+          WHERE id = (SELECT approval_id FROM events WHERE seq = 1)"
+    );
     let cases = [
         // The decider of the decision in row 3.
         (
@@ -189,9 +190,7 @@ async fn editing_one_event_row_by_hand_makes_verify_audit_name_that_row() {
         // The arguments and the digest of that approval, edited together (the digest is the
         // true one of the edited arguments).
         (
-            "UPDATE approvals SET body = json_set(replace(body, 'rm -rf', 'ls -la'), '$.args_digest',
-                 '6449a137daeef8933820008d4120aebef023f2b8eeed51581fa944e32fa00734')
-              WHERE id = (SELECT approval_id FROM events WHERE seq = 1)",
+            edited_arguments_and_digest.as_str(),
             1,
             "differs from the one requested",
         ),
@@ -215,7 +214,7 @@ async fn editing_one_event_row_by_hand_makes_verify_audit_name_that_row() {
             (5, 1, 5)
         );
 
-        tamper(&server, sql).await;
+        assert_eq!(tamper(&server, sql).await, 1, "{sql}");
         let report = verify(&mut admin).await;
         assert!(!report.intact, "{sql}");
         assert_eq!(report.broken_seq, row, "{sql}: {report:?}");
@@ -228,12 +227,11 @@ async fn the_chain_continues_across_restarts_and_chains_rows_from_before_it_exis
     let mut server = TestServer::start().await;
     history(&server).await;
     // Rows as a database from before the hash chain holds them.
-    let mut conn = database(&server).await;
-    sqlx::query("UPDATE events SET hash = NULL, prev_hash = NULL WHERE seq > 2")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    drop(conn);
+    tamper(
+        &server,
+        "UPDATE events SET hash = NULL, prev_hash = NULL WHERE seq > 2",
+    )
+    .await;
     server.stop().await;
     // The server refuses such a database until an operator chains the rows explicitly
     // (`countersign-server audit rechain`).
@@ -261,19 +259,18 @@ async fn the_chain_continues_across_restarts_and_chains_rows_from_before_it_exis
     assert!(everything.iter().all(|e| e.hash.len() == 64));
 }
 
+/// `text` is the test's own constant, safe to quote.
 async fn stored_mentions(server: &TestServer, text: &str) -> i64 {
-    let mut conn = database(server).await;
-    let pattern = format!("%{text}%");
-    let events: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE body LIKE ?")
-        .bind(&pattern)
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
-    let approvals: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM approvals WHERE body LIKE ?")
-        .bind(&pattern)
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
+    let events = count(
+        server,
+        &format!("SELECT COUNT(*) FROM events WHERE body LIKE '%{text}%'"),
+    )
+    .await;
+    let approvals = count(
+        server,
+        &format!("SELECT COUNT(*) FROM approvals WHERE body LIKE '%{text}%'"),
+    )
+    .await;
     events + approvals
 }
 

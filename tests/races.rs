@@ -75,15 +75,14 @@ where
 }
 
 async fn events_of(server: &TestServer, approval_id: &str, kind: &str) -> i64 {
-    use sqlx::Connection;
-    let url = format!("sqlite://{}?mode=ro", server.database_path().display());
-    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
-    sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE approval_id = ? AND kind = ?")
-        .bind(approval_id)
-        .bind(kind)
-        .fetch_one(&mut conn)
-        .await
-        .unwrap()
+    // Both are the server's own ids and names, safe to quote.
+    common::count(
+        server,
+        &format!(
+            "SELECT COUNT(*) FROM events WHERE approval_id = '{approval_id}' AND kind = '{kind}'"
+        ),
+    )
+    .await
 }
 
 fn outcome(response: &pb::DecideResponse) -> pb::DecideOutcome {

@@ -137,6 +137,9 @@ fn assert_storage_refusal(status: &tonic::Status) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_writes_loses_nothing_acknowledged_and_recovers_without_restart() {
+    if countersign_testkit::postgres::skip_unless_sqlite("fills the disk under a SQLite file") {
+        return;
+    }
     let volume = Tmpfs::mount("3m");
     let database = volume.path().join("countersign.db");
     let mut server = TestServer::start_with(|config| config.database = database.clone()).await;

@@ -138,39 +138,94 @@ pub async fn next_event(events: &mut Events, wait: Duration) -> pb::ApprovalEven
     }
 }
 
-pub async fn count_rows(server: &TestServer, table: &str) -> i64 {
-    use sqlx::Connection;
-    let url = format!("sqlite://{}?mode=ro", server.database_path().display());
-    let mut conn = sqlx::SqliteConnection::connect(&url)
-        .await
-        .expect("open database");
-    sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
-        .fetch_one(&mut conn)
-        .await
-        .expect("count")
+/// A connection to the server's database, whichever backend it runs on.
+enum Stored {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
 }
 
-/// A read-write connection to the server's database, to inspect or tamper with it by hand.
-pub async fn database(server: &TestServer) -> sqlx::SqliteConnection {
-    use sqlx::Connection;
-    let url = format!("sqlite://{}", server.database_path().display());
-    sqlx::SqliteConnection::connect(&url)
-        .await
-        .expect("open database")
+impl Stored {
+    /// Read-only on SQLite unless `write`.
+    async fn connect(server: &TestServer, write: bool) -> Stored {
+        use sqlx::Connection;
+        let database = server.database_path();
+        let database = database.to_string_lossy();
+        if database.starts_with("postgres") {
+            Stored::Postgres(
+                sqlx::PgConnection::connect(&database)
+                    .await
+                    .expect("open database"),
+            )
+        } else {
+            Stored::Sqlite(
+                sqlx::SqliteConnection::connect(&format!(
+                    "sqlite://{database}{}",
+                    if write { "" } else { "?mode=ro" }
+                ))
+                .await
+                .expect("open database"),
+            )
+        }
+    }
+
+    async fn open(server: &TestServer) -> Stored {
+        Stored::connect(server, false).await
+    }
+
+    async fn execute(&mut self, sql: &str) -> u64 {
+        match self {
+            Stored::Sqlite(conn) => sqlx::query(sql)
+                .execute(conn)
+                .await
+                .map(|r| r.rows_affected()),
+            Stored::Postgres(conn) => sqlx::query(sql)
+                .execute(conn)
+                .await
+                .map(|r| r.rows_affected()),
+        }
+        .expect("execute")
+    }
+
+    async fn count(&mut self, sql: &str) -> i64 {
+        match self {
+            Stored::Sqlite(conn) => sqlx::query_scalar(sql).fetch_one(conn).await,
+            Stored::Postgres(conn) => sqlx::query_scalar(sql).fetch_one(conn).await,
+        }
+        .expect("count")
+    }
+
+    async fn texts(&mut self, sql: &str) -> Vec<String> {
+        match self {
+            Stored::Sqlite(conn) => sqlx::query_scalar(sql).fetch_all(conn).await,
+            Stored::Postgres(conn) => sqlx::query_scalar(sql).fetch_all(conn).await,
+        }
+        .expect("read")
+    }
+}
+
+pub async fn count_rows(server: &TestServer, table: &str) -> i64 {
+    count(server, &format!("SELECT COUNT(*) FROM {table}")).await
+}
+
+/// The number a `SELECT COUNT(*)` query gives on the server's database.
+pub async fn count(server: &TestServer, sql: &str) -> i64 {
+    Stored::open(server).await.count(sql).await
+}
+
+/// Runs `sql` on the server's database by hand, as an attacker with access to it would;
+/// returns how many rows it changed.
+pub async fn tamper(server: &TestServer, sql: &str) -> u64 {
+    Stored::connect(server, true).await.execute(sql).await
 }
 
 /// Everything a refused call must leave alone: every approval as stored, and the number of
 /// events and grants.
 pub async fn stored_state(server: &TestServer) -> (Vec<String>, i64, i64) {
-    let mut conn = database(server).await;
-    let approvals: Vec<String> = sqlx::query_scalar("SELECT body FROM approvals ORDER BY id")
-        .fetch_all(&mut conn)
-        .await
-        .expect("approvals");
+    let mut stored = Stored::open(server).await;
     (
-        approvals,
-        count_rows(server, "events").await,
-        count_rows(server, "grants").await,
+        stored.texts("SELECT body FROM approvals ORDER BY id").await,
+        stored.count("SELECT COUNT(*) FROM events").await,
+        stored.count("SELECT COUNT(*) FROM grants").await,
     )
 }
 

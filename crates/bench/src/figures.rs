@@ -260,14 +260,31 @@ async fn live_once(
         .map_err(|s| format!("consume: {s}"))
 }
 
+/// Clients of `url`: those of `same` when it is the server they were made for.
+async fn clients_of(
+    url: &str,
+    same: &str,
+    made: &[ApprovalServiceClient<Channel>],
+    load: &Load,
+) -> Result<Vec<ApprovalServiceClient<Channel>>, BenchError> {
+    if url == same {
+        return Ok(made.to_vec());
+    }
+    Ok(clients(&connections(url, load.connections).await?))
+}
+
 /// At a fixed rate of new approvals: how long until a watcher sees each one, and how long
-/// from each `Decide` until the agent's pending `WaitForDecision` returns.
+/// from each `Decide` until the agent's pending `WaitForDecision` returns. Requests, the
+/// watcher and the waiters use the server at `url`; the decisions go to `decide_url` (another
+/// replica on the same database, or the same server).
 pub async fn delivery_latency(
     url: &str,
+    decide_url: &str,
     load: &Load,
     rate: u32,
 ) -> Result<(Figure, Figure), BenchError> {
     let clients = clients(&connections(url, load.connections).await?);
+    let deciders = clients_of(decide_url, url, &clients, load).await?;
     let origin = Instant::now();
     let to_watcher: SharedSamples = Arc::default();
     let to_waiter: SharedSamples = Arc::default();
@@ -327,6 +344,7 @@ pub async fn delivery_latency(
         ticks.tick().await;
         let measured = Instant::now() >= measure_from;
         let mut client = clients[(sequence as usize) % clients.len()].clone();
+        let mut decider = deciders[(sequence as usize) % deciders.len()].clone();
         let mut request = approval_request(
             "bench-agent-rate".into(),
             format!("{prefix}-rate-{sequence:010}"),
@@ -360,7 +378,7 @@ pub async fn delivery_latency(
             };
             tokio::time::sleep(WAITER_HEAD_START).await;
             let decided_at = Instant::now();
-            let decided = client
+            let decided = decider
                 .decide(decide_request(id, pb::Verdict::Reject, "rate-user".into()))
                 .await;
             if let Err(s) = decided {
@@ -393,8 +411,13 @@ pub async fn delivery_latency(
         &load::take(&to_watcher).summarize(load.duration),
     );
     watcher_figure.per_second = Some(rate_f);
+    let across = if decide_url == url {
+        ""
+    } else {
+        ", across replicas"
+    };
     let mut waiter_figure = Figure::throughput(
-        format!("Decide -> waiter returns @{rate}/s"),
+        format!("Decide -> waiter returns @{rate}/s{across}"),
         &load::take(&to_waiter).summarize(load.duration),
     );
     waiter_figure.per_second = Some(rate_f);

@@ -83,6 +83,12 @@ struct Args {
     /// need no control over the server (requests as configured there, cycle, latency).
     #[arg(long, value_name = "URL")]
     server: Option<String>,
+    /// A PostgreSQL URL (postgres://user@host:port/database): every started server stores
+    /// there instead, each configuration on a new database created beside the one named (the
+    /// ListApprovals-with-history figure, which fills a SQLite file directly, is skipped)
+    /// [default: SQLite files in a temporary directory].
+    #[arg(long, value_name = "URL")]
+    database: Option<String>,
     /// The countersign-server executable [default: next to this one, built by cargo].
     #[arg(long, value_name = "PATH")]
     server_binary: Option<PathBuf>,
@@ -184,6 +190,7 @@ async fn run(args: &Args) -> Result<Report, BenchError> {
         None => Some(Servers::new(
             process::server_binary(args.server_binary.clone())?,
             args.server_log_level.clone(),
+            args.database.clone(),
         )?),
     };
     let mut figures = Vec::new();
@@ -275,9 +282,21 @@ async fn run(args: &Args) -> Result<Report, BenchError> {
                 "watcher and waiter latency at {} approvals/s (full, group commit)",
                 args.rate
             ));
-            let (watcher, waiter) = figures::delivery_latency(&url, &load, args.rate).await?;
+            let (watcher, waiter) = figures::delivery_latency(&url, &url, &load, args.rate).await?;
             figures.push(watcher);
             figures.push(waiter);
+            // On PostgreSQL: decisions made on a second replica of the same database.
+            if let Some(servers) = servers.as_mut().filter(|s| s.postgres.is_some()) {
+                progress(&format!(
+                    "waiter latency at {} approvals/s, Decide on a second replica",
+                    args.rate
+                ));
+                let replica = servers.start_replica().await?;
+                let (_, across) =
+                    figures::delivery_latency(&url, &replica.url(), &load, args.rate).await?;
+                figures.push(across);
+                replica.stop().await?;
+            }
         }
         if let Some(served) = served {
             served.stop().await?;
@@ -327,7 +346,10 @@ async fn run(args: &Args) -> Result<Report, BenchError> {
         figures.push(figure);
     }
 
-    if let Some(servers) = servers.as_mut().filter(|_| wants(args, Part::History)) {
+    if let Some(servers) = servers
+        .as_mut()
+        .filter(|servers| wants(args, Part::History) && servers.postgres.is_none())
+    {
         progress(&format!(
             "ListApprovals with {} historical approvals: inserting them",
             args.history
@@ -437,16 +459,24 @@ fn cpu_per_call(
     CpuPerCall(kinds)
 }
 
-/// Starts servers, each configuration on a database of its own in a temporary directory.
+/// Starts servers, each configuration on a database of its own: a SQLite file in a temporary
+/// directory, or a new database on the PostgreSQL server of `postgres`.
 struct Servers {
     binary: PathBuf,
     log_level: String,
     scratch: tempfile::TempDir,
     started: usize,
+    postgres: Option<String>,
+    /// The database the last server started on.
+    last_database: String,
 }
 
 impl Servers {
-    fn new(binary: PathBuf, log_level: String) -> Result<Servers, BenchError> {
+    fn new(
+        binary: PathBuf,
+        log_level: String,
+        postgres: Option<String>,
+    ) -> Result<Servers, BenchError> {
         let scratch = tempfile::Builder::new()
             .prefix("countersign-bench-")
             .tempdir()
@@ -456,6 +486,8 @@ impl Servers {
             log_level,
             scratch,
             started: 0,
+            postgres,
+            last_database: String::new(),
         })
     }
 
@@ -469,11 +501,35 @@ impl Servers {
         let dir = self.scratch.path().join(format!("server-{}", self.started));
         std::fs::create_dir_all(&dir)
             .map_err(|e| BenchError::Setup(format!("cannot create {}: {e}", dir.display())))?;
-        let served = self.start_in(&dir, durability, group_commit).await?;
+        let database = match &self.postgres {
+            Some(url) => process::create_postgres_database(url, self.started).await?,
+            None => dir.join("countersign.db").display().to_string(),
+        };
+        let settings = ServerSettings {
+            durability,
+            group_commit,
+            log_level: self.log_level.clone(),
+        };
+        let served = process::start_server(&self.binary, &dir, &database, &settings).await?;
+        self.last_database = database;
         Ok((served, dir))
     }
 
-    /// A server on the database in `dir`.
+    /// Another server (full, group commit) on the database the last one started on.
+    async fn start_replica(&mut self) -> Result<Served, BenchError> {
+        self.started += 1;
+        let dir = self.scratch.path().join(format!("server-{}", self.started));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| BenchError::Setup(format!("cannot create {}: {e}", dir.display())))?;
+        let settings = ServerSettings {
+            durability: "full",
+            group_commit: true,
+            log_level: self.log_level.clone(),
+        };
+        process::start_server(&self.binary, &dir, &self.last_database, &settings).await
+    }
+
+    /// A server on the SQLite database in `dir`.
     async fn start_in(
         &self,
         dir: &std::path::Path,
@@ -485,7 +541,8 @@ impl Servers {
             group_commit,
             log_level: self.log_level.clone(),
         };
-        process::start_server(&self.binary, dir, &settings).await
+        let database = dir.join("countersign.db").display().to_string();
+        process::start_server(&self.binary, dir, &database, &settings).await
     }
 }
 

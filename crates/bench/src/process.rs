@@ -27,7 +27,7 @@ impl ServerSettings {
     fn config_toml(&self, metrics: SocketAddr) -> String {
         format!(
             "[log]\nlevel = \"{}\"\n\n[storage]\ndurability = \"{}\"\ngroup_commit = {}\n\n\
-             [limits]\nrequests_per_minute = 0\nmax_pending_per_agent = 0\n\n\
+             [limits]\nrequests_per_minute = 0\ndecisions_per_minute = 0\nmax_pending_per_agent = 0\n\n\
              [metrics]\nlisten = \"{metrics}\"\n",
             self.log_level, self.durability, self.group_commit
         )
@@ -163,11 +163,37 @@ fn free_port() -> Result<SocketAddr, BenchError> {
         .map_err(|e| BenchError::Setup(format!("no local address: {e}")))
 }
 
-/// Starts `countersign-server` on a database in `dir` and waits until its health service
-/// says SERVING.
+/// Creates database number `number` of this run beside the one `url` names, and returns its
+/// URL.
+pub async fn create_postgres_database(url: &str, number: usize) -> Result<String, BenchError> {
+    use sqlx::Connection;
+    let name = format!("countersign_bench_{}_{number}", std::process::id());
+    let mut conn = sqlx::PgConnection::connect(url)
+        .await
+        .map_err(|e| BenchError::Setup(format!("cannot connect to {url}: {e}")))?;
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .map_err(|e| BenchError::Setup(format!("cannot create database {name}: {e}")))?;
+    // postgres://user@host:port[/database][?options]: the same server, the new database.
+    let (base, options) = match url.split_once('?') {
+        Some((base, options)) => (base, format!("?{options}")),
+        None => (url, String::new()),
+    };
+    let authority_at = base.find("://").map_or(0, |at| at + 3);
+    let server = match base[authority_at..].find('/') {
+        Some(slash) => &base[..authority_at + slash],
+        None => base,
+    };
+    Ok(format!("{server}/{name}{options}"))
+}
+
+/// Starts `countersign-server` on `database` (a SQLite file or a PostgreSQL URL), its config
+/// and log in `dir`, and waits until its health service says SERVING.
 pub async fn start_server(
     binary: &Path,
     dir: &Path,
+    database: &str,
     settings: &ServerSettings,
 ) -> Result<Served, BenchError> {
     let addr = free_port()?;
@@ -190,7 +216,7 @@ pub async fn start_server(
         .arg("--listen")
         .arg(addr.to_string())
         .arg("--database")
-        .arg(dir.join("countersign.db"))
+        .arg(database)
         .stdin(Stdio::null())
         .stdout(log_file)
         .stderr(log_err)

@@ -27,7 +27,8 @@ pub enum ConfigError {
 pub struct Config {
     /// gRPC listen address.
     pub listen: SocketAddr,
-    /// SQLite database file; created with its schema when missing.
+    /// SQLite database file, created with its schema when missing; or a PostgreSQL URL
+    /// (`postgres://user:password@host/db`), which several replicas may share.
     pub database: PathBuf,
     pub log: LogConfig,
     pub approvals: ApprovalsConfig,
@@ -322,6 +323,40 @@ pub struct TokenConfig {
     pub value_env: Option<String>,
     /// Hex SHA-256 of the token (`printf %s TOKEN | sha256sum`).
     pub sha256: Option<String>,
+}
+
+/// Where the data lives, as `database` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database<'a> {
+    Sqlite(&'a Path),
+    /// A `postgres://` or `postgresql://` URL.
+    Postgres(&'a str),
+}
+
+impl<'a> Database<'a> {
+    pub fn of(database: &'a Path) -> Database<'a> {
+        match database.to_str() {
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Database::Postgres(url)
+            }
+            _ => Database::Sqlite(database),
+        }
+    }
+}
+
+impl std::fmt::Display for Database<'_> {
+    /// The database without the password a URL may carry.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Database::Sqlite(path) => write!(f, "{}", path.display()),
+            Database::Postgres(url) => match (url.find("://"), url.rfind('@')) {
+                (Some(scheme), Some(at)) if at > scheme => {
+                    write!(f, "{}://…{}", &url[..scheme], &url[at..])
+                }
+                _ => f.write_str(url),
+            },
+        }
+    }
 }
 
 impl Config {

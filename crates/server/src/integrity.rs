@@ -6,13 +6,12 @@
 
 use std::path::Path;
 
+use async_trait::async_trait;
 use countersign_core::{Approval, Millis, State};
-use serde_json::Value;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
-use sqlx::{Connection, SqliteExecutor};
 use thiserror::Error;
 
-use crate::audit::chain_hash;
+use crate::audit::AuditReport;
+use crate::config::Database;
 use crate::store::StoreError;
 
 /// The two ends of the chain as anchored.
@@ -44,26 +43,282 @@ impl From<sqlx::Error> for IntegrityError {
     }
 }
 
-pub async fn anchor<'e>(executor: impl SqliteExecutor<'e>) -> Result<Anchor, StoreError> {
-    Ok(sqlx::query_as(
-        "SELECT head_seq, head_hash, tail_seq, tail_prev_hash FROM audit_anchor WHERE id = 1",
-    )
-    .fetch_one(executor)
-    .await?)
+/// The newest row: (seq, hash); the oldest row: (seq, prev_hash).
+pub type ChainEnds = (Option<(i64, Option<String>)>, Option<(i64, Option<String>)>);
+
+/// An approval row beside its newest event: id, row body, event seq and body, anchored tail.
+pub type ApprovalAndEvent = (String, String, Option<i64>, Option<String>, i64);
+
+/// The audit chain's SQL on one backend's connection. The statements are written once, in the
+/// `$1` placeholder form that both sqlx drivers read, and [`audit_sql`] implements this trait
+/// for each backend's connection type with them.
+#[async_trait]
+pub trait AuditSql: Send {
+    async fn anchor(&mut self) -> Result<Anchor, StoreError>;
+    async fn chain_ends(&mut self) -> Result<ChainEnds, StoreError>;
+    /// How many rows have no hash, and the first of them.
+    async fn unchained(&mut self) -> Result<(i64, Option<i64>), StoreError>;
+    /// Every approval beside its newest event, by id.
+    async fn approvals_beside_events(&mut self) -> Result<Vec<ApprovalAndEvent>, StoreError>;
+    /// Approval `approval_id`'s row, its newest event's body and the anchored tail, read in one
+    /// statement (so one snapshot).
+    async fn approval_beside_event(
+        &mut self,
+        approval_id: &str,
+    ) -> Result<Option<(String, Option<String>, i64)>, StoreError>;
+    /// Deletes the oldest events written before `before` (the newest row always stays), as one
+    /// run from the start of the log, and moves the anchored tail past them; inside the
+    /// caller's transaction.
+    async fn prune(&mut self, before: Millis) -> Result<u64, StoreError>;
+    /// Chains the rows without a hash and anchors the chain to the rows as they are, in a
+    /// transaction of its own.
+    async fn rechain(&mut self) -> Result<Rechained, StoreError>;
+    /// Walks the whole event log in seq order and checks the hash chain up to the first broken
+    /// row, then its ends against the anchor and every approval against its events, all in one
+    /// snapshot.
+    async fn verify(&mut self) -> Result<AuditReport, StoreError>;
 }
+
+/// The statements of [`AuditSql`].
+pub(crate) mod sql {
+    pub const ANCHOR: &str =
+        "SELECT head_seq, head_hash, tail_seq, tail_prev_hash FROM audit_anchor WHERE id = 1";
+    pub const NEWEST: &str = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1";
+    pub const OLDEST: &str = "SELECT seq, prev_hash FROM events ORDER BY seq LIMIT 1";
+    pub const UNCHAINED: &str = "SELECT COUNT(*), MIN(seq) FROM events WHERE hash IS NULL";
+    pub const APPROVALS_BESIDE_EVENTS: &str =
+        "SELECT a.id, a.body, e.seq, e.body, (SELECT tail_seq FROM audit_anchor WHERE id = 1)
+         FROM approvals a
+         LEFT JOIN events e ON e.seq = (SELECT MAX(seq) FROM events WHERE approval_id = a.id)
+         ORDER BY a.id";
+    pub const APPROVAL_BESIDE_EVENT: &str = "SELECT a.body,
+            (SELECT e.body FROM events e WHERE e.approval_id = a.id ORDER BY e.seq DESC LIMIT 1),
+            (SELECT tail_seq FROM audit_anchor WHERE id = 1)
+         FROM approvals a WHERE a.id = $1";
+    pub const PRUNE_CUT: &str = "SELECT seq, hash FROM events
+         WHERE seq = (SELECT MAX(seq) FROM events
+                       WHERE at_ms < $1 AND seq < (SELECT MAX(seq) FROM events))";
+    pub const MOVE_TAIL: &str =
+        "UPDATE audit_anchor SET tail_seq = $1, tail_prev_hash = $2 WHERE id = 1";
+    pub const DELETE_UP_TO: &str = "DELETE FROM events WHERE seq <= $1";
+    pub const UNHASHED_ROWS: &str =
+        "SELECT seq, approval_id, kind, at_ms, body FROM events WHERE hash IS NULL ORDER BY seq";
+    pub const HASH_BEFORE: &str =
+        "SELECT coalesce(hash, '') FROM events WHERE seq < $1 ORDER BY seq DESC LIMIT 1";
+    pub const SET_HASH: &str = "UPDATE events SET prev_hash = $1, hash = $2 WHERE seq = $3";
+    pub const ANCHOR_TO_ROWS: &str = "UPDATE audit_anchor SET
+            head_seq = coalesce((SELECT seq FROM events ORDER BY seq DESC LIMIT 1), head_seq),
+            head_hash = coalesce((SELECT hash FROM events ORDER BY seq DESC LIMIT 1), ''),
+            tail_seq = coalesce((SELECT seq FROM events ORDER BY seq LIMIT 1), head_seq + 1),
+            tail_prev_hash = coalesce((SELECT prev_hash FROM events ORDER BY seq LIMIT 1), '')
+         WHERE id = 1";
+    pub const EVERY_EVENT: &str = "SELECT seq, approval_id, kind, at_ms, body, agent_id, decider,
+            approver, prev_hash, hash
+         FROM events ORDER BY seq";
+    pub const EVERY_APPROVAL_BESIDE_REQUEST: &str =
+        "SELECT a.body AS approval, e.seq, e.body AS requested
+         FROM approvals AS a
+         JOIN events AS e ON e.approval_id = a.id AND e.kind = 'REQUESTED'";
+}
+
+/// Implements [`AuditSql`] for a backend's connection type with the statements of [`sql`].
+/// `$snapshot` is the statement (if any) that makes a transaction just begun read one
+/// consistent snapshot.
+macro_rules! audit_sql {
+    ($connection:ty, $snapshot:expr) => {
+        #[async_trait::async_trait]
+        impl $crate::integrity::AuditSql for $connection {
+            async fn anchor(
+                &mut self,
+            ) -> Result<$crate::integrity::Anchor, $crate::store::StoreError> {
+                Ok(sqlx::query_as($crate::integrity::sql::ANCHOR)
+                    .fetch_one(&mut *self)
+                    .await?)
+            }
+
+            async fn chain_ends(
+                &mut self,
+            ) -> Result<$crate::integrity::ChainEnds, $crate::store::StoreError> {
+                let newest = sqlx::query_as($crate::integrity::sql::NEWEST)
+                    .fetch_optional(&mut *self)
+                    .await?;
+                let oldest = sqlx::query_as($crate::integrity::sql::OLDEST)
+                    .fetch_optional(&mut *self)
+                    .await?;
+                Ok((newest, oldest))
+            }
+
+            async fn unchained(&mut self) -> Result<(i64, Option<i64>), $crate::store::StoreError> {
+                Ok(sqlx::query_as($crate::integrity::sql::UNCHAINED)
+                    .fetch_one(&mut *self)
+                    .await?)
+            }
+
+            async fn approvals_beside_events(
+                &mut self,
+            ) -> Result<Vec<$crate::integrity::ApprovalAndEvent>, $crate::store::StoreError> {
+                Ok(
+                    sqlx::query_as($crate::integrity::sql::APPROVALS_BESIDE_EVENTS)
+                        .fetch_all(&mut *self)
+                        .await?,
+                )
+            }
+
+            async fn approval_beside_event(
+                &mut self,
+                approval_id: &str,
+            ) -> Result<Option<(String, Option<String>, i64)>, $crate::store::StoreError> {
+                Ok(
+                    sqlx::query_as($crate::integrity::sql::APPROVAL_BESIDE_EVENT)
+                        .bind(approval_id)
+                        .fetch_optional(&mut *self)
+                        .await?,
+                )
+            }
+
+            async fn prune(
+                &mut self,
+                before: countersign_core::Millis,
+            ) -> Result<u64, $crate::store::StoreError> {
+                let cut: Option<(i64, Option<String>)> =
+                    sqlx::query_as($crate::integrity::sql::PRUNE_CUT)
+                        .bind(before)
+                        .fetch_optional(&mut *self)
+                        .await?;
+                let Some((cut, hash)) = cut else {
+                    return Ok(0);
+                };
+                sqlx::query($crate::integrity::sql::MOVE_TAIL)
+                    .bind(cut + 1)
+                    .bind(hash.unwrap_or_default())
+                    .execute(&mut *self)
+                    .await?;
+                Ok(sqlx::query($crate::integrity::sql::DELETE_UP_TO)
+                    .bind(cut)
+                    .execute(&mut *self)
+                    .await?
+                    .rows_affected())
+            }
+
+            async fn rechain(
+                &mut self,
+            ) -> Result<$crate::integrity::Rechained, $crate::store::StoreError> {
+                use sqlx::Connection;
+                let mut tx = self.begin().await?;
+                let before = $crate::integrity::AuditSql::anchor(&mut *tx).await?;
+                let unhashed: Vec<(i64, String, String, i64, String)> =
+                    sqlx::query_as($crate::integrity::sql::UNHASHED_ROWS)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                for (seq, approval_id, kind, at_ms, body) in &unhashed {
+                    let prev_hash: String = sqlx::query_scalar($crate::integrity::sql::HASH_BEFORE)
+                        .bind(seq)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                        .unwrap_or_default();
+                    let mut json: serde_json::Value = serde_json::from_str(body)?;
+                    let hash = $crate::audit::chain_hash(
+                        &prev_hash,
+                        *seq,
+                        approval_id,
+                        kind,
+                        *at_ms,
+                        &mut json,
+                    );
+                    sqlx::query($crate::integrity::sql::SET_HASH)
+                        .bind(&prev_hash)
+                        .bind(&hash)
+                        .bind(seq)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                sqlx::query($crate::integrity::sql::ANCHOR_TO_ROWS)
+                    .execute(&mut *tx)
+                    .await?;
+                let after = $crate::integrity::AuditSql::anchor(&mut *tx).await?;
+                tx.commit().await?;
+                Ok($crate::integrity::Rechained {
+                    rows_chained: unhashed.len(),
+                    before,
+                    after,
+                })
+            }
+
+            async fn verify(
+                &mut self,
+            ) -> Result<$crate::audit::AuditReport, $crate::store::StoreError> {
+                use futures::TryStreamExt;
+                use sqlx::{Connection, Row};
+                let mut tx = self.begin().await?;
+                let snapshot: Option<&str> = $snapshot;
+                if let Some(snapshot) = snapshot {
+                    sqlx::query(snapshot).execute(&mut *tx).await?;
+                }
+                let mut verifier = $crate::audit::Verifier::default();
+                {
+                    let mut rows = sqlx::query($crate::integrity::sql::EVERY_EVENT).fetch(&mut *tx);
+                    while let Some(row) = rows.try_next().await? {
+                        let row = $crate::audit::EventRow {
+                            seq: row.try_get("seq")?,
+                            approval_id: row.try_get("approval_id")?,
+                            kind: row.try_get("kind")?,
+                            at_ms: row.try_get("at_ms")?,
+                            body: row.try_get("body")?,
+                            columns: $crate::audit::Columns {
+                                agent_id: row.try_get("agent_id")?,
+                                decider: row.try_get("decider")?,
+                                approver: row.try_get("approver")?,
+                            },
+                            prev_hash: row.try_get("prev_hash")?,
+                            hash: row.try_get("hash")?,
+                        };
+                        if !verifier.check(row) {
+                            break;
+                        }
+                    }
+                }
+                {
+                    let mut rows =
+                        sqlx::query($crate::integrity::sql::EVERY_APPROVAL_BESIDE_REQUEST)
+                            .fetch(&mut *tx);
+                    while let Some(row) = rows.try_next().await? {
+                        if !verifier.check_approval(
+                            row.try_get("seq")?,
+                            row.try_get("approval")?,
+                            row.try_get("requested")?,
+                        ) {
+                            break;
+                        }
+                    }
+                }
+                let mut report = verifier.finish();
+                if report.broken.is_none() {
+                    report.broken = $crate::integrity::check_ends(&mut *tx).await?;
+                }
+                if report.broken.is_none() {
+                    report.broken = $crate::integrity::disagreeing_approvals(&mut *tx)
+                        .await?
+                        .into_iter()
+                        .next()
+                        .map(|(approval_id, seq, problem)| {
+                            (seq.max(1), format!("approval {approval_id}: {problem}"))
+                        });
+                }
+                tx.commit().await?;
+                Ok(report)
+            }
+        }
+    };
+}
+pub(crate) use audit_sql;
 
 /// Compares the anchor with the newest and oldest stored rows: the seq and the hash where the
 /// chain does not match it, if anywhere.
-pub async fn check_ends(conn: &mut SqliteConnection) -> Result<Option<(i64, String)>, StoreError> {
-    let anchor = anchor(&mut *conn).await?;
-    let newest: Option<(i64, Option<String>)> =
-        sqlx::query_as("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
-            .fetch_optional(&mut *conn)
-            .await?;
-    let oldest: Option<(i64, Option<String>)> =
-        sqlx::query_as("SELECT seq, prev_hash FROM events ORDER BY seq LIMIT 1")
-            .fetch_optional(&mut *conn)
-            .await?;
+pub async fn check_ends<C: AuditSql + ?Sized>(
+    conn: &mut C,
+) -> Result<Option<(i64, String)>, StoreError> {
+    let anchor = conn.anchor().await?;
+    let (newest, oldest) = conn.chain_ends().await?;
     let problem = match (newest, oldest) {
         (None, _) | (_, None) if anchor.head_seq >= anchor.tail_seq => Some((
             anchor.head_seq,
@@ -115,11 +370,8 @@ pub async fn check_ends(conn: &mut SqliteConnection) -> Result<Option<(i64, Stri
 /// The checks before serving: no unchained rows and both ends as anchored (either refuses the
 /// start), and every approval as its events say (a disagreeing one is logged; it is refused
 /// when asked for).
-pub async fn check_at_start(conn: &mut SqliteConnection) -> Result<(), IntegrityError> {
-    let (rows, first): (i64, Option<i64>) =
-        sqlx::query_as("SELECT COUNT(*), MIN(seq) FROM events WHERE hash IS NULL")
-            .fetch_one(&mut *conn)
-            .await?;
+pub async fn check_at_start<C: AuditSql + ?Sized>(conn: &mut C) -> Result<(), IntegrityError> {
+    let (rows, first) = conn.unchained().await?;
     if rows > 0 {
         return Err(IntegrityError::Unchained {
             rows,
@@ -136,23 +388,12 @@ pub async fn check_at_start(conn: &mut SqliteConnection) -> Result<(), Integrity
     Ok(())
 }
 
-/// An approval row beside its newest event: id, row body, event seq and body, anchored tail.
-type ApprovalAndEvent = (String, String, Option<i64>, Option<String>, i64);
-
 /// Every approval whose stored row disagrees with its events: id, the seq to name, problem.
-pub async fn disagreeing_approvals(
-    conn: &mut SqliteConnection,
+pub async fn disagreeing_approvals<C: AuditSql + ?Sized>(
+    conn: &mut C,
 ) -> Result<Vec<(String, i64, String)>, StoreError> {
-    let rows: Vec<ApprovalAndEvent> = sqlx::query_as(
-        "SELECT a.id, a.body, e.seq, e.body, (SELECT tail_seq FROM audit_anchor WHERE id = 1)
-         FROM approvals a
-         LEFT JOIN events e ON e.seq = (SELECT MAX(seq) FROM events WHERE approval_id = a.id)
-         ORDER BY a.id",
-    )
-    .fetch_all(&mut *conn)
-    .await?;
     let mut disagreeing = Vec::new();
-    for (id, row, seq, event, tail_seq) in rows {
+    for (id, row, seq, event, tail_seq) in conn.approvals_beside_events().await? {
         if let Err(problem) = compare(&row, event.as_deref(), tail_seq) {
             disagreeing.push((id, seq.unwrap_or_default(), problem));
         }
@@ -160,22 +401,12 @@ pub async fn disagreeing_approvals(
     Ok(disagreeing)
 }
 
-/// Reads approval `approval_id`, refusing it unless its newest event holds the same approval
-/// (row and event are read in one statement, so one snapshot).
-pub async fn load_verified<'e>(
-    executor: impl SqliteExecutor<'e>,
+/// Reads approval `approval_id`, refusing it unless its newest event holds the same approval.
+pub async fn load_verified<C: AuditSql + ?Sized>(
+    conn: &mut C,
     approval_id: &str,
 ) -> Result<Approval, StoreError> {
-    let found: Option<(String, Option<String>, i64)> = sqlx::query_as(
-        "SELECT a.body,
-                (SELECT e.body FROM events e WHERE e.approval_id = a.id ORDER BY e.seq DESC LIMIT 1),
-                (SELECT tail_seq FROM audit_anchor WHERE id = 1)
-         FROM approvals a WHERE a.id = ?",
-    )
-    .bind(approval_id)
-    .fetch_optional(executor)
-    .await?;
-    let Some((row, event, tail_seq)) = found else {
+    let Some((row, event, tail_seq)) = conn.approval_beside_event(approval_id).await? else {
         return Err(
             countersign_core::Error::NotFound(format!("approval {approval_id} not found")).into(),
         );
@@ -217,31 +448,6 @@ fn compare(row: &str, event: Option<&str>, tail_seq: i64) -> Result<Approval, St
     }
 }
 
-/// Deletes the oldest events written before `before` (the newest row always stays), as one
-/// run from the start of the log, and moves the anchored tail past them.
-pub async fn prune(conn: &mut SqliteConnection, before: Millis) -> Result<u64, sqlx::Error> {
-    let cut: Option<(i64, Option<String>)> = sqlx::query_as(
-        "SELECT seq, hash FROM events
-         WHERE seq = (SELECT MAX(seq) FROM events WHERE at_ms < ? AND seq < (SELECT MAX(seq) FROM events))",
-    )
-    .bind(before)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some((cut, hash)) = cut else {
-        return Ok(0);
-    };
-    sqlx::query("UPDATE audit_anchor SET tail_seq = ?, tail_prev_hash = ? WHERE id = 1")
-        .bind(cut + 1)
-        .bind(hash.unwrap_or_default())
-        .execute(&mut *conn)
-        .await?;
-    Ok(sqlx::query("DELETE FROM events WHERE seq <= ?")
-        .bind(cut)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected())
-}
-
 /// What `audit rechain` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rechained {
@@ -254,71 +460,46 @@ pub struct Rechained {
 /// the row before it) and anchors the chain to the rows as they now are. An operator's
 /// explicit acceptance of the log, logged with what changed.
 pub async fn rechain(database: &Path) -> Result<Rechained, StoreError> {
-    let mut conn = open(database).await?;
-    let mut tx = conn.begin().await?;
-    let before = anchor(&mut *tx).await?;
-    let unhashed: Vec<(i64, String, String, i64, String)> = sqlx::query_as(
-        "SELECT seq, approval_id, kind, at_ms, body FROM events WHERE hash IS NULL ORDER BY seq",
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    for (seq, approval_id, kind, at_ms, body) in &unhashed {
-        let prev_hash: String = sqlx::query_scalar(
-            "SELECT coalesce(hash, '') FROM events WHERE seq < ? ORDER BY seq DESC LIMIT 1",
-        )
-        .bind(seq)
-        .fetch_optional(&mut *tx)
-        .await?
-        .unwrap_or_default();
-        let mut json: Value = serde_json::from_str(body)?;
-        let hash = chain_hash(&prev_hash, *seq, approval_id, kind, *at_ms, &mut json);
-        sqlx::query("UPDATE events SET prev_hash = ?, hash = ? WHERE seq = ?")
-            .bind(&prev_hash)
-            .bind(&hash)
-            .bind(seq)
-            .execute(&mut *tx)
-            .await?;
-    }
-    sqlx::query(
-        "UPDATE audit_anchor SET
-            head_seq = coalesce((SELECT seq FROM events ORDER BY seq DESC LIMIT 1), head_seq),
-            head_hash = coalesce((SELECT hash FROM events ORDER BY seq DESC LIMIT 1), ''),
-            tail_seq = coalesce((SELECT seq FROM events ORDER BY seq LIMIT 1), head_seq + 1),
-            tail_prev_hash = coalesce((SELECT prev_hash FROM events ORDER BY seq LIMIT 1), '')
-         WHERE id = 1",
-    )
-    .execute(&mut *tx)
-    .await?;
-    let after = anchor(&mut *tx).await?;
-    tx.commit().await?;
+    let rechained = match Database::of(database) {
+        Database::Sqlite(path) => {
+            crate::store::sqlite::connect_migrated(path)
+                .await?
+                .rechain()
+                .await?
+        }
+        Database::Postgres(url) => {
+            crate::store::postgres::connect_migrated(url)
+                .await?
+                .rechain()
+                .await?
+        }
+    };
     tracing::warn!(
-        rows_chained = unhashed.len(),
-        before_head_seq = before.head_seq,
-        before_tail_seq = before.tail_seq,
-        head_seq = after.head_seq,
-        head_hash = %after.head_hash,
-        tail_seq = after.tail_seq,
+        rows_chained = rechained.rows_chained,
+        before_head_seq = rechained.before.head_seq,
+        before_tail_seq = rechained.before.tail_seq,
+        head_seq = rechained.after.head_seq,
+        head_hash = %rechained.after.head_hash,
+        tail_seq = rechained.after.tail_seq,
         "audit rechain: the operator accepted the event log as it is now"
     );
-    Ok(Rechained {
-        rows_chained: unhashed.len(),
-        before,
-        after,
-    })
+    Ok(rechained)
 }
 
 /// `countersign-server audit head`: the anchor of the database at `database`.
 pub async fn head(database: &Path) -> Result<Anchor, StoreError> {
-    let mut conn = open(database).await?;
-    anchor(&mut conn).await
-}
-
-/// Opens an existing database and brings its schema up to date.
-async fn open(database: &Path) -> Result<SqliteConnection, StoreError> {
-    let options = SqliteConnectOptions::new()
-        .filename(database)
-        .create_if_missing(false);
-    let mut conn = SqliteConnection::connect_with(&options).await?;
-    crate::store::sqlite::MIGRATOR.run_direct(&mut conn).await?;
-    Ok(conn)
+    match Database::of(database) {
+        Database::Sqlite(path) => {
+            crate::store::sqlite::connect_migrated(path)
+                .await?
+                .anchor()
+                .await
+        }
+        Database::Postgres(url) => {
+            crate::store::postgres::connect_migrated(url)
+                .await?
+                .anchor()
+                .await
+        }
+    }
 }

@@ -1,4 +1,4 @@
-//! The countersign approval server: SQLite store, event log and hub, gRPC services.
+//! The countersign approval server: SQLite or PostgreSQL store, event log and hub, gRPC services.
 
 pub mod admin;
 pub mod audit;
@@ -32,7 +32,7 @@ use tonic_health::server::HealthReporter;
 
 use crate::admin::AdminApi;
 use crate::auth::Authenticator;
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, Database};
 use crate::hub::Hub;
 use crate::integrity::IntegrityError;
 use crate::limits::MessageSizeStatusLayer;
@@ -115,7 +115,10 @@ pub async fn serve_with_metrics(
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     set_health(&health_reporter, true).await;
-    let health_follower = tokio::spawn(follow_storage_health(store.writable(), health_reporter));
+    let health_follower = tokio::spawn(follow_storage_health(
+        store.writable(),
+        health_reporter.clone(),
+    ));
     // v1alpha beside v1: grpcurl, grpcio's reflection client and other older tools only
     // speak v1alpha.
     let reflection = || {
@@ -139,7 +142,7 @@ pub async fn serve_with_metrics(
     let admin = AdminServiceServer::new(AdminApi::new(store))
         .max_decoding_message_size(config.limits.max_message_bytes);
 
-    tracing::info!(listen = %listen, tls = tls.is_some(), database = %config.database.display(), "countersign-server listening");
+    tracing::info!(listen = %listen, tls = tls.is_some(), database = %Database::of(&config.database), "countersign-server listening");
     let mut server =
         tonic::transport::Server::builder().http2_keepalive_interval(Some(Duration::from_secs(30)));
     if let Some(tls) = tls {
@@ -166,6 +169,8 @@ pub async fn serve_with_metrics(
             tracing::info!(
                 "shutting down: ending watch streams and waits, finishing calls in flight"
             );
+            // A load balancer that checks health sends the next calls to another replica.
+            set_health(&health_reporter, false).await;
             let _ = stop_tx.send(true);
             connections.shut_down();
             let _ = draining_tx.send(());
@@ -242,7 +247,8 @@ fn spawn_metrics(
     [follower, endpoint]
 }
 
-/// Expires approvals past their deadline and prunes events past retention.
+/// Expires approvals past their deadline and prunes events past retention; on a database
+/// shared by several servers, only the one that leads the sweeps does.
 async fn sweep(store: Store, config: Arc<Config>, mut stop: signal::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_millis(config.approvals.sweep_interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -252,6 +258,9 @@ async fn sweep(store: Store, config: Arc<Config>, mut stop: signal::Receiver<boo
         tokio::select! {
             _ = stop.changed() => return,
             _ = tick.tick() => {}
+        }
+        if !store.leads_sweeps().await {
+            continue;
         }
         let now = now_millis();
         if let Err(e) = store.expire_due(now).await {

@@ -1,5 +1,6 @@
-//! Limits at the edge: the per-agent request rate (a token bucket per agent id, in memory), and
-//! the status of a request over the message size cap.
+//! Limits at the edge: the per-agent request rate (a token bucket per agent id: in the database
+//! when several servers share it, else in memory), and the status of a request over the message
+//! size cap.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -8,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use tonic::{Code, Status};
+
+use crate::store::{now_millis, Store};
 
 /// Buckets kept before idle (full) ones are dropped, so that many agent ids cannot grow the
 /// map without bound.
@@ -73,6 +76,27 @@ impl RateLimiter {
             Err(Duration::from_secs_f64(
                 (1.0 - bucket.available) / self.rate,
             ))
+        }
+    }
+
+    /// Takes one call from the bucket `bucket` that every server on `store`'s database shares;
+    /// from this server's own bucket when the database keeps none, or cannot be reached.
+    pub async fn check_shared(
+        &self,
+        store: &Store,
+        bucket: &str,
+        now: Instant,
+    ) -> Result<(), Duration> {
+        match store
+            .take_token(bucket, self.rate / 1000.0, self.burst, now_millis())
+            .await
+        {
+            Ok(Some(taken)) => taken,
+            Ok(None) => self.check(bucket, now),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot reach the shared rate limits; limiting on this server alone");
+                self.check(bucket, now)
+            }
         }
     }
 

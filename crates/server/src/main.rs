@@ -27,7 +27,8 @@ struct Args {
     /// gRPC listen address [default: 127.0.0.1:50051].
     #[arg(long, env = "COUNTERSIGN_LISTEN")]
     listen: Option<SocketAddr>,
-    /// SQLite database file, created when missing [default: ./countersign.db].
+    /// SQLite database file, created when missing [default: ./countersign.db], or a
+    /// PostgreSQL URL (postgres://user:password@host/database) that several replicas share.
     #[arg(long, env = "COUNTERSIGN_DATABASE")]
     database: Option<PathBuf>,
     /// Log format: text or json [default: text].
@@ -215,7 +216,7 @@ async fn audit(command: &AuditCommand, config: &Config) -> ExitCode {
         Err(e) => {
             eprintln!(
                 "countersign-server audit: {}: {e}",
-                config.database.display()
+                countersign_server::config::Database::of(&config.database)
             );
             ExitCode::FAILURE
         }

@@ -156,9 +156,11 @@ impl ApprovalApi {
     }
 }
 
-/// Takes one call from `key`'s bucket of `limiter`, or refuses with RESOURCE_EXHAUSTED naming
-/// who (`who`) went over which setting, and when to retry.
-fn check_rate(
+/// Takes one call from `key`'s bucket of `limiter` (shared by every server on the database
+/// when it keeps shared buckets), or refuses with RESOURCE_EXHAUSTED naming who (`who`) went
+/// over which setting, and when to retry.
+async fn check_rate(
+    store: &Store,
     limiter: &Option<RateLimiter>,
     key: &str,
     who: &str,
@@ -167,24 +169,28 @@ fn check_rate(
     let Some(limiter) = limiter else {
         return Ok(());
     };
-    limiter.check(key, Instant::now()).map_err(|wait| {
-        let retry_ms = wait.as_millis().max(1);
-        tracing::warn!(
-            who,
-            setting,
-            retry_ms = retry_ms as u64,
-            "rate limit reached"
-        );
-        let mut status = Status::resource_exhausted(format!(
-            "{who} exceeded its rate (limits.{setting} = {}); retry in {:.1} s",
-            limiter.per_minute(),
-            wait.as_secs_f64()
-        ));
-        if let Ok(value) = retry_ms.to_string().parse() {
-            status.metadata_mut().insert("retry-after-ms", value);
-        }
-        status
-    })
+    let bucket = format!("{setting}:{key}");
+    limiter
+        .check_shared(store, &bucket, Instant::now())
+        .await
+        .map_err(|wait| {
+            let retry_ms = wait.as_millis().max(1);
+            tracing::warn!(
+                who,
+                setting,
+                retry_ms = retry_ms as u64,
+                "rate limit reached"
+            );
+            let mut status = Status::resource_exhausted(format!(
+                "{who} exceeded its rate (limits.{setting} = {}); retry in {:.1} s",
+                limiter.per_minute(),
+                wait.as_secs_f64()
+            ));
+            if let Ok(value) = retry_ms.to_string().parse() {
+                status.metadata_mut().insert("retry-after-ms", value);
+            }
+            status
+        })
 }
 
 /// Keeps the first `page_size` of `items` (fetched one more than a page); when there were more,
@@ -247,17 +253,21 @@ impl ApprovalService for ApprovalApi {
         let input = request_from_pb(request.into_inner()).map_err(status_of_domain)?;
         caller.for_agent(&input.agent_id)?;
         check_rate(
+            &self.store,
             &self.rates.requests_per_token,
             &caller.name,
             &format!("token {:?}", caller.name),
             "requests_per_minute_per_token",
-        )?;
+        )
+        .await?;
         check_rate(
+            &self.store,
             &self.rates.requests_per_agent,
             &input.agent_id,
             &format!("agent {:?}", input.agent_id),
             "requests_per_minute",
-        )?;
+        )
+        .await?;
         let request = validate_request(input, &self.limits).map_err(status_of_domain)?;
         let (request, disposition) = self.security.policy.apply(request);
         let ttl = request
@@ -480,22 +490,26 @@ impl ApprovalService for ApprovalApi {
         };
         caller.for_channel(&decider.channel)?;
         check_rate(
+            &self.store,
             &self.rates.decisions_per_token,
             &caller.name,
             &format!("token {:?}", caller.name),
             "decisions_per_minute_per_token",
-        )?;
+        )
+        .await?;
         let decider_key = format!(
             "{}:{}",
             decider.channel,
             countersign_core::approvers::identity_key(&decider.user_id)
         );
         check_rate(
+            &self.store,
             &self.rates.decisions_per_decider,
             &decider_key,
             &format!("decider {decider_key:?}"),
             "decisions_per_minute",
-        )?;
+        )
+        .await?;
         let current = self.load(&request.approval_id).await?;
         caller.routed_to(&decider.channel, &current)?;
         let now = now_millis();

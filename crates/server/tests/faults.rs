@@ -1,7 +1,9 @@
 //! Crash loop: the real `countersign-server` binary under concurrent requests and decisions,
-//! killed with SIGKILL at random moments and restarted on the same database. Afterwards every
-//! request and decision a client saw acknowledged is stored exactly once, the event seqs are
-//! contiguous and no approval has two resolutions.
+//! killed with SIGKILL at random moments and restarted on the same database: one server on
+//! SQLite, and three replicas on one PostgreSQL database with the clients spread over them (a
+//! client whose replica is down carries on with the next). Afterwards every request and
+//! decision a client saw acknowledged is stored exactly once, the event seqs are contiguous
+//! and no approval has two resolutions.
 //!
 //! Enough clients write at once that the server commits batches of a hundred changes and more
 //! (the test reports the largest batch it saw, from the server's `/metrics`). CI runs a few
@@ -9,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use countersign_proto::v1 as pb;
 use countersign_proto::v1::approval_service_client::ApprovalServiceClient;
+use countersign_testkit::postgres::Cluster;
 use rand::Rng;
 use sqlx::Connection;
 use tokio::process::{Child, Command};
@@ -37,20 +40,21 @@ fn knob(name: &str, default: usize) -> usize {
 struct Server {
     addr: SocketAddr,
     metrics: SocketAddr,
-    database: PathBuf,
-    log: PathBuf,
+    /// A SQLite file or a PostgreSQL URL.
+    database: String,
+    log: std::path::PathBuf,
     child: Option<Child>,
 }
 
 impl Server {
-    fn new(dir: &Path) -> Server {
+    fn new(dir: &Path, database: &str, number: usize) -> Server {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let metrics_probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         Server {
             addr: probe.local_addr().unwrap(),
             metrics: metrics_probe.local_addr().unwrap(),
-            database: dir.join("countersign.db"),
-            log: dir.join("server.log"),
+            database: database.to_string(),
+            log: dir.join(format!("server-{number}.log")),
             child: None,
         }
     }
@@ -184,16 +188,20 @@ struct Acknowledged {
     decisions: HashMap<String, String>,
 }
 
-/// Retries a call until the server acknowledges it. Only failures that a restart explains
+/// Retries a call until a server acknowledges it, starting with replica `first` of `urls` and
+/// going on with the next after each failure. Only failures that a restart explains
 /// (connection lost, unavailable) are retried; anything else fails the test.
-async fn until_acknowledged<T, F, Fut>(url: &str, mut call: F) -> T
+async fn until_acknowledged<T, F, Fut>(urls: &[String], first: usize, mut call: F) -> T
 where
     F: FnMut(ApprovalServiceClient<Channel>) -> Fut,
     Fut: std::future::Future<Output = Result<T, tonic::Status>>,
 {
     let deadline = Instant::now() + Duration::from_secs(120);
+    let mut attempt = first;
     loop {
         assert!(Instant::now() < deadline, "no acknowledgement in 120 s");
+        let url = &urls[attempt % urls.len()];
+        attempt += 1;
         let channel = match Channel::from_shared(url.to_string())
             .unwrap()
             .connect_timeout(Duration::from_secs(1))
@@ -246,13 +254,18 @@ fn request(client: usize, n: usize) -> pb::RequestApprovalRequest {
 
 /// One client: requests, then decides each approval (two approvers when the quorum is 2,
 /// approving or rejecting at random), until told to stop.
-async fn client(number: usize, url: String, stop: Arc<AtomicBool>, seen: Arc<Mutex<Acknowledged>>) {
+async fn client(
+    number: usize,
+    urls: Vec<String>,
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<Acknowledged>>,
+) {
     let mut n = 0;
     while !stop.load(Ordering::Relaxed) {
         let req = request(number, n);
         let quorum = req.required_approvals as usize;
         let key = req.idempotency_key.clone();
-        let created = until_acknowledged(&url, |mut client| {
+        let created = until_acknowledged(&urls, number, |mut client| {
             let req = req.clone();
             async move { client.request_approval(req).await }
         })
@@ -283,7 +296,7 @@ async fn client(number: usize, url: String, stop: Arc<AtomicBool>, seen: Arc<Mut
                 idempotency_key: format!("d-{key}-{approver}"),
                 ..Default::default()
             };
-            let decided = until_acknowledged(&url, |mut client| {
+            let decided = until_acknowledged(&urls, number + 1, |mut client| {
                 let decision = decision.clone();
                 async move { client.decide(decision).await }
             })
@@ -307,16 +320,44 @@ async fn client(number: usize, url: String, stop: Arc<AtomicBool>, seen: Arc<Mut
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn acknowledged_work_survives_sigkill_exactly_once() {
-    let kills = knob("COUNTERSIGN_CRASH_KILLS", 5);
-    let client_count = knob("COUNTERSIGN_CRASH_CLIENTS", 160);
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::new(dir.path());
-    server.start().await;
+    let database = dir.path().join("countersign.db").display().to_string();
+    let kills = knob("COUNTERSIGN_CRASH_KILLS", 5);
+    let clients = knob("COUNTERSIGN_CRASH_CLIENTS", 160);
+    crash_loop(dir.path(), &database, 1, kills, clients).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_replicas_on_postgres_lose_and_duplicate_nothing_under_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = Cluster::shared().create_database().await;
+    let kills = knob("COUNTERSIGN_CRASH_KILLS", 10);
+    let clients = knob("COUNTERSIGN_CRASH_CLIENTS", 60);
+    crash_loop(dir.path(), &database, 3, kills, clients).await;
+}
+
+/// Runs `client_count` clients against `replicas` servers on `database` while `kills` times a
+/// replica chosen at random is killed with SIGKILL and started again, then checks the
+/// database against what the clients saw acknowledged.
+async fn crash_loop(
+    dir: &Path,
+    database: &str,
+    replicas: usize,
+    kills: usize,
+    client_count: usize,
+) {
+    let mut servers: Vec<Server> = (0..replicas)
+        .map(|number| Server::new(dir, database, number))
+        .collect();
+    for server in &mut servers {
+        server.start().await;
+    }
+    let urls: Vec<String> = servers.iter().map(Server::url).collect();
 
     let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Mutex::new(Acknowledged::default()));
     let clients: Vec<_> = (0..client_count)
-        .map(|number| tokio::spawn(client(number, server.url(), stop.clone(), seen.clone())))
+        .map(|number| tokio::spawn(client(number, urls.clone(), stop.clone(), seen.clone())))
         .collect();
 
     let started = Instant::now();
@@ -324,9 +365,10 @@ async fn acknowledged_work_survives_sigkill_exactly_once() {
     for _ in 0..kills {
         let pause = rand::thread_rng().gen_range(100..400);
         tokio::time::sleep(Duration::from_millis(pause)).await;
-        largest_batch = largest_batch.max(server.largest_batch());
-        server.kill().await;
-        server.start().await;
+        let victim = &mut servers[rand::thread_rng().gen_range(0..replicas)];
+        largest_batch = largest_batch.max(victim.largest_batch());
+        victim.kill().await;
+        victim.start().await;
     }
     // Let every client get at least one call through after the last restart.
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -334,20 +376,25 @@ async fn acknowledged_work_survives_sigkill_exactly_once() {
     for client in clients {
         client.await.unwrap();
     }
-    server.terminate().await;
+    for server in &mut servers {
+        server.terminate().await;
+    }
     let elapsed = started.elapsed();
 
     // Every client has finished: the record is final.
     let seen = std::mem::take(&mut *seen.lock().unwrap());
-    let mut db =
-        sqlx::SqliteConnection::connect(&format!("sqlite://{}", server.database.display()))
-            .await
-            .unwrap();
+    sqlx::any::install_default_drivers();
+    let url = if database.starts_with("postgres") {
+        database.to_string()
+    } else {
+        format!("sqlite://{database}")
+    };
+    let mut db = sqlx::AnyConnection::connect(&url).await.unwrap();
 
     // Every acknowledged request: one approval, with the acknowledged id.
     for (key, id) in &seen.requests {
         let ids: Vec<String> =
-            sqlx::query_scalar("SELECT id FROM approvals WHERE idempotency_key = ?")
+            sqlx::query_scalar("SELECT id FROM approvals WHERE idempotency_key = $1")
                 .bind(key)
                 .fetch_all(&mut db)
                 .await
@@ -371,7 +418,7 @@ async fn acknowledged_work_survives_sigkill_exactly_once() {
 
     // Every acknowledged decision: once on its approval and once in the log.
     for (decision_key, id) in &seen.decisions {
-        let body: String = sqlx::query_scalar("SELECT body FROM approvals WHERE id = ?")
+        let body: String = sqlx::query_scalar("SELECT body FROM approvals WHERE id = $1")
             .bind(id)
             .fetch_one(&mut db)
             .await
@@ -384,15 +431,17 @@ async fn acknowledged_work_survives_sigkill_exactly_once() {
             .filter(|d| d["idempotency_key"] == decision_key.as_str())
             .count();
         assert_eq!(on_approval, 1, "decision {decision_key}");
-        let logged: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM events WHERE approval_id = ?
-               AND json_extract(body, '$.decision.idempotency_key') = ?",
-        )
-        .bind(id)
-        .bind(decision_key)
-        .fetch_one(&mut db)
-        .await
-        .unwrap();
+        let events: Vec<String> =
+            sqlx::query_scalar("SELECT body FROM events WHERE approval_id = $1")
+                .bind(id)
+                .fetch_all(&mut db)
+                .await
+                .unwrap();
+        let logged = events
+            .iter()
+            .map(|body| serde_json::from_str::<serde_json::Value>(body).unwrap())
+            .filter(|body| body["decision"]["idempotency_key"] == decision_key.as_str())
+            .count();
         assert_eq!(logged, 1, "decision {decision_key} in the log");
     }
 
@@ -408,9 +457,9 @@ async fn acknowledged_work_survives_sigkill_exactly_once() {
 
     // No approval was resolved twice, and each resolved one is resolved in the log once.
     let twice: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT approval_id, COUNT(*) AS n FROM events
+        "SELECT approval_id, COUNT(*) FROM events
           WHERE kind IN ('RESOLVED', 'EXPIRED', 'CANCELLED')
-          GROUP BY approval_id HAVING n > 1",
+          GROUP BY approval_id HAVING COUNT(*) > 1",
     )
     .fetch_all(&mut db)
     .await
@@ -426,7 +475,7 @@ async fn acknowledged_work_survives_sigkill_exactly_once() {
     assert_eq!(unlogged, 0, "resolved approvals without a RESOLVED event");
 
     eprintln!(
-        "crash loop: {kills} SIGKILLs in {:.1} s, {client_count} clients, batches of up to {largest_batch} changes, {} requests and {} decisions acknowledged, {} events, all present exactly once",
+        "crash loop: {replicas} replicas, {kills} SIGKILLs in {:.1} s, {client_count} clients, batches of up to {largest_batch} changes, {} requests and {} decisions acknowledged, {} events, all present exactly once",
         elapsed.as_secs_f64(),
         seen.requests.len(),
         seen.decisions.len(),

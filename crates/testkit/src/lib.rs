@@ -1,5 +1,7 @@
-//! Test support for countersign: fakes of the platforms on loopback.
+//! Test support for countersign: fakes of the platforms on loopback, the test server, and a
+//! private PostgreSQL cluster.
 
 pub mod github;
+pub mod postgres;
 pub mod server;
 pub mod telegram;

@@ -11,6 +11,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::postgres;
+
 pub struct TestServer {
     config: Config,
     addr: SocketAddr,
@@ -41,10 +43,17 @@ impl TestServer {
         .await
     }
 
+    /// On SQLite in a temporary directory, or, with `COUNTERSIGN_TEST_BACKEND=postgres`, on a
+    /// new database of the process's private PostgreSQL cluster.
     pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> TestServer {
         let dir = tempfile::tempdir().expect("temporary directory");
+        let database = if postgres::enabled() {
+            PathBuf::from(postgres::Cluster::shared().create_database().await)
+        } else {
+            dir.path().join("countersign.db")
+        };
         let mut config = Config {
-            database: dir.path().join("countersign.db"),
+            database,
             ..Config::default()
         };
         config.approvals.sweep_interval_ms = 50;
@@ -93,6 +102,7 @@ impl TestServer {
         self.addr
     }
 
+    /// The SQLite file, or the PostgreSQL URL, the server stores in.
     pub fn database_path(&self) -> PathBuf {
         self.config.database.clone()
     }

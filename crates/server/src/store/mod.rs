@@ -7,8 +7,15 @@
 //! publishes the events to the hub, so seqs are assigned in commit order and nothing
 //! unpublished is ever visible. Each appended event is chained to the one before it by a hash
 //! (see `audit`).
+//!
+//! On a database that several servers share (PostgreSQL), each batch reads the chain head
+//! under the row lock that serializes the servers' writers, and the hub is fed by a follower
+//! that reads the log in seq order, woken by this server's commits and by the others'
+//! notifications, so that every server publishes every event once and in order.
 
 pub mod batch;
+pub mod postgres;
+mod reads;
 pub mod sqlite;
 
 use std::path::Path;
@@ -23,10 +30,10 @@ use countersign_core::{
 };
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::audit::AuditReport;
-use crate::config::StorageConfig;
+use crate::config::{Database, StorageConfig};
 use crate::history::{AuditedEvent, EventFilter, GrantFilter};
 use crate::hub::Hub;
 use crate::integrity::IntegrityError;
@@ -341,7 +348,10 @@ pub struct ChainHead {
 /// transaction state of a failed batch survives.
 #[async_trait]
 pub trait WriterConnection: Send {
-    async fn begin(&mut self) -> Result<(), StoreError>;
+    /// Begins a batch's transaction. On a database that other servers write too, returns the
+    /// chain head as committed, read under the lock that keeps their batches out until this
+    /// one commits; None when this writer is the only one (it keeps the head itself).
+    async fn begin(&mut self) -> Result<Option<ChainHead>, StoreError>;
     /// The newest event's seq and hash, as committed.
     async fn chain_head(&mut self) -> Result<ChainHead, StoreError>;
     /// Reads what the batch's changes need, inside the transaction.
@@ -386,6 +396,23 @@ pub trait Backend: Send + Sync {
         filter: &GrantFilter,
         now: Millis,
     ) -> Result<Vec<Grant>, StoreError>;
+    /// Whether this server runs the background sweeps (expiry, pruning) now: always on a
+    /// database of its own; on a shared one, only the server holding the sweep lock.
+    async fn leads_sweeps(&self) -> bool {
+        true
+    }
+    /// Takes one call from the shared token bucket `key` (refilled at `per_ms` calls a
+    /// millisecond up to `burst`), or says how long until one is available. None when the
+    /// backend keeps no shared buckets (each server then limits on its own).
+    async fn take_token(
+        &self,
+        _key: &str,
+        _per_ms: f64,
+        _burst: f64,
+        _now: Millis,
+    ) -> Result<Option<Result<(), Duration>>, StoreError> {
+        Ok(None)
+    }
 }
 
 /// The handle the services use; cheap to clone.
@@ -404,29 +431,52 @@ pub fn now_millis() -> Millis {
 }
 
 impl Store {
-    /// Opens (creating if needed) the database, applies migrations and starts the writer.
+    /// Opens (creating if needed) the database, applies migrations and starts the writer (and,
+    /// on a shared database, the follower that publishes every server's events).
     pub async fn open(
-        path: &Path,
+        database: &Path,
         config: &StorageConfig,
         hub: Hub,
         observer: Option<Arc<dyn CommitObserver>>,
     ) -> Result<Store, StoreError> {
-        let (backend, mut conn) = sqlite::SqliteBackend::open(path, config).await?;
+        let (health, writable) = watch::channel(true);
+        let (backend, conn, follower): (Arc<dyn Backend>, _, _) = match Database::of(database) {
+            Database::Sqlite(path) => {
+                let (backend, conn) = sqlite::SqliteBackend::open(path, config).await?;
+                (Arc::new(backend), conn, None)
+            }
+            Database::Postgres(url) => {
+                let wake = Arc::new(Notify::new());
+                let (backend, conn) =
+                    postgres::PostgresBackend::open(url, config, wake.clone(), writable.clone())
+                        .await?;
+                (Arc::new(backend), conn, Some(wake))
+            }
+        };
+        let mut conn = conn;
         let chain = conn.chain_head().await?;
-        let backend: Arc<dyn Backend> = Arc::new(backend);
+        if let Some(wake) = &follower {
+            tokio::spawn(follow(
+                backend.clone(),
+                hub.clone(),
+                wake.clone(),
+                chain.seq,
+                writable.clone(),
+            ));
+        }
         let (jobs, queue) = mpsc::channel(config.max_batch.max(1) * 4);
         let max_batch = if config.group_commit {
             config.max_batch.max(1)
         } else {
             1
         };
-        let (health, writable) = watch::channel(true);
         let writer = Writer {
             backend: backend.clone(),
             conn: Some(conn),
             chain: Some(chain),
             health,
             redact_arguments: config.redact_arguments,
+            follower,
         };
         tokio::spawn(writer.run(queue, max_batch, hub, observer));
         Ok(Store {
@@ -651,6 +701,78 @@ impl Store {
     ) -> Result<Vec<Grant>, StoreError> {
         self.backend.list_grants(filter, now).await
     }
+
+    /// Whether this server runs the background sweeps now (see [`Backend::leads_sweeps`]).
+    pub async fn leads_sweeps(&self) -> bool {
+        self.backend.leads_sweeps().await
+    }
+
+    /// See [`Backend::take_token`].
+    pub async fn take_token(
+        &self,
+        key: &str,
+        per_ms: f64,
+        burst: f64,
+        now: Millis,
+    ) -> Result<Option<Result<(), Duration>>, StoreError> {
+        self.backend.take_token(key, per_ms, burst, now).await
+    }
+}
+
+/// How often the follower reads the log when no commit woke it: the bound on how late an event
+/// whose notification was lost reaches this server's watchers.
+const CATCH_UP_POLL: Duration = Duration::from_millis(500);
+/// Events the follower reads at a time.
+const FOLLOW_PAGE: u32 = 1000;
+
+/// Publishes every committed event after `cursor`, whichever server wrote it, in seq order:
+/// woken by this server's commits and the database's notifications, and every
+/// [`CATCH_UP_POLL`] in case a notification was lost. Ends with the writer (`writer_alive`
+/// closes).
+async fn follow(
+    backend: Arc<dyn Backend>,
+    hub: Hub,
+    wake: Arc<Notify>,
+    mut cursor: i64,
+    mut writer_alive: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep(CATCH_UP_POLL) => {}
+            changed = writer_alive.changed() => if changed.is_err() { break },
+        }
+        loop {
+            match backend.events_after(cursor, FOLLOW_PAGE).await {
+                Ok(events) => {
+                    let full = events.len() == FOLLOW_PAGE as usize;
+                    for event in events {
+                        cursor = event.seq;
+                        hub.publish(event);
+                    }
+                    if !full {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, after_seq = cursor, "cannot read the event log to publish it; retrying");
+                    break;
+                }
+            }
+        }
+    }
+    tracing::debug!("event follower stopped");
+}
+
+/// The `channels` column: where an approval is shown.
+pub(crate) fn channels_column(approval: &Approval) -> String {
+    if approval.routes.is_empty() {
+        return "*".to_string();
+    }
+    let mut channels: Vec<&str> = approval.routes.iter().map(|r| r.channel.as_str()).collect();
+    channels.sort_unstable();
+    channels.dedup();
+    format!(",{},", channels.join(","))
 }
 
 fn unexpected_reply() -> StoreError {
@@ -672,6 +794,9 @@ struct Writer {
     chain: Option<ChainHead>,
     health: watch::Sender<bool>,
     redact_arguments: bool,
+    /// On a shared database: the follower to wake after a commit, which publishes the events
+    /// (the writer then publishes none itself).
+    follower: Option<Arc<Notify>>,
 }
 
 type Outcomes = Vec<Result<Applied, StoreError>>;
@@ -717,10 +842,16 @@ impl Writer {
             }
             match outcome {
                 Ok(results) => {
+                    if let Some(follower) = &self.follower {
+                        follower.notify_one();
+                    }
+                    let direct = self.follower.is_none();
                     for (reply, result) in replies.into_iter().zip(results) {
                         let answer = result.map(|applied| {
-                            for event in applied.events {
-                                hub.publish(event);
+                            if direct {
+                                for event in applied.events {
+                                    hub.publish(event);
+                                }
                             }
                             applied.reply
                         });
@@ -777,10 +908,10 @@ impl Writer {
         conn: &mut dyn WriterConnection,
         work: Vec<(Change, Millis)>,
     ) -> Result<(Outcomes, bool), StoreError> {
-        conn.begin().await?;
-        let head = match self.chain.take() {
-            Some(head) => head,
-            None => conn.chain_head().await?,
+        let head = match (conn.begin().await?, self.chain.take()) {
+            (Some(shared), _) => shared,
+            (None, Some(head)) => head,
+            (None, None) => conn.chain_head().await?,
         };
         let keys = BatchKeys::of(work.iter().map(|(change, now)| (change, *now)));
         let loaded = conn.load(&keys).await?;

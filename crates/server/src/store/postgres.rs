@@ -1,0 +1,497 @@
+//! The PostgreSQL backend, for several servers (replicas) on one database. Schema from
+//! `migrations/postgres/`.
+//!
+//! Every batch begins by locking the one row of `audit_anchor`, which holds the chain head:
+//! the writers of all replicas take turns, so each batch reads (under the lock) the state the
+//! previous one committed, first decisions win and idempotency keys hold across replicas, and
+//! seqs are assigned gap-free in commit order. A commit notifies the other replicas
+//! (`NOTIFY countersign_events`), whose followers then publish the new events. Sweeps run on
+//! the replica that holds an advisory lock; rate limits are token buckets in `rate_buckets`.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use countersign_core::{Approval, EventKind, Millis};
+use sqlx::postgres::{
+    PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions, PgRow, Postgres,
+};
+use sqlx::{Connection, QueryBuilder, Row};
+use tokio::sync::{watch, Mutex, Notify};
+
+use super::batch::{BatchKeys, BoundedGrant, Loaded, WriteSet, EXPIRY_SWEEP_LIMIT};
+use super::reads::readable_approvals;
+use super::{
+    channels_column, Backend, ChainHead, EventBody, Grant, ListFilter, Snapshot, StoreError,
+    StoredEvent, WriterConnection,
+};
+use crate::audit::AuditReport;
+use crate::config::StorageConfig;
+use crate::history::{AuditedEvent, EventFilter, GrantFilter};
+use crate::integrity::{self, AuditSql, IntegrityError};
+
+pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+
+/// The channel commits are announced on.
+const EVENTS_CHANNEL: &str = "countersign_events";
+/// The advisory lock whose holder runs the sweeps ("counter" in ASCII).
+const SWEEP_LOCK: i64 = 0x0063_6f75_6e74_6572;
+/// Makes a transaction just begun read one snapshot.
+const SNAPSHOT: &str = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+
+pub struct PostgresBackend {
+    options: PgConnectOptions,
+    reads: PgPool,
+    /// The connection that holds the sweep lock (session-scoped: it ends with the connection).
+    sweeper: Mutex<Option<PgConnection>>,
+}
+
+impl PostgresBackend {
+    /// Connects, applies migrations (sqlx serializes replicas that start together with a lock
+    /// of its own), starts listening for other replicas' commits (waking `wake` on each, until
+    /// `writer_alive` closes) and returns the backend with the writer's connection.
+    pub async fn open(
+        url: &str,
+        config: &StorageConfig,
+        wake: Arc<Notify>,
+        writer_alive: watch::Receiver<bool>,
+    ) -> Result<(PostgresBackend, Box<dyn WriterConnection>), StoreError> {
+        let options = PgConnectOptions::from_str(url)?;
+        let mut conn = PgConnection::connect_with(&options).await?;
+        MIGRATOR.run_direct(&mut conn).await?;
+        let reads = PgPoolOptions::new()
+            .max_connections(config.read_connections.max(1) + 1)
+            .connect_with(options.clone())
+            .await?;
+        let mut listener = PgListener::connect_with(&reads).await?;
+        listener.listen(EVENTS_CHANNEL).await?;
+        tokio::spawn(listen(listener, wake, writer_alive));
+        let backend = PostgresBackend {
+            options,
+            reads,
+            sweeper: Mutex::new(None),
+        };
+        Ok((backend, Box::new(PgWriter { conn })))
+    }
+}
+
+/// Wakes the follower on every notification of a commit; after a lost connection (the listener
+/// reconnects and listens again by itself) too, since notifications may have been missed.
+async fn listen(
+    mut listener: PgListener,
+    wake: Arc<Notify>,
+    mut writer_alive: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            received = listener.try_recv() => match received {
+                Ok(_) => wake.notify_one(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "lost the notifications of other replicas' commits; reconnecting");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    wake.notify_one();
+                }
+            },
+            changed = writer_alive.changed() => if changed.is_err() { break },
+        }
+    }
+}
+
+/// The writer's connection. Transactions are begun and committed with plain SQL: after any
+/// failure the store drops the connection (closing it rolls back), so no transaction state
+/// survives into the next batch.
+struct PgWriter {
+    conn: PgConnection,
+}
+
+const LOCK_HEAD: &str = "SELECT head_seq, head_hash FROM audit_anchor WHERE id = 1 FOR UPDATE";
+
+/// What a batch reads of approvals: named by id, made by a revoked grant, and under a
+/// requested idempotency key.
+const LOAD_APPROVALS: &str = "
+SELECT body FROM approvals WHERE id = ANY($1)
+UNION ALL
+SELECT body FROM approvals WHERE id IN (SELECT approval_id FROM grants WHERE id = ANY($2))
+UNION ALL
+SELECT body FROM approvals
+ WHERE (agent_id, idempotency_key) IN (SELECT * FROM unnest($3::text[], $4::text[]))";
+
+const LOAD_DUE: &str = "
+SELECT body FROM approvals
+ WHERE state = 'PENDING' AND expires_at_ms <= $1 ORDER BY expires_at_ms LIMIT $2";
+
+const LOAD_PENDING: &str = "SELECT agent_id, expires_at_ms FROM approvals
+ WHERE agent_id = ANY($1) AND state = 'PENDING'";
+
+const WRITE_APPROVALS: &str = "
+INSERT INTO approvals (id, agent_id, idempotency_key, session_id, tool_name, state, channels,
+                       created_at_ms, expires_at_ms, body)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                     $7::text[], $8::bigint[], $9::bigint[], $10::text[])
+    ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body";
+
+const WRITE_EVENTS: &str = "
+INSERT INTO events (seq, approval_id, kind, at_ms, body, agent_id, decider, approver, prev_hash,
+                    hash)
+SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
+                     $7::text[], $8::text[], $9::text[], $10::text[])";
+
+const WRITE_GRANTS: &str = "
+INSERT INTO grants (id, agent_id, session_id, tool_name, approval_id, granted_by, created_at_ms,
+                    expires_at_ms, max_risk_rank, max_required_approvals, scope)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                     $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[])";
+
+const REVOKE_GRANTS: &str = "
+UPDATE grants SET revoked_at_ms = revoked.at
+  FROM unnest($1::text[], $2::bigint[]) AS revoked (id, at) WHERE grants.id = revoked.id";
+
+const REDACT_EVENTS: &str = "
+UPDATE events SET body = jsonb_set(body::jsonb, '{approval,arguments_json}', '\"\"')::text
+ WHERE approval_id = ANY($1) AND body::jsonb #>> '{approval,arguments_json}' <> ''";
+
+#[async_trait]
+impl WriterConnection for PgWriter {
+    async fn begin(&mut self) -> Result<Option<ChainHead>, StoreError> {
+        sqlx::query("BEGIN").execute(&mut self.conn).await?;
+        let (seq, hash): (i64, String) =
+            sqlx::query_as(LOCK_HEAD).fetch_one(&mut self.conn).await?;
+        Ok(Some(ChainHead { seq, hash }))
+    }
+
+    async fn chain_head(&mut self) -> Result<ChainHead, StoreError> {
+        let anchor = self.conn.anchor().await?;
+        Ok(ChainHead {
+            seq: anchor.head_seq,
+            hash: anchor.head_hash,
+        })
+    }
+
+    async fn load(&mut self, keys: &BatchKeys) -> Result<Loaded, StoreError> {
+        let mut loaded = Loaded::default();
+        let mut bodies: Vec<String> = Vec::new();
+        if !keys.approval_ids.is_empty()
+            || !keys.grant_ids.is_empty()
+            || !keys.request_keys.is_empty()
+        {
+            let (agents, idempotency_keys): (Vec<&str>, Vec<&str>) = keys
+                .request_keys
+                .iter()
+                .map(|(agent, key)| (agent.as_str(), key.as_str()))
+                .unzip();
+            bodies = sqlx::query_scalar(LOAD_APPROVALS)
+                .bind(&keys.approval_ids)
+                .bind(&keys.grant_ids)
+                .bind(agents)
+                .bind(idempotency_keys)
+                .fetch_all(&mut self.conn)
+                .await?;
+        }
+        if let Some(due_at) = keys.due_at {
+            let due: Vec<String> = sqlx::query_scalar(LOAD_DUE)
+                .bind(due_at)
+                .bind(EXPIRY_SWEEP_LIMIT)
+                .fetch_all(&mut self.conn)
+                .await?;
+            bodies.extend(due);
+        }
+        loaded.approvals = readable_approvals(&bodies);
+        if !keys.grant_ids.is_empty() || !keys.grant_scopes.is_empty() {
+            let (agents, sessions): (Vec<&str>, Vec<&str>) = keys
+                .grant_scopes
+                .iter()
+                .map(|(agent, session)| (agent.as_str(), session.as_str()))
+                .unzip();
+            let rows = sqlx::query(&format!(
+                "SELECT {GRANT_COLUMNS} FROM grants WHERE id = ANY($1)
+                 UNION
+                 SELECT {GRANT_COLUMNS} FROM grants
+                  WHERE (agent_id, session_id) IN (SELECT * FROM unnest($2::text[], $3::text[]))
+                    AND revoked_at_ms IS NULL"
+            ))
+            .bind(&keys.grant_ids)
+            .bind(agents)
+            .bind(sessions)
+            .fetch_all(&mut self.conn)
+            .await?;
+            loaded.grants = rows
+                .iter()
+                .map(bounded_grant_from_row)
+                .collect::<Result<_, _>>()?;
+        }
+        if !keys.pending_agents.is_empty() {
+            loaded.pending = sqlx::query_as(LOAD_PENDING)
+                .bind(&keys.pending_agents)
+                .fetch_all(&mut self.conn)
+                .await?;
+        }
+        Ok(loaded)
+    }
+
+    async fn write(&mut self, writes: &WriteSet) -> Result<u64, StoreError> {
+        if !writes.approvals.is_empty() {
+            let approvals: Vec<&Approval> = writes.approvals.values().collect();
+            let bodies = approvals
+                .iter()
+                .map(serde_json::to_string)
+                .collect::<Result<Vec<String>, _>>()?;
+            sqlx::query(WRITE_APPROVALS)
+                .bind(column(&approvals, |a| a.id.as_str()))
+                .bind(column(&approvals, |a| a.agent_id.as_str()))
+                .bind(column(&approvals, |a| a.idempotency_key.as_str()))
+                .bind(column(&approvals, |a| a.session_id.as_str()))
+                .bind(column(&approvals, |a| a.tool_name.as_str()))
+                .bind(column(&approvals, |a| a.state.as_str()))
+                .bind(column(&approvals, |a| channels_column(a)))
+                .bind(column(&approvals, |a| a.created_at))
+                .bind(column(&approvals, |a| a.expires_at))
+                .bind(bodies)
+                .execute(&mut self.conn)
+                .await?;
+        }
+        if !writes.events.is_empty() {
+            let events = &writes.events;
+            sqlx::query(WRITE_EVENTS)
+                .bind(column(events, |e| e.seq))
+                .bind(column(events, |e| e.approval_id.as_str()))
+                .bind(column(events, |e| e.kind.as_str()))
+                .bind(column(events, |e| e.at))
+                .bind(column(events, |e| e.body.to_string()))
+                .bind(column(events, |e| e.columns.agent_id.as_str()))
+                .bind(column(events, |e| e.columns.decider.as_str()))
+                .bind(column(events, |e| e.columns.approver.as_str()))
+                .bind(column(events, |e| e.prev_hash.as_str()))
+                .bind(column(events, |e| e.hash.as_str()))
+                .execute(&mut self.conn)
+                .await?;
+            // Delivered to the other replicas when (and only if) the transaction commits.
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(EVENTS_CHANNEL)
+                .execute(&mut self.conn)
+                .await?;
+        }
+        if !writes.new_grants.is_empty() {
+            let grants = &writes.new_grants;
+            sqlx::query(WRITE_GRANTS)
+                .bind(column(grants, |g| g.grant.id.as_str()))
+                .bind(column(grants, |g| g.grant.agent_id.as_str()))
+                .bind(column(grants, |g| g.grant.session_id.as_str()))
+                .bind(column(grants, |g| g.grant.tool_name.as_str()))
+                .bind(column(grants, |g| g.grant.approval_id.as_str()))
+                .bind(column(grants, |g| g.grant.granted_by.as_str()))
+                .bind(column(grants, |g| g.grant.created_at))
+                .bind(column(grants, |g| g.grant.expires_at))
+                .bind(column(grants, |g| g.max_risk_rank))
+                .bind(column(grants, |g| g.max_required_approvals))
+                .bind(column(grants, |g| g.scope.as_str()))
+                .execute(&mut self.conn)
+                .await?;
+        }
+        if !writes.revoked_grants.is_empty() {
+            let revoked = &writes.revoked_grants;
+            sqlx::query(REVOKE_GRANTS)
+                .bind(column(revoked, |(id, _)| id.as_str()))
+                .bind(column(revoked, |(_, at)| *at))
+                .execute(&mut self.conn)
+                .await?;
+        }
+        if !writes.redact.is_empty() {
+            sqlx::query(REDACT_EVENTS)
+                .bind(&writes.redact)
+                .execute(&mut self.conn)
+                .await?;
+        }
+        match writes.prune_before {
+            Some(before) => self.conn.prune(before).await,
+            None => Ok(0),
+        }
+    }
+
+    async fn commit(&mut self) -> Result<(), StoreError> {
+        sqlx::query("COMMIT").execute(&mut self.conn).await?;
+        Ok(())
+    }
+
+    async fn probe(&mut self, now: Millis) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO storage_probe (id, at_ms) VALUES (1, $1)
+             ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms",
+        )
+        .bind(now)
+        .execute(&mut self.conn)
+        .await?;
+        Ok(())
+    }
+}
+
+/// One column of rows, as an array to bind.
+fn column<'a, T, V>(rows: &'a [T], value: impl Fn(&'a T) -> V) -> Vec<V> {
+    rows.iter().map(value).collect()
+}
+
+/// Takes one call from a bucket, refilled for the time since it was last used: the row is
+/// written only when a call is available, and then returns what is left.
+const TAKE_TOKEN: &str = "
+INSERT INTO rate_buckets AS b (key, available, updated_ms) VALUES ($1, $3 - 1, $4)
+    ON CONFLICT (key) DO UPDATE
+   SET available = least($3, b.available + greatest($4 - b.updated_ms, 0) * $2) - 1,
+       updated_ms = greatest($4, b.updated_ms)
+ WHERE least($3, b.available + greatest($4 - b.updated_ms, 0) * $2) >= 1
+RETURNING available";
+
+/// What a bucket holds now, refilled.
+const BUCKET_LEVEL: &str = "
+SELECT least($3, available + greatest($4 - updated_ms, 0) * $2) FROM rate_buckets WHERE key = $1";
+
+#[async_trait]
+impl Backend for PostgresBackend {
+    async fn connect_writer(&self) -> Result<Box<dyn WriterConnection>, StoreError> {
+        let conn = PgConnection::connect_with(&self.options).await?;
+        Ok(Box::new(PgWriter { conn }))
+    }
+
+    /// In one snapshot: the other replicas keep writing while this one starts.
+    async fn check_integrity(&self) -> Result<(), IntegrityError> {
+        let mut tx = self.reads.begin().await.map_err(StoreError::from)?;
+        sqlx::query(SNAPSHOT).execute(&mut *tx).await?;
+        integrity::check_at_start(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn get(&self, approval_id: &str) -> Result<Approval, StoreError> {
+        integrity::load_verified(&mut *self.reads.acquire().await?, approval_id).await
+    }
+
+    async fn count_pending(&self) -> Result<i64, StoreError> {
+        count_pending(&self.reads).await
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<Approval>, StoreError> {
+        list(&self.reads, filter).await
+    }
+
+    async fn snapshot(&self, channel: &str) -> Result<Snapshot, StoreError> {
+        let mut tx = self.reads.begin().await?;
+        sqlx::query(SNAPSHOT).execute(&mut *tx).await?;
+        let head_seq = tx.anchor().await?.head_seq;
+        let rows = sqlx::query(PENDING_ON_CHANNEL)
+            .bind(channel)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let pending = rows
+            .iter()
+            .map(|row| Ok(serde_json::from_str(row.try_get::<&str, _>("body")?)?))
+            .collect::<Result<Vec<Approval>, StoreError>>()?;
+        Ok(Snapshot { head_seq, pending })
+    }
+
+    async fn events_after(
+        &self,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        events_after(&self.reads, after_seq, limit).await
+    }
+
+    async fn log_bounds(&self) -> Result<(i64, i64), StoreError> {
+        let mut tx = self.reads.begin().await?;
+        sqlx::query(SNAPSHOT).execute(&mut *tx).await?;
+        let head = tx.anchor().await?.head_seq;
+        let oldest: Option<i64> = sqlx::query_scalar("SELECT MIN(seq) FROM events")
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok((head, oldest.unwrap_or(head + 1)))
+    }
+
+    async fn list_events(&self, filter: &EventFilter) -> Result<Vec<AuditedEvent>, StoreError> {
+        list_events(&self.reads, filter).await
+    }
+
+    async fn verify_audit(&self) -> Result<AuditReport, StoreError> {
+        self.reads.acquire().await?.verify().await
+    }
+
+    async fn list_grants(
+        &self,
+        filter: &GrantFilter,
+        now: Millis,
+    ) -> Result<Vec<Grant>, StoreError> {
+        list_grants(&self.reads, filter, now).await
+    }
+
+    /// Takes (or keeps) the sweep lock on a connection of its own; a lost connection loses
+    /// the lock, and another replica takes it at its next sweep.
+    async fn leads_sweeps(&self) -> bool {
+        let mut sweeper = self.sweeper.lock().await;
+        let mut conn = match sweeper.take() {
+            Some(conn) => conn,
+            None => match PgConnection::connect_with(&self.options).await {
+                Ok(conn) => conn,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot connect to take the sweep lock");
+                    return false;
+                }
+            },
+        };
+        // Session locks nest: holding it already, this just confirms the connection is alive.
+        match sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
+            .bind(SWEEP_LOCK)
+            .fetch_one(&mut conn)
+            .await
+        {
+            Ok(leads) => {
+                *sweeper = Some(conn);
+                leads
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "lost the connection that holds the sweep lock");
+                false
+            }
+        }
+    }
+
+    async fn take_token(
+        &self,
+        key: &str,
+        per_ms: f64,
+        burst: f64,
+        now: Millis,
+    ) -> Result<Option<Result<(), Duration>>, StoreError> {
+        let taken: Option<f64> = sqlx::query_scalar(TAKE_TOKEN)
+            .bind(key)
+            .bind(per_ms)
+            .bind(burst)
+            .bind(now)
+            .fetch_optional(&self.reads)
+            .await?;
+        if taken.is_some() {
+            return Ok(Some(Ok(())));
+        }
+        let level: Option<f64> = sqlx::query_scalar(BUCKET_LEVEL)
+            .bind(key)
+            .bind(per_ms)
+            .bind(burst)
+            .bind(now)
+            .fetch_optional(&self.reads)
+            .await?;
+        let missing = 1.0 - level.unwrap_or(0.0);
+        Ok(Some(Err(Duration::from_secs_f64(
+            (missing / per_ms / 1000.0).max(0.001),
+        ))))
+    }
+}
+
+super::reads::sql_reads!(Postgres, PgPool, PgRow);
+
+integrity::audit_sql!(PgConnection, Some(SNAPSHOT));
+
+/// Connects and brings the schema up to date (for `audit` commands).
+pub(crate) async fn connect_migrated(url: &str) -> Result<PgConnection, StoreError> {
+    let mut conn = PgConnection::connect(url).await?;
+    MIGRATOR.run_direct(&mut conn).await?;
+    Ok(conn)
+}

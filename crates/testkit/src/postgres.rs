@@ -1,0 +1,199 @@
+//! A private PostgreSQL cluster for tests: initialized from the PostgreSQL binaries on the
+//! machine (`/usr/lib/postgresql/*/bin`) in a temporary directory, listening on 127.0.0.1 on a
+//! free port, started once per test process and shared by its tests (one database each).
+//!
+//! `initdb` refuses root, so as root the cluster runs as the `postgres` user (`runuser`). A
+//! watchdog process stops the cluster and deletes its directory as soon as the test process
+//! is gone, however it ended (Rust runs no destructors of statics at exit, and a killed test
+//! process runs none at all).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use sqlx::Connection;
+
+/// The environment variable that selects the backend of [`crate::server::TestServer`]:
+/// `postgres` for the shared private cluster; anything else (or unset) for SQLite.
+pub const BACKEND_VARIABLE: &str = "COUNTERSIGN_TEST_BACKEND";
+
+/// Whether this test run uses PostgreSQL (`COUNTERSIGN_TEST_BACKEND=postgres`).
+pub fn enabled() -> bool {
+    std::env::var(BACKEND_VARIABLE).is_ok_and(|backend| backend == "postgres")
+}
+
+/// For a test that only makes sense on SQLite (it edits the database file, fills its disk,
+/// or upgrades an old SQLite file): true, with a note saying why it is skipped, when the run
+/// is on PostgreSQL.
+pub fn skip_unless_sqlite(reason: &str) -> bool {
+    let skip = enabled();
+    if skip {
+        eprintln!("skipped on PostgreSQL: {reason}");
+    }
+    skip
+}
+
+pub struct Cluster {
+    port: u16,
+    /// Kept for the cluster's lifetime; the watchdog deletes it.
+    _dir: PathBuf,
+}
+
+static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+static DATABASES: AtomicU64 = AtomicU64::new(0);
+
+impl Cluster {
+    /// The process's cluster, started on first use.
+    pub fn shared() -> &'static Cluster {
+        CLUSTER.get_or_init(|| Cluster::start().unwrap_or_else(|e| panic!("test PostgreSQL: {e}")))
+    }
+
+    /// The URL of database `name` on this cluster.
+    pub fn url(&self, name: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// Creates a new, empty database and returns its URL.
+    pub async fn create_database(&self) -> String {
+        let name = format!(
+            "test_{}_{}",
+            std::process::id(),
+            DATABASES.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut conn = sqlx::PgConnection::connect(&self.url("postgres"))
+            .await
+            .expect("connect to the test cluster");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+            .expect("create a test database");
+        conn.close().await.ok();
+        self.url(&name)
+    }
+
+    fn start() -> Result<Cluster, String> {
+        let bin = binaries()?;
+        let dir = tempfile::Builder::new()
+            .prefix("countersign-pg-")
+            .tempdir()
+            .map_err(|e| format!("temporary directory: {e}"))?
+            .keep();
+        let data = dir.join("data");
+        let as_root = run_output(Command::new("id").arg("-u"))?.trim() == "0";
+        if as_root {
+            // The cluster's files belong to the unprivileged user it runs as.
+            run(Command::new("chown").arg("postgres:").arg(&dir))?;
+        }
+        let port = free_port()?;
+        let postgres_command = |program: &str| {
+            let mut command = if as_root {
+                let mut command = Command::new("runuser");
+                command
+                    .args(["-u", "postgres", "--"])
+                    .arg(bin.join(program));
+                command
+            } else {
+                Command::new(bin.join(program))
+            };
+            command.current_dir(&dir);
+            command
+        };
+        run(postgres_command("initdb").arg("-D").arg(&data).args([
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        ]))?;
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={} -c max_connections=400",
+            dir.display()
+        );
+        run(postgres_command("pg_ctl")
+            .arg("-D")
+            .arg(&data)
+            .arg("-o")
+            .arg(options)
+            .arg("-l")
+            .arg(dir.join("log"))
+            .args(["-w", "start"]))?;
+        watch_over(&bin, &dir, &data, as_root)?;
+        Ok(Cluster { port, _dir: dir })
+    }
+}
+
+/// The newest PostgreSQL version's binaries on the machine.
+fn binaries() -> Result<PathBuf, String> {
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .map_err(|e| format!("no PostgreSQL under /usr/lib/postgresql ({e}); install Debian's postgresql package"))?
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let version = entry.file_name().to_str()?.parse().ok()?;
+            let bin = entry.path().join("bin");
+            bin.join("initdb").exists().then_some((version, bin))
+        })
+        .collect();
+    found.sort();
+    found
+        .pop()
+        .map(|(_, bin)| bin)
+        .ok_or_else(|| "no initdb under /usr/lib/postgresql/*/bin".to_string())
+}
+
+/// Starts the watchdog: a detached shell that waits for this process to end, then stops the
+/// cluster at once and deletes its directory.
+fn watch_over(bin: &Path, dir: &Path, data: &Path, as_root: bool) -> Result<(), String> {
+    let stop = format!(
+        "{}{} -D {} -m immediate stop",
+        if as_root {
+            "runuser -u postgres -- "
+        } else {
+            ""
+        },
+        bin.join("pg_ctl").display(),
+        data.display()
+    );
+    let script = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; {stop} >/dev/null 2>&1; rm -rf {dir}",
+        pid = std::process::id(),
+        dir = dir.display()
+    );
+    Command::new("setsid")
+        .args(["sh", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map(drop)
+        .map_err(|e| format!("cannot start the watchdog: {e}"))
+}
+
+fn free_port() -> Result<u16, String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    listener
+        .local_addr()
+        .map(|addr| addr.port())
+        .map_err(|e| e.to_string())
+}
+
+fn run(command: &mut Command) -> Result<(), String> {
+    run_output(command).map(drop)
+}
+
+fn run_output(command: &mut Command) -> Result<String, String> {
+    let output = command
+        .output()
+        .map_err(|e| format!("cannot run {command:?}: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{command:?} failed ({}): {}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
