@@ -136,6 +136,14 @@ pub enum Command {
     /// List or revoke session grants (admin token)
     #[command(subcommand)]
     Grants(GrantsCommand),
+    /// Let one approver decide on behalf of another until a time (admin token)
+    ///
+    /// While it lasts, the delegate's decisions on approvals of the delegator's groups count
+    /// as the delegator's and are recorded as "DELEGATE on behalf of DELEGATOR".
+    Delegate(DelegateArgs),
+    /// List or revoke delegations (admin token)
+    #[command(subcommand)]
+    Delegations(DelegationsCommand),
     /// Check the audit trail's hash chain; exit 72 naming the first broken row (admin token)
     VerifyAudit,
     /// Gate a coding agent's tool call: the host's hook JSON on stdin, its decision on stdout
@@ -310,6 +318,40 @@ pub enum GrantsCommand {
 }
 
 #[derive(Debug, Args)]
+pub struct DelegateArgs {
+    /// Approver id of the person who is away
+    #[arg(long = "from", value_name = "APPROVER")]
+    pub delegator: String,
+    /// Approver id of the person deciding on their behalf
+    #[arg(long = "to", value_name = "APPROVER")]
+    pub delegate: String,
+    /// When it ends: an RFC 3339 time (2026-12-01T18:00:00Z) or a duration from now (8h, 3days)
+    #[arg(long, value_parser = parse_until)]
+    pub until: SystemTime,
+    /// Why (shown in the list)
+    #[arg(long, default_value = "", hide_default_value = true)]
+    pub reason: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DelegationsCommand {
+    /// List active delegations, newest first
+    List {
+        /// Only delegations to or from this approver id
+        #[arg(long, default_value = "", hide_default_value = true)]
+        approver: String,
+        /// Also expired and revoked ones
+        #[arg(long)]
+        all: bool,
+    },
+    /// End a delegation now
+    Revoke {
+        /// Delegation id
+        id: String,
+    },
+}
+
+#[derive(Debug, Args)]
 pub struct GrantsListArgs {
     /// Only this agent's grants
     #[arg(
@@ -349,6 +391,8 @@ pub enum EventKind {
     Consumed,
     Delivered,
     GrantRevoked,
+    Reminded,
+    Escalated,
 }
 
 impl From<EventKind> for pb::EventKind {
@@ -363,6 +407,8 @@ impl From<EventKind> for pb::EventKind {
             EventKind::Consumed => pb::EventKind::Consumed,
             EventKind::Delivered => pb::EventKind::Delivered,
             EventKind::GrantRevoked => pb::EventKind::GrantRevoked,
+            EventKind::Reminded => pb::EventKind::Reminded,
+            EventKind::Escalated => pb::EventKind::Escalated,
         }
     }
 }
@@ -406,6 +452,21 @@ pub struct CallArgs {
     /// A label KEY=VALUE; repeatable
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
+    /// A group that must approve, with its quorum (repeatable: every group must): `security=2`
+    #[arg(long = "group", value_name = "GROUP[=N]", value_parser = parse_group)]
+    pub groups: Vec<pb::GroupQuorum>,
+    /// Remind the deciders after this long without a decision (e.g. 10m)
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub remind_after: Option<Duration>,
+    /// Escalate to --escalate-to after this long without a decision (e.g. 20m)
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub escalate_after: Option<Duration>,
+    /// The group an escalation goes to
+    #[arg(long, value_name = "GROUP")]
+    pub escalate_to: Option<String>,
+    /// What the deadline means: reject (the default) or escalate to --escalate-to
+    #[arg(long, value_enum)]
+    pub on_timeout: Option<OnTimeout>,
 }
 
 #[derive(Debug, Args)]
@@ -608,6 +669,50 @@ fn parse_time(text: &str) -> Result<SystemTime, String> {
     SystemTime::now()
         .checked_sub(age)
         .ok_or_else(|| format!("{text:?} reaches back before the epoch"))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnTimeout {
+    Reject,
+    Escalate,
+}
+
+impl From<OnTimeout> for pb::OnTimeout {
+    fn from(on_timeout: OnTimeout) -> Self {
+        match on_timeout {
+            OnTimeout::Reject => pb::OnTimeout::Reject,
+            OnTimeout::Escalate => pb::OnTimeout::Escalate,
+        }
+    }
+}
+
+fn parse_group(text: &str) -> Result<pb::GroupQuorum, String> {
+    let (group, required) = match text.split_once('=') {
+        Some((group, n)) => (
+            group,
+            n.parse::<u32>()
+                .map_err(|_| format!("{n:?} is not a number of approvals (GROUP=N)"))?,
+        ),
+        None => (text, 1),
+    };
+    if group.is_empty() {
+        return Err("the group is empty (expected GROUP or GROUP=N)".into());
+    }
+    Ok(countersign_client::groups::quorum(group, required))
+}
+
+/// An RFC 3339 time, or a duration from now such as `8h`.
+fn parse_until(text: &str) -> Result<SystemTime, String> {
+    use time::format_description::well_known::Rfc3339;
+    if let Ok(at) = time::OffsetDateTime::parse(text, &Rfc3339) {
+        return Ok(at.into());
+    }
+    let ahead = humantime::parse_duration(text).map_err(|_| {
+        format!("{text:?} is neither an RFC 3339 time (2026-12-01T18:00:00Z) nor a duration (8h)")
+    })?;
+    SystemTime::now()
+        .checked_add(ahead)
+        .ok_or_else(|| format!("{text:?} is too far ahead"))
 }
 
 fn parse_route(text: &str) -> Result<pb::Route, String> {

@@ -7,8 +7,8 @@ use countersign_client::{pb, Client, WatchItem, WatchOptions};
 use serde_json::Value;
 
 use crate::args::{
-    ApproveArgs, CallArgs, Cli, Command, DecideArgs, EventsArgs, GrantsCommand, GrantsListArgs,
-    ListArgs, Output, RequestArgs, WatchArgs,
+    ApproveArgs, CallArgs, Cli, Command, DecideArgs, DelegationsCommand, EventsArgs, GrantsCommand,
+    GrantsListArgs, ListArgs, Output, RequestArgs, WatchArgs,
 };
 use crate::exit::{CliError, Exit};
 use crate::render;
@@ -149,6 +149,25 @@ async fn dispatch(
             }
             Exit::Success
         }
+        Command::Delegate(args) => {
+            let request = pb::CreateDelegationRequest {
+                delegator: args.delegator,
+                delegate: args.delegate,
+                until: Some(args.until.into()),
+                reason: args.reason,
+            };
+            let delegation = client.create_delegation(request).await?;
+            print_delegations(&out, &[delegation])?;
+            Exit::Success
+        }
+        Command::Delegations(DelegationsCommand::List { approver, all }) => {
+            print_delegations(&out, &client.list_delegations(&approver, all).await?)?;
+            Exit::Success
+        }
+        Command::Delegations(DelegationsCommand::Revoke { id }) => {
+            print_delegations(&out, &[client.revoke_delegation(&id).await?])?;
+            Exit::Success
+        }
         Command::VerifyAudit => verify_audit(&client, &out).await?,
         Command::Hook(args) => return Ok(crate::hook::run(Ok(settings.clone()), args).await),
         Command::Mcp(args) => crate::mcp::serve(client, settings, args).await?,
@@ -243,6 +262,27 @@ pub fn approval_request(
         required_approvals: call.required_approvals,
         ttl_seconds,
         labels: call.labels.iter().cloned().collect(),
+        approver_groups: call.groups.clone(),
+        follow_up: follow_up(call),
+    })
+}
+
+/// The follow-up the flags ask for; `None` when no flag does.
+fn follow_up(call: &CallArgs) -> Option<pb::FollowUp> {
+    let seconds =
+        |d: Option<Duration>| d.map_or(0, |d| u32::try_from(d.as_secs()).unwrap_or(u32::MAX));
+    let asked = call.remind_after.is_some()
+        || call.escalate_after.is_some()
+        || call.escalate_to.is_some()
+        || call.on_timeout.is_some();
+    asked.then(|| pb::FollowUp {
+        remind_after_seconds: seconds(call.remind_after),
+        escalate_after_seconds: seconds(call.escalate_after),
+        escalate_to: call.escalate_to.clone().unwrap_or_default(),
+        on_timeout: call
+            .on_timeout
+            .map_or(pb::OnTimeout::Unspecified, pb::OnTimeout::from) as i32,
+        ..Default::default()
     })
 }
 
@@ -452,6 +492,17 @@ async fn grants(client: &Client, out: &Printer, args: GrantsListArgs) -> Result<
         )?,
     }
     Ok(Exit::Success)
+}
+
+fn print_delegations(out: &Printer, delegations: &[pb::Delegation]) -> Result<(), CliError> {
+    match out.format {
+        Output::Table => out.write(&render::delegations_table(delegations))?,
+        Output::Json => out.json(
+            &Value::Array(delegations.iter().map(render::delegation_json).collect()),
+            true,
+        )?,
+    }
+    Ok(())
 }
 
 async fn verify_audit(client: &Client, out: &Printer) -> Result<Exit, CliError> {

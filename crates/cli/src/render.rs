@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use countersign_client::{pb, version, Timestamp};
+use countersign_client::{groups, pb, version, Timestamp};
 use serde_json::{json, Map, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
@@ -66,6 +66,8 @@ fn decision_json(decision: &pb::Decision) -> Value {
         "args_digest": decision.args_digest,
         "edited_arguments": parsed_or_null(&decision.edited_arguments_json),
         "restarts_count": decision.restarts_count,
+        "approver": decision.approver,
+        "delegate": decision.delegate,
     })
 }
 
@@ -142,6 +144,20 @@ pub fn approval_json(approval: &pb::Approval) -> Value {
         "edited_args_digest": approval.edited_args_digest,
         "editor": decider_json(approval.editor.as_ref()),
         "edited_at": timestamp_json(approval.edited_at.as_ref()),
+        "approver_groups": approval.approver_groups.iter().map(|g| json!({
+            "group": g.group,
+            "required": g.required,
+            "approved": g.approved,
+            "members": g.members,
+        })).collect::<Vec<_>>(),
+        "follow_up": approval.follow_up.as_ref().map(|f| json!({
+            "remind_after_seconds": f.remind_after_seconds,
+            "escalate_after_seconds": f.escalate_after_seconds,
+            "escalate_to": f.escalate_to,
+            "on_timeout": short(f.on_timeout().as_str_name(), "ON_TIMEOUT_"),
+            "reminded_at": timestamp_json(f.reminded_at.as_ref()),
+            "escalated_at": timestamp_json(f.escalated_at.as_ref()),
+        })),
     })
 }
 
@@ -168,6 +184,26 @@ fn decider_text(decider: &pb::Decider) -> String {
         format!("{} ({})", decider.display_name, decider.user_id)
     };
     format!("{name} via {}", decider.channel)
+}
+
+/// `APPROVE by bob via telegram (bob on behalf of alice)`.
+fn decided_text(decision: &pb::Decision) -> String {
+    let who = decision
+        .decider
+        .as_ref()
+        .map(decider_text)
+        .unwrap_or_default();
+    let mut text = format!("{} by {who}", verdict(decision.verdict()));
+    if let Some(behalf) = groups::on_behalf_of(decision) {
+        text.push_str(&format!(" ({behalf})"));
+    }
+    if !decision.edited_arguments_json.is_empty() {
+        text.push_str(" with edited arguments");
+        if decision.restarts_count {
+            text.push_str(" (restarted the approval count)");
+        }
+    }
+    text
 }
 
 /// Who or what resolved the approval, in a few words ("by alice via cli", "by rule ...").
@@ -244,6 +280,13 @@ pub fn approval_text(approval: &pb::Approval) -> String {
             ),
         );
     }
+    for progress in groups::group_progress(approval) {
+        line("group:", &progress);
+    }
+    line(
+        "follow-up:",
+        &groups::follow_up_state(approval).unwrap_or_default(),
+    );
     let labels: Vec<String> = approval
         .labels
         .iter()
@@ -260,18 +303,7 @@ pub fn approval_text(approval: &pb::Approval) -> String {
     );
     line("resolved:", &resolution_text(approval).unwrap_or_default());
     for decision in &approval.decisions {
-        let who = decision
-            .decider
-            .as_ref()
-            .map(decider_text)
-            .unwrap_or_default();
-        let mut text = format!("{} by {who}", verdict(decision.verdict()));
-        if !decision.edited_arguments_json.is_empty() {
-            text.push_str(" with edited arguments");
-            if decision.restarts_count {
-                text.push_str(" (restarted the approval count)");
-            }
-        }
+        let mut text = decided_text(decision);
         if !decision.reason.is_empty() {
             text.push_str(&format!(": {}", decision.reason));
         }
@@ -371,20 +403,7 @@ pub fn event_line(event: &pb::ApprovalEvent) -> String {
         }
     }
     if let Some(decision) = &event.decision {
-        let who = decision
-            .decider
-            .as_ref()
-            .map(decider_text)
-            .unwrap_or_default();
-        let edited = match (
-            decision.edited_arguments_json.is_empty(),
-            decision.restarts_count,
-        ) {
-            (true, _) => "",
-            (false, false) => ", edited",
-            (false, true) => ", edited, count restarted",
-        };
-        let _ = write!(line, "  [{} by {who}{edited}]", verdict(decision.verdict()));
+        let _ = write!(line, "  [{}]", decided_text(decision));
     }
     if let Some(delivery) = &event.delivery {
         let _ = write!(line, "  [{} {}]", delivery.channel, delivery.target);
@@ -413,12 +432,7 @@ pub fn audit_events_table(events: &[pb::AuditEvent]) -> String {
             let approval = event.approval.as_ref();
             let mut what: Vec<String> = Vec::new();
             if let Some(decision) = &event.decision {
-                let who = decision
-                    .decider
-                    .as_ref()
-                    .map(decider_text)
-                    .unwrap_or_default();
-                what.push(format!("{} by {who}", verdict(decision.verdict())));
+                what.push(decided_text(decision));
             }
             if let Some(delivery) = &event.delivery {
                 what.push(format!("{} {}", delivery.channel, delivery.target));
@@ -442,12 +456,17 @@ pub fn audit_events_table(events: &[pb::AuditEvent]) -> String {
     table(&["SEQ", "AT", "KIND", "APPROVAL", "AGENT", "WHAT"], &rows)
 }
 
-fn grant_state(grant: &pb::Grant) -> &'static str {
-    match (grant.active, grant.revoked_at.is_some()) {
+/// Where something that lasts until revoked or expired (a grant, a delegation) stands.
+fn lifetime_state(active: bool, revoked: bool) -> &'static str {
+    match (active, revoked) {
         (true, _) => "ACTIVE",
         (false, true) => "REVOKED",
         (false, false) => "EXPIRED",
     }
+}
+
+fn grant_state(grant: &pb::Grant) -> &'static str {
+    lifetime_state(grant.active, grant.revoked_at.is_some())
 }
 
 pub fn grant_json(grant: &pb::Grant) -> Value {
@@ -490,6 +509,44 @@ pub fn grants_table(grants: &[pb::Grant]) -> String {
             "GRANTED BY",
             "EXPIRES",
         ],
+        &rows,
+    )
+}
+
+fn delegation_state(delegation: &pb::Delegation) -> &'static str {
+    lifetime_state(delegation.active, delegation.revoked_at.is_some())
+}
+
+pub fn delegation_json(delegation: &pb::Delegation) -> Value {
+    json!({
+        "id": delegation.id,
+        "state": delegation_state(delegation),
+        "delegator": delegation.delegator,
+        "delegate": delegation.delegate,
+        "reason": delegation.reason,
+        "created_by": delegation.created_by,
+        "created_at": timestamp_json(delegation.created_at.as_ref()),
+        "until": timestamp_json(delegation.until.as_ref()),
+        "revoked_at": timestamp_json(delegation.revoked_at.as_ref()),
+    })
+}
+
+pub fn delegations_table(delegations: &[pb::Delegation]) -> String {
+    let rows: Vec<Vec<String>> = delegations
+        .iter()
+        .map(|d| {
+            vec![
+                d.id.clone(),
+                delegation_state(d).to_owned(),
+                cell(&d.delegator, 24),
+                cell(&d.delegate, 24),
+                timestamp(d.until.as_ref()).unwrap_or_default(),
+                cell(&d.reason, 40),
+            ]
+        })
+        .collect();
+    table(
+        &["ID", "STATE", "FOR", "DELEGATE", "UNTIL", "REASON"],
         &rows,
     )
 }

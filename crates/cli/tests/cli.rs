@@ -81,6 +81,8 @@ async fn help_documents_every_subcommand_and_the_exit_codes() {
         "exec",
         "events",
         "grants",
+        "delegate",
+        "delegations",
         "verify-audit",
         "COUNTERSIGN_SERVER",
         "COUNTERSIGN_TOKEN",
@@ -864,4 +866,70 @@ async fn approve_with_args_digest_approves_only_the_version_named() {
         json(&approved)["approval"]["decisions"][0]["args_digest"],
         digest
     );
+}
+
+#[tokio::test]
+async fn delegate_then_approve_on_behalf_and_show_group_progress() {
+    let server = TestServer::start_with_toml(countersign_testkit::docs::groups_example()).await;
+    let url = server.url();
+    let output = run(
+        &url,
+        &[
+            "delegate", "--from", "alice", "--to", "erin", "--until", "1h", "--reason", "holiday",
+            "-o", "json",
+        ],
+    )
+    .await;
+    assert_exit(&output, 0);
+    let created = json(&output);
+    assert_eq!(created[0]["state"], "ACTIVE");
+    assert_eq!(created[0]["delegate"], "erin");
+    let delegation_id = created[0]["id"].as_str().unwrap().to_owned();
+
+    let id = request_id(&url, &["--risk", "high", "--group", "security=2"]).await;
+    let approve_as = |user: &'static str| {
+        let mut command = support::countersign(&url);
+        command.env("USER", user).args(["approve", &id]);
+        async move {
+            tokio::time::timeout(STEP, command.output())
+                .await
+                .expect("countersign hung")
+                .unwrap()
+        }
+    };
+    // dave is in no group of the approval: refused, with the reason.
+    let refused = approve_as("dave").await;
+    assert!(
+        stderr(&refused).contains("not a member of security"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_ne!(refused.status.code(), Some(0));
+    assert_exit(&approve_as("erin").await, 0);
+
+    let output = run(&url, &["get", &id]).await;
+    assert_exit(&output, 0);
+    let shown = stdout(&output);
+    assert!(shown.contains("1 of 2 from security"), "{shown}");
+    assert!(shown.contains("(erin on behalf of alice)"), "{shown}");
+    let output = run(&url, &["events", "--approval", &id]).await;
+    assert_exit(&output, 0);
+    assert!(
+        stdout(&output).contains("APPROVE by erin via cli (erin on behalf of alice)"),
+        "{}",
+        stdout(&output)
+    );
+
+    let output = run(&url, &["delegations", "list"]).await;
+    assert_exit(&output, 0);
+    assert!(stdout(&output).contains(&delegation_id));
+    let output = run(
+        &url,
+        &["delegations", "revoke", &delegation_id, "-o", "json"],
+    )
+    .await;
+    assert_exit(&output, 0);
+    assert_eq!(json(&output)[0]["state"], "REVOKED");
+    let output = run(&url, &["delegations", "list", "-o", "json"]).await;
+    assert_eq!(json(&output), serde_json::json!([]));
 }

@@ -336,6 +336,55 @@ impl Client {
         Ok(self.admin.clone().revoke_grant(request).await?.into_inner())
     }
 
+    /// Lets `delegate` decide on behalf of `delegator` until `until`. Admin tokens only.
+    pub async fn create_delegation(
+        &self,
+        req: pb::CreateDelegationRequest,
+    ) -> Result<pb::Delegation, ClientError> {
+        Ok(self
+            .admin
+            .clone()
+            .create_delegation(req)
+            .await?
+            .into_inner())
+    }
+
+    /// Delegations to or from `approver` (everyone when empty), newest first; expired and
+    /// revoked ones too with `include_inactive`. Admin tokens only.
+    pub async fn list_delegations(
+        &self,
+        approver: &str,
+        include_inactive: bool,
+    ) -> Result<Vec<pb::Delegation>, ClientError> {
+        let request = pb::ListDelegationsRequest {
+            approver: approver.to_owned(),
+            include_inactive,
+        };
+        Ok(self
+            .admin
+            .clone()
+            .list_delegations(request)
+            .await?
+            .into_inner()
+            .delegations)
+    }
+
+    /// Ends a delegation now. Admin tokens only.
+    pub async fn revoke_delegation(
+        &self,
+        delegation_id: &str,
+    ) -> Result<pb::Delegation, ClientError> {
+        let request = pb::RevokeDelegationRequest {
+            delegation_id: delegation_id.to_owned(),
+        };
+        Ok(self
+            .admin
+            .clone()
+            .revoke_delegation(request)
+            .await?
+            .into_inner())
+    }
+
     /// Requests an approval, then waits until it is resolved or `deadline` has passed.
     ///
     /// Returns the approval as the server last reported it: resolved, or still `PENDING` when

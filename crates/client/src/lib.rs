@@ -48,6 +48,7 @@ mod client;
 mod error;
 pub mod gate;
 pub mod version;
+pub mod groups;
 mod watch;
 
 pub use client::{Client, ClientConfig};

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::groups::{human_duration, FollowUp, GroupQuorum, OnTimeout};
 use crate::Error;
 
 /// Milliseconds since the Unix epoch. The server supplies the clock.
@@ -165,6 +166,9 @@ pub struct Decision {
     /// This edit replaced a version that had approvals, which stopped counting.
     #[serde(default, skip_serializing_if = "is_false")]
     pub restarts_count: bool,
+    /// The approver id of the person who decided for `approver` under a delegation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegate: Option<String>,
 }
 
 fn is_false(value: &bool) -> bool {
@@ -194,6 +198,16 @@ pub struct ArgsEdit {
     pub risk: Risk,
     pub required_approvals: u32,
     pub separation_of_duties: bool,
+}
+
+impl Decision {
+    /// `bob on behalf of alice`, or `alice`.
+    pub fn decided_by(&self) -> String {
+        match &self.delegate {
+            Some(delegate) => format!("{delegate} on behalf of {}", self.approver),
+            None => self.approver.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -252,6 +266,10 @@ pub struct ApprovalRequest {
     /// What a session grant made from it is bound to, beyond agent, session and tool: the
     /// argument parts a policy rule names, as canonical JSON; empty: any arguments.
     pub grant_scope: String,
+    /// Groups that must each approve (all of them); see [`crate::groups::Groups::resolve`].
+    pub approver_groups: Vec<GroupQuorum>,
+    /// Reminder, escalation and timeout plan; `None`: expire at the deadline.
+    pub follow_up: Option<FollowUp>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -290,6 +308,11 @@ pub struct Approval {
     /// The arguments as an approver edited them; `None`: as requested.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edit: Option<ArgsEdit>,
+    /// Groups that must each approve with their quorum, as they were when requested.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approver_groups: Vec<GroupQuorum>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_up: Option<FollowUp>,
 }
 
 fn separation_of_duties_default() -> bool {
@@ -309,10 +332,14 @@ pub enum EventKind {
     Consumed,
     Delivered,
     GrantRevoked,
+    /// Nobody decided within the reminder time: the channels remind the deciders.
+    Reminded,
+    /// The approval went to the escalation group.
+    Escalated,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 9] = [
+    pub const ALL: [EventKind; 11] = [
         EventKind::Requested,
         EventKind::DecisionRecorded,
         EventKind::DecisionRefused,
@@ -322,6 +349,8 @@ impl EventKind {
         EventKind::Consumed,
         EventKind::Delivered,
         EventKind::GrantRevoked,
+        EventKind::Reminded,
+        EventKind::Escalated,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -335,6 +364,8 @@ impl EventKind {
             EventKind::Consumed => "CONSUMED",
             EventKind::Delivered => "DELIVERED",
             EventKind::GrantRevoked => "GRANT_REVOKED",
+            EventKind::Reminded => "REMINDED",
+            EventKind::Escalated => "ESCALATED",
         }
     }
 
@@ -409,6 +440,8 @@ impl Approval {
             separation_of_duties: request.separation_of_duties,
             grant_scope: request.grant_scope,
             edit: None,
+            approver_groups: request.approver_groups,
+            follow_up: request.follow_up.filter(FollowUp::is_active),
         };
         if let Disposition::Resolve {
             verdict,
@@ -524,6 +557,11 @@ impl Approval {
         self.separation_of_duties || self.edit.as_ref().is_some_and(|e| e.separation_of_duties)
     }
 
+    /// Whether `decision` is about the current version of the arguments.
+    pub fn is_current(&self, decision: &Decision) -> bool {
+        self.version_of(decision) == self.current_digest()
+    }
+
     /// The version `decision` is about (decisions stored before edits name none: the
     /// requested arguments).
     fn version_of<'a>(&'a self, decision: &'a Decision) -> &'a str {
@@ -567,6 +605,163 @@ impl Approval {
         approvers.len()
     }
 
+    /// The groups that decide this approval: its own and, once escalated, the escalation
+    /// group. Empty: any registered approver decides.
+    pub fn deciding_groups(&self) -> impl Iterator<Item = &GroupQuorum> {
+        let escalation = self
+            .follow_up
+            .as_ref()
+            .filter(|f| f.escalated_at.is_some())
+            .and_then(|f| f.escalate_to.as_ref());
+        let groups = if self.approver_groups.is_empty() && escalation.is_none() {
+            None
+        } else {
+            Some(self.approver_groups.iter().chain(escalation))
+        };
+        groups.into_iter().flatten()
+    }
+
+    /// Whether `approver` belongs to a group that decides this approval. Without group
+    /// requirements every approver may decide, escalated or not: an escalation widens who is
+    /// asked, it never narrows it.
+    pub fn is_decider(&self, approver: &str) -> bool {
+        self.approver_groups.is_empty()
+            || self
+                .deciding_groups()
+                .any(|g| g.members.iter().any(|m| m == approver))
+    }
+
+    /// For each group requirement: the distinct approvers who approved and count for it (its
+    /// members and, after an escalation, the escalation group's members).
+    pub fn group_progress(&self) -> Vec<(&GroupQuorum, usize)> {
+        let escalation: &[String] = self
+            .follow_up
+            .as_ref()
+            .filter(|f| f.escalated_at.is_some())
+            .and_then(|f| f.escalate_to.as_ref())
+            .map_or(&[], |g| g.members.as_slice());
+        self.approver_groups
+            .iter()
+            .map(|group| {
+                // Like the overall count: only approvals of the current version count.
+                let mut approvers: Vec<&str> = self
+                    .decisions
+                    .iter()
+                    .filter(|d| d.verdict == Verdict::Approve && self.is_current(d))
+                    .map(|d| d.approver.as_str())
+                    .filter(|a| group.members.iter().chain(escalation).any(|m| m == a))
+                    .collect();
+                approvers.sort_unstable();
+                approvers.dedup();
+                (group, approvers.len())
+            })
+            .collect()
+    }
+
+    /// `1 of 2 from security, 0 of 1 from db`; empty without groups.
+    pub fn group_progress_text(&self) -> String {
+        self.group_progress()
+            .iter()
+            .map(|(g, n)| format!("{n} of {} from {}", g.required, g.group))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The groups whose quorum is not met yet, for messages: `security and db`.
+    fn waiting_for(&self) -> String {
+        let waiting: Vec<&str> = self
+            .group_progress()
+            .into_iter()
+            .filter(|(g, n)| *n < g.required as usize)
+            .map(|(g, _)| g.group.as_str())
+            .chain(
+                self.follow_up
+                    .as_ref()
+                    .filter(|f| f.escalated_at.is_some())
+                    .and_then(|f| f.escalate_to.as_ref())
+                    .map(|g| g.group.as_str()),
+            )
+            .collect();
+        match waiting.as_slice() {
+            [] => "an approver".to_string(),
+            [one] => (*one).to_string(),
+            [init @ .., last] => format!("{} or {last}", init.join(", ")),
+        }
+    }
+
+    /// When the approval next needs the sweeper: its deadline, or an earlier reminder or
+    /// escalation.
+    pub fn next_due(&self) -> Millis {
+        let mut due = self.expires_at;
+        if let Some(f) = &self.follow_up {
+            if f.remind_after_seconds > 0 && f.reminded_at.is_none() && f.escalated_at.is_none() {
+                due = due.min(self.created_at + i64::from(f.remind_after_seconds) * 1000);
+            }
+            if f.escalate_after_seconds > 0 && f.escalate_to.is_some() && f.escalated_at.is_none() {
+                due = due.min(self.created_at + i64::from(f.escalate_after_seconds) * 1000);
+            }
+        }
+        due
+    }
+
+    /// Whether the deadline escalates instead of expiring (once).
+    fn escalates_on_timeout(&self) -> bool {
+        self.follow_up.as_ref().is_some_and(|f| {
+            f.on_timeout == OnTimeout::Escalate
+                && f.escalate_to.is_some()
+                && f.escalated_at.is_none()
+        })
+    }
+
+    /// Applies whatever is due of a pending approval at `now`: a timeout (expiry, or an
+    /// escalation when the plan says so), an escalation or a reminder. Returns the event and
+    /// its detail for the log, or `None` when nothing is due.
+    pub fn follow_up_if_due(&mut self, now: Millis) -> Option<(EventKind, String)> {
+        if !self.is_pending() || now < self.next_due() {
+            return None;
+        }
+        if now >= self.expires_at && !self.escalates_on_timeout() {
+            self.expire_if_due(now);
+            let reason = self.resolution.as_ref().map(|r| r.reason.clone());
+            return Some((EventKind::Expired, reason.unwrap_or_default()));
+        }
+        let waited = human_duration(now - self.created_at);
+        let waiting_for = self.waiting_for();
+        let ttl = self.expires_at - self.created_at;
+        let follow_up = self.follow_up.as_mut()?;
+        let escalation_due = follow_up.escalated_at.is_none()
+            && follow_up.escalate_to.is_some()
+            && (now >= self.expires_at
+                || (follow_up.escalate_after_seconds > 0
+                    && now
+                        >= self.created_at + i64::from(follow_up.escalate_after_seconds) * 1000));
+        if escalation_due {
+            let target = follow_up.escalate_to.clone()?;
+            follow_up.escalated_at = Some(now);
+            if now >= self.expires_at {
+                // On timeout: the escalation group gets a deadline as long as the first one.
+                self.expires_at = now + ttl;
+            }
+            for route in &target.destinations {
+                if !self.routes.is_empty() && !self.routes.contains(route) {
+                    self.routes.push(route.clone());
+                }
+            }
+            return Some((
+                EventKind::Escalated,
+                format!(
+                    "escalated to {} after {waited}: no decision from {waiting_for}",
+                    target.group
+                ),
+            ));
+        }
+        follow_up.reminded_at = Some(now);
+        Some((
+            EventKind::Reminded,
+            format!("reminder: no decision from {waiting_for} after {waited}"),
+        ))
+    }
+
     pub fn resolved_at(&self) -> Option<Millis> {
         self.resolution.as_ref().map(|r| r.resolved_at)
     }
@@ -582,17 +777,28 @@ impl Approval {
     }
 
     /// Expires a pending approval whose deadline has passed. Returns whether it changed.
+    /// An approval whose plan escalates on timeout is left to the sweeper, which escalates
+    /// it instead.
     pub fn expire_if_due(&mut self, now: Millis) -> bool {
-        if !self.is_pending() || now < self.expires_at {
+        if !self.is_pending() || now < self.expires_at || self.escalates_on_timeout() {
             return false;
         }
+        let reason = if self.approver_groups.is_empty() && self.follow_up.is_none() {
+            "no decision before the approval expired".to_string()
+        } else {
+            format!(
+                "no decision from {} within {}",
+                self.waiting_for(),
+                human_duration(self.expires_at - self.created_at)
+            )
+        };
         self.resolve(Resolution {
             verdict: None,
             resolved_by: ResolvedBy::Expiry,
             deciders: Vec::new(),
             rule: None,
             grant_id: None,
-            reason: "no decision before the approval expired".to_string(),
+            reason,
             resolved_at: now,
             args_digest: String::new(),
         });
@@ -666,6 +872,10 @@ impl Approval {
             Verdict::Reject => true,
             Verdict::Approve => {
                 self.approvals_so_far() >= self.effective_required_approvals() as usize
+                    && self
+                        .group_progress()
+                        .iter()
+                        .all(|(g, n)| *n >= g.required as usize)
             }
         };
         if !resolves {
@@ -861,6 +1071,8 @@ mod tests {
             policy_rule: None,
             separation_of_duties: true,
             grant_scope: String::new(),
+            approver_groups: Vec::new(),
+            follow_up: None,
         }
     }
 
@@ -881,6 +1093,7 @@ mod tests {
             args_digest: String::new(),
             edited_arguments_json: String::new(),
             restarts_count: false,
+            delegate: None,
         }
     }
 
@@ -1057,5 +1270,67 @@ mod tests {
         );
         assert_eq!(a.state, State::Cancelled);
         assert!(a.cancel("again", 2).is_err());
+    }
+
+    #[test]
+    fn follow_up_reminds_then_escalates_then_expires_with_the_reason() {
+        use crate::groups::{FollowUp, GroupQuorum, OnTimeout};
+        let group = |name: &str, member: &str| GroupQuorum {
+            group: name.into(),
+            required: 1,
+            members: vec![member.into()],
+            ..Default::default()
+        };
+        let mut req = request(1);
+        req.approver_groups = vec![group("security", "telegram:u1")];
+        req.follow_up = Some(FollowUp {
+            remind_after_seconds: 10,
+            escalate_after_seconds: 20,
+            escalate_to: Some(group("oncall", "telegram:u9")),
+            on_timeout: OnTimeout::Escalate,
+            ..Default::default()
+        });
+        let mut a = Approval::new("a1".into(), req, 60, Disposition::RequireHuman, 0);
+        assert_eq!(a.next_due(), 10_000);
+        assert_eq!(a.follow_up_if_due(9_999), None);
+        assert!(!a.is_decider("telegram:u9"));
+        let (kind, detail) = a.follow_up_if_due(10_000).unwrap();
+        assert_eq!(kind, EventKind::Reminded);
+        assert_eq!(detail, "reminder: no decision from security after 10s");
+        assert_eq!(a.next_due(), 20_000);
+        let (kind, _) = a.follow_up_if_due(20_000).unwrap();
+        assert_eq!(kind, EventKind::Escalated);
+        assert!(a.is_decider("telegram:u9"));
+        // Already escalated: the deadline expires it, naming who was waited for.
+        assert_eq!(a.next_due(), 60_000);
+        let (kind, reason) = a.follow_up_if_due(60_000).unwrap();
+        assert_eq!(kind, EventKind::Expired);
+        assert_eq!(reason, "no decision from security or oncall within 1m");
+        assert_eq!(a.state, State::Expired);
+
+        // The escalation group's member counts toward the group's quorum.
+        let mut req = request(1);
+        req.approver_groups = vec![group("security", "telegram:u1")];
+        req.follow_up = Some(FollowUp {
+            escalate_to: Some(group("oncall", "telegram:u9")),
+            on_timeout: OnTimeout::Escalate,
+            ..Default::default()
+        });
+        let mut b = Approval::new("b1".into(), req, 60, Disposition::RequireHuman, 0);
+        assert!(!b.expire_if_due(60_000), "escalates instead of expiring");
+        assert_eq!(b.follow_up_if_due(60_000).unwrap().0, EventKind::Escalated);
+        assert_eq!(b.expires_at, 120_000);
+        let mut without_groups = b.clone();
+        without_groups.approver_groups.clear();
+        assert!(
+            without_groups.is_decider("anyone"),
+            "an escalation never narrows"
+        );
+        let mut d = decision("u9", Verdict::Approve, "k9");
+        d.approver = "telegram:u9".into();
+        assert_eq!(
+            b.decide(d, None, 61_000).unwrap().outcome,
+            DecideOutcome::Resolved
+        );
     }
 }

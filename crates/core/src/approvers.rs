@@ -15,9 +15,10 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use unicode_normalization::UnicodeNormalization;
 
+use crate::groups::Delegation;
 use crate::policy::{subject, SpecError};
 use crate::validate::{required, validate_channel};
-use crate::{Approval, Decider, Error, Risk, Verdict};
+use crate::{Approval, Decider, Error, Risk, Route, Verdict};
 
 /// The channel whose worker sends the user's login as the decider's display name: there an
 /// identity that is not a number is a login (case-insensitive), a number a user id.
@@ -161,34 +162,126 @@ impl ApproverRegistry {
         self.approvers.len()
     }
 
-    /// Who `decider` is for quorum purposes (the approver id; with an empty registry, the
-    /// decider's channel identity), or why they may not make this decision on `approval`:
-    /// not registered, above their risk ceiling, or approving their own request while
-    /// separation of duties applies.
+    /// The configured id of the approver whose id is `id` (compared as identity keys).
+    pub fn approver(&self, id: &str) -> Option<&str> {
+        let key = identity_key(id);
+        self.approvers
+            .iter()
+            .find(|a| a.names[0] == key)
+            .map(|a| a.id.as_str())
+    }
+
+    /// The approver's identities on every channel, as configured (for mentions).
+    pub fn identities_of(&self, id: &str) -> Vec<Route> {
+        self.approvers
+            .iter()
+            .filter(|a| a.id == id)
+            .flat_map(|a| a.identities.iter())
+            .map(|i| Route {
+                channel: i.channel.clone(),
+                target: i.value.clone(),
+            })
+            .collect()
+    }
+
+    /// The registered approver `decider` is, if any.
+    pub fn identify(&self, decider: &Decider) -> Option<&str> {
+        self.find(decider).map(|a| a.id.as_str())
+    }
+
+    fn find(&self, decider: &Decider) -> Option<&Approver> {
+        self.approvers
+            .iter()
+            .find(|a| a.identities.iter().any(|i| i.identifies(decider)))
+    }
+
+    /// Who `decider` is for quorum purposes (the approver id, with an empty registry the
+    /// decider's channel identity, and under a delegation the delegator's id with the
+    /// delegate named), or why they may not make this decision on `approval`: not
+    /// registered, above their risk ceiling, approving their own request while separation of
+    /// duties applies, or in none of the groups that decide the approval.
+    ///
+    /// `delegations` are the active delegations to this decider. A delegate decides for a
+    /// delegator only where the delegate does not count as themself (not a member of a
+    /// deciding group, or already voted this way); both must be within their risk ceiling
+    /// and neither may be the requester, so a delegation never creates a self-approval.
     pub fn authorize(
         &self,
         decider: &Decider,
         verdict: Verdict,
         approval: &Approval,
-    ) -> Result<String, Error> {
+        delegations: &[Delegation],
+    ) -> Result<Authorized, Error> {
         if self.is_empty() {
-            return Ok(format!(
-                "{}:{}",
-                decider.channel,
-                identity_key(&decider.user_id)
-            ));
+            return Ok(Authorized {
+                approver: format!("{}:{}", decider.channel, identity_key(&decider.user_id)),
+                delegate: None,
+            });
         }
-        let approver = self
-            .approvers
+        let acting = self.find(decider).ok_or_else(|| {
+            Error::PermissionDenied(format!(
+                "decider {} ({:?}) is not a registered approver",
+                decider.identity(),
+                decider.display_name
+            ))
+        })?;
+        self.check(acting, verdict, approval)?;
+        let voted = |id: &str| {
+            approval
+                .decisions
+                .iter()
+                .any(|d| d.approver == id && d.verdict == verdict && approval.is_current(d))
+        };
+        let own = approval.is_decider(&acting.id).then_some(&acting.id);
+        let mut delegators = delegations
             .iter()
-            .find(|a| a.identities.iter().any(|i| i.identifies(decider)))
-            .ok_or_else(|| {
-                Error::PermissionDenied(format!(
-                    "decider {} ({:?}) is not a registered approver",
-                    decider.identity(),
-                    decider.display_name
-                ))
-            })?;
+            .filter(|d| identity_key(&d.delegate) == acting.names[0])
+            .filter_map(|d| self.approvers.iter().find(|a| a.id == d.delegator))
+            .filter(|a| a.id != acting.id && approval.is_decider(&a.id));
+        let delegator = match own {
+            Some(id) if !voted(id) => None,
+            _ => delegators.find(|a| !voted(&a.id)),
+        };
+        match (own, delegator) {
+            (_, Some(delegator)) => {
+                self.check(delegator, verdict, approval).map_err(|e| {
+                    Error::PermissionDenied(format!(
+                        "{} may not decide on behalf of {}: {e}",
+                        acting.label(),
+                        delegator.label()
+                    ))
+                })?;
+                Ok(Authorized {
+                    approver: delegator.id.clone(),
+                    delegate: Some(acting.id.clone()),
+                })
+            }
+            (Some(id), None) => Ok(Authorized {
+                approver: id.clone(),
+                delegate: None,
+            }),
+            (None, None) => {
+                let groups: Vec<&str> = approval
+                    .deciding_groups()
+                    .map(|g| g.group.as_str())
+                    .collect();
+                Err(Error::PermissionDenied(format!(
+                    "approver {} is not a member of {} (the groups that decide approval {}) and decides for no member of them",
+                    acting.label(),
+                    groups.join(", "),
+                    approval.id
+                )))
+            }
+        }
+    }
+
+    /// The ceiling and separation-of-duties checks of one approver.
+    fn check(
+        &self,
+        approver: &Approver,
+        verdict: Verdict,
+        approval: &Approval,
+    ) -> Result<(), Error> {
         let risk = approval.effective_risk();
         if risk > approver.max_risk {
             let edited = if approval.edit.is_some() {
@@ -215,8 +308,17 @@ impl ApproverRegistry {
                 approval.requester
             )));
         }
-        Ok(approver.id.clone())
+        Ok(())
     }
+}
+
+/// Who a decision counts for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authorized {
+    /// The approver id quorum counts.
+    pub approver: String,
+    /// Under a delegation: the approver id of the person who decided for `approver`.
+    pub delegate: Option<String>,
 }
 
 /// Whether two identities name the same account.
@@ -313,6 +415,8 @@ mod tests {
             policy_rule: None,
             separation_of_duties: true,
             grant_scope: String::new(),
+            approver_groups: Vec::new(),
+            follow_up: None,
         };
         Approval::new("id-1".into(), request, 60, Disposition::RequireHuman, 0)
     }
@@ -336,7 +440,10 @@ mod tests {
         let by_id = decider("github", "583231", "renamed");
         for d in [telegram, by_login, by_id] {
             assert_eq!(
-                registry.authorize(&d, Verdict::Approve, &high).unwrap(),
+                registry
+                    .authorize(&d, Verdict::Approve, &high, &[])
+                    .unwrap()
+                    .approver,
                 "alice"
             );
         }
@@ -345,11 +452,15 @@ mod tests {
     #[test]
     fn strangers_ceilings_and_own_requests_are_refused() {
         let registry = registry();
-        let refused =
-            |d: Decider, verdict: Verdict, a: &Approval| match registry.authorize(&d, verdict, a) {
-                Err(Error::PermissionDenied(message)) => message,
-                other => panic!("expected a refusal, got {other:?}"),
-            };
+        let refused = |d: Decider, verdict: Verdict, a: &Approval| match registry.authorize(
+            &d,
+            verdict,
+            a,
+            &[],
+        ) {
+            Err(Error::PermissionDenied(message)) => message,
+            other => panic!("expected a refusal, got {other:?}"),
+        };
         let high = approval(Risk::High, "carol");
         assert!(refused(
             decider("telegram", "7", "@mallory"),
@@ -383,11 +494,13 @@ mod tests {
                 refused(alice.clone(), Verdict::Approve, &own).contains("separation of duties"),
                 "{requester}"
             );
-            assert!(registry.authorize(&alice, Verdict::Reject, &own).is_ok());
+            assert!(registry
+                .authorize(&alice, Verdict::Reject, &own, &[])
+                .is_ok());
             let mut exempt = own.clone();
             exempt.separation_of_duties = false;
             assert!(registry
-                .authorize(&alice, Verdict::Approve, &exempt)
+                .authorize(&alice, Verdict::Approve, &exempt, &[])
                 .is_ok());
         }
     }
@@ -398,15 +511,17 @@ mod tests {
         let own = approval(Risk::Critical, "7");
         assert_eq!(
             ApproverRegistry::default()
-                .authorize(&anyone, Verdict::Approve, &own)
-                .unwrap(),
+                .authorize(&anyone, Verdict::Approve, &own, &[])
+                .unwrap()
+                .approver,
             "telegram:7"
         );
         let shouting = decider("cli", "BOB", "BOB");
         assert_eq!(
             ApproverRegistry::default()
-                .authorize(&shouting, Verdict::Approve, &own)
-                .unwrap(),
+                .authorize(&shouting, Verdict::Approve, &own, &[])
+                .unwrap()
+                .approver,
             "cli:bob",
             "one person in two spellings counts once"
         );
@@ -447,5 +562,101 @@ mod tests {
             assert_eq!(error.subject, format!("approver {id:?} (approvers[1])"));
             assert!(error.message.contains(expected), "{expected}: {error}");
         }
+    }
+
+    #[test]
+    fn groups_admit_members_and_delegates_of_members_only() {
+        use crate::groups::{Delegation, GroupSpec, Groups};
+        let registry = ApproverRegistry::compile(&[
+            spec("alice", "critical", &[("cli", &["alice"])]),
+            spec("bob", "critical", &[("cli", &["bob"])]),
+            spec("erin", "critical", &[("cli", &["erin"])]),
+        ])
+        .unwrap();
+        let groups = Groups::compile(
+            &[GroupSpec {
+                name: "security".into(),
+                members: vec!["Alice".into(), "bob".into()],
+                destinations: Vec::new(),
+            }],
+            &registry,
+        )
+        .unwrap();
+        let mut approval = approval(Risk::High, "carol");
+        let mut request = ApprovalRequest {
+            approver_groups: vec![crate::groups::GroupQuorum {
+                group: "security".into(),
+                required: 2,
+                ..Default::default()
+            }],
+            ..crate::validate::validate_request(
+                crate::validate::RequestInput {
+                    agent_id: "a".into(),
+                    idempotency_key: "k".into(),
+                    tool_name: "t".into(),
+                    arguments_json: "{}".into(),
+                    risk: Some(Risk::High),
+                    ..Default::default()
+                },
+                &crate::validate::Limits::default(),
+            )
+            .unwrap()
+        };
+        groups.resolve(&mut request).unwrap();
+        approval.approver_groups = request.approver_groups;
+        assert_eq!(approval.approver_groups[0].members, ["alice", "bob"]);
+
+        let erin = decider("cli", "erin", "erin");
+        let refused = registry
+            .authorize(&erin, Verdict::Approve, &approval, &[])
+            .unwrap_err();
+        assert!(refused.to_string().contains("not a member of security"));
+
+        let delegation = |delegator: &str| Delegation {
+            id: "d1".into(),
+            delegator: delegator.into(),
+            delegate: "ERIN".into(),
+            created_at: 0,
+            until: 10,
+            revoked_at: None,
+            reason: String::new(),
+            created_by: "admin".into(),
+        };
+        let on_behalf = registry
+            .authorize(&erin, Verdict::Approve, &approval, &[delegation("alice")])
+            .unwrap();
+        assert_eq!(
+            on_behalf,
+            Authorized {
+                approver: "alice".into(),
+                delegate: Some("erin".into())
+            }
+        );
+        // A delegation from someone outside the groups gives nothing.
+        let outsider = ApproverRegistry::compile(&[
+            spec("alice", "critical", &[("cli", &["alice"])]),
+            spec("bob", "critical", &[("cli", &["bob"])]),
+            spec("erin", "critical", &[("cli", &["erin"])]),
+            spec("zed", "critical", &[("cli", &["zed"])]),
+        ])
+        .unwrap();
+        assert!(outsider
+            .authorize(&erin, Verdict::Approve, &approval, &[delegation("zed")])
+            .is_err());
+
+        // The delegator's own request: the delegate may not approve it for them.
+        let mut own = approval.clone();
+        own.requester = "alice".into();
+        let refused = registry
+            .authorize(&erin, Verdict::Approve, &own, &[delegation("alice")])
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("on behalf of alice"),
+            "{refused}"
+        );
+        assert!(
+            refused.to_string().contains("separation of duties"),
+            "{refused}"
+        );
     }
 }

@@ -6,6 +6,7 @@ pub mod approval;
 pub mod approvers;
 pub mod digest;
 pub mod error;
+pub mod groups;
 pub mod policy;
 pub mod validate;
 

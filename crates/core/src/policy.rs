@@ -18,7 +18,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::digest::canonical_json;
-use crate::validate::{optional, validate_channel, Limits};
+use crate::groups::{FollowUp, GroupQuorum, OnTimeout};
+use crate::validate::{optional, required, validate_channel, Limits};
 use crate::{
     Approval, ApprovalRequest, Disposition, EditedVersion, Error, ResolvedBy, Risk, Route, Verdict,
 };
@@ -69,6 +70,37 @@ pub struct RuleSpec {
     /// at the pointer, or the first match of the regex in it). The first matching rule that
     /// sets it counts; without one a grant covers any arguments of the tool.
     pub grant_scope: Vec<GrantScopeSpec>,
+    /// `require` only: groups that must each approve, e.g. 2 of `security` and 1 of `db`
+    /// (added to the request's own).
+    pub approver_groups: Vec<GroupRequirementSpec>,
+    /// `require` only: remind the deciders after this many seconds without a decision.
+    pub remind_after_seconds: Option<u32>,
+    /// `require` only: hand the approval to `escalate_to` after this many seconds.
+    pub escalate_after_seconds: Option<u32>,
+    /// `require` only: the group an escalation goes to.
+    pub escalate_to: Option<String>,
+    /// `require` only: what the deadline means, `reject` (the default) or `escalate`.
+    pub on_timeout: Option<String>,
+}
+
+/// `{ group = "security", required = 2 }`: 2 distinct members of `security` must approve.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GroupRequirementSpec {
+    pub group: String,
+    /// Default 1.
+    pub required: u32,
+}
+
+impl RuleSpec {
+    /// Whether the rule sets who decides or the follow-up, which only `require` rules do.
+    fn decides_who(&self) -> bool {
+        !self.approver_groups.is_empty()
+            || self.remind_after_seconds.is_some()
+            || self.escalate_after_seconds.is_some()
+            || self.escalate_to.is_some()
+            || self.on_timeout.is_some()
+    }
 }
 
 /// One argument part a session grant is bound to.
@@ -146,6 +178,26 @@ struct Requirements {
     required_approvals: Option<u32>,
     routes: Vec<Route>,
     separation_of_duties: bool,
+    approver_groups: Vec<GroupQuorum>,
+    follow_up: FollowUpRule,
+}
+
+/// The follow-up parts a `require` rule sets; each overrides the request's.
+#[derive(Debug, Clone, Default)]
+struct FollowUpRule {
+    remind_after_seconds: Option<u32>,
+    escalate_after_seconds: Option<u32>,
+    escalate_to: Option<String>,
+    on_timeout: Option<OnTimeout>,
+}
+
+impl FollowUpRule {
+    fn is_set(&self) -> bool {
+        self.remind_after_seconds.is_some()
+            || self.escalate_after_seconds.is_some()
+            || self.escalate_to.is_some()
+            || self.on_timeout.is_some()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -194,6 +246,25 @@ impl Policy {
             rules,
             reads_arguments,
         })
+    }
+
+    /// Every group a rule names, with the rule and the quorum it asks of the group (1 for an
+    /// `escalate_to`), so that the server can check them against `[[groups]]` at start.
+    pub fn named_groups(&self) -> Vec<(&str, &str, u32)> {
+        self.rules
+            .iter()
+            .filter_map(|rule| match &rule.action {
+                Action::Require(r) => Some((rule.name.as_str(), r)),
+                _ => None,
+            })
+            .flat_map(|(name, r)| {
+                r.approver_groups
+                    .iter()
+                    .map(|g| (g.group.as_str(), g.required))
+                    .chain(r.follow_up.escalate_to.as_deref().map(|g| (g, 1)))
+                    .map(move |(group, required)| (name, group, required))
+            })
+            .collect()
     }
 
     /// Raises the risk by the matching `classify` rules, then applies the first matching
@@ -278,6 +349,8 @@ impl Policy {
             policy_rule: None,
             separation_of_duties: approval.effective_separation_of_duties(),
             grant_scope: String::new(),
+            approver_groups: approval.approver_groups.clone(),
+            follow_up: None,
         };
         let (shaped, disposition) = self.apply(request);
         if let Disposition::Resolve {
@@ -295,6 +368,25 @@ impl Policy {
             return Err(Error::PermissionDenied(format!(
                 "the edited arguments match deny rule {:?}{why}: an edit cannot approve a call the policy denies",
                 rule.unwrap_or_default()
+            )));
+        }
+        // Groups a rule requires of the edited call that the approval does not: its deciders
+        // were chosen for the call as requested, so such an edit needs a new request.
+        let missing: Vec<String> = shaped
+            .approver_groups
+            .iter()
+            .filter(|wanted| {
+                !approval
+                    .approver_groups
+                    .iter()
+                    .any(|g| g.group == wanted.group && g.required >= wanted.required)
+            })
+            .map(|g| format!("{} of {}", g.required, g.group))
+            .collect();
+        if !missing.is_empty() {
+            return Err(Error::PermissionDenied(format!(
+                "the edited arguments need approval from {}, which this approval does not ask for: request the edited call anew",
+                missing.join(" and ")
             )));
         }
         Ok(EditedVersion {
@@ -371,6 +463,28 @@ impl Requirements {
             request.routes = self.routes.clone();
         }
         request.separation_of_duties = self.separation_of_duties;
+        request
+            .approver_groups
+            .extend(self.approver_groups.iter().cloned());
+        let rule = &self.follow_up;
+        if rule.is_set() {
+            let follow_up = request.follow_up.get_or_insert_with(FollowUp::default);
+            if let Some(seconds) = rule.remind_after_seconds {
+                follow_up.remind_after_seconds = seconds;
+            }
+            if let Some(seconds) = rule.escalate_after_seconds {
+                follow_up.escalate_after_seconds = seconds;
+            }
+            if let Some(group) = &rule.escalate_to {
+                follow_up.escalate_to = Some(GroupQuorum {
+                    group: group.clone(),
+                    ..GroupQuorum::default()
+                });
+            }
+            if let Some(on_timeout) = rule.on_timeout {
+                follow_up.on_timeout = on_timeout;
+            }
+        }
     }
 }
 
@@ -412,13 +526,14 @@ fn compile_rule(spec: &RuleSpec, limits: &Limits) -> Result<Rule, String> {
     let action = match spec.action.as_str() {
         "allow" | "deny" => {
             let shapes = spec.risk.is_some()
+                || spec.decides_who()
                 || spec.ttl_seconds.is_some()
                 || spec.required_approvals.is_some()
                 || !spec.routes.is_empty()
                 || spec.separation_of_duties.is_some();
             if shapes {
                 return Err(format!(
-                    "action {:?} resolves at once; risk, ttl_seconds, required_approvals, routes and separation_of_duties belong to \"require\" rules",
+                    "action {:?} resolves at once; risk, ttl_seconds, required_approvals, routes, separation_of_duties, approver_groups and the follow-up (remind_after_seconds, escalate_after_seconds, escalate_to, on_timeout) belong to \"require\" rules",
                     spec.action
                 ));
             }
@@ -437,6 +552,7 @@ fn compile_rule(spec: &RuleSpec, limits: &Limits) -> Result<Rule, String> {
         "require" => Action::Require(compile_requirements(spec, limits)?),
         "classify" => {
             let shapes = spec.ttl_seconds.is_some()
+                || spec.decides_who()
                 || spec.required_approvals.is_some()
                 || !spec.routes.is_empty()
                 || spec.separation_of_duties.is_some()
@@ -530,12 +646,48 @@ fn compile_requirements(spec: &RuleSpec, limits: &Limits) -> Result<Requirements
             })
             .map_err(|e| e.to_string())?;
     }
+    let mut approver_groups = Vec::with_capacity(spec.approver_groups.len());
+    for (i, group) in spec.approver_groups.iter().enumerate() {
+        required(&format!("approver_groups[{i}].group"), &group.group, 64)
+            .map_err(|e| e.to_string())?;
+        if group.required > limits.max_required_approvals {
+            return Err(format!(
+                "approver_groups[{i}].required {} is above {} (limits.max_required_approvals)",
+                group.required, limits.max_required_approvals
+            ));
+        }
+        approver_groups.push(GroupQuorum {
+            group: group.group.clone(),
+            required: group.required.max(1),
+            ..GroupQuorum::default()
+        });
+    }
+    let on_timeout = spec
+        .on_timeout
+        .as_deref()
+        .map(|name| {
+            OnTimeout::parse(name)
+                .ok_or_else(|| format!("on_timeout {name:?} is not reject or escalate"))
+        })
+        .transpose()?;
+    let escalates = spec.escalate_after_seconds.is_some_and(|s| s > 0)
+        || on_timeout == Some(OnTimeout::Escalate);
+    if escalates && spec.escalate_to.is_none() {
+        return Err("escalate_to is required to escalate (escalate_after_seconds or on_timeout = \"escalate\")".into());
+    }
     Ok(Requirements {
         risk,
         ttl_seconds: spec.ttl_seconds,
         required_approvals: spec.required_approvals,
         routes: spec.routes.clone(),
         separation_of_duties: spec.separation_of_duties.unwrap_or(true),
+        approver_groups,
+        follow_up: FollowUpRule {
+            remind_after_seconds: spec.remind_after_seconds,
+            escalate_after_seconds: spec.escalate_after_seconds,
+            escalate_to: spec.escalate_to.clone(),
+            on_timeout,
+        },
     })
 }
 
@@ -616,6 +768,8 @@ mod tests {
             policy_rule: None,
             separation_of_duties: true,
             grant_scope: String::new(),
+            approver_groups: Vec::new(),
+            follow_up: None,
         }
     }
 

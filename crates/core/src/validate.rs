@@ -7,6 +7,7 @@ use serde_json::Value;
 use unicode_normalization::is_nfc;
 
 use crate::digest::{args_digest, parse_strict};
+use crate::groups::{FollowUp, GroupQuorum};
 use crate::{ApprovalRequest, Decider, Error, Risk, Route};
 
 /// Bounds on what a request may carry. The server reads them from its configuration.
@@ -49,7 +50,14 @@ pub struct RequestInput {
     pub required_approvals: u32,
     pub ttl_seconds: u32,
     pub labels: BTreeMap<String, String>,
+    /// Group names and quorums only; the server fills in the rest.
+    pub approver_groups: Vec<GroupQuorum>,
+    /// The requested follow-up; `escalate_to` names the group only.
+    pub follow_up: Option<FollowUp>,
 }
+
+/// The most groups one request may name.
+const MAX_GROUPS: usize = 8;
 
 const MAX_ID_CHARS: usize = 128;
 const MAX_KEY_CHARS: usize = 256;
@@ -131,6 +139,32 @@ pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<Approval
         optional(&format!("labels[{key}]"), value, MAX_LABEL_VALUE_CHARS)?;
     }
 
+    if input.approver_groups.len() > MAX_GROUPS {
+        return Err(Error::invalid(
+            "approver_groups",
+            format!(
+                "has {} entries, at most {MAX_GROUPS} are allowed",
+                input.approver_groups.len()
+            ),
+        ));
+    }
+    for (i, group) in input.approver_groups.iter().enumerate() {
+        required_identifier(&format!("approver_groups[{i}].group"), &group.group, 64)?;
+        if group.required > limits.max_required_approvals {
+            return Err(Error::invalid(
+                format!("approver_groups[{i}].required"),
+                format!("must be at most {}", limits.max_required_approvals),
+            ));
+        }
+    }
+    if let Some(target) = input
+        .follow_up
+        .as_ref()
+        .and_then(|f| f.escalate_to.as_ref())
+    {
+        required_identifier("escalate_to", &target.group, 64)?;
+    }
+
     Ok(ApprovalRequest {
         args_digest,
         agent_id: input.agent_id,
@@ -149,6 +183,8 @@ pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<Approval
         policy_rule: None,
         separation_of_duties: true,
         grant_scope: String::new(),
+        approver_groups: input.approver_groups,
+        follow_up: input.follow_up,
     })
 }
 

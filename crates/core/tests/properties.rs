@@ -257,6 +257,7 @@ fn decision(
         args_digest: String::new(),
         edited_arguments_json: String::new(),
         restarts_count: false,
+        delegate: None,
     }
 }
 

@@ -10,7 +10,7 @@
 //! full arguments. The first line of the request comment is a hidden marker with the
 //! approval id, which is how the worker recognises its own comment after a crash.
 
-use countersign_client::{pb, version};
+use countersign_client::{groups, pb, version};
 use countersign_worker::agent_text;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
@@ -106,6 +106,31 @@ pub fn minimal_request_body_of(body: &str) -> String {
     format!("{}{ARGUMENTS_NOT_SHOWN}{tail}", &body[..start])
 }
 
+/// The reminder comment: who is still awaited (`detail`, written by the server), mentioning
+/// the GitHub logins of the members of the groups still waited for.
+pub fn reminder(approval: &pb::Approval, detail: &str) -> String {
+    let mentions: Vec<String> = groups::awaited_contacts(approval, "github")
+        .into_iter()
+        .filter(|login| is_github_login(login))
+        .map(|login| format!("@{login}"))
+        .collect();
+    let mut body = format!(
+        "⏰ **Reminder**: {} · approval `{}` ({})",
+        inline(detail, 500),
+        short_id(&approval.id),
+        inline(&approval.tool_name, 200)
+    );
+    let progress = groups::group_progress(approval);
+    if !progress.is_empty() {
+        body.push_str(&format!(" · {}", inline(&progress.join(" · "), 500)));
+    }
+    if !mentions.is_empty() {
+        body.push_str(&format!("\n\n{}", mentions.join(" ")));
+    }
+    body.push('\n');
+    body
+}
+
 /// The short comment posted when a session grant approved a call at once.
 pub fn grant_notice(approval: &pb::Approval) -> String {
     format!(
@@ -183,6 +208,19 @@ fn request_head(approval: &pb::Approval) -> String {
             "- **Approvals needed:** {}\n",
             approval.required_approvals
         ));
+    }
+    let progress = groups::group_progress(approval);
+    if !progress.is_empty() {
+        body.push_str(&format!(
+            "- **Groups:** {}\n",
+            inline(&progress.join(" · "), 500)
+        ));
+    }
+    if let Some(state) = groups::follow_up_state(approval) {
+        body.push_str(&format!("- **Follow-up:** {}\n", inline(&state, 200)));
+    }
+    for behalf in approval.decisions.iter().filter_map(groups::on_behalf_of) {
+        body.push_str(&format!("- **Delegated:** {}\n", inline(&behalf, 200)));
     }
     body.push_str(&format!(
         "- **Arguments digest:** `sha256:{}`\n",
@@ -286,7 +324,7 @@ fn status_line(approval: &pb::Approval) -> String {
             format!("✅ **Approved**{}{reason}{at}{executed}", by(resolution))
         }
         State::Rejected => format!("❌ **Rejected**{}{reason}{at}", by(resolution)),
-        State::Expired => format!("⌛ **Expired** without a decision{at}"),
+        State::Expired => format!("⌛ **Expired** without a decision{reason}{at}"),
         State::Cancelled => format!("🚫 **Cancelled**{reason}{at}"),
         State::Unspecified => "❔ **Unknown state**".to_string(),
     }

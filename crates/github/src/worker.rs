@@ -135,6 +135,8 @@ struct Tracked {
     undelivered: Vec<Target>,
     /// Targets being delivered in the approval's lane.
     in_flight: Vec<Target>,
+    /// Every target the approval was routed to so far (an escalation adds some).
+    routed: Vec<Target>,
 }
 
 impl Tracked {
@@ -359,7 +361,13 @@ impl Relay {
                     if let Some(approval) = event.approval {
                         if kind == pb::EventKind::Requested && is_granted(&approval) {
                             tracing::info!(approval_id = %approval.id, seq = event.seq, "a session grant approved a call; posting a notice");
-                            self.post_grant_notice(&approval, part.as_ref().map(Part::share));
+                            let notice = render::grant_notice(&approval);
+                            self.post_notice(&approval, notice, part.as_ref().map(Part::share));
+                        }
+                        if kind == pb::EventKind::Reminded {
+                            tracing::info!(approval_id = %approval.id, seq = event.seq, "reminding the deciders");
+                            let reminder = render::reminder(&approval, &event.detail);
+                            self.post_notice(&approval, reminder, part.as_ref().map(Part::share));
                         }
                         let approval_id = approval.id.clone();
                         self.update(approval).await;
@@ -491,6 +499,19 @@ impl Relay {
         let pending = approval.state() == pb::ApprovalState::Pending;
         if let Some(mut tracked) = self.pending.remove(&approval.id) {
             tracked.approval = approval;
+            if pending {
+                // An escalation routes the approval to its group's destinations as well.
+                let added: Vec<Target> = self
+                    .targets_of(&tracked.approval)
+                    .into_iter()
+                    .filter(|target| !tracked.routed.contains(target))
+                    .collect();
+                if !added.is_empty() {
+                    tracked.routed.extend(added.iter().cloned());
+                    tracked.undelivered.extend(added);
+                    self.deliver(&mut tracked);
+                }
+            }
             self.sync_messages(&mut tracked);
             if pending {
                 self.pending.insert(tracked.approval.id.clone(), tracked);
@@ -511,15 +532,13 @@ impl Relay {
             }
             return;
         }
+        let routed = self.targets_of(&approval);
         let mut tracked = Tracked {
-            undelivered: if pending {
-                self.targets_of(&approval)
-            } else {
-                Vec::new()
-            },
+            undelivered: if pending { routed.clone() } else { Vec::new() },
             approval,
             messages: Vec::new(),
             in_flight: Vec::new(),
+            routed,
         };
         self.adopt_recorded(&mut tracked).await;
         self.deliver(&mut tracked);
@@ -796,12 +815,11 @@ impl Relay {
         self.release_if_written(&approval_id);
     }
 
-    /// Posts a short notice on the approval's issues when a session grant approved it at
-    /// once, so that approvers see every use of the grants they gave. Repository targets
-    /// (an issue per approval) get none: it would open an issue per use.
+    /// Posts a short comment on the approval's issues: the notice that a session grant
+    /// approved it at once (approvers see every use of the grants they gave), or a reminder.
+    /// Repository targets (an issue per approval) get none: it would open an issue per use.
     /// Posted in the approval's lane; `part` (the watch item's share) is done once it is.
-    fn post_grant_notice(&self, approval: &pb::Approval, part: Option<Part>) {
-        let notice = render::grant_notice(approval);
+    fn post_notice(&self, approval: &pb::Approval, notice: String, part: Option<Part>) {
         let issues: Vec<IssueRef> = self
             .targets_of(approval)
             .into_iter()
@@ -814,7 +832,7 @@ impl Relay {
         self.lanes.push(&approval.id, async move {
             for issue in issues {
                 if let Err(error) = api.create_comment(&issue, &notice).await {
-                    tracing::warn!(approval_id, %issue, %error, "cannot post the session grant notice");
+                    tracing::warn!(approval_id, %issue, %error, "cannot post a notice");
                 }
             }
             if let Some(part) = part {

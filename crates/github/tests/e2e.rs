@@ -7,12 +7,13 @@ mod common;
 use std::time::Duration;
 
 use common::{github_decider, Harness, Mode, PATIENCE, REPO, SECRET};
+use countersign_client::groups::quorum;
 use countersign_client::pb;
 use countersign_github::render::{marked_approval_id, short_id};
 use countersign_testkit::github::{
     captured_bot_comment_payload, issue_comment_payload, post_webhook, sign_webhook, Comment,
-    CommentAction, Endpoint, Failure, UserKind, DEFAULT_BOT_LOGIN, MAX_BODY_CHARS,
-    WEBHOOK_PING_PAYLOAD,
+    CommentAction, Endpoint, Failure, PermissionShape, Role, UserKind, DEFAULT_BOT_LOGIN,
+    MAX_BODY_CHARS, WEBHOOK_PING_PAYLOAD,
 };
 
 /// The agent waits; a writer approves; the wait returns APPROVED, the command gets +1 and the
@@ -1293,5 +1294,127 @@ async fn an_approve_with_a_json_block_approves_the_edited_arguments() {
     assert_eq!(
         resolved.resolution.expect("resolution").args_digest,
         resolved.edited_args_digest
+    );
+}
+
+/// Groups on GitHub, with the worked example of docs/configuration.md as the server's
+/// configuration: the request comment shows the quorum progress, a non-member's `/approve`
+/// is refused, and the reminder comment mentions the members still awaited.
+#[tokio::test]
+async fn group_progress_refusals_and_a_reminder_that_mentions_the_group() {
+    let harness =
+        Harness::start_with_server_toml(Mode::Webhook, countersign_testkit::docs::groups_example())
+            .await;
+    let member = |login: &str| {
+        let user = harness.github.add_user(login, UserKind::User);
+        harness
+            .github
+            .set_permission(REPO, login, Role::Write, PermissionShape::Modern);
+        user
+    };
+    let (alice, dave) = (member("alice-gh"), member("dave-gh"));
+    let approval = harness
+        .request_approval(pb::RequestApprovalRequest {
+            approver_groups: vec![quorum("security", 2)],
+            // Late enough for alice's approval to come first.
+            follow_up: Some(pb::FollowUp {
+                remind_after_seconds: 3,
+                ..Default::default()
+            }),
+            ..harness.request("call-groups", "")
+        })
+        .await;
+    let comment = harness.request_comment(&approval.id).await;
+    assert!(
+        comment.body.contains("0 of 2 from security"),
+        "{}",
+        comment.body
+    );
+
+    // dave is in db, not security: refused with the server's reason.
+    let command = harness.say(&dave, "/approve").await;
+    let reply = harness.reply_to(harness.issue, command.id).await;
+    assert!(
+        reply.body.contains("not a member of security"),
+        "{}",
+        reply.body
+    );
+    harness.say(&alice, "/approve").await;
+    harness
+        .request_comment_where(comment.id, "the progress", |body| {
+            body.contains("1 of 2 from security")
+        })
+        .await;
+
+    let reminder = harness
+        .github
+        .wait_for("the reminder", PATIENCE, |github| {
+            github
+                .comments(REPO, harness.issue)
+                .into_iter()
+                .find(|c| c.body.contains("Reminder"))
+        })
+        .await;
+    assert!(
+        reminder.body.contains("no decision from security"),
+        "{}",
+        reminder.body
+    );
+    assert!(reminder.body.contains("@bob-gh"), "{}", reminder.body);
+    assert!(
+        !reminder.body.contains("@dave-gh"),
+        "not in security: {}",
+        reminder.body
+    );
+    assert!(
+        !reminder.body.contains("@alice-gh"),
+        "approved already: {}",
+        reminder.body
+    );
+    assert_eq!(
+        harness.approval(&approval.id).await.state(),
+        pb::ApprovalState::Pending
+    );
+}
+
+/// An escalation brings a pending approval to the escalation group's issue as well.
+#[tokio::test]
+async fn an_escalation_posts_the_request_on_the_escalation_groups_issue() {
+    let harness =
+        Harness::start_with_server_toml(Mode::Webhook, countersign_testkit::docs::groups_example())
+            .await;
+    // The example's security group is shown on acme/infra#7.
+    let mut infra_issue = 0;
+    for n in 1..=7 {
+        infra_issue = harness
+            .github
+            .add_issue("acme/infra", &format!("issue {n}"));
+    }
+    assert_eq!(infra_issue, 7);
+    let approval = harness
+        .request_approval(pb::RequestApprovalRequest {
+            approver_groups: vec![quorum("db", 1)],
+            follow_up: Some(pb::FollowUp {
+                escalate_after_seconds: 1,
+                escalate_to: "security".into(),
+                ..Default::default()
+            }),
+            ..harness.request("call-escalated", "")
+        })
+        .await;
+    harness.request_comment(&approval.id).await;
+    let escalated = harness
+        .github
+        .wait_for("the request on the escalation issue", PATIENCE, |github| {
+            github
+                .comments("acme/infra", infra_issue)
+                .into_iter()
+                .find(|c| marked_approval_id(&c.body) == Some(approval.id.as_str()))
+        })
+        .await;
+    assert!(
+        escalated.body.contains("escalated to security"),
+        "{}",
+        escalated.body
     );
 }

@@ -1,6 +1,9 @@
-//! `AdminService`: the audit trail (history and verification) and session grants. Admin
-//! tokens only.
+//! `AdminService`: the audit trail (history and verification), session grants and
+//! delegations. Admin tokens only.
 
+use std::sync::Arc;
+
+use countersign_core::groups::Delegation;
 use countersign_core::validate::{optional, required};
 use countersign_core::Error as DomainError;
 use countersign_proto::v1 as pb;
@@ -8,9 +11,12 @@ use countersign_proto::v1::admin_service_server::AdminService;
 use tonic::{Request, Response, Status};
 
 use crate::auth::Caller;
-use crate::convert::{audited_event_to_pb, event_kind_from_pb, grant_to_pb, millis_of};
+use crate::convert::{
+    audited_event_to_pb, delegation_to_pb, event_kind_from_pb, grant_to_pb, millis_of,
+};
 use crate::error::{status_of, status_of_domain};
 use crate::history::{EventFilter, GrantFilter};
+use crate::security::Security;
 use crate::service::paginate;
 use crate::store::{now_millis, Store};
 
@@ -21,11 +27,27 @@ const MAX_REASON_CHARS: usize = 4096;
 
 pub struct AdminApi {
     store: Store,
+    security: Arc<Security>,
 }
 
 impl AdminApi {
-    pub fn new(store: Store) -> Self {
-        AdminApi { store }
+    pub fn new(store: Store, security: Arc<Security>) -> Self {
+        AdminApi { store, security }
+    }
+
+    /// The configured id of the approver `field` names, or an error naming the field.
+    fn approver_id(&self, field: &str, id: &str) -> Result<String, Status> {
+        required(field, id, MAX_ID_CHARS).map_err(status_of_domain)?;
+        self.security
+            .approvers
+            .approver(id)
+            .map(str::to_string)
+            .ok_or_else(|| {
+                status_of_domain(DomainError::invalid(
+                    field,
+                    format!("{id:?} is not the id of a configured approver"),
+                ))
+            })
     }
 }
 
@@ -150,5 +172,102 @@ impl AdminService for AdminApi {
             .map_err(status_of)?;
         tracing::info!(grant_id = %grant.id, token = %caller.name, "grant revoked");
         Ok(Response::new(grant_to_pb(&grant, now)))
+    }
+
+    async fn create_delegation(
+        &self,
+        request: Request<pb::CreateDelegationRequest>,
+    ) -> Result<Response<pb::Delegation>, Status> {
+        let caller = Caller::of(&request)?;
+        caller.allow("CreateDelegation", &[])?;
+        let request = request.into_inner();
+        let delegator = self.approver_id("delegator", &request.delegator)?;
+        let delegate = self.approver_id("delegate", &request.delegate)?;
+        if delegator == delegate {
+            return Err(status_of_domain(DomainError::invalid(
+                "delegate",
+                "is the delegator: an approver cannot delegate to themself",
+            )));
+        }
+        optional("reason", &request.reason, MAX_REASON_CHARS).map_err(status_of_domain)?;
+        let now = now_millis();
+        let until = request
+            .until
+            .as_ref()
+            .map(millis_of)
+            .ok_or_else(|| status_of_domain(DomainError::invalid("until", "is required")))?;
+        if until <= now {
+            return Err(status_of_domain(DomainError::invalid(
+                "until",
+                "is in the past; a delegation must end in the future",
+            )));
+        }
+        let delegation = Delegation {
+            id: uuid::Uuid::now_v7().to_string(),
+            delegator,
+            delegate,
+            created_at: now,
+            until,
+            revoked_at: None,
+            reason: request.reason,
+            created_by: caller.name.clone(),
+        };
+        let delegation = self
+            .store
+            .create_delegation(delegation, now)
+            .await
+            .map_err(status_of)?;
+        tracing::info!(
+            delegation_id = %delegation.id,
+            delegator = %delegation.delegator,
+            delegate = %delegation.delegate,
+            until = delegation.until,
+            token = %caller.name,
+            "delegation created"
+        );
+        Ok(Response::new(delegation_to_pb(&delegation, now)))
+    }
+
+    async fn list_delegations(
+        &self,
+        request: Request<pb::ListDelegationsRequest>,
+    ) -> Result<Response<pb::ListDelegationsResponse>, Status> {
+        Caller::of(&request)?.allow("ListDelegations", &[])?;
+        let request = request.into_inner();
+        let approver = match request.approver.as_str() {
+            "" => String::new(),
+            id => self.approver_id("approver", id)?,
+        };
+        let now = now_millis();
+        let delegations = self
+            .store
+            .list_delegations(&approver, request.include_inactive, now)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(pb::ListDelegationsResponse {
+            delegations: delegations
+                .iter()
+                .map(|d| delegation_to_pb(d, now))
+                .collect(),
+        }))
+    }
+
+    async fn revoke_delegation(
+        &self,
+        request: Request<pb::RevokeDelegationRequest>,
+    ) -> Result<Response<pb::Delegation>, Status> {
+        let caller = Caller::of(&request)?;
+        caller.allow("RevokeDelegation", &[])?;
+        let request = request.into_inner();
+        required("delegation_id", &request.delegation_id, MAX_ID_CHARS)
+            .map_err(status_of_domain)?;
+        let now = now_millis();
+        let delegation = self
+            .store
+            .revoke_delegation(&request.delegation_id, now)
+            .await
+            .map_err(status_of)?;
+        tracing::info!(delegation_id = %delegation.id, token = %caller.name, "delegation revoked");
+        Ok(Response::new(delegation_to_pb(&delegation, now)))
     }
 }

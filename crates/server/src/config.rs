@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use countersign_core::approvers::ApproverSpec;
+use countersign_core::groups::GroupSpec;
 use countersign_core::policy::RuleSpec;
 use countersign_core::validate::Limits;
 use serde::Deserialize;
@@ -44,6 +45,8 @@ pub struct Config {
     pub tokens: Vec<TokenConfig>,
     /// Who may decide. None: any decider a worker sends is accepted.
     pub approvers: Vec<ApproverSpec>,
+    /// Approver groups: who must decide an approval that names them, and where it is shown.
+    pub groups: Vec<GroupSpec>,
     /// Policy rules, in order; the first match wins and no match requires a human.
     pub rules: Vec<RuleSpec>,
 }
@@ -64,6 +67,7 @@ impl Default for Config {
             grants: GrantsConfig::default(),
             tokens: Vec::new(),
             approvers: Vec::new(),
+            groups: Vec::new(),
             rules: Vec::new(),
         }
     }

@@ -1,5 +1,6 @@
 //! Conversions between the wire types (`countersign_proto::v1`) and the domain types.
 
+use countersign_core::groups::{Delegation, FollowUp, GroupQuorum, OnTimeout};
 use countersign_core::validate::RequestInput;
 use countersign_core::{
     Approval, ConsumeOutcome, DecideOutcome, Decider, Decision, Delivery, Error, EventKind, Millis,
@@ -155,6 +156,8 @@ pub fn event_kind_to_pb(kind: EventKind) -> pb::EventKind {
         EventKind::Consumed => pb::EventKind::Consumed,
         EventKind::Delivered => pb::EventKind::Delivered,
         EventKind::GrantRevoked => pb::EventKind::GrantRevoked,
+        EventKind::Reminded => pb::EventKind::Reminded,
+        EventKind::Escalated => pb::EventKind::Escalated,
     }
 }
 
@@ -194,7 +197,84 @@ pub fn decision_to_pb(decision: &Decision) -> pb::Decision {
         args_digest: decision.args_digest.clone(),
         edited_arguments_json: decision.edited_arguments_json.clone(),
         restarts_count: decision.restarts_count,
+        approver: decision.approver.clone(),
+        delegate: decision.delegate.clone().unwrap_or_default(),
     }
+}
+
+fn routes_to_pb(routes: &[Route]) -> Vec<pb::Route> {
+    routes
+        .iter()
+        .map(|r| pb::Route {
+            channel: r.channel.clone(),
+            target: r.target.clone(),
+        })
+        .collect()
+}
+
+fn routes_from_pb(routes: Vec<pb::Route>) -> Vec<Route> {
+    routes
+        .into_iter()
+        .map(|r| Route {
+            channel: r.channel,
+            target: r.target,
+        })
+        .collect()
+}
+
+fn group_to_pb(group: &GroupQuorum, approved: usize) -> pb::GroupQuorum {
+    pb::GroupQuorum {
+        group: group.group.clone(),
+        required: group.required,
+        members: group.members.clone(),
+        destinations: routes_to_pb(&group.destinations),
+        contacts: routes_to_pb(&group.contacts),
+        approved: u32::try_from(approved).unwrap_or(u32::MAX),
+    }
+}
+
+fn follow_up_to_pb(follow_up: &FollowUp) -> pb::FollowUp {
+    pb::FollowUp {
+        remind_after_seconds: follow_up.remind_after_seconds,
+        escalate_after_seconds: follow_up.escalate_after_seconds,
+        escalate_to: follow_up
+            .escalate_to
+            .as_ref()
+            .map(|g| g.group.clone())
+            .unwrap_or_default(),
+        on_timeout: match follow_up.on_timeout {
+            OnTimeout::Reject => pb::OnTimeout::Reject,
+            OnTimeout::Escalate => pb::OnTimeout::Escalate,
+        } as i32,
+        reminded_at: follow_up.reminded_at.map(timestamp),
+        escalated_at: follow_up.escalated_at.map(timestamp),
+        escalation_group: follow_up.escalate_to.as_ref().map(|g| group_to_pb(g, 0)),
+    }
+}
+
+/// The requested plan: only the seconds, the escalation group's name and the timeout policy.
+fn follow_up_from_pb(follow_up: pb::FollowUp) -> Result<FollowUp, Error> {
+    let on_timeout = match pb::OnTimeout::try_from(follow_up.on_timeout) {
+        Ok(pb::OnTimeout::Unspecified | pb::OnTimeout::Reject) => OnTimeout::Reject,
+        Ok(pb::OnTimeout::Escalate) => OnTimeout::Escalate,
+        Err(_) => {
+            return Err(Error::invalid(
+                "follow_up.on_timeout",
+                format!("{} is not an OnTimeout", follow_up.on_timeout),
+            ))
+        }
+    };
+    Ok(FollowUp {
+        remind_after_seconds: follow_up.remind_after_seconds,
+        escalate_after_seconds: follow_up.escalate_after_seconds,
+        escalate_to: (!follow_up.escalate_to.is_empty()).then(|| GroupQuorum {
+            group: follow_up.escalate_to,
+            ..GroupQuorum::default()
+        }),
+        on_timeout,
+        reminded_at: None,
+        escalated_at: None,
+    })
 }
 
 pub fn delivery_to_pb(delivery: &Delivery) -> pb::Delivery {
@@ -219,14 +299,7 @@ pub fn approval_to_pb(approval: &Approval) -> pb::Approval {
         action: approval.action.clone(),
         reason: approval.reason.clone(),
         risk: risk_to_pb(approval.effective_risk()) as i32,
-        routes: approval
-            .routes
-            .iter()
-            .map(|r| pb::Route {
-                channel: r.channel.clone(),
-                target: r.target.clone(),
-            })
-            .collect(),
+        routes: routes_to_pb(&approval.routes),
         required_approvals: approval.effective_required_approvals(),
         labels: approval
             .labels
@@ -267,6 +340,12 @@ pub fn approval_to_pb(approval: &Approval) -> pb::Approval {
             .unwrap_or_default(),
         editor: approval.edit.as_ref().map(|e| decider_to_pb(&e.editor)),
         edited_at: approval.edit.as_ref().map(|e| timestamp(e.edited_at)),
+        approver_groups: approval
+            .group_progress()
+            .into_iter()
+            .map(|(g, approved)| group_to_pb(g, approved))
+            .collect(),
+        follow_up: approval.follow_up.as_ref().map(follow_up_to_pb),
     }
 }
 
@@ -278,6 +357,7 @@ pub fn event_to_pb(event: &StoredEvent) -> pb::ApprovalEvent {
         at: Some(timestamp(event.at)),
         decision: event.decision.as_ref().map(decision_to_pb),
         delivery: event.delivery.as_ref().map(delivery_to_pb),
+        detail: event.detail.clone().unwrap_or_default(),
     }
 }
 
@@ -316,16 +396,33 @@ pub fn request_from_pb(request: pb::RequestApprovalRequest) -> Result<RequestInp
         arguments_json: request.arguments_json,
         action: request.action,
         reason: request.reason,
-        routes: request
-            .routes
-            .into_iter()
-            .map(|r| Route {
-                channel: r.channel,
-                target: r.target,
-            })
-            .collect(),
+        routes: routes_from_pb(request.routes),
         required_approvals: request.required_approvals,
         ttl_seconds: request.ttl_seconds,
         labels: request.labels.into_iter().collect(),
+        approver_groups: request
+            .approver_groups
+            .into_iter()
+            .map(|g| GroupQuorum {
+                group: g.group,
+                required: g.required,
+                ..GroupQuorum::default()
+            })
+            .collect(),
+        follow_up: request.follow_up.map(follow_up_from_pb).transpose()?,
     })
+}
+
+pub fn delegation_to_pb(delegation: &Delegation, now: Millis) -> pb::Delegation {
+    pb::Delegation {
+        id: delegation.id.clone(),
+        delegator: delegation.delegator.clone(),
+        delegate: delegation.delegate.clone(),
+        created_at: Some(timestamp(delegation.created_at)),
+        until: Some(timestamp(delegation.until)),
+        revoked_at: delegation.revoked_at.map(timestamp),
+        reason: delegation.reason.clone(),
+        created_by: delegation.created_by.clone(),
+        active: delegation.is_active(now),
+    }
 }

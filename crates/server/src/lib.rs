@@ -96,7 +96,7 @@ pub async fn serve_with_metrics(
     }
 
     // Approvals that expired while the server was down are expired before the first call.
-    let expired = store.expire_due(now_millis()).await?;
+    let expired = store.sweep_due(now_millis()).await?;
     if expired > 0 {
         tracing::info!(
             expired,
@@ -135,11 +135,11 @@ pub async fn serve_with_metrics(
         store.clone(),
         hub,
         config.clone(),
-        security,
+        security.clone(),
         stop_rx,
     ))
     .max_decoding_message_size(config.limits.max_message_bytes);
-    let admin = AdminServiceServer::new(AdminApi::new(store))
+    let admin = AdminServiceServer::new(AdminApi::new(store, security))
         .max_decoding_message_size(config.limits.max_message_bytes);
 
     tracing::info!(listen = %listen, tls = tls.is_some(), database = %Database::of(&config.database), "countersign-server listening");
@@ -247,8 +247,8 @@ fn spawn_metrics(
     [follower, endpoint]
 }
 
-/// Expires approvals past their deadline and prunes events past retention; on a database
-/// shared by several servers, only the one that leads the sweeps does.
+/// Expires, reminds and escalates approvals when they are due, and prunes events past
+/// retention; on a database shared by several servers, only the one that leads the sweeps does.
 async fn sweep(store: Store, config: Arc<Config>, mut stop: signal::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_millis(config.approvals.sweep_interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -263,8 +263,8 @@ async fn sweep(store: Store, config: Arc<Config>, mut stop: signal::Receiver<boo
             continue;
         }
         let now = now_millis();
-        if let Err(e) = store.expire_due(now).await {
-            tracing::warn!(error = %e, "expiry sweep failed; retrying at the next tick");
+        if let Err(e) = store.sweep_due(now).await {
+            tracing::warn!(error = %e, "follow-up sweep failed; retrying at the next tick");
         }
         if retention_ms > 0 {
             if let Err(e) = store.prune_events(now - retention_ms, now).await {

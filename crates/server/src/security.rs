@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use countersign_core::approvers::ApproverRegistry;
+use countersign_core::groups::Groups;
 use countersign_core::policy::Policy;
 
 use tonic::transport::{Identity, ServerTlsConfig};
@@ -16,6 +17,7 @@ use crate::config::{Config, ConfigError, TlsConfig};
 pub struct Security {
     pub tokens: Arc<Tokens>,
     pub approvers: ApproverRegistry,
+    pub groups: Groups,
     pub policy: Policy,
 }
 
@@ -33,10 +35,28 @@ impl Security {
         if approvers.is_empty() {
             tracing::warn!("no approvers configured: any decider a worker sends is accepted");
         }
+        let groups = Groups::compile(&config.groups, &approvers)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let policy = Policy::compile(&config.rules, &config.request_limits())
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        for (rule, group, required) in policy.named_groups() {
+            match groups.size(group) {
+                None => {
+                    return Err(ConfigError::Invalid(format!(
+                        "rule {rule:?} names group {group:?}, which is not configured (see [[groups]])"
+                    )))
+                }
+                Some(members) if required as usize > members => {
+                    return Err(ConfigError::Invalid(format!(
+                        "rule {rule:?} asks for {required} approvals from group {group:?}, which has {members} members"
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
         tracing::info!(
             approvers = approvers.len(),
+            groups = groups.len(),
             rules = config.rules.len(),
             tls = config.tls.is_some(),
             "security configuration loaded"
@@ -44,6 +64,7 @@ impl Security {
         Ok(Security {
             tokens: Arc::new(tokens),
             approvers,
+            groups,
             policy,
         })
     }

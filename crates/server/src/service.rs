@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use countersign_core::groups::Delegation;
 use countersign_core::validate::{
     required, validate_arguments, validate_channel, validate_decider, validate_digest,
     validate_request, Limits,
@@ -236,6 +237,24 @@ impl ApprovalApi {
             Err(e) => status_of(e),
         }
     }
+
+    /// The active delegations to the registered approver `decider` is (none for a stranger).
+    async fn delegations_to(
+        &self,
+        decider: &countersign_core::Decider,
+        now: countersign_core::Millis,
+    ) -> Result<Vec<Delegation>, Status> {
+        let Some(id) = self.security.approvers.identify(decider) else {
+            return Ok(Vec::new());
+        };
+        let mut delegations = self
+            .store
+            .list_delegations(id, false, now)
+            .await
+            .map_err(status_of)?;
+        delegations.retain(|d| d.delegate == id && d.is_active(now));
+        Ok(delegations)
+    }
 }
 
 fn approval_id(value: &str) -> Result<(), Status> {
@@ -269,7 +288,11 @@ impl ApprovalService for ApprovalApi {
         )
         .await?;
         let request = validate_request(input, &self.limits).map_err(status_of_domain)?;
-        let (request, disposition) = self.security.policy.apply(request);
+        let (mut request, disposition) = self.security.policy.apply(request);
+        self.security
+            .groups
+            .resolve(&mut request)
+            .map_err(status_of_domain)?;
         let ttl = request
             .ttl_seconds
             .unwrap_or(self.config.approvals.default_ttl_seconds);
@@ -531,7 +554,9 @@ impl ApprovalService for ApprovalApi {
             },
             edited_arguments_json: String::new(),
             restarts_count: false,
+            delegate: None,
         };
+        let delegations = self.delegations_to(&decision.decider, now).await?;
         // Policy on the edited arguments: a deny rule refuses the edit, a higher risk or
         // quorum applies to it.
         let edit: Option<EditedVersion> = match edited_digest {
@@ -554,13 +579,14 @@ impl ApprovalService for ApprovalApi {
             Some(version) => current.with_edit(version, &decision.decider, now),
             None => current.clone(),
         };
-        let authorized = self
-            .security
-            .approvers
-            .authorize(&decision.decider, verdict, &checked);
+        let authorized =
+            self.security
+                .approvers
+                .authorize(&decision.decider, verdict, &checked, &delegations);
         let decision = match authorized {
-            Ok(approver) => Decision {
-                approver,
+            Ok(authorized) => Decision {
+                approver: authorized.approver,
+                delegate: authorized.delegate,
                 ..decision
             },
             Err(refusal) => {

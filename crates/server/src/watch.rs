@@ -128,6 +128,7 @@ impl Stream {
             at: Some(timestamp(now_millis())),
             decision: None,
             delivery: None,
+            detail: String::new(),
         }
     }
 }

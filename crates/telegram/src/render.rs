@@ -5,7 +5,7 @@
 //! an edit that changes nothing is recognised (and Telegram's "message is not modified" is
 //! expected, not an error).
 
-use countersign_client::{pb, version};
+use countersign_client::{groups, pb, version};
 use pb::{ApprovalState, ResolvedBy, Risk, Scope, Verdict};
 use time::OffsetDateTime;
 
@@ -139,11 +139,58 @@ fn render_tail(approval: &pb::Approval) -> String {
         ));
     }
     tail.push_str(&format!(
-        "<b>ID:</b> <code>{}</code>\n\n",
+        "<b>ID:</b> <code>{}</code>\n",
         escape(short_id(&approval.id))
     ));
+    tail.push_str(&who_decides_html(approval));
+    tail.push('\n');
     tail.push_str(&status_html(approval));
     tail
+}
+
+/// The groups that decide with their progress, the escalation, and the decisions made on
+/// someone's behalf; empty for an approval without groups, follow-up or delegation.
+fn who_decides_html(approval: &pb::Approval) -> String {
+    let mut html = String::new();
+    let progress = groups::group_progress(approval);
+    if !progress.is_empty() {
+        html.push_str(&format!(
+            "<b>Groups:</b> {}\n",
+            escape_within(&progress.join(" · "), IDENTITY_LIMIT * 2)
+        ));
+    }
+    if let Some(state) = groups::follow_up_state(approval) {
+        html.push_str(&format!(
+            "<b>Follow-up:</b> {}\n",
+            escape_within(&state, IDENTITY_LIMIT)
+        ));
+    }
+    for behalf in approval.decisions.iter().filter_map(groups::on_behalf_of) {
+        html.push_str(&format!(
+            "<b>Delegated:</b> {}\n",
+            escape_within(&behalf, IDENTITY_LIMIT)
+        ));
+    }
+    html
+}
+
+/// The reminder posted as a reply to the request message: who is still awaited (`detail`,
+/// written by the server) and the approval's id.
+pub fn reminder_html(approval: &pb::Approval, detail: &str) -> String {
+    let mut html = format!(
+        "⏰ <b>Reminder</b>: {}\n<b>Tool:</b> <code>{}</code> · <b>ID:</b> <code>{}</code>",
+        escape_within(detail, RESOLUTION_REASON_LIMIT),
+        agent_html(&approval.tool_name, TOOL_LIMIT),
+        escape(short_id(&approval.id))
+    );
+    let progress = groups::group_progress(approval);
+    if !progress.is_empty() {
+        html.push_str(&format!(
+            "\n<b>Groups:</b> {}",
+            escape_within(&progress.join(" · "), IDENTITY_LIMIT * 2)
+        ));
+    }
+    html
 }
 
 /// The arguments, pretty-printed in a `pre` block, truncated with a note to fit `budget`.
@@ -257,7 +304,11 @@ fn status_html(approval: &pb::Approval) -> String {
             html.push_str(&resolution_reason_html(approval));
             html
         }
-        ApprovalState::Expired => format!("⌛ <b>Expired</b>{}", at_html(approval)),
+        ApprovalState::Expired => format!(
+            "⌛ <b>Expired</b>{}{}",
+            at_html(approval),
+            resolution_reason_html(approval)
+        ),
         ApprovalState::Cancelled => {
             let mut html = format!("🚫 <b>Cancelled</b>{}", at_html(approval));
             html.push_str(&resolution_reason_html(approval));

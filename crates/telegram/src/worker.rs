@@ -20,8 +20,8 @@ use crate::callback::{ButtonAction, CallbackData};
 use crate::command::parse_command;
 use crate::config::Settings;
 use crate::render::{
-    decision_outcome_text, escape, grant_notice_html, render_approval, status_reply_html,
-    RenderedMessage, REPLACED_COPY_HTML,
+    decision_outcome_text, escape, grant_notice_html, reminder_html, render_approval,
+    status_reply_html, RenderedMessage, REPLACED_COPY_HTML,
 };
 
 /// The channel name this worker serves.
@@ -514,12 +514,23 @@ impl Worker {
                     part.done();
                 });
             }
+            EventKind::Reminded => {
+                tracing::info!(approval_id = %approval.id, seq = event.seq, "reminding the deciders");
+                let worker = self.clone();
+                let approval_id = approval.id.clone();
+                let part = part.share();
+                self.lanes.push(&approval_id, async move {
+                    worker.post_reminder(&approval, &event.detail).await;
+                    part.done();
+                });
+            }
             EventKind::Requested
             | EventKind::DecisionRecorded
             | EventKind::Resolved
             | EventKind::Expired
             | EventKind::Cancelled
-            | EventKind::Consumed => {
+            | EventKind::Consumed
+            | EventKind::Escalated => {
                 tracing::debug!(approval_id = %approval.id, seq = event.seq, ?kind, "approval event");
                 self.enqueue_show(approval, None, Some(part.share()));
             }
@@ -743,6 +754,31 @@ impl Worker {
             .await;
             if let Err(error) = sent {
                 tracing::warn!(approval_id = %approval.id, chat_id, %error, "cannot post the session grant notice");
+            }
+        }
+    }
+
+    /// Posts a reminder in every target chat, as a reply to the approval's first message there
+    /// (a plain message where the worker has none).
+    async fn post_reminder(&self, approval: &pb::Approval, detail: &str) {
+        let html = reminder_html(approval, detail);
+        let recorded = recorded_messages(approval);
+        for chat_id in self.target_chats(approval) {
+            let first = recorded
+                .iter()
+                .filter(|(chat, _)| *chat == chat_id)
+                .map(|(_, message_id)| *message_id)
+                .min();
+            let sent = retry_in_line(
+                self.call_backoff(),
+                5,
+                self.settings.max_retry_wait,
+                "sendMessage",
+                || self.bot.send_message(chat_id, &html, &[], first),
+            )
+            .await;
+            if let Err(error) = sent {
+                tracing::warn!(approval_id = %approval.id, chat_id, %error, "cannot post the reminder");
             }
         }
     }

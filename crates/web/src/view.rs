@@ -2,7 +2,7 @@
 //! plain text: the templates escape it (askama escapes HTML by default), so agent text can
 //! never become markup.
 
-use countersign_client::{pb, version, Timestamp};
+use countersign_client::{groups, pb, version, Timestamp};
 use countersign_worker::agent_text::one_line;
 use serde_json::Value;
 
@@ -170,14 +170,22 @@ impl Status {
             state: state_label(state),
             pending: state == pb::ApprovalState::Pending,
             outcome,
-            quorum: format!(
-                "{} of {} approvals",
-                approvals_so_far(approval),
-                approval.required_approvals.max(1)
-            ),
+            quorum: quorum_text(approval),
             decisions: approval.decisions.iter().map(decision_entry).collect(),
         }
     }
+}
+
+/// "1 of 2 approvals", then each group's progress and the follow-up state when there are.
+fn quorum_text(approval: &pb::Approval) -> String {
+    let mut parts = vec![format!(
+        "{} of {} approvals",
+        approvals_so_far(approval),
+        approval.required_approvals.max(1)
+    )];
+    parts.extend(groups::group_progress(approval));
+    parts.extend(groups::follow_up_state(approval));
+    parts.join(" · ")
 }
 
 fn outcome_text(approval: &pb::Approval, resolution: &pb::Resolution) -> String {
@@ -234,8 +242,11 @@ fn decision_entry(decision: &pb::Decision) -> TimelineEntry {
     TimelineEntry {
         at: time_text(decision.decided_at.as_ref()),
         what: format!(
-            "{} {verdict}{scope}{edited}{}",
+            "{} {verdict}{scope}{}{edited}{}",
             decider_text(decision.decider.as_ref()),
+            groups::on_behalf_of(decision)
+                .map(|behalf| format!(" ({behalf})"))
+                .unwrap_or_default(),
             reason_suffix(&decision.reason)
         ),
     }

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use countersign_core::groups::Delegation;
 use countersign_core::{
     Approval, ApprovalRequest, ConsumeOutcome, Decision, Delivery, Disposition, EditedVersion,
     Error as DomainError, EventKind, Millis, ResolvedBy, State, Verdict,
@@ -58,7 +59,14 @@ pub(crate) enum Change {
         approval_id: String,
         delivery: Delivery,
     },
-    ExpireDue,
+    /// Expires, escalates and reminds the pending approvals whose next due time passed.
+    FollowUpDue,
+    CreateDelegation {
+        delegation: Delegation,
+    },
+    RevokeDelegation {
+        delegation_id: String,
+    },
     PruneEvents {
         before: Millis,
     },
@@ -77,8 +85,11 @@ pub struct BatchKeys {
     pub grant_scopes: Vec<(String, String)>,
     /// Agents whose pending approvals a request counts against its limit.
     pub pending_agents: Vec<String>,
-    /// For an expiry sweep: approvals pending with a deadline at or before this time.
+    /// For a follow-up sweep: approvals pending with a next due time (deadline, reminder,
+    /// escalation) at or before this time.
     pub due_at: Option<Millis>,
+    /// Delegations to revoke.
+    pub delegation_ids: Vec<String>,
 }
 
 impl BatchKeys {
@@ -112,8 +123,11 @@ impl BatchKeys {
                     keys.approval_ids.push(approval_id.clone());
                 }
                 Change::RevokeGrant { grant_id, .. } => keys.grant_ids.push(grant_id.clone()),
-                Change::ExpireDue => keys.due_at = Some(keys.due_at.unwrap_or(now).max(now)),
-                Change::PruneEvents { .. } => {}
+                Change::FollowUpDue => keys.due_at = Some(keys.due_at.unwrap_or(now).max(now)),
+                Change::RevokeDelegation { delegation_id } => {
+                    keys.delegation_ids.push(delegation_id.clone())
+                }
+                Change::CreateDelegation { .. } | Change::PruneEvents { .. } => {}
             }
         }
         keys.grant_scopes.sort_unstable();
@@ -142,6 +156,8 @@ pub struct Loaded {
     pub grants: Vec<BoundedGrant>,
     /// (agent id, deadline) of each pending approval of the agents in `pending_agents`.
     pub pending: Vec<(String, Millis)>,
+    /// The delegations named by id.
+    pub delegations: Vec<Delegation>,
 }
 
 /// One event row to append.
@@ -169,6 +185,8 @@ pub struct WriteSet {
     pub redact: Vec<String>,
     /// Delete events older than this (the newest event always stays).
     pub prune_before: Option<Millis>,
+    /// New or revoked delegations, as they are at the end of the batch.
+    pub delegations: BTreeMap<String, Delegation>,
 }
 
 impl WriteSet {
@@ -178,6 +196,7 @@ impl WriteSet {
             && self.new_grants.is_empty()
             && self.revoked_grants.is_empty()
             && self.prune_before.is_none()
+            && self.delegations.is_empty()
     }
 }
 
@@ -187,6 +206,7 @@ pub(crate) struct Plan {
     by_key: HashMap<(String, String), String>,
     grants: Vec<BoundedGrant>,
     pending: HashMap<String, Vec<Millis>>,
+    delegations: HashMap<String, Delegation>,
     head: ChainHead,
     redact_arguments: bool,
     writes: WriteSet,
@@ -222,6 +242,11 @@ impl Plan {
             by_key,
             grants: loaded.grants,
             pending,
+            delegations: loaded
+                .delegations
+                .into_iter()
+                .map(|d| (d.id.clone(), d))
+                .collect(),
             head,
             redact_arguments,
             writes: WriteSet::default(),
@@ -293,9 +318,14 @@ impl Plan {
         let before = self.approvals.get(&approval.id).cloned();
         if let Some(deadlines) = self.pending.get_mut(&approval.agent_id) {
             let was_pending = before.as_ref().is_some_and(Approval::is_pending);
-            if was_pending && !approval.is_pending() {
-                if let Some(at) = deadlines.iter().position(|&at| at == approval.expires_at) {
+            let old_deadline = before.as_ref().map(|b| b.expires_at);
+            if was_pending {
+                if let Some(at) = deadlines.iter().position(|&at| Some(at) == old_deadline) {
                     deadlines.swap_remove(at);
+                }
+                if approval.is_pending() {
+                    // A timeout escalation moved the deadline.
+                    deadlines.push(approval.expires_at);
                 }
             } else if before.is_none() && approval.is_pending() {
                 deadlines.push(approval.expires_at);
@@ -378,6 +408,19 @@ impl Plan {
             detail: None,
         };
         self.append(kind, at, body)
+    }
+
+    /// Keeps a new or revoked delegation for the rest of the batch and for the write.
+    fn save_delegation(&mut self, delegation: Delegation) -> Applied {
+        self.delegations
+            .insert(delegation.id.clone(), delegation.clone());
+        self.writes
+            .delegations
+            .insert(delegation.id.clone(), delegation.clone());
+        Applied {
+            reply: Reply::Delegation(delegation),
+            events: Vec::new(),
+        }
     }
 
     /// Saves a changed approval and logs the event that changed it.
@@ -498,13 +541,13 @@ impl Plan {
                 let kind = approval.record_delivery(delivery.clone());
                 self.save_and_log(approval, kind, now, Some(delivery))
             }
-            Change::ExpireDue => {
+            Change::FollowUpDue => {
                 let mut due: Vec<&Approval> = self
                     .approvals
                     .values()
-                    .filter(|a| a.is_pending() && a.expires_at <= now)
+                    .filter(|a| a.is_pending() && a.next_due() <= now)
                     .collect();
-                due.sort_by(|a, b| (a.expires_at, &a.id).cmp(&(b.expires_at, &b.id)));
+                due.sort_by(|a, b| (a.next_due(), &a.id).cmp(&(b.next_due(), &b.id)));
                 let due: Vec<Approval> = due
                     .into_iter()
                     .take(EXPIRY_SWEEP_LIMIT as usize)
@@ -512,21 +555,39 @@ impl Plan {
                     .collect();
                 let mut events = Vec::with_capacity(due.len());
                 for mut approval in due {
-                    if approval.expire_if_due(now) {
+                    if let Some((kind, detail)) = approval.follow_up_if_due(now) {
                         self.save(&approval);
-                        events.push(self.append_event(
-                            EventKind::Expired,
-                            now,
-                            &approval,
-                            None,
-                            None,
-                        )?);
+                        let body = EventBody {
+                            approval,
+                            decision: None,
+                            delivery: None,
+                            detail: Some(detail),
+                        };
+                        events.push(self.append(kind, now, body)?);
                     }
                 }
                 Ok(Applied {
                     reply: Reply::Count(events.len() as u64),
                     events,
                 })
+            }
+            Change::CreateDelegation { delegation } => Ok(self.save_delegation(delegation)),
+            Change::RevokeDelegation { delegation_id } => {
+                let mut delegation =
+                    self.delegations
+                        .get(&delegation_id)
+                        .cloned()
+                        .ok_or_else(|| {
+                            DomainError::NotFound(format!("delegation {delegation_id} not found"))
+                        })?;
+                if delegation.revoked_at.is_some() {
+                    return Ok(Applied {
+                        reply: Reply::Delegation(delegation),
+                        events: Vec::new(),
+                    });
+                }
+                delegation.revoked_at = Some(now);
+                Ok(self.save_delegation(delegation))
             }
             Change::PruneEvents { before } => {
                 self.writes.prune_before =
@@ -617,7 +678,11 @@ impl Plan {
 
     /// The oldest active grant of the request's session and tool that covers its risk, quorum
     /// and argument scope (a grant covers no more than the approval that made it).
+    /// A request that names groups is never covered: a grant does not stand for their members.
     fn covering_grant(&self, request: &ApprovalRequest, now: Millis) -> Option<String> {
+        if !request.approver_groups.is_empty() {
+            return None;
+        }
         self.grants
             .iter()
             .filter(|g| {
@@ -689,7 +754,7 @@ impl Plan {
         let reply_approval = match &mut applied.reply {
             Reply::Requested(requested) => Some(&mut requested.approval),
             Reply::Decided(_, approval) | Reply::Approval(approval) => Some(approval),
-            Reply::Grant(_) | Reply::Count(_) | Reply::Pruned => None,
+            Reply::Grant(_) | Reply::Delegation(_) | Reply::Count(_) | Reply::Pruned => None,
         };
         let mut resolved: Vec<String> = Vec::new();
         for approval in applied

@@ -23,10 +23,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use countersign_core::groups::{Delegation, FollowUp};
 use countersign_core::{
     Approval, ApprovalRequest, ArgsEdit, ConsumeOutcome, Consumption, DecideOutcome, Decision,
     Delivery, Disposition, EditedVersion, Error as DomainError, EventKind, Millis, Resolution,
-    State,
+    Route, State,
 };
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -120,6 +121,15 @@ struct Progress {
     /// them; the edit's digest stands for them in the hash chain).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     edit: Option<ArgsEdit>,
+    /// With a follow-up plan: how far it went, and the deadline (an escalation on timeout
+    /// moves it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    follow_up: Option<FollowUp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expires_at: Option<Millis>,
+    /// With a follow-up plan: the routes (an escalation adds its group's destinations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    routes: Option<Vec<Route>>,
 }
 
 impl EventBody {
@@ -139,6 +149,17 @@ impl EventBody {
                 resolution: self.approval.resolution.clone(),
                 consumption: self.approval.consumption.clone(),
                 edit,
+                follow_up: self.approval.follow_up.clone(),
+                expires_at: self
+                    .approval
+                    .follow_up
+                    .is_some()
+                    .then_some(self.approval.expires_at),
+                routes: self
+                    .approval
+                    .follow_up
+                    .is_some()
+                    .then(|| self.approval.routes.clone()),
             };
             (None, Some(progress))
         };
@@ -189,6 +210,15 @@ impl EventBody {
                 let current = approval.clone();
                 approval.edit = after.edit;
                 approval.restore_edited_values(&current);
+                if after.follow_up.is_some() {
+                    approval.follow_up = after.follow_up;
+                }
+                if let Some(expires_at) = after.expires_at {
+                    approval.expires_at = expires_at;
+                }
+                if let Some(routes) = after.routes {
+                    approval.routes = routes;
+                }
                 approval
             }
             _ => {
@@ -232,6 +262,12 @@ pub(crate) fn disagreement(row: &Approval, newest_event: &str) -> Option<String>
                 && after.resolution == row.resolution
                 && after.consumption == row.consumption
                 && without_values(&after.edit) == without_values(&row.edit)
+                && after
+                    .follow_up
+                    .as_ref()
+                    .is_none_or(|f| Some(f) == row.follow_up.as_ref())
+                && after.expires_at.is_none_or(|at| at == row.expires_at)
+                && after.routes.as_ref().is_none_or(|r| *r == row.routes)
         }
         (None, None) => false,
     };
@@ -288,6 +324,7 @@ pub(crate) enum Reply {
     Decided(DecideOutcome, Approval),
     Approval(Approval),
     Grant(Grant),
+    Delegation(Delegation),
     Count(u64),
     /// Events were pruned; how many is known once the batch is written.
     Pruned,
@@ -413,6 +450,14 @@ pub trait Backend: Send + Sync {
     ) -> Result<Option<Result<(), Duration>>, StoreError> {
         Ok(None)
     }
+    /// Delegations, newest first: to or from `approver` (everyone when empty), only those
+    /// active at `now` unless `include_inactive`.
+    async fn list_delegations(
+        &self,
+        approver: &str,
+        include_inactive: bool,
+        now: Millis,
+    ) -> Result<Vec<Delegation>, StoreError>;
 }
 
 /// The handle the services use; cheap to clone.
@@ -635,10 +680,43 @@ impl Store {
         }
     }
 
-    /// Expires pending approvals past their deadline (at most [`batch::EXPIRY_SWEEP_LIMIT`]
-    /// at a time); returns how many.
-    pub async fn expire_due(&self, now: Millis) -> Result<u64, StoreError> {
-        self.submit_for_count(Change::ExpireDue, now).await
+    /// Expires, escalates and reminds the pending approvals whose next due time passed (at
+    /// most [`batch::EXPIRY_SWEEP_LIMIT`] at a time); returns how many changed.
+    pub async fn sweep_due(&self, now: Millis) -> Result<u64, StoreError> {
+        self.submit_for_count(Change::FollowUpDue, now).await
+    }
+
+    /// Stores a new delegation.
+    pub async fn create_delegation(
+        &self,
+        delegation: Delegation,
+        now: Millis,
+    ) -> Result<Delegation, StoreError> {
+        self.submit_for_delegation(Change::CreateDelegation { delegation }, now)
+            .await
+    }
+
+    /// Ends a delegation now; revoking a revoked one changes nothing.
+    pub async fn revoke_delegation(
+        &self,
+        delegation_id: &str,
+        now: Millis,
+    ) -> Result<Delegation, StoreError> {
+        let change = Change::RevokeDelegation {
+            delegation_id: delegation_id.to_string(),
+        };
+        self.submit_for_delegation(change, now).await
+    }
+
+    async fn submit_for_delegation(
+        &self,
+        change: Change,
+        now: Millis,
+    ) -> Result<Delegation, StoreError> {
+        match self.submit(change, now).await? {
+            Reply::Delegation(delegation) => Ok(delegation),
+            _ => Err(unexpected_reply()),
+        }
     }
 
     /// Deletes events older than `before`; returns how many.
@@ -700,6 +778,17 @@ impl Store {
         now: Millis,
     ) -> Result<Vec<Grant>, StoreError> {
         self.backend.list_grants(filter, now).await
+    }
+
+    pub async fn list_delegations(
+        &self,
+        approver: &str,
+        include_inactive: bool,
+        now: Millis,
+    ) -> Result<Vec<Delegation>, StoreError> {
+        self.backend
+            .list_delegations(approver, include_inactive, now)
+            .await
     }
 
     /// Whether this server runs the background sweeps now (see [`Backend::leads_sweeps`]).
@@ -993,6 +1082,8 @@ mod tests {
             policy_rule: None,
             separation_of_duties: false,
             grant_scope: String::new(),
+            approver_groups: Vec::new(),
+            follow_up: None,
         }
     }
 
@@ -1085,6 +1176,7 @@ mod tests {
             args_digest: String::new(),
             edited_arguments_json: String::new(),
             restarts_count: false,
+            delegate: None,
         }
     }
 
@@ -1119,7 +1211,7 @@ mod tests {
             .unwrap();
         let stuck = tokio::spawn({
             let store = store.clone();
-            async move { store.expire_due(now_millis()).await }
+            async move { store.sweep_due(now_millis()).await }
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         let deciders: Vec<_> = (0..40)

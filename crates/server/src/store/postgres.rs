@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use countersign_core::groups::Delegation;
 use countersign_core::{Approval, EventKind, Millis};
 use sqlx::postgres::{
     PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions, PgRow, Postgres,
@@ -117,19 +118,29 @@ UNION ALL
 SELECT body FROM approvals
  WHERE (agent_id, idempotency_key) IN (SELECT * FROM unnest($3::text[], $4::text[]))";
 
+/// The approvals a follow-up sweep expires, escalates or reminds, earliest due first.
 const LOAD_DUE: &str = "
 SELECT body FROM approvals
- WHERE state = 'PENDING' AND expires_at_ms <= $1 ORDER BY expires_at_ms LIMIT $2";
+ WHERE state = 'PENDING' AND due_at_ms <= $1 ORDER BY due_at_ms LIMIT $2";
 
 const LOAD_PENDING: &str = "SELECT agent_id, expires_at_ms FROM approvals
  WHERE agent_id = ANY($1) AND state = 'PENDING'";
 
 const WRITE_APPROVALS: &str = "
 INSERT INTO approvals (id, agent_id, idempotency_key, session_id, tool_name, state, channels,
-                       created_at_ms, expires_at_ms, body)
+                       created_at_ms, expires_at_ms, body, due_at_ms)
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                     $7::text[], $8::bigint[], $9::bigint[], $10::text[])
-    ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body";
+                     $7::text[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[])
+    ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body,
+       channels = excluded.channels, expires_at_ms = excluded.expires_at_ms,
+       due_at_ms = excluded.due_at_ms";
+
+const WRITE_DELEGATIONS: &str = "
+INSERT INTO delegations (id, delegator, delegate, created_at_ms, until_ms, revoked_at_ms, reason,
+                         created_by)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[],
+                     $6::bigint[], $7::text[], $8::text[])
+    ON CONFLICT (id) DO UPDATE SET revoked_at_ms = excluded.revoked_at_ms";
 
 const WRITE_EVENTS: &str = "
 INSERT INTO events (seq, approval_id, kind, at_ms, body, agent_id, decider, approver, prev_hash,
@@ -220,6 +231,18 @@ impl WriterConnection for PgWriter {
                 .map(bounded_grant_from_row)
                 .collect::<Result<_, _>>()?;
         }
+        if !keys.delegation_ids.is_empty() {
+            let rows = sqlx::query(&format!(
+                "SELECT {DELEGATION_COLUMNS} FROM delegations WHERE id = ANY($1)"
+            ))
+            .bind(&keys.delegation_ids)
+            .fetch_all(&mut self.conn)
+            .await?;
+            loaded.delegations = rows
+                .iter()
+                .map(delegation_from_row)
+                .collect::<Result<_, _>>()?;
+        }
         if !keys.pending_agents.is_empty() {
             loaded.pending = sqlx::query_as(LOAD_PENDING)
                 .bind(&keys.pending_agents)
@@ -247,6 +270,7 @@ impl WriterConnection for PgWriter {
                 .bind(column(&approvals, |a| a.created_at))
                 .bind(column(&approvals, |a| a.expires_at))
                 .bind(bodies)
+                .bind(column(&approvals, |a| a.next_due()))
                 .execute(&mut self.conn)
                 .await?;
         }
@@ -293,6 +317,20 @@ impl WriterConnection for PgWriter {
             sqlx::query(REVOKE_GRANTS)
                 .bind(column(revoked, |(id, _)| id.as_str()))
                 .bind(column(revoked, |(_, at)| *at))
+                .execute(&mut self.conn)
+                .await?;
+        }
+        if !writes.delegations.is_empty() {
+            let delegations: Vec<&Delegation> = writes.delegations.values().collect();
+            sqlx::query(WRITE_DELEGATIONS)
+                .bind(column(&delegations, |d| d.id.as_str()))
+                .bind(column(&delegations, |d| d.delegator.as_str()))
+                .bind(column(&delegations, |d| d.delegate.as_str()))
+                .bind(column(&delegations, |d| d.created_at))
+                .bind(column(&delegations, |d| d.until))
+                .bind(column(&delegations, |d| d.revoked_at))
+                .bind(column(&delegations, |d| d.reason.as_str()))
+                .bind(column(&delegations, |d| d.created_by.as_str()))
                 .execute(&mut self.conn)
                 .await?;
         }
@@ -421,6 +459,15 @@ impl Backend for PostgresBackend {
         now: Millis,
     ) -> Result<Vec<Grant>, StoreError> {
         list_grants(&self.reads, filter, now).await
+    }
+
+    async fn list_delegations(
+        &self,
+        approver: &str,
+        include_inactive: bool,
+        now: Millis,
+    ) -> Result<Vec<Delegation>, StoreError> {
+        list_delegations(&self.reads, approver, include_inactive, now).await
     }
 
     /// Takes (or keeps) the sweep lock on a connection of its own; a lost connection loses

@@ -21,7 +21,7 @@ pub(super) fn readable_approvals(bodies: &[String]) -> Vec<Approval> {
 
 /// Defines, in the calling backend module, the shared reads over `$pool` (rows of `$row`,
 /// database `$db`): `list`, `count_pending`, `events_after`, `list_events`, `list_grants`,
-/// `event_from_row` and `bounded_grant_from_row`.
+/// `list_delegations`, `event_from_row`, `bounded_grant_from_row` and `delegation_from_row`.
 macro_rules! sql_reads {
     ($db:ty, $pool:ty, $row:ty) => {
         /// An event row with its approval's current row, which lean events are read against.
@@ -33,6 +33,47 @@ macro_rules! sql_reads {
         const GRANT_COLUMNS: &str = "id, agent_id, session_id, tool_name, approval_id,
             granted_by, created_at_ms, expires_at_ms, revoked_at_ms, max_risk_rank,
             max_required_approvals, scope";
+
+        const DELEGATION_COLUMNS: &str = "id, delegator, delegate, created_at_ms, until_ms,
+            revoked_at_ms, reason, created_by";
+
+        fn delegation_from_row(row: &$row) -> Result<Delegation, sqlx::Error> {
+            Ok(Delegation {
+                id: row.try_get("id")?,
+                delegator: row.try_get("delegator")?,
+                delegate: row.try_get("delegate")?,
+                created_at: row.try_get("created_at_ms")?,
+                until: row.try_get("until_ms")?,
+                revoked_at: row.try_get("revoked_at_ms")?,
+                reason: row.try_get("reason")?,
+                created_by: row.try_get("created_by")?,
+            })
+        }
+
+        /// Delegations, newest first: to or from `approver` (everyone when empty), only those
+        /// active at `now` unless `include_inactive`.
+        async fn list_delegations(
+            pool: &$pool,
+            approver: &str,
+            include_inactive: bool,
+            now: Millis,
+        ) -> Result<Vec<Delegation>, StoreError> {
+            let rows = sqlx::query(&format!(
+                "SELECT {DELEGATION_COLUMNS} FROM delegations
+                  WHERE ($1 = '' OR delegator = $1 OR delegate = $1)
+                    AND ($2 OR (revoked_at_ms IS NULL AND until_ms > $3))
+                  ORDER BY created_at_ms DESC, id DESC LIMIT 1000"
+            ))
+            .bind(approver)
+            .bind(include_inactive)
+            .bind(now)
+            .fetch_all(pool)
+            .await?;
+            Ok(rows
+                .iter()
+                .map(delegation_from_row)
+                .collect::<Result<_, _>>()?)
+        }
 
         fn bounded_grant_from_row(row: &$row) -> Result<BoundedGrant, sqlx::Error> {
             Ok(BoundedGrant {

@@ -27,6 +27,7 @@ use crate::audit::AuditReport;
 use crate::config::{Durability, StorageConfig};
 use crate::history::{AuditedEvent, EventFilter, GrantFilter};
 use crate::integrity::{self, AuditSql, IntegrityError};
+use countersign_core::groups::Delegation;
 
 pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
@@ -82,20 +83,22 @@ UNION ALL
 SELECT body FROM approvals
  WHERE (agent_id, idempotency_key) IN (SELECT value->>0, value->>1 FROM json_each(?))";
 
-/// The approvals an expiry sweep expires, oldest deadline first. Only a sweep's batch reads
-/// them: walking the pending approvals is not free when many wait.
+/// The approvals a follow-up sweep expires, escalates or reminds, earliest due first. Only a
+/// sweep's batch reads them: walking the pending approvals is not free when many wait.
 const LOAD_DUE: &str = "
-SELECT body FROM approvals INDEXED BY approvals_pending_by_expiry
- WHERE state = 'PENDING' AND expires_at_ms <= ? ORDER BY expires_at_ms LIMIT ?";
+SELECT body FROM approvals INDEXED BY approvals_pending_by_due
+ WHERE state = 'PENDING' AND due_at_ms <= ? ORDER BY due_at_ms LIMIT ?";
 
 /// Every write of a batch, each statement taking its rows as one JSON array.
 const WRITE_BATCH: &str = "
 INSERT INTO approvals (id, agent_id, idempotency_key, session_id, tool_name, state, channels,
-                       created_at_ms, expires_at_ms, body)
+                       created_at_ms, expires_at_ms, body, due_at_ms)
 SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7,
-       value->>8, value->>9
+       value->>8, value->>9, value->>10
   FROM json_each(?) WHERE true
-    ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body;
+    ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body,
+       channels = excluded.channels, expires_at_ms = excluded.expires_at_ms,
+       due_at_ms = excluded.due_at_ms;
 INSERT INTO events (seq, approval_id, kind, at_ms, body, agent_id, decider, approver, prev_hash,
                     hash)
 SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7,
@@ -110,7 +113,12 @@ UPDATE grants SET revoked_at_ms = revoked.value->>1
   FROM json_each(?) AS revoked WHERE grants.id = revoked.value->>0;
 UPDATE events SET body = json_set(body, '$.approval.arguments_json', '')
  WHERE approval_id IN (SELECT value FROM json_each(?))
-   AND json_extract(body, '$.approval.arguments_json') <> ''";
+   AND json_extract(body, '$.approval.arguments_json') <> '';
+INSERT INTO delegations (id, delegator, delegate, created_at_ms, until_ms, revoked_at_ms, reason,
+                         created_by)
+SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7
+  FROM json_each(?) WHERE true
+    ON CONFLICT (id) DO UPDATE SET revoked_at_ms = excluded.revoked_at_ms";
 
 #[async_trait]
 impl WriterConnection for SqliteWriter {
@@ -175,6 +183,19 @@ impl WriterConnection for SqliteWriter {
                 .map(bounded_grant_from_row)
                 .collect::<Result<_, _>>()?;
         }
+        if !keys.delegation_ids.is_empty() {
+            let rows = sqlx::query(&format!(
+                "SELECT {DELEGATION_COLUMNS} FROM delegations
+                  WHERE id IN (SELECT value FROM json_each(?))"
+            ))
+            .bind(serde_json::to_string(&keys.delegation_ids)?)
+            .fetch_all(&mut self.conn)
+            .await?;
+            loaded.delegations = rows
+                .iter()
+                .map(delegation_from_row)
+                .collect::<Result<_, _>>()?;
+        }
         if !keys.pending_agents.is_empty() {
             loaded.pending = sqlx::query_as(
                 "SELECT agent_id, expires_at_ms FROM approvals
@@ -203,6 +224,7 @@ impl WriterConnection for SqliteWriter {
                     a.created_at,
                     a.expires_at,
                     serde_json::to_string(a)?,
+                    a.next_due(),
                 ]))
             })
             .collect::<Result<Vec<Value>, serde_json::Error>>()?;
@@ -243,12 +265,29 @@ impl WriterConnection for SqliteWriter {
                 ])
             })
             .collect();
+        let delegations: Vec<Value> = writes
+            .delegations
+            .values()
+            .map(|d| {
+                serde_json::json!([
+                    d.id,
+                    d.delegator,
+                    d.delegate,
+                    d.created_at,
+                    d.until,
+                    d.revoked_at,
+                    d.reason,
+                    d.created_by,
+                ])
+            })
+            .collect();
         sqlx::query(WRITE_BATCH)
             .bind(Value::from(approvals).to_string())
             .bind(Value::from(events).to_string())
             .bind(Value::from(grants).to_string())
             .bind(serde_json::to_string(&writes.revoked_grants)?)
             .bind(serde_json::to_string(&writes.redact)?)
+            .bind(Value::from(delegations).to_string())
             .execute(&mut self.conn)
             .await?;
         match writes.prune_before {
@@ -347,6 +386,15 @@ impl Backend for SqliteBackend {
         now: Millis,
     ) -> Result<Vec<Grant>, StoreError> {
         list_grants(&self.reads, filter, now).await
+    }
+
+    async fn list_delegations(
+        &self,
+        approver: &str,
+        include_inactive: bool,
+        now: Millis,
+    ) -> Result<Vec<Delegation>, StoreError> {
+        list_delegations(&self.reads, approver, include_inactive, now).await
     }
 }
 

@@ -58,6 +58,12 @@ impl Harness {
         harness
     }
 
+    /// Server configured by `server_toml` and fake Telegram, without a worker: the test
+    /// adjusts `settings` and then calls [`Harness::start_worker`].
+    pub async fn without_worker_with_server_toml(server_toml: &str) -> Harness {
+        Harness::with_server(TestServer::start_with_toml(server_toml).await).await
+    }
+
     async fn with_server(server: TestServer) -> Harness {
         // The worker's logs, when RUST_LOG asks for them.
         let _ = tracing_subscriber::fmt()

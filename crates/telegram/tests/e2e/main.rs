@@ -7,4 +7,5 @@ mod common;
 mod cursor;
 mod fake_bot_api;
 mod faults;
+mod groups;
 mod worker;

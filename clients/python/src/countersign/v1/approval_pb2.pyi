@@ -70,6 +70,8 @@ class EventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_KIND_HEARTBEAT: _ClassVar[EventKind]
     EVENT_KIND_DECISION_REFUSED: _ClassVar[EventKind]
     EVENT_KIND_GRANT_REVOKED: _ClassVar[EventKind]
+    EVENT_KIND_REMINDED: _ClassVar[EventKind]
+    EVENT_KIND_ESCALATED: _ClassVar[EventKind]
 
 class DecideOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -78,6 +80,12 @@ class DecideOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DECIDE_OUTCOME_RESOLVED: _ClassVar[DecideOutcome]
     DECIDE_OUTCOME_ALREADY_RESOLVED: _ClassVar[DecideOutcome]
     DECIDE_OUTCOME_DUPLICATE: _ClassVar[DecideOutcome]
+
+class OnTimeout(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ON_TIMEOUT_UNSPECIFIED: _ClassVar[OnTimeout]
+    ON_TIMEOUT_REJECT: _ClassVar[OnTimeout]
+    ON_TIMEOUT_ESCALATE: _ClassVar[OnTimeout]
 RISK_UNSPECIFIED: Risk
 RISK_LOW: Risk
 RISK_MEDIUM: Risk
@@ -118,11 +126,16 @@ EVENT_KIND_DELIVERED: EventKind
 EVENT_KIND_HEARTBEAT: EventKind
 EVENT_KIND_DECISION_REFUSED: EventKind
 EVENT_KIND_GRANT_REVOKED: EventKind
+EVENT_KIND_REMINDED: EventKind
+EVENT_KIND_ESCALATED: EventKind
 DECIDE_OUTCOME_UNSPECIFIED: DecideOutcome
 DECIDE_OUTCOME_RECORDED: DecideOutcome
 DECIDE_OUTCOME_RESOLVED: DecideOutcome
 DECIDE_OUTCOME_ALREADY_RESOLVED: DecideOutcome
 DECIDE_OUTCOME_DUPLICATE: DecideOutcome
+ON_TIMEOUT_UNSPECIFIED: OnTimeout
+ON_TIMEOUT_REJECT: OnTimeout
+ON_TIMEOUT_ESCALATE: OnTimeout
 
 class Route(_message.Message):
     __slots__ = ("channel", "target")
@@ -143,7 +156,7 @@ class Decider(_message.Message):
     def __init__(self, channel: _Optional[str] = ..., user_id: _Optional[str] = ..., display_name: _Optional[str] = ...) -> None: ...
 
 class Decision(_message.Message):
-    __slots__ = ("verdict", "scope", "reason", "decider", "idempotency_key", "decided_at", "args_digest", "edited_arguments_json", "restarts_count")
+    __slots__ = ("verdict", "scope", "reason", "decider", "idempotency_key", "decided_at", "args_digest", "edited_arguments_json", "restarts_count", "approver", "delegate")
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -153,6 +166,8 @@ class Decision(_message.Message):
     ARGS_DIGEST_FIELD_NUMBER: _ClassVar[int]
     EDITED_ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
     RESTARTS_COUNT_FIELD_NUMBER: _ClassVar[int]
+    APPROVER_FIELD_NUMBER: _ClassVar[int]
+    DELEGATE_FIELD_NUMBER: _ClassVar[int]
     verdict: Verdict
     scope: Scope
     reason: str
@@ -162,7 +177,9 @@ class Decision(_message.Message):
     args_digest: str
     edited_arguments_json: str
     restarts_count: bool
-    def __init__(self, verdict: _Optional[_Union[Verdict, str]] = ..., scope: _Optional[_Union[Scope, str]] = ..., reason: _Optional[str] = ..., decider: _Optional[_Union[Decider, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., args_digest: _Optional[str] = ..., edited_arguments_json: _Optional[str] = ..., restarts_count: _Optional[bool] = ...) -> None: ...
+    approver: str
+    delegate: str
+    def __init__(self, verdict: _Optional[_Union[Verdict, str]] = ..., scope: _Optional[_Union[Scope, str]] = ..., reason: _Optional[str] = ..., decider: _Optional[_Union[Decider, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., args_digest: _Optional[str] = ..., edited_arguments_json: _Optional[str] = ..., restarts_count: _Optional[bool] = ..., approver: _Optional[str] = ..., delegate: _Optional[str] = ...) -> None: ...
 
 class Resolution(_message.Message):
     __slots__ = ("verdict", "resolved_by", "deciders", "rule", "grant_id", "reason", "resolved_at", "args_digest")
@@ -207,7 +224,7 @@ class Consumption(_message.Message):
     def __init__(self, outcome: _Optional[_Union[ConsumeOutcome, str]] = ..., detail: _Optional[str] = ..., consumed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Approval(_message.Message):
-    __slots__ = ("id", "agent_id", "session_id", "requester", "idempotency_key", "tool_name", "arguments_json", "args_digest", "action", "reason", "risk", "routes", "required_approvals", "labels", "state", "decisions", "resolution", "deliveries", "created_at", "expires_at", "resolved_at", "consumption", "policy_rule", "edited_arguments_json", "edited_args_digest", "editor", "edited_at")
+    __slots__ = ("id", "agent_id", "session_id", "requester", "idempotency_key", "tool_name", "arguments_json", "args_digest", "action", "reason", "risk", "routes", "required_approvals", "labels", "state", "decisions", "resolution", "deliveries", "created_at", "expires_at", "resolved_at", "consumption", "policy_rule", "edited_arguments_json", "edited_args_digest", "editor", "edited_at", "approver_groups", "follow_up")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -242,6 +259,8 @@ class Approval(_message.Message):
     EDITED_ARGS_DIGEST_FIELD_NUMBER: _ClassVar[int]
     EDITOR_FIELD_NUMBER: _ClassVar[int]
     EDITED_AT_FIELD_NUMBER: _ClassVar[int]
+    APPROVER_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_UP_FIELD_NUMBER: _ClassVar[int]
     id: str
     agent_id: str
     session_id: str
@@ -269,10 +288,12 @@ class Approval(_message.Message):
     edited_args_digest: str
     editor: Decider
     edited_at: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., agent_id: _Optional[str] = ..., session_id: _Optional[str] = ..., requester: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., args_digest: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., risk: _Optional[_Union[Risk, str]] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., required_approvals: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., decisions: _Optional[_Iterable[_Union[Decision, _Mapping]]] = ..., resolution: _Optional[_Union[Resolution, _Mapping]] = ..., deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., consumption: _Optional[_Union[Consumption, _Mapping]] = ..., policy_rule: _Optional[str] = ..., edited_arguments_json: _Optional[str] = ..., edited_args_digest: _Optional[str] = ..., editor: _Optional[_Union[Decider, _Mapping]] = ..., edited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    approver_groups: _containers.RepeatedCompositeFieldContainer[GroupQuorum]
+    follow_up: FollowUp
+    def __init__(self, id: _Optional[str] = ..., agent_id: _Optional[str] = ..., session_id: _Optional[str] = ..., requester: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., args_digest: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., risk: _Optional[_Union[Risk, str]] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., required_approvals: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., decisions: _Optional[_Iterable[_Union[Decision, _Mapping]]] = ..., resolution: _Optional[_Union[Resolution, _Mapping]] = ..., deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., consumption: _Optional[_Union[Consumption, _Mapping]] = ..., policy_rule: _Optional[str] = ..., edited_arguments_json: _Optional[str] = ..., edited_args_digest: _Optional[str] = ..., editor: _Optional[_Union[Decider, _Mapping]] = ..., edited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., approver_groups: _Optional[_Iterable[_Union[GroupQuorum, _Mapping]]] = ..., follow_up: _Optional[_Union[FollowUp, _Mapping]] = ...) -> None: ...
 
 class RequestApprovalRequest(_message.Message):
-    __slots__ = ("agent_id", "session_id", "requester", "idempotency_key", "tool_name", "arguments_json", "action", "reason", "risk", "routes", "required_approvals", "ttl_seconds", "labels")
+    __slots__ = ("agent_id", "session_id", "requester", "idempotency_key", "tool_name", "arguments_json", "action", "reason", "risk", "routes", "required_approvals", "ttl_seconds", "labels", "approver_groups", "follow_up")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -293,6 +314,8 @@ class RequestApprovalRequest(_message.Message):
     REQUIRED_APPROVALS_FIELD_NUMBER: _ClassVar[int]
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    APPROVER_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_UP_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     session_id: str
     requester: str
@@ -306,7 +329,9 @@ class RequestApprovalRequest(_message.Message):
     required_approvals: int
     ttl_seconds: int
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, agent_id: _Optional[str] = ..., session_id: _Optional[str] = ..., requester: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., risk: _Optional[_Union[Risk, str]] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., required_approvals: _Optional[int] = ..., ttl_seconds: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    approver_groups: _containers.RepeatedCompositeFieldContainer[GroupQuorum]
+    follow_up: FollowUp
+    def __init__(self, agent_id: _Optional[str] = ..., session_id: _Optional[str] = ..., requester: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., risk: _Optional[_Union[Risk, str]] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., required_approvals: _Optional[int] = ..., ttl_seconds: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., approver_groups: _Optional[_Iterable[_Union[GroupQuorum, _Mapping]]] = ..., follow_up: _Optional[_Union[FollowUp, _Mapping]] = ...) -> None: ...
 
 class RequestApprovalResponse(_message.Message):
     __slots__ = ("approval", "created")
@@ -385,20 +410,22 @@ class WatchApprovalsRequest(_message.Message):
     def __init__(self, after_seq: _Optional[int] = ..., channel: _Optional[str] = ..., include_snapshot: _Optional[bool] = ...) -> None: ...
 
 class ApprovalEvent(_message.Message):
-    __slots__ = ("seq", "kind", "approval", "at", "decision", "delivery")
+    __slots__ = ("seq", "kind", "approval", "at", "decision", "delivery", "detail")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
     seq: int
     kind: EventKind
     approval: Approval
     at: _timestamp_pb2.Timestamp
     decision: Decision
     delivery: Delivery
-    def __init__(self, seq: _Optional[int] = ..., kind: _Optional[_Union[EventKind, str]] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., delivery: _Optional[_Union[Delivery, _Mapping]] = ...) -> None: ...
+    detail: str
+    def __init__(self, seq: _Optional[int] = ..., kind: _Optional[_Union[EventKind, str]] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., delivery: _Optional[_Union[Delivery, _Mapping]] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class DecideRequest(_message.Message):
     __slots__ = ("approval_id", "verdict", "scope", "reason", "decider", "idempotency_key", "edited_arguments_json", "expected_args_digest")
@@ -557,3 +584,91 @@ class RevokeGrantRequest(_message.Message):
     grant_id: str
     reason: str
     def __init__(self, grant_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class GroupQuorum(_message.Message):
+    __slots__ = ("group", "required", "members", "destinations", "contacts", "approved")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    DESTINATIONS_FIELD_NUMBER: _ClassVar[int]
+    CONTACTS_FIELD_NUMBER: _ClassVar[int]
+    APPROVED_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    required: int
+    members: _containers.RepeatedScalarFieldContainer[str]
+    destinations: _containers.RepeatedCompositeFieldContainer[Route]
+    contacts: _containers.RepeatedCompositeFieldContainer[Route]
+    approved: int
+    def __init__(self, group: _Optional[str] = ..., required: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., destinations: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., contacts: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., approved: _Optional[int] = ...) -> None: ...
+
+class FollowUp(_message.Message):
+    __slots__ = ("remind_after_seconds", "escalate_after_seconds", "escalate_to", "on_timeout", "reminded_at", "escalated_at", "escalation_group")
+    REMIND_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ESCALATE_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ESCALATE_TO_FIELD_NUMBER: _ClassVar[int]
+    ON_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    REMINDED_AT_FIELD_NUMBER: _ClassVar[int]
+    ESCALATED_AT_FIELD_NUMBER: _ClassVar[int]
+    ESCALATION_GROUP_FIELD_NUMBER: _ClassVar[int]
+    remind_after_seconds: int
+    escalate_after_seconds: int
+    escalate_to: str
+    on_timeout: OnTimeout
+    reminded_at: _timestamp_pb2.Timestamp
+    escalated_at: _timestamp_pb2.Timestamp
+    escalation_group: GroupQuorum
+    def __init__(self, remind_after_seconds: _Optional[int] = ..., escalate_after_seconds: _Optional[int] = ..., escalate_to: _Optional[str] = ..., on_timeout: _Optional[_Union[OnTimeout, str]] = ..., reminded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., escalated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., escalation_group: _Optional[_Union[GroupQuorum, _Mapping]] = ...) -> None: ...
+
+class Delegation(_message.Message):
+    __slots__ = ("id", "delegator", "delegate", "created_at", "until", "revoked_at", "reason", "created_by", "active")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    DELEGATOR_FIELD_NUMBER: _ClassVar[int]
+    DELEGATE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_AT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    delegator: str
+    delegate: str
+    created_at: _timestamp_pb2.Timestamp
+    until: _timestamp_pb2.Timestamp
+    revoked_at: _timestamp_pb2.Timestamp
+    reason: str
+    created_by: str
+    active: bool
+    def __init__(self, id: _Optional[str] = ..., delegator: _Optional[str] = ..., delegate: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., revoked_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., created_by: _Optional[str] = ..., active: _Optional[bool] = ...) -> None: ...
+
+class CreateDelegationRequest(_message.Message):
+    __slots__ = ("delegator", "delegate", "until", "reason")
+    DELEGATOR_FIELD_NUMBER: _ClassVar[int]
+    DELEGATE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    delegator: str
+    delegate: str
+    until: _timestamp_pb2.Timestamp
+    reason: str
+    def __init__(self, delegator: _Optional[str] = ..., delegate: _Optional[str] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ListDelegationsRequest(_message.Message):
+    __slots__ = ("approver", "include_inactive")
+    APPROVER_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_INACTIVE_FIELD_NUMBER: _ClassVar[int]
+    approver: str
+    include_inactive: bool
+    def __init__(self, approver: _Optional[str] = ..., include_inactive: _Optional[bool] = ...) -> None: ...
+
+class ListDelegationsResponse(_message.Message):
+    __slots__ = ("delegations",)
+    DELEGATIONS_FIELD_NUMBER: _ClassVar[int]
+    delegations: _containers.RepeatedCompositeFieldContainer[Delegation]
+    def __init__(self, delegations: _Optional[_Iterable[_Union[Delegation, _Mapping]]] = ...) -> None: ...
+
+class RevokeDelegationRequest(_message.Message):
+    __slots__ = ("delegation_id",)
+    DELEGATION_ID_FIELD_NUMBER: _ClassVar[int]
+    delegation_id: str
+    def __init__(self, delegation_id: _Optional[str] = ...) -> None: ...

@@ -477,6 +477,21 @@ class AdminServiceStub:
                 request_serializer=countersign_dot_v1_dot_approval__pb2.RevokeGrantRequest.SerializeToString,
                 response_deserializer=countersign_dot_v1_dot_approval__pb2.Grant.FromString,
                 _registered_method=True)
+        self.CreateDelegation = channel.unary_unary(
+                '/countersign.v1.AdminService/CreateDelegation',
+                request_serializer=countersign_dot_v1_dot_approval__pb2.CreateDelegationRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_approval__pb2.Delegation.FromString,
+                _registered_method=True)
+        self.ListDelegations = channel.unary_unary(
+                '/countersign.v1.AdminService/ListDelegations',
+                request_serializer=countersign_dot_v1_dot_approval__pb2.ListDelegationsRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_approval__pb2.ListDelegationsResponse.FromString,
+                _registered_method=True)
+        self.RevokeDelegation = channel.unary_unary(
+                '/countersign.v1.AdminService/RevokeDelegation',
+                request_serializer=countersign_dot_v1_dot_approval__pb2.RevokeDelegationRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_approval__pb2.Delegation.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -510,6 +525,26 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateDelegation(self, request, context):
+        """Lets one approver decide for another until a time (issue 18).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDelegations(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeDelegation(self, request, context):
+        """Ends a delegation at once; revoking a revoked one changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -532,6 +567,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.RevokeGrant,
                     request_deserializer=countersign_dot_v1_dot_approval__pb2.RevokeGrantRequest.FromString,
                     response_serializer=countersign_dot_v1_dot_approval__pb2.Grant.SerializeToString,
+            ),
+            'CreateDelegation': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateDelegation,
+                    request_deserializer=countersign_dot_v1_dot_approval__pb2.CreateDelegationRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_approval__pb2.Delegation.SerializeToString,
+            ),
+            'ListDelegations': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDelegations,
+                    request_deserializer=countersign_dot_v1_dot_approval__pb2.ListDelegationsRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_approval__pb2.ListDelegationsResponse.SerializeToString,
+            ),
+            'RevokeDelegation': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeDelegation,
+                    request_deserializer=countersign_dot_v1_dot_approval__pb2.RevokeDelegationRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_approval__pb2.Delegation.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -643,6 +693,87 @@ class AdminService:
             '/countersign.v1.AdminService/RevokeGrant',
             countersign_dot_v1_dot_approval__pb2.RevokeGrantRequest.SerializeToString,
             countersign_dot_v1_dot_approval__pb2.Grant.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateDelegation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.AdminService/CreateDelegation',
+            countersign_dot_v1_dot_approval__pb2.CreateDelegationRequest.SerializeToString,
+            countersign_dot_v1_dot_approval__pb2.Delegation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDelegations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.AdminService/ListDelegations',
+            countersign_dot_v1_dot_approval__pb2.ListDelegationsRequest.SerializeToString,
+            countersign_dot_v1_dot_approval__pb2.ListDelegationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeDelegation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.AdminService/RevokeDelegation',
+            countersign_dot_v1_dot_approval__pb2.RevokeDelegationRequest.SerializeToString,
+            countersign_dot_v1_dot_approval__pb2.Delegation.FromString,
             options,
             channel_credentials,
             insecure,

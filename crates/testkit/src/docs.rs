@@ -1,0 +1,13 @@
+//! Configuration examples from the documentation, so that tests run on what the docs show
+//! and the docs cannot drift from what works.
+
+/// The worked example of groups, delegation, reminders and escalation in
+/// docs/configuration.md: a server TOML with approvers, groups and rules.
+pub fn groups_example() -> &'static str {
+    let doc = include_str!("../../../docs/configuration.md");
+    doc.split("### Worked example")
+        .nth(1)
+        .and_then(|section| section.split("```toml\n").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .expect("a TOML block under \"### Worked example\" in docs/configuration.md")
+}
