@@ -47,8 +47,8 @@ mod backoff;
 mod client;
 mod error;
 pub mod gate;
-pub mod version;
 pub mod groups;
+pub mod version;
 mod watch;
 
 pub use client::{Client, ClientConfig};
