@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from conftest import ALICE, Approver, first_pending
+from conftest import ALICE, Approver, Server, first_pending
 
 from countersign import (
     AlreadyExists,
@@ -219,3 +219,17 @@ def test_one_client_serves_many_threads(client: Client, agent_id: str) -> None:
     assert not errors
     assert len(client.list(agent_id=agent_id, page_size=100).approvals) == 20
     assert first_pending(client, agent_id).pending
+
+
+def test_from_env_reads_the_cli_variables_too(
+    server: Server, agent_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One environment serves the CLI and the package: COUNTERSIGN_SERVER is the CLI's name."""
+    monkeypatch.delenv("COUNTERSIGN_ADDRESS", raising=False)
+    monkeypatch.setenv("COUNTERSIGN_SERVER", f"http://{server.address}")
+    with Client.from_env() as from_env:
+        created = ask(from_env, agent_id)
+        assert server.client().get(created.approval.id).id == created.approval.id
+    monkeypatch.setenv("COUNTERSIGN_ADDRESS", "127.0.0.1:1")
+    with Client.from_env() as preferred:
+        assert preferred._connection.target == "127.0.0.1:1"

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use countersign_client::gate::{self, Verdict};
+use countersign_client::version;
 use countersign_client::{pb, Client};
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
@@ -534,6 +535,26 @@ fn status_of(approval: &pb::Approval) -> Value {
             "once"
         };
         answer["scope"] = json!(scope);
+        if version::is_edited(approval) {
+            // The approver approved other arguments than those asked about: the agent must
+            // run exactly those, or, when they are no longer readable, nothing.
+            let editor = version::editor_name(approval).unwrap_or_default();
+            match version::edited_input(approval) {
+                Some(edited) => {
+                    answer["arguments"] = edited;
+                    answer["edited_by"] = json!(editor);
+                    answer["message"] = json!(format!(
+                        "approved with the arguments edited by {editor}: act only with `arguments`"
+                    ));
+                }
+                None => {
+                    answer["status"] = json!("error");
+                    answer["message"] = json!(format!(
+                        "approved arguments edited by {editor}, which are no longer available (redacted): do not act"
+                    ));
+                }
+            }
+        }
     }
     answer
 }

@@ -196,6 +196,40 @@ async fn approve_with_edits_answers_the_edited_input() {
     );
 }
 
+/// An agent that asked explicitly learns the edited arguments it may act with, whether it
+/// waited or checks later: "approved" alone would let it run what nobody approved.
+#[tokio::test]
+async fn request_approval_with_edits_answers_the_edited_arguments() {
+    let (_server, client, mut watch, mut mcp) = started().await;
+    let edited = json!({"database": "staging-copy"});
+    for (id, wait) in [(30, true), (31, false)] {
+        mcp.call_tool(
+            id,
+            "request_approval",
+            json!({"action": "drop a database", "arguments": {"database": "staging"}, "wait": wait}),
+            None,
+        )
+        .await;
+        let approval = next_pending(&mut watch).await;
+        let answer = if wait {
+            approve_with_edits(&client, &approval.id, &edited).await;
+            tool_text(&mcp.response().await)
+        } else {
+            assert_eq!(
+                tool_text(&mcp.response().await)["status"],
+                "awaiting_approval"
+            );
+            approve_with_edits(&client, &approval.id, &edited).await;
+            let check =
+                json!({"name": "check_approval", "arguments": {"approval_id": approval.id}});
+            tool_text(&mcp.call(id + 10, "tools/call", check).await)
+        };
+        assert_eq!(answer["status"], "approved", "{answer}");
+        assert_eq!(answer["arguments"], edited, "{answer}");
+        assert_eq!(answer["edited_by"], "Alice (telegram)", "{answer}");
+    }
+}
+
 #[tokio::test]
 async fn approve_answers_the_permission_prompt_and_reports_progress_while_waiting() {
     let (_server, client, mut watch, mut mcp) = started().await;

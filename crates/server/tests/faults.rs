@@ -224,6 +224,15 @@ where
             {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
+            // A limit (a busy decider's Decide rate): nothing was written; wait as told.
+            Err(status) if status.code() == Code::ResourceExhausted => {
+                let retry_after_ms = status
+                    .metadata()
+                    .get("retry-after-ms")
+                    .and_then(|value| value.to_str().ok()?.parse().ok())
+                    .unwrap_or(100);
+                tokio::time::sleep(Duration::from_millis(retry_after_ms)).await;
+            }
             Err(status) => panic!("refused: {status:?}"),
         }
     }

@@ -380,6 +380,10 @@ impl Worker {
         });
         if let Some(after) = self.resume_after {
             tracing::info!(after, "resuming the watch after the persisted cursor");
+            // No snapshot comes to fill the book: without the other approvals' messages in
+            // it, a search for orphans would take their live requests for orphaned copies.
+            let pending = self.pending_approvals().await?;
+            self.remember_known_messages(&pending);
             // Messages an earlier run sent and did not record: recorded now, not at the
             // approval's next event.
             for entry in self.outbox.all_unsettled() {
@@ -412,9 +416,22 @@ impl Worker {
     async fn reconcile(self: &Arc<Self>, pending: Vec<pb::Approval>, part: &Part) {
         tracing::info!(pending = pending.len(), "snapshot of pending approvals");
         let known = self.book.unresolved_approvals();
-        // Every message the worker knows of is in the book before any lane searches a chat
-        // for orphans, so that a search never mistakes a live request for one.
-        for approval in &pending {
+        self.remember_known_messages(&pending);
+        for approval_id in known {
+            if !pending.iter().any(|approval| approval.id == approval_id) {
+                self.enqueue_refresh(approval_id, Some(part.share()));
+            }
+        }
+        for approval in pending {
+            self.enqueue_show(approval, None, Some(part.share()));
+        }
+    }
+
+    /// Puts every message the worker can know of in the book (the pending approvals' recorded
+    /// deliveries, the outbox's sent entries) before any lane searches a chat for orphans, so
+    /// that a search never mistakes a live request for one.
+    fn remember_known_messages(&self, pending: &[pb::Approval]) {
+        for approval in pending {
             for (chat_id, message_id) in recorded_messages(approval) {
                 self.book
                     .remember_message(chat_id, message_id, &approval.id);
@@ -427,13 +444,37 @@ impl Worker {
                 self.book.remember_message(chat_id, message_id, &entry.key);
             }
         }
-        for approval_id in known {
-            if !pending.iter().any(|approval| approval.id == approval_id) {
-                self.enqueue_refresh(approval_id, Some(part.share()));
+    }
+
+    /// Every pending approval of the channel, read page by page; transient failures are
+    /// retried (nothing can be shown before the server answers anyway).
+    async fn pending_approvals(&self) -> Result<Vec<pb::Approval>, WorkerError> {
+        let mut pending = Vec::new();
+        let mut page_token = String::new();
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let request = pb::ListApprovalsRequest {
+                states: vec![ApprovalState::Pending.into()],
+                channel: CHANNEL.to_owned(),
+                page_size: 500,
+                page_token: page_token.clone(),
+                ..Default::default()
+            };
+            match self.client.list_approvals(request).await {
+                Ok(page) => {
+                    pending.extend(page.approvals);
+                    if page.next_page_token.is_empty() {
+                        return Ok(pending);
+                    }
+                    page_token = page.next_page_token;
+                }
+                Err(error) if error.is_transient() => {
+                    tracing::warn!(%error, "cannot list the pending approvals yet; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(self.settings.max_backoff);
+                }
+                Err(error) => return Err(error.into()),
             }
-        }
-        for approval in pending {
-            self.enqueue_show(approval, None, Some(part.share()));
         }
     }
 
@@ -678,10 +719,23 @@ impl Worker {
             .collect();
         let after = self.book.newest_message(chat_id).map(|id| id.to_string());
         let intent = self.outbox.intend(&approval.id, &chat, after).await?;
-        let message_id = self
+        let sent = self
             .bot
             .send_message(chat_id, &rendered.html, &rendered.keyboard, None)
-            .await?;
+            .await;
+        let message_id = match sent {
+            Ok(message_id) => message_id,
+            Err(error) => {
+                // Telegram answered with an error: it made no message, so the next attempt
+                // has no orphan to search for. (No answer, or one a proxy wrote, is uncertain.)
+                if matches!(error, BotApiError::Api { .. }) {
+                    if let Err(error) = self.outbox.done(intent).await {
+                        tracing::warn!(approval_id = %approval.id, %error, "cannot settle an outbox entry");
+                    }
+                }
+                return Err(error.into());
+            }
+        };
         tracing::info!(approval_id = %approval.id, chat_id, message_id, "sent the approval request");
         self.book
             .remember_message(chat_id, message_id, &approval.id);

@@ -99,7 +99,11 @@ impl Feed {
                 _ = closing.wait_for(|closing| *closing) => return,
             };
             let sent = match received {
-                Ok(change) if change.seq <= last => true,
+                // A resync replaces the page's picture whatever its seq: after a restart of
+                // this binary the server's snapshot may be at or below what the page saw.
+                Ok(change) if change.seq <= last && !matches!(change.kind, ChangeKind::Resync) => {
+                    true
+                }
                 Ok(change) => self.change(&change, &mut last).await,
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     tracing::debug!(missed, "page stream lagged; resyncing it");
@@ -153,7 +157,12 @@ impl Feed {
 
     /// The whole picture again: the inbox's rows, or the approval's status.
     async fn resync(&self, seq: u64, last: &mut u64) -> bool {
-        *last = (*last).max(seq);
+        if self.approval.is_empty() && !self.app.live.is_ready() {
+            // Nothing known yet (this binary just started): the page keeps its rows until the
+            // first snapshot's resync replaces them.
+            return true;
+        }
+        *last = seq;
         let event = if self.approval.is_empty() {
             let (pending, _) = self.app.live.pending();
             let rows = inbox_rows(&pending, &self.viewer.approver.id, &self.filters);

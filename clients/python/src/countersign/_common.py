@@ -111,11 +111,15 @@ class Connection:
     @classmethod
     def from_env(cls) -> dict[str, str | None]:
         """Client keyword arguments from COUNTERSIGN_ADDRESS, COUNTERSIGN_TOKEN and
-        COUNTERSIGN_CA_FILE."""
+        COUNTERSIGN_CA_FILE, or the ``countersign`` CLI's COUNTERSIGN_SERVER and
+        COUNTERSIGN_CA_CERT, so that one environment serves both."""
+        env = os.environ
         return {
-            "address": os.environ.get("COUNTERSIGN_ADDRESS", "127.0.0.1:50051"),
-            "token": os.environ.get("COUNTERSIGN_TOKEN") or None,
-            "ca_file": os.environ.get("COUNTERSIGN_CA_FILE") or None,
+            "address": env.get("COUNTERSIGN_ADDRESS")
+            or env.get("COUNTERSIGN_SERVER")
+            or "127.0.0.1:50051",
+            "token": env.get("COUNTERSIGN_TOKEN") or None,
+            "ca_file": env.get("COUNTERSIGN_CA_FILE") or env.get("COUNTERSIGN_CA_CERT") or None,
         }
 
     def open(self, api: Any) -> Any:
@@ -361,8 +365,8 @@ class ClientBase:
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Any:
-        """A client for COUNTERSIGN_ADDRESS (default 127.0.0.1:50051) with COUNTERSIGN_TOKEN and
-        COUNTERSIGN_CA_FILE when set."""
+        """A client for COUNTERSIGN_ADDRESS or COUNTERSIGN_SERVER (default 127.0.0.1:50051) with
+        COUNTERSIGN_TOKEN and COUNTERSIGN_CA_FILE or COUNTERSIGN_CA_CERT when set."""
         return cls(**{**Connection.from_env(), **overrides})
 
     def _open_channel(self) -> Any:

@@ -92,6 +92,10 @@ class EventKind(_WireEnum):
     HEARTBEAT = "heartbeat"
     DECISION_REFUSED = "decision_refused"
     GRANT_REVOKED = "grant_revoked"
+    #: Nobody decided within the reminder time; the channels reminded the deciders.
+    REMINDED = "reminded"
+    #: The approval went to its escalation group.
+    ESCALATED = "escalated"
 
 
 class DecideOutcome(_WireEnum):
@@ -270,6 +274,8 @@ class Event:
     approval: Approval | None
     decision: Decision | None
     at: datetime | None
+    #: What happened, for people (reminders, escalations, refused decisions).
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -400,4 +406,5 @@ def event_of(message: pb.ApprovalEvent) -> Event:
         approval=approval_of(message.approval) if message.HasField("approval") else None,
         decision=_decision(message.decision) if message.HasField("decision") else None,
         at=_time(message, "at"),
+        detail=message.detail,
     )

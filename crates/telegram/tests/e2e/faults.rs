@@ -214,6 +214,62 @@ async fn killed_right_after_send_message_a_restarted_worker_leaves_one_live_mess
     );
 }
 
+/// The search for the orphan of an interrupted send passes over other approvals' live
+/// requests, also when the restarted worker resumes from its cursor (no snapshot tells it of
+/// them): another approval's message sent during the interrupted send keeps its buttons.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_orphan_search_leaves_other_approvals_live_messages_alone() {
+    let mut harness = Harness::without_worker().await;
+    harness.start_worker();
+    harness
+        .telegram
+        .hold_answers("sendMessage", Duration::from_secs(3600));
+    let interrupted = harness.request("call-1", "{}").await;
+    let requests = harness
+        .telegram
+        .wait_for_requests("the first send", |requests| {
+            requests.iter().any(|r| is_request_to(CHAT)(r))
+        })
+        .await;
+    let orphan_id = requests
+        .iter()
+        .find(|r| is_request_to(CHAT)(r))
+        .and_then(RecordedRequest::result_message_id)
+        .unwrap();
+    // Another approval's request goes out while the first send still waits for its answer.
+    harness.telegram.hold_answers("sendMessage", Duration::ZERO);
+    let other = harness.request("call-2", "{}").await;
+    let delivered = harness.wait_for_delivery(&other.id).await;
+    let other_message_id: i64 = delivered
+        .message_ref
+        .split_once(':')
+        .and_then(|(_, id)| id.parse().ok())
+        .unwrap();
+    assert!(other_message_id > orphan_id);
+    harness.kill_worker().await;
+
+    harness.start_worker();
+    harness
+        .telegram
+        .wait_for_message("the orphan marked replaced", CHAT, orphan_id, |m| {
+            m.reply_markup.is_none() && m.text.contains("replaced by a newer message")
+        })
+        .await;
+    let replacement = harness.wait_for_delivery(&interrupted.id).await;
+    assert_ne!(replacement.message_ref, format!("{CHAT}:{orphan_id}"));
+    let other_message = harness.telegram.message(CHAT, other_message_id).unwrap();
+    assert!(
+        !other_message.text.contains("replaced by a newer message"),
+        "{}",
+        other_message.text
+    );
+    assert_eq!(
+        live_copies(&harness, CHAT, &other.id, &[other_message_id]).len(),
+        1,
+        "the other approval's request lost its buttons"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tap_on_an_orphaned_copy_edits_that_very_message() {
     let harness = Harness::start().await;

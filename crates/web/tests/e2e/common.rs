@@ -2,7 +2,7 @@
 //! front of it, and the SDK on the agent and admin side.
 
 use std::net::{SocketAddr, TcpListener as StdListener};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -72,8 +72,7 @@ pub enum Mode {
 }
 
 pub struct Setup {
-    /// Kept running for the test's lifetime.
-    _server: TestServer,
+    pub server: TestServer,
     pub web: Web,
     pub agent: Client,
     pub admin: Client,
@@ -82,6 +81,7 @@ pub struct Setup {
 pub struct Web {
     pub url: String,
     pub config: PathBuf,
+    addr: SocketAddr,
     child: Child,
     _dir: tempfile::TempDir,
 }
@@ -98,7 +98,7 @@ impl Setup {
         let agent = client(AGENT_TOKEN);
         let admin = client(ADMIN_TOKEN);
         Setup {
-            _server: server,
+            server,
             web,
             agent,
             admin,
@@ -154,6 +154,22 @@ pub fn request(agent: &str, action: &str, risk: pb::Risk) -> pb::RequestApproval
     }
 }
 
+fn spawn_web(config: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_countersign-web"))
+        .arg("--config")
+        .arg(config)
+        .env("COUNTERSIGN_WORKER_TOKEN", WEB_TOKEN)
+        .env("COUNTERSIGN_WEB_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env(
+            "RUST_LOG",
+            std::env::var("WEB_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start countersign-web")
+}
+
 /// A free loopback port (the binary binds it right after).
 pub fn free_port() -> u16 {
     StdListener::bind("127.0.0.1:0")
@@ -181,31 +197,26 @@ impl Web {
             ),
         )
         .expect("write config");
-        let child = Command::new(env!("CARGO_BIN_EXE_countersign-web"))
-            .arg("--config")
-            .arg(&config)
-            .env("COUNTERSIGN_WORKER_TOKEN", WEB_TOKEN)
-            .env("COUNTERSIGN_WEB_ADMIN_TOKEN", ADMIN_TOKEN)
-            .env(
-                "RUST_LOG",
-                std::env::var("WEB_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start countersign-web");
         let web = Web {
             url: format!("http://127.0.0.1:{port}"),
+            child: spawn_web(&config),
             config,
-            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
             _dir: dir,
         };
-        web.wait_until_listening(SocketAddr::from(([127, 0, 0, 1], port)))
-            .await;
+        web.wait_until_listening().await;
         web
     }
 
-    async fn wait_until_listening(&self, addr: SocketAddr) {
+    /// Kills the binary (SIGKILL) and starts it again on the same port and state.
+    pub async fn restart(&mut self) {
+        let _ = self.child.kill().await;
+        self.child = spawn_web(&self.config);
+        self.wait_until_listening().await;
+    }
+
+    async fn wait_until_listening(&self) {
+        let addr = self.addr;
         for _ in 0..200 {
             if tokio::net::TcpStream::connect(addr).await.is_ok() {
                 return;

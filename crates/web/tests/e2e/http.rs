@@ -353,6 +353,37 @@ async fn an_inbox_stream_resumes_after_a_reconnect_without_missing_or_repeating(
     setup.web.stop().await;
 }
 
+/// A page that reconnects to a restarted web binary before it has heard from the server keeps
+/// its rows, and gets the whole list once the server answers, even when nothing happened in
+/// between (the snapshot's seq is the one the page had already seen).
+#[tokio::test]
+async fn a_page_reconnecting_to_a_restarted_inbox_gets_the_list_back() {
+    let mut setup = Setup::start(Mode::Login).await;
+    let cookie = sign_in(&setup, "alice", "Alice").await;
+    let first = setup.request("coder", "first", pb::Risk::Low).await;
+    let inbox = page_showing(&setup, "/", &cookie, &first.id).await;
+    let seq_marker = "data-seq=\"";
+    let start = inbox.find(seq_marker).unwrap() + seq_marker.len();
+    let seen: u64 = inbox[start..].split('"').next().unwrap().parse().unwrap();
+
+    setup.server.stop().await;
+    setup.web.restart().await;
+    let mut resumed = http()
+        .get(format!("{}/events", setup.web.url))
+        .header(COOKIE, &cookie)
+        .header("Last-Event-ID", seen.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), StatusCode::OK);
+    setup.server.restart().await;
+    let events = read_events(&mut resumed, 1).await;
+    assert_eq!(events[0].1, "resync", "{events:?}");
+    assert!(events[0].2.contains(&first.id), "{events:?}");
+    assert_eq!(events[0].0, seen);
+    setup.web.stop().await;
+}
+
 #[tokio::test]
 async fn proxy_sign_in_trusts_the_header_only_from_the_configured_proxies() {
     let trusted = Setup::start(Mode::Proxy(&["127.0.0.1"])).await;
