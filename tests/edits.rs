@@ -459,8 +459,6 @@ async fn redaction_keeps_an_approved_edit_until_the_call_is_consumed() {
 /// decision event carries: changing them by hand breaks VerifyAudit.
 #[tokio::test]
 async fn edited_arguments_changed_by_hand_fail_verify_audit() {
-    use sqlx::Connection;
-
     let server = edit_server().await;
     let mut client = connect(&server).await;
     let approval = create(
@@ -480,16 +478,14 @@ async fn edited_arguments_changed_by_hand_fail_verify_audit() {
         .expect("approve with edits");
     assert!(verify(&server).await.intact);
 
-    let url = format!("sqlite://{}", server.database_path().display());
-    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
-    let changed = sqlx::query(
-        "UPDATE approvals SET body = replace(body, 'clean-cache', 'rm-everything') WHERE id = ?",
+    let changed = tamper(
+        &server,
+        &format!(
+            "UPDATE approvals SET body = replace(body, 'clean-cache', 'rm-everything') WHERE id = '{}'",
+            approval.id
+        ),
     )
-    .bind(&approval.id)
-    .execute(&mut conn)
-    .await
-    .unwrap()
-    .rows_affected();
+    .await;
     assert_eq!(changed, 1);
     let report = verify(&server).await;
     assert!(!report.intact, "{report:?}");

@@ -389,6 +389,59 @@ async fn a_delegate_decides_on_behalf_of_a_member_until_it_ends() {
     assert_eq!(count_rows(&server, "delegations").await, 2);
 }
 
+/// A member who also holds another member's delegation is still one person: a second
+/// approval from them is a duplicate, and "2 of security" needs a second human.
+#[tokio::test]
+async fn a_delegation_never_lets_one_person_fill_two_places_of_a_quorum() {
+    let server = server_with(|_| {}).await;
+    let mut client = connect(&server).await;
+    let mut admin = admin(&channel(&server).await, None);
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    admin
+        .create_delegation(pb::CreateDelegationRequest {
+            delegator: "alice".into(),
+            delegate: "bob".into(),
+            until: Some(countersign_proto::Timestamp {
+                seconds: until as i64,
+                nanos: 0,
+            }),
+            reason: "holiday".into(),
+        })
+        .await
+        .unwrap();
+    let approval = create(&mut client, critical("q1", "someone-else")).await;
+    for attempt in ["first", "second"] {
+        let answer = client
+            .decide(decide(
+                &approval.id,
+                pb::Verdict::Approve,
+                "1002",
+                &format!("bob-{attempt}"),
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        let expected = match attempt {
+            "first" => pb::DecideOutcome::Recorded,
+            _ => pb::DecideOutcome::Duplicate,
+        };
+        assert_eq!(answer.outcome(), expected, "{attempt}");
+        assert_eq!(
+            progress(answer.approval.as_ref().unwrap()),
+            [("security".to_string(), 1, 2)]
+        );
+    }
+    // Another person completes the quorum.
+    let carol = decide_as(&mut client, &approval.id, pb::Verdict::Approve, "1003")
+        .await
+        .unwrap();
+    assert_eq!(carol.outcome(), pb::DecideOutcome::Resolved);
+}
+
 #[tokio::test]
 async fn reminders_then_escalation_let_the_escalation_group_decide() {
     let server = server_with(|c| {

@@ -13,6 +13,7 @@ mod settings;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
@@ -56,7 +57,12 @@ fn main() -> ExitCode {
             return exit_code(Exit::Failure.code());
         }
     };
-    exit_code(runtime.block_on(commands::run(cli)))
+    let code = runtime.block_on(commands::run(cli));
+    // A read of stdin that its writer never closed (a hook's host) must not keep the process,
+    // and so the host's wait, alive once the answer is out: dropping the runtime would wait
+    // for that blocking read forever.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    exit_code(code)
 }
 
 /// The exit code Claude Code, Codex and Gemini CLI all read as "block this tool call".

@@ -93,6 +93,10 @@ pub async fn serve(client: Client, settings: &Settings, args: McpArgs) -> Result
         while calls.join_next().await.is_some() {}
     })
     .await;
+    // A call still running after the grace (a server that does not answer) holds the output:
+    // stop it, or the writer below never finishes and the process never exits.
+    calls.abort_all();
+    while calls.join_next().await.is_some() {}
     drop(tools);
     drop(out);
     let _ = tokio::task::spawn_blocking(move || writer.join()).await;

@@ -585,6 +585,36 @@ async fn the_hook_answers_before_the_host_times_it_out_and_withdraws_the_request
     }
 }
 
+/// A host that writes its payload and never closes stdin still gets a denial, and the hook
+/// exits with it: a hook the host has to kill is a call the host runs.
+#[tokio::test]
+async fn a_host_that_keeps_stdin_open_gets_a_denial_and_the_hook_exits() {
+    const HOST_TIMEOUT: Duration = Duration::from_secs(10);
+    let server = TestServer::start().await;
+    let surface = SURFACES[0];
+    let mut child = surface.command(&server.url(), &["--timeout", "2s"]);
+    child
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = child.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stdin, &surface.payload("open-stdin", 0))
+        .await
+        .unwrap();
+    let output = tokio::time::timeout(HOST_TIMEOUT, child.wait_with_output())
+        .await
+        .expect("the hook outlived the host's timeout: the host would have run the tool")
+        .unwrap();
+    drop(stdin);
+    let answer: Value = serde_json::from_slice(&output.stdout).expect("one JSON answer");
+    assert_eq!(
+        answer["hookSpecificOutput"]["permissionDecision"], "deny",
+        "{answer}"
+    );
+    assert_eq!(output.status.code(), Some(0));
+}
+
 #[tokio::test]
 async fn the_default_wait_stays_under_each_hosts_default_timeout() {
     let output = countersign("http://127.0.0.1:1")

@@ -203,8 +203,9 @@ impl ApproverRegistry {
     ///
     /// `delegations` are the active delegations to this decider. A delegate decides for a
     /// delegator only where the delegate does not count as themself (not a member of a
-    /// deciding group, or already voted this way); both must be within their risk ceiling
-    /// and neither may be the requester, so a delegation never creates a self-approval.
+    /// deciding group); both must be within their risk ceiling and neither may be the
+    /// requester, so a delegation never creates a self-approval. One person's decisions count
+    /// once per version: a delegation never lets one person fill two places of a quorum.
     pub fn authorize(
         &self,
         decider: &Decider,
@@ -226,6 +227,21 @@ impl ApproverRegistry {
             ))
         })?;
         self.check(acting, verdict, approval)?;
+        // One person counts once: whoever already decided this version, as themself or for
+        // someone, decides again as the same approver (a duplicate), never as another one.
+        if let Some(earlier) = approval.decisions.iter().find(|d| {
+            d.verdict == verdict
+                && approval.is_current(d)
+                && match &d.delegate {
+                    Some(delegate) => *delegate == acting.id,
+                    None => d.approver == acting.id,
+                }
+        }) {
+            return Ok(Authorized {
+                approver: earlier.approver.clone(),
+                delegate: earlier.delegate.clone(),
+            });
+        }
         let voted = |id: &str| {
             approval
                 .decisions

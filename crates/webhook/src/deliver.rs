@@ -23,10 +23,6 @@ use crate::WorkerError;
 /// The channel name this worker serves.
 pub const CHANNEL: &str = "webhook";
 
-/// How many recently resolved approvals are looked at after each snapshot (resolved while
-/// the worker was not watching).
-const RESOLVED_CAUGHT_UP: u32 = 50;
-
 /// How often the queue is looked at even when nothing woke the dispatcher (a dead letter put
 /// back by the `dead-letters retry` command).
 const QUEUE_POLL: Duration = Duration::from_millis(500);
@@ -96,7 +92,7 @@ impl Deliveries {
                     for approval in &pending {
                         self.queue(approval).await?;
                     }
-                    self.catch_up_resolved().await?;
+                    self.catch_up_resolved(&pending).await?;
                 }
                 WatchItem::Event(event) => {
                     if let Some(approval) = &event.approval {
@@ -108,34 +104,24 @@ impl Deliveries {
         }
     }
 
-    /// Approvals this worker sent a request for and that were resolved while it was away.
-    async fn catch_up_resolved(&self) -> Result<(), WorkerError> {
-        let request = pb::ListApprovalsRequest {
-            states: [
-                pb::ApprovalState::Approved,
-                pb::ApprovalState::Rejected,
-                pb::ApprovalState::Expired,
-                pb::ApprovalState::Cancelled,
-                pb::ApprovalState::Consumed,
-            ]
-            .into_iter()
-            .map(i32::from)
-            .collect(),
-            channel: CHANNEL.to_owned(),
-            page_size: RESOLVED_CAUGHT_UP,
-            ..Default::default()
-        };
-        let listed = match self.client.list_approvals(request).await {
-            Ok(listed) => listed,
-            Err(error) if error.is_transient() => {
-                tracing::warn!(%error, "cannot list recently resolved approvals; their resolution events wait for the next snapshot");
-                return Ok(());
+    /// Approvals this worker sent a request for and that were resolved while it was away:
+    /// every one whose resolution event is not queued yet and that the snapshot did not list
+    /// as pending, however long the worker was away.
+    async fn catch_up_resolved(&self, pending: &[pb::Approval]) -> Result<(), WorkerError> {
+        for approval_id in self.store.awaiting_resolution().await? {
+            if pending.iter().any(|approval| approval.id == approval_id) {
+                continue;
             }
-            Err(error) => return Err(error.into()),
-        };
-        for approval in listed.approvals {
-            if self.store.knows_approval(&approval.id).await? {
-                self.queue(&approval).await?;
+            match self.client.get_approval(&approval_id).await {
+                Ok(approval) => self.queue(&approval).await?,
+                Err(error) if error.is_transient() => {
+                    tracing::warn!(approval_id, %error, "cannot read an approval resolved while away; its resolution event waits for the next snapshot");
+                    return Ok(());
+                }
+                // Pruned from the server, or no longer ours to read: nothing to send.
+                Err(error) => {
+                    tracing::warn!(approval_id, %error, "cannot read an approval resolved while away; no resolution event for it");
+                }
             }
         }
         Ok(())

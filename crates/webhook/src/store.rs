@@ -13,6 +13,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{Row, SqlitePool};
 
+use crate::event::{REQUESTED, RESOLVED};
+
 #[derive(Debug, thiserror::Error)]
 #[error("webhook state database: {0}")]
 pub struct StoreError(#[from] sqlx::Error);
@@ -179,6 +181,21 @@ impl Store {
         }
         tx.commit().await?;
         Ok(inserted)
+    }
+
+    /// Approvals whose request event was queued for an endpoint and whose resolution event
+    /// was not (yet): the ones to look at after the worker was away.
+    pub async fn awaiting_resolution(&self) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT d.approval_id FROM deliveries d WHERE d.event_type = ?
+               AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.approval_id = d.approval_id
+                 AND e.endpoint = d.endpoint AND e.event_type = ?)",
+        )
+        .bind(REQUESTED)
+        .bind(RESOLVED)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(|row| row.get("approval_id")).collect())
     }
 
     /// Whether an event of this approval was ever queued for an endpoint.

@@ -884,6 +884,57 @@ async fn a_killed_and_restarted_binary_duplicates_nothing_beyond_at_least_once()
     assert!(ok && text.contains("revoked 2 decision link(s)"), "{text}");
 }
 
+/// However many approvals were resolved while the worker was stopped, each gets its
+/// resolution event after the restart: more of them than one page of recent resolutions, and
+/// the oldest among them too.
+#[tokio::test]
+async fn every_approval_resolved_while_the_worker_was_down_gets_its_resolution() {
+    const COUNT: usize = 60;
+    let server = TestServer::start_with_toml(APPROVERS).await;
+    let (receiver, hook_url) = Receiver::start().await;
+    let state = tempfile::tempdir().unwrap();
+    let config = state.path().join("webhook.toml");
+    std::fs::write(
+        &config,
+        config_toml(
+            &server.url(),
+            &hook_url,
+            &state.path().join("state"),
+            free_port(),
+            "retry_interval_ms = 50\n",
+        ),
+    )
+    .unwrap();
+    let agent = Client::connect(ClientConfig::new(server.url())).unwrap();
+    let mut worker = spawn_binary(&config);
+    let mut approvals = Vec::new();
+    for n in 0..COUNT {
+        let approval = agent
+            .request_approval(request_message(&format!("away-{n}"), 600))
+            .await
+            .unwrap()
+            .approval
+            .unwrap();
+        approvals.push(approval);
+    }
+    for approval in &approvals {
+        receiver.accepted(&requested_id(approval)).await;
+    }
+    worker.kill().await.unwrap();
+    for approval in &approvals {
+        agent
+            .cancel_approval(&approval.id, "not needed")
+            .await
+            .unwrap();
+    }
+
+    let mut worker = spawn_binary(&config);
+    for approval in &approvals {
+        receiver.accepted(&resolved_id(approval)).await;
+    }
+    worker.kill().await.unwrap();
+}
+
 #[test]
 fn the_binary_has_help_and_names_a_bad_config() {
     let output = std::process::Command::new(BINARY)

@@ -115,9 +115,7 @@ class Connection:
         COUNTERSIGN_CA_CERT, so that one environment serves both."""
         env = os.environ
         return {
-            "address": env.get("COUNTERSIGN_ADDRESS")
-            or env.get("COUNTERSIGN_SERVER")
-            or "127.0.0.1:50051",
+            "address": env.get("COUNTERSIGN_ADDRESS") or env.get("COUNTERSIGN_SERVER") or "127.0.0.1:50051",
             "token": env.get("COUNTERSIGN_TOKEN") or None,
             "ca_file": env.get("COUNTERSIGN_CA_FILE") or env.get("COUNTERSIGN_CA_CERT") or None,
         }
