@@ -1163,7 +1163,7 @@ impl Worker {
             }
             Err(ClientError::PermissionDenied(reason)) => {
                 tracing::info!(approval_id, %reason, "the server refused the decider");
-                (ANSWER_NOT_ALLOWED.to_owned(), None)
+                (refusal_answer(&reason), None)
             }
             Err(ClientError::NotFound(_)) => (ANSWER_NO_SUCH_APPROVAL.to_owned(), None),
             Err(ClientError::FailedPrecondition(reason)) => {
@@ -1209,6 +1209,21 @@ impl Worker {
             tracing::warn!(chat_id, %error, "cannot reply to a command");
         }
     }
+}
+
+/// The most of a callback answer Telegram shows.
+const MAX_ANSWER_CHARS: usize = 200;
+
+/// A server refusal as the decider sees it: why, in the server's words (which name groups
+/// and approvers from the configuration, never agent text), cut to what Telegram shows.
+fn refusal_answer(reason: &str) -> String {
+    let text = format!("{ANSWER_NOT_ALLOWED}: {reason}");
+    if text.chars().count() <= MAX_ANSWER_CHARS {
+        return text;
+    }
+    let mut cut: String = text.chars().take(MAX_ANSWER_CHARS - 1).collect();
+    cut.push('…');
+    cut
 }
 
 /// Why a request message was not sent.

@@ -74,7 +74,13 @@ async fn a_group_approval_is_routed_reminded_escalated_and_decided_by_members() 
         harness
             .telegram
             .tap_button(&erin, SECURITY_CHAT, message.message_id, &approve);
-    assert_eq!(answer_text(&harness, &refused).await, "Not allowed");
+    let refusal = answer_text(&harness, &refused).await;
+    assert!(
+        refusal.starts_with("Not allowed: approver erin")
+            && refusal.contains("is not a member of security"),
+        "{refusal}"
+    );
+    assert!(refusal.chars().count() <= 200, "{refusal}");
     let alice = member(1001, "Alice");
     let (_, accepted) =
         harness
