@@ -319,9 +319,11 @@ pub enum GrantsCommand {
 
 #[derive(Debug, Args)]
 pub struct DelegateArgs {
-    /// Approver id of the person who is away
+    /// Approver id of the person who is away [default: you, as `approve` names you: the
+    /// config file's user, else $USER, which the server maps through approvers' `cli`
+    /// identities]
     #[arg(long = "from", value_name = "APPROVER")]
-    pub delegator: String,
+    pub delegator: Option<String>,
     /// Approver id of the person deciding on their behalf
     #[arg(long = "to", value_name = "APPROVER")]
     pub delegate: String,

@@ -151,7 +151,7 @@ async fn dispatch(
         }
         Command::Delegate(args) => {
             let request = pb::CreateDelegationRequest {
-                delegator: args.delegator,
+                delegator: settings.decider(args.delegator.as_deref())?,
                 delegate: args.delegate,
                 until: Some(args.until.into()),
                 reason: args.reason,

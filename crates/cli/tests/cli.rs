@@ -933,3 +933,36 @@ async fn delegate_then_approve_on_behalf_and_show_group_progress() {
     let output = run(&url, &["delegations", "list", "-o", "json"]).await;
     assert_eq!(json(&output), serde_json::json!([]));
 }
+
+/// `countersign delegate --to … --until …` delegates the CLI user's own vote: the server maps
+/// the user through the approvers' `cli` identities.
+#[tokio::test]
+async fn delegate_without_from_delegates_the_cli_users_own_vote() {
+    let server = TestServer::start_with_toml(countersign_testkit::docs::groups_example()).await;
+    let delegate_as = |user: &'static str| {
+        let mut command = support::countersign(&server.url());
+        command.env("USER", user).args([
+            "delegate", "--to", "dave", "--until", "2h", "-o", "json",
+        ]);
+        async move {
+            tokio::time::timeout(STEP, command.output())
+                .await
+                .expect("countersign hung")
+                .unwrap()
+        }
+    };
+    let output = delegate_as("bob").await;
+    assert_exit(&output, 0);
+    let created = json(&output);
+    assert_eq!(created[0]["delegator"], "bob");
+    assert_eq!(created[0]["delegate"], "dave");
+
+    // Someone who is no approver has no vote to delegate: refused, naming the field.
+    let refused = delegate_as("mallory").await;
+    assert_ne!(refused.status.code(), Some(0));
+    assert!(
+        stderr(&refused).contains("delegator") && stderr(&refused).contains("mallory"),
+        "{}",
+        stderr(&refused)
+    );
+}

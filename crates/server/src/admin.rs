@@ -6,6 +6,7 @@ use std::sync::Arc;
 use countersign_core::groups::Delegation;
 use countersign_core::validate::{optional, required};
 use countersign_core::Error as DomainError;
+use countersign_core::Decider;
 use countersign_proto::v1 as pb;
 use countersign_proto::v1::admin_service_server::AdminService;
 use tonic::{Request, Response, Status};
@@ -36,16 +37,26 @@ impl AdminApi {
     }
 
     /// The configured id of the approver `field` names, or an error naming the field.
+    /// The approver named by `id`: an approver id, else an approver's `cli` identity (the
+    /// user name the `countersign` CLI runs as).
     fn approver_id(&self, field: &str, id: &str) -> Result<String, Status> {
         required(field, id, MAX_ID_CHARS).map_err(status_of_domain)?;
-        self.security
-            .approvers
+        let approvers = &self.security.approvers;
+        let cli_user = Decider {
+            channel: "cli".into(),
+            user_id: id.to_owned(),
+            display_name: String::new(),
+        };
+        approvers
             .approver(id)
+            .or_else(|| approvers.identify(&cli_user))
             .map(str::to_string)
             .ok_or_else(|| {
                 status_of_domain(DomainError::invalid(
                     field,
-                    format!("{id:?} is not the id of a configured approver"),
+                    format!(
+                        "{id:?} is neither the id nor the cli identity of a configured approver"
+                    ),
                 ))
             })
     }

@@ -114,11 +114,9 @@ pub async fn serve_with_metrics(
         });
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    set_health(&health_reporter, true).await;
-    let health_follower = tokio::spawn(follow_storage_health(
-        store.writable(),
-        health_reporter.clone(),
-    ));
+    let health = Health::new(health_reporter);
+    health.storage_writable(true).await;
+    let health_follower = tokio::spawn(follow_storage_health(store.writable(), health.clone()));
     // v1alpha beside v1: grpcurl, grpcio's reflection client and other older tools only
     // speak v1alpha.
     let reflection = || {
@@ -170,7 +168,7 @@ pub async fn serve_with_metrics(
                 "shutting down: ending watch streams and waits, finishing calls in flight"
             );
             // A load balancer that checks health sends the next calls to another replica.
-            set_health(&health_reporter, false).await;
+            health.drain().await;
             let _ = stop_tx.send(true);
             connections.shut_down();
             let _ = draining_tx.send(());
@@ -196,6 +194,36 @@ pub async fn serve_with_metrics(
     Ok(())
 }
 
+/// The services' health as load balancers see it: serving while storage takes writes, and
+/// never again once a drain began (a storage recovery during the drain must not undo it).
+#[derive(Clone)]
+struct Health {
+    reporter: HealthReporter,
+    draining: Arc<tokio::sync::Mutex<bool>>,
+}
+
+impl Health {
+    fn new(reporter: HealthReporter) -> Health {
+        Health {
+            reporter,
+            draining: Arc::default(),
+        }
+    }
+
+    async fn storage_writable(&self, writable: bool) {
+        let draining = self.draining.lock().await;
+        if !*draining {
+            set_health(&self.reporter, writable).await;
+        }
+    }
+
+    async fn drain(&self) {
+        let mut draining = self.draining.lock().await;
+        *draining = true;
+        set_health(&self.reporter, false).await;
+    }
+}
+
 async fn set_health(reporter: &HealthReporter, serving: bool) {
     if serving {
         reporter
@@ -213,10 +241,10 @@ async fn set_health(reporter: &HealthReporter, serving: bool) {
 }
 
 /// The services are NOT_SERVING while the database refuses writes (e.g. its disk is full).
-async fn follow_storage_health(mut writable: signal::Receiver<bool>, reporter: HealthReporter) {
+async fn follow_storage_health(mut writable: signal::Receiver<bool>, health: Health) {
     while writable.changed().await.is_ok() {
         let serving = *writable.borrow_and_update();
-        set_health(&reporter, serving).await;
+        health.storage_writable(serving).await;
     }
 }
 

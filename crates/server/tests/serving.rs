@@ -290,3 +290,165 @@ async fn the_anchor_is_printable_and_a_cleared_hash_needs_an_explicit_rechain() 
     terminate(&server);
     exit_within(server, Duration::from_secs(10));
 }
+
+/// What a load balancer and clients see of a drain: health turns NOT_SERVING, a watch stream
+/// ends (so its client resumes elsewhere), a waiter is answered instead of cut, and the
+/// process exits within the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_health_watch_streams_and_waits_then_exits() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_addr();
+    let server = spawn(
+        dir.path(),
+        &config(addr, dir.path(), "[serving]\nshutdown_grace_seconds = 5\n"),
+        None,
+    );
+    let approval = client(addr)
+        .await
+        .request_approval(request("drain"))
+        .await
+        .unwrap()
+        .into_inner()
+        .approval
+        .unwrap();
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut statuses = HealthClient::new(channel.clone())
+        .watch(HealthCheckRequest {
+            service: "countersign.v1.ApprovalService".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = statuses.message().await.unwrap().unwrap();
+    assert_eq!(first.status(), ServingStatus::Serving);
+    let mut events = ApprovalServiceClient::new(channel.clone())
+        .watch_approvals(pb::WatchApprovalsRequest {
+            include_snapshot: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    loop {
+        let event = events.message().await.unwrap().unwrap();
+        if event.kind() == pb::EventKind::SnapshotComplete {
+            break;
+        }
+    }
+    let mut waiter = ApprovalServiceClient::new(channel);
+    let approval_id = approval.id.clone();
+    let wait = tokio::spawn(async move {
+        waiter
+            .wait_for_decision(pb::WaitForDecisionRequest {
+                approval_id,
+                timeout_ms: 60_000,
+            })
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!wait.is_finished(), "the wait is in flight at SIGTERM");
+
+    terminate(&server);
+    let patience = Duration::from_secs(5);
+    let drained = tokio::time::timeout(patience, statuses.message())
+        .await
+        .expect("health says something within the grace");
+    assert_eq!(
+        drained.unwrap().unwrap().status(),
+        ServingStatus::NotServing
+    );
+    let ended = tokio::time::timeout(patience, async {
+        loop {
+            match events.message().await {
+                Ok(Some(event)) if event.kind() == pb::EventKind::Heartbeat => continue,
+                other => return other.map(|event| event.map(|e| e.kind())),
+            }
+        }
+    })
+    .await
+    .expect("the watch stream ends within the grace");
+    assert!(matches!(ended, Ok(None) | Err(_)), "{ended:?}");
+    let waited = tokio::time::timeout(patience, wait)
+        .await
+        .expect("the waiter is answered within the grace")
+        .unwrap()
+        .expect("answered, not cut");
+    assert_eq!(
+        waited.into_inner().state(),
+        pb::ApprovalState::Pending,
+        "still pending: the agent asks again elsewhere"
+    );
+    let (output, _) = exit_within(server, Duration::from_secs(7));
+    assert!(output.status.success(), "{output:?}");
+}
+
+/// A connection that never sends the HTTP/2 preface is closed after the handshake timeout,
+/// and one that finished its handshake but makes no call after the idle timeout.
+#[test]
+fn silent_and_idle_connections_are_closed_after_their_timeouts() {
+    use std::io::{Read, Write};
+
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_addr();
+    let server = spawn(
+        dir.path(),
+        &config(
+            addr,
+            dir.path(),
+            "[serving]\nhandshake_timeout_ms = 300\nidle_timeout_seconds = 1\n",
+        ),
+        None,
+    );
+    let connect = || {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match TcpStream::connect(addr) {
+                Ok(stream) => return stream,
+                Err(e) if Instant::now() > deadline => panic!("the server never listened: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    };
+    // Reads until the server closes; how long that took.
+    let closed_after = |mut stream: TcpStream| {
+        let started = Instant::now();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut buffer = [0u8; 4096];
+        loop {
+            match stream.read(&mut buffer) {
+                Ok(0) => return started.elapsed(),
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    return started.elapsed()
+                }
+                Err(e) => panic!("the server kept the connection open: {e}"),
+            }
+        }
+    };
+
+    let silent = connect();
+    let took = closed_after(silent);
+    assert!(took < Duration::from_secs(3), "silent connection: {took:?}");
+
+    let mut idle = connect();
+    // The client preface and an empty SETTINGS frame: a finished handshake, then nothing.
+    idle.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .unwrap();
+    let took = closed_after(idle);
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "idle connection: {took:?}"
+    );
+    terminate(&server);
+    exit_within(server, Duration::from_secs(10));
+}
