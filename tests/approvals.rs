@@ -384,6 +384,7 @@ async fn consume_once_cancel_and_not_found() {
             approval_id: approval.id.clone(),
             outcome: pb::ConsumeOutcome::Succeeded as i32,
             detail: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -397,6 +398,7 @@ async fn consume_once_cancel_and_not_found() {
         approval_id: approval.id.clone(),
         outcome: pb::ConsumeOutcome::Succeeded as i32,
         detail: "exit 0".into(),
+        ..Default::default()
     };
     let consumed = client.consume(consume.clone()).await.unwrap().into_inner();
     assert_eq!(state(&consumed), pb::ApprovalState::Consumed);
@@ -652,6 +654,7 @@ async fn bad_input_is_refused_with_the_field_named_and_stores_nothing() {
             approval_id: approval.id.clone(),
             outcome: 0,
             detail: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -26,6 +26,7 @@ async fn history(server: &TestServer) -> (pb::Approval, pb::Approval) {
             approval_id: first.id.clone(),
             outcome: pb::ConsumeOutcome::Succeeded as i32,
             detail: "done".into(),
+            ..Default::default()
         })
         .await
         .unwrap();

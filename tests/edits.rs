@@ -76,6 +76,7 @@ async fn consume(client: &mut Client, id: &str) -> pb::Approval {
             approval_id: id.into(),
             outcome: pb::ConsumeOutcome::Succeeded as i32,
             detail: String::new(),
+            ..Default::default()
         })
         .await
         .expect("consume")
@@ -457,6 +458,65 @@ async fn redaction_keeps_an_approved_edit_until_the_call_is_consumed() {
 
 /// The edited arguments in an approval's row are covered by their digest, which the chained
 /// decision event carries: changing them by hand breaks VerifyAudit.
+/// A runtime that reports running the original arguments of an edited approval is refused
+/// and consumes nothing; reporting the edited version consumes it.
+#[tokio::test]
+async fn consume_is_bound_to_the_edited_version() {
+    let server = edit_server().await;
+    let mut client = connect(&server).await;
+    let original = r#"{"command": "make clean"}"#;
+    let edited = r#"{"command": "make clean-cache"}"#;
+    let approval = create(&mut client, call("k1", "bash", original, 1)).await;
+    let consume_ran = |digest: String| pb::ConsumeRequest {
+        approval_id: approval.id.clone(),
+        outcome: pb::ConsumeOutcome::Succeeded as i32,
+        detail: String::new(),
+        args_digest: digest,
+    };
+    // Not approved yet: nothing ran that could be reported.
+    let early = client
+        .consume(consume_ran(digest_of(original)))
+        .await
+        .unwrap_err();
+    assert_eq!(early.code(), Code::FailedPrecondition, "{early:?}");
+    client
+        .decide(approve(&approval.id, "1001", "a1", "", edited))
+        .await
+        .expect("approve with edits");
+
+    let refused = client
+        .consume(consume_ran(digest_of(original)))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(
+        refused.message().contains(&digest_of(edited)),
+        "{}",
+        refused.message()
+    );
+    let malformed = client
+        .consume(consume_ran("not-a-digest".into()))
+        .await
+        .unwrap_err();
+    assert_eq!(malformed.code(), Code::InvalidArgument, "{malformed:?}");
+    assert!(malformed.message().contains("args_digest"));
+    let unchanged = client
+        .get_approval(pb::GetApprovalRequest {
+            approval_id: approval.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state(&unchanged), pb::ApprovalState::Approved);
+
+    let consumed = client
+        .consume(consume_ran(digest_of(edited)))
+        .await
+        .expect("the edited version consumes")
+        .into_inner();
+    assert_eq!(state(&consumed), pb::ApprovalState::Consumed);
+}
+
 #[tokio::test]
 async fn edited_arguments_changed_by_hand_fail_verify_audit() {
     let server = edit_server().await;

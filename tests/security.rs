@@ -122,6 +122,7 @@ async fn call(
                 approval_id,
                 outcome: pb::ConsumeOutcome::Succeeded as i32,
                 detail: String::new(),
+                ..Default::default()
             })
             .await
             .map(drop),

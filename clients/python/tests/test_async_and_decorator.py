@@ -169,5 +169,9 @@ def test_the_decorator_runs_the_edited_arguments(server: Server, agent_id: str) 
         server.address, agent_id, [(Verdict.APPROVE, Scope.ONCE, "", {"path": "/tmp/cache", "dry_run": True})]
     )
     assert purge("/var/cache") == "purged"
-    approver.join()
+    (approval,) = approver.join()
     assert ran == ["/tmp/cache dry_run=True"]
+    # Consumed as the edited version: the server accepted the digest of what ran.
+    consumed = Client(server.address).get(approval.id)
+    assert consumed.state is State.CONSUMED
+    assert consumed.current_args_digest == consumed.edited_args_digest != consumed.args_digest

@@ -233,3 +233,20 @@ def test_from_env_reads_the_cli_variables_too(
     monkeypatch.setenv("COUNTERSIGN_ADDRESS", "127.0.0.1:1")
     with Client.from_env() as preferred:
         assert preferred._connection.target == "127.0.0.1:1"
+
+
+def test_consume_names_the_version_that_ran(client: Client, agent_id: str) -> None:
+    """After an approver's edit, reporting the original arguments as run consumes nothing."""
+    approval = ask(client, agent_id).approval
+    client.decide(
+        approval.id,
+        Verdict.APPROVE,
+        decider=ALICE,
+        edited_arguments={"command": "rm -rf ./build/cache"},
+    )
+    with pytest.raises(FailedPrecondition):
+        client.consume(approval.id, args_digest=approval.args_digest)
+    edited = client.get(approval.id)
+    assert edited.state is State.APPROVED
+    consumed = client.consume(approval.id, args_digest=edited.current_args_digest)
+    assert consumed.state is State.CONSUMED

@@ -254,6 +254,7 @@ async fn live_once(
             approval_id: id,
             outcome: pb::ConsumeOutcome::Succeeded as i32,
             detail: "ran".into(),
+            ..Default::default()
         })
         .await
         .map(|answer| answer.into_inner())

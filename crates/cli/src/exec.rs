@@ -3,7 +3,7 @@
 use std::process::ExitStatus;
 
 use countersign_client::gate::{truncate, MAX_ACTION_CHARS};
-use countersign_client::{pb, Client};
+use countersign_client::{pb, version, Client};
 use serde_json::json;
 
 use crate::args::ExecArgs;
@@ -29,7 +29,14 @@ pub async fn exec(client: &Client, settings: &Settings, args: ExecArgs) -> Resul
         .ok_or_else(|| CliError::Failure("the server answered without an approval".into()))?;
     let approval = await_decision(client, approval, args.timeout).await?;
     match approval.state() {
-        pb::ApprovalState::Approved => run(client, &approval, &args.command).await,
+        pb::ApprovalState::Approved => match approved_command(&approval) {
+            Ok(Some((argv, cwd))) => run(client, &approval, &argv, Some(&cwd)).await,
+            Ok(None) => run(client, &approval, &args.command, None).await,
+            Err(problem) => {
+                eprintln!("countersign: not running the command: {problem}");
+                Ok(Exit::Failure.code())
+            }
+        },
         pb::ApprovalState::Pending => {
             eprintln!(
                 "countersign: no decision on approval {} in time; cancelling it, not running the command",
@@ -65,9 +72,44 @@ pub async fn exec(client: &Client, settings: &Settings, args: ExecArgs) -> Resul
     }
 }
 
-/// Runs the approved command with the terminal's stdio, then consumes the approval with the
-/// outcome.
-async fn run(client: &Client, approval: &pb::Approval, argv: &[String]) -> Result<i32, CliError> {
+/// The command an approver approved in place of the one asked about (edit-on-approve), with
+/// its working directory; `None` when the call was approved as asked. A command that cannot
+/// be run as edited is refused: running the original would run what nobody approved.
+fn approved_command(approval: &pb::Approval) -> Result<Option<(Vec<String>, String)>, String> {
+    if !version::is_edited(approval) {
+        return Ok(None);
+    }
+    let editor = version::editor_name(approval).unwrap_or_default();
+    let edited = version::edited_input(approval).ok_or_else(|| {
+        format!("the approved arguments, edited by {editor}, are not available (redacted)")
+    })?;
+    let argv: Option<Vec<String>> = edited["argv"].as_array().and_then(|argv| {
+        argv.iter()
+            .map(|word| word.as_str().map(str::to_owned))
+            .collect()
+    });
+    match (argv, edited["cwd"].as_str()) {
+        (Some(argv), Some(cwd)) if !argv.is_empty() => {
+            eprintln!(
+                "countersign: {editor} edited the command: running `{}` in {cwd}",
+                shell_join(&argv)
+            );
+            Ok(Some((argv, cwd.to_owned())))
+        }
+        _ => Err(format!(
+            "{editor} approved arguments without a command to run ({{\"argv\": [...], \"cwd\": ...}} expected)"
+        )),
+    }
+}
+
+/// Runs the approved command (in `cwd` when given, else here) with the terminal's stdio,
+/// then consumes the approval with the outcome and the digest of the version it ran.
+async fn run(
+    client: &Client,
+    approval: &pb::Approval,
+    argv: &[String],
+    cwd: Option<&str>,
+) -> Result<i32, CliError> {
     let (program, program_args) = argv
         .split_first()
         .ok_or_else(|| CliError::Usage("no command given".into()))?;
@@ -77,11 +119,12 @@ async fn run(client: &Client, approval: &pb::Approval, argv: &[String]) -> Resul
     );
     // Ctrl-C reaches the command too (same process group): stay alive to report its outcome.
     let _held = hold_interrupts();
-    let (code, outcome, detail) = match tokio::process::Command::new(program)
-        .args(program_args)
-        .status()
-        .await
-    {
+    let mut command = tokio::process::Command::new(program);
+    command.args(program_args);
+    if let Some(cwd) = cwd {
+        command.current_dir(cwd);
+    }
+    let (code, outcome, detail) = match command.status().await {
         Ok(status) => {
             let outcome = if status.success() {
                 pb::ConsumeOutcome::Succeeded
@@ -104,7 +147,11 @@ async fn run(client: &Client, approval: &pb::Approval, argv: &[String]) -> Resul
             )
         }
     };
-    if let Err(error) = client.consume(&approval.id, outcome, &detail).await {
+    let ran = version::current_arguments(approval).1;
+    if let Err(error) = client
+        .consume_ran(&approval.id, ran, outcome, &detail)
+        .await
+    {
         eprintln!(
             "countersign: warning: could not record the outcome on approval {}: {error}",
             approval.id

@@ -941,9 +941,9 @@ async fn delegate_without_from_delegates_the_cli_users_own_vote() {
     let server = TestServer::start_with_toml(countersign_testkit::docs::groups_example()).await;
     let delegate_as = |user: &'static str| {
         let mut command = support::countersign(&server.url());
-        command.env("USER", user).args([
-            "delegate", "--to", "dave", "--until", "2h", "-o", "json",
-        ]);
+        command
+            .env("USER", user)
+            .args(["delegate", "--to", "dave", "--until", "2h", "-o", "json"]);
         async move {
             tokio::time::timeout(STEP, command.output())
                 .await
@@ -965,4 +965,36 @@ async fn delegate_without_from_delegates_the_cli_users_own_vote() {
         "{}",
         stderr(&refused)
     );
+}
+
+/// An approver who edits an `exec` call approves another command: exec runs exactly that one
+/// (never the one typed), and its consumption names the edited version.
+#[tokio::test]
+async fn exec_runs_the_command_as_an_approver_edited_it() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut watch = watch_requests(&url).await;
+    let mut args = vec!["--risk", "low"];
+    args.extend(LEAVE_MARK);
+    let exec = spawn_exec(&url, dir.path(), &args);
+    let pending = next_requested(&mut watch).await;
+    let cwd = dir.path().to_string_lossy().to_string();
+    let edited = serde_json::json!({"argv": ["sh", "-c", "echo edited > mark"], "cwd": cwd});
+    support::approve_with_edits(&support::client(&url), &pending.id, &edited).await;
+    let output = finish(exec).await;
+    assert_exit(&output, 0);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("mark")).unwrap(),
+        "edited\n",
+        "the edited command ran, not the typed one"
+    );
+    assert!(
+        stderr(&output).contains("edited the command"),
+        "{}",
+        stderr(&output)
+    );
+    let approval = json(&run(&url, &["get", &pending.id, "-o", "json"]).await);
+    assert_eq!(approval["state"], "CONSUMED");
+    assert_eq!(approval["consumption"]["outcome"], "SUCCEEDED");
 }

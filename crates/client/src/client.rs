@@ -276,10 +276,25 @@ impl Client {
         outcome: pb::ConsumeOutcome,
         detail: &str,
     ) -> Result<pb::Approval, ClientError> {
+        self.consume_ran(approval_id, "", outcome, detail).await
+    }
+
+    /// [`Client::consume`], also naming the version of the arguments that ran (its args
+    /// digest: the approval's `edited_args_digest` when an approver edited the call, else
+    /// `args_digest`). The server refuses ([`ClientError::FailedPrecondition`], nothing
+    /// consumed) when that is not the approved version.
+    pub async fn consume_ran(
+        &self,
+        approval_id: &str,
+        args_digest: &str,
+        outcome: pb::ConsumeOutcome,
+        detail: &str,
+    ) -> Result<pb::Approval, ClientError> {
         let request = pb::ConsumeRequest {
             approval_id: approval_id.to_owned(),
             outcome: outcome.into(),
             detail: detail.to_owned(),
+            args_digest: args_digest.to_owned(),
         };
         Ok(self.rpc.clone().consume(request).await?.into_inner())
     }

@@ -1034,6 +1034,31 @@ impl Approval {
         }
     }
 
+    /// Refuses a consumption that reports running other arguments (`args_digest`, empty: not
+    /// reported) than the approved version: the original ones after an approver edited them,
+    /// or anything else. Only an approved call passes, so the version cannot change after.
+    pub fn check_ran(&self, args_digest: &str) -> Result<(), Error> {
+        if args_digest.is_empty() {
+            return Ok(());
+        }
+        if self.state != State::Approved {
+            return Err(Error::FailedPrecondition(format!(
+                "approval {} is {}; only an approved call can be consumed",
+                self.id,
+                self.state.as_str()
+            )));
+        }
+        if args_digest != self.current_digest() {
+            return Err(Error::FailedPrecondition(format!(
+                "approval {} approved the arguments with digest {}, not the {} reported as run",
+                self.id,
+                self.current_digest(),
+                args_digest
+            )));
+        }
+        Ok(())
+    }
+
     /// Stores (or replaces) the platform message a worker created for this approval.
     pub fn record_delivery(&mut self, delivery: Delivery) -> EventKind {
         match self

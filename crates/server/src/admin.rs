@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use countersign_core::groups::Delegation;
 use countersign_core::validate::{optional, required};
-use countersign_core::Error as DomainError;
 use countersign_core::Decider;
+use countersign_core::Error as DomainError;
 use countersign_proto::v1 as pb;
 use countersign_proto::v1::admin_service_server::AdminService;
 use tonic::{Request, Response, Status};

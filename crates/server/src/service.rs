@@ -429,8 +429,12 @@ impl ApprovalService for ApprovalApi {
         let outcome = consume_outcome_from_pb(request.outcome).map_err(status_of_domain)?;
         countersign_core::validate::optional("detail", &request.detail, 4096)
             .map_err(status_of_domain)?;
+        validate_digest("args_digest", &request.args_digest).map_err(status_of_domain)?;
         // Read whatever the role: an approval that disagrees with its trail is never consumed.
-        self.readable(&caller, &request.approval_id).await?;
+        let approval = self.readable(&caller, &request.approval_id).await?;
+        approval
+            .check_ran(&request.args_digest)
+            .map_err(status_of_domain)?;
         let approval = self
             .store
             .consume(&request.approval_id, outcome, &request.detail, now_millis())

@@ -297,9 +297,11 @@ def list_request(
     )
 
 
-def consume_request(approval_id: str, succeeded: bool, detail: str) -> pb.ConsumeRequest:
+def consume_request(
+    approval_id: str, succeeded: bool, detail: str, args_digest: str = ""
+) -> pb.ConsumeRequest:
     outcome = pb.CONSUME_OUTCOME_SUCCEEDED if succeeded else pb.CONSUME_OUTCOME_FAILED
-    return pb.ConsumeRequest(approval_id=approval_id, outcome=outcome, detail=detail)
+    return pb.ConsumeRequest(approval_id=approval_id, outcome=outcome, detail=detail, args_digest=args_digest)
 
 
 def decide_request(

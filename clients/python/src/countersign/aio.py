@@ -148,8 +148,10 @@ class AsyncClient(ClientBase):
         request = pb.CancelApprovalRequest(approval_id=approval_id, reason=reason)
         return approval_of(await self._call("CancelApproval", request))
 
-    async def consume(self, approval_id: str, *, succeeded: bool = True, detail: str = "") -> Approval:
-        request = _common.consume_request(approval_id, succeeded, detail)
+    async def consume(
+        self, approval_id: str, *, succeeded: bool = True, detail: str = "", args_digest: str = ""
+    ) -> Approval:
+        request = _common.consume_request(approval_id, succeeded, detail, args_digest)
         return approval_of(await self._call("Consume", request))
 
     async def decide(

@@ -165,9 +165,13 @@ class Client(ClientBase):
         request = pb.CancelApprovalRequest(approval_id=approval_id, reason=reason)
         return approval_of(self._call("CancelApproval", request))
 
-    def consume(self, approval_id: str, *, succeeded: bool = True, detail: str = "") -> Approval:
-        """Marks an approved call as executed, once (a second consume is FailedPrecondition)."""
-        request = _common.consume_request(approval_id, succeeded, detail)
+    def consume(
+        self, approval_id: str, *, succeeded: bool = True, detail: str = "", args_digest: str = ""
+    ) -> Approval:
+        """Marks an approved call as executed, once (a second consume is FailedPrecondition).
+        ``args_digest`` names the version that ran (``Approval.current_args_digest``); the
+        server refuses one that is not the approved version, and consumes nothing."""
+        request = _common.consume_request(approval_id, succeeded, detail, args_digest)
         return approval_of(self._call("Consume", request))
 
     def decide(

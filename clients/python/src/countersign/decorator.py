@@ -166,22 +166,25 @@ def _approved_call(
     return bound.args, bound.kwargs
 
 
-def _consumption(error: BaseException | None) -> dict[str, Any]:
+def _consumption(approval: Approval, error: BaseException | None) -> dict[str, Any]:
+    """How the call went, naming the version that ran: the decorator runs exactly
+    ``arguments_to_run``."""
+    ran = approval.current_args_digest
     if error is None:
-        return {"succeeded": True, "detail": "ok"}
-    return {"succeeded": False, "detail": type(error).__name__}
+        return {"succeeded": True, "detail": "ok", "args_digest": ran}
+    return {"succeeded": False, "detail": type(error).__name__, "args_digest": ran}
 
 
 async def _report(api: AsyncClient, approval: Approval, error: BaseException | None) -> None:
     """Records that the call ran (and how); failing to record it must not hide its result."""
     try:
-        await api.consume(approval.id, **_consumption(error))
+        await api.consume(approval.id, **_consumption(approval, error))
     except Exception as failure:  # noqa: BLE001
         log.warning("recording approval %s as consumed failed: %s", approval.id, failure)
 
 
 def _report_sync(api: Client, approval: Approval, error: BaseException | None) -> None:
     try:
-        api.consume(approval.id, **_consumption(error))
+        api.consume(approval.id, **_consumption(approval, error))
     except Exception as failure:  # noqa: BLE001
         log.warning("recording approval %s as consumed failed: %s", approval.id, failure)

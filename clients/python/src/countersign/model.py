@@ -205,6 +205,12 @@ class Approval:
         return bool(self.edited_args_digest)
 
     @property
+    def current_args_digest(self) -> str:
+        """The digest of the version to run (the edited one when edited): what ``consume``
+        reports as run."""
+        return self.edited_args_digest if self.edited else self.args_digest
+
+    @property
     def arguments_to_run(self) -> dict[str, Any] | None:
         """The arguments the call must run with: the edited ones when edited (None when they
         are not available, being redacted: then nothing may run)."""

@@ -390,14 +390,16 @@ class CancelApprovalRequest(_message.Message):
     def __init__(self, approval_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ConsumeRequest(_message.Message):
-    __slots__ = ("approval_id", "outcome", "detail")
+    __slots__ = ("approval_id", "outcome", "detail", "args_digest")
     APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    ARGS_DIGEST_FIELD_NUMBER: _ClassVar[int]
     approval_id: str
     outcome: ConsumeOutcome
     detail: str
-    def __init__(self, approval_id: _Optional[str] = ..., outcome: _Optional[_Union[ConsumeOutcome, str]] = ..., detail: _Optional[str] = ...) -> None: ...
+    args_digest: str
+    def __init__(self, approval_id: _Optional[str] = ..., outcome: _Optional[_Union[ConsumeOutcome, str]] = ..., detail: _Optional[str] = ..., args_digest: _Optional[str] = ...) -> None: ...
 
 class WatchApprovalsRequest(_message.Message):
     __slots__ = ("after_seq", "channel", "include_snapshot")
