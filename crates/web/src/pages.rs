@@ -605,6 +605,12 @@ struct HistoryPage {
     next: Option<String>,
 }
 
+/// Rows on a history page.
+const HISTORY_ROWS: u32 = 100;
+
+/// Pages of 500 a text search reads at most for one page of results.
+const SEARCH_PAGES: usize = 20;
+
 const DECIDED_STATES: [pb::ApprovalState; 5] = [
     pb::ApprovalState::Approved,
     pb::ApprovalState::Rejected,
@@ -629,42 +635,52 @@ pub async fn history(
             search.state
         )));
     }
-    let page = app
-        .client
-        .list_approvals(pb::ListApprovalsRequest {
-            states,
-            agent_id: search.agent.clone(),
-            tool_name: search.tool.clone(),
-            page_size: 100,
-            page_token: search.page.clone(),
-            ..Default::default()
-        })
-        .await?;
+    // A text search reads on until it has a page of matches (or has read SEARCH_PAGES
+    // pages), so an older match is found too; the next link continues where it stopped.
     let needle = search.q.to_lowercase();
-    let rows = page
-        .approvals
-        .iter()
-        .filter(|approval| {
-            needle.is_empty()
-                || [
-                    &approval.action,
-                    &approval.reason,
-                    &approval.agent_id,
-                    &approval.tool_name,
-                    &approval.id,
-                ]
+    let mut rows: Vec<Row> = Vec::new();
+    let mut token = search.page.clone();
+    for _ in 0..SEARCH_PAGES {
+        let page = app
+            .client
+            .list_approvals(pb::ListApprovalsRequest {
+                states: states.clone(),
+                agent_id: search.agent.clone(),
+                tool_name: search.tool.clone(),
+                page_size: if needle.is_empty() { HISTORY_ROWS } else { 500 },
+                page_token: token,
+                ..Default::default()
+            })
+            .await?;
+        rows.extend(
+            page.approvals
                 .iter()
-                .any(|text| text.to_lowercase().contains(&needle))
-        })
-        .map(Row::of)
-        .collect();
-    let next = (!page.next_page_token.is_empty()).then(|| {
+                .filter(|approval| {
+                    needle.is_empty()
+                        || [
+                            &approval.action,
+                            &approval.reason,
+                            &approval.agent_id,
+                            &approval.tool_name,
+                            &approval.id,
+                        ]
+                        .iter()
+                        .any(|text| text.to_lowercase().contains(&needle))
+                })
+                .map(Row::of),
+        );
+        token = page.next_page_token;
+        if needle.is_empty() || rows.len() >= HISTORY_ROWS as usize || token.is_empty() {
+            break;
+        }
+    }
+    let next = (!token.is_empty()).then(|| {
         form_urlencoded::Serializer::new(String::new())
             .append_pair("q", &search.q)
             .append_pair("agent", &search.agent)
             .append_pair("tool", &search.tool)
             .append_pair("state", &search.state)
-            .append_pair("page", &page.next_page_token)
+            .append_pair("page", &token)
             .finish()
     });
     Ok(render(&HistoryPage {

@@ -473,6 +473,17 @@ async fn history_is_searchable_and_admins_revoke_grants() {
         assert_eq!(response.status(), StatusCode::SEE_OTHER);
     }
 
+    // More than a page of newer history: the search still finds the older match.
+    for n in 0..120 {
+        let filler = setup
+            .request("filler", &format!("routine job {n}"), pb::Risk::Low)
+            .await;
+        setup
+            .agent
+            .cancel_approval(&filler.id, "not needed")
+            .await
+            .unwrap();
+    }
     let (status, found) = get(&setup, "/history?q=PAYMENTS", &alice).await;
     assert_eq!(status, StatusCode::OK);
     assert!(
