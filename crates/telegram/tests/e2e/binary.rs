@@ -1,6 +1,169 @@
-//! The `countersign-telegram` binary: `--help`, and a run from a configuration file.
+//! The `countersign-telegram` binary: `--help`, a run from a configuration file, and the
+//! README's crash promise with the binary killed by SIGKILL at each moment it names.
+
+use std::path::Path;
+use std::time::Duration;
+
+use countersign_testkit::telegram::RecordedRequest;
 
 use crate::common::{alice, Harness, BOT_TOKEN, CHAT};
+
+/// A configuration file for the binary against the harness's server and fake Telegram.
+fn write_config(harness: &Harness, dir: &Path) -> std::path::PathBuf {
+    let config = dir.join("telegram.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nurl = \"{}\"\n[telegram]\napi_url = \"{}\"\ndefault_chat_id = {}\nallowed_user_ids = [{}]\npoll_timeout_secs = 5\nstate_dir = \"{}\"\n",
+            harness.server.url(),
+            harness.telegram.api_url(),
+            CHAT,
+            alice().id,
+            dir.join("state").display()
+        ),
+    )
+    .unwrap();
+    config
+}
+
+fn spawn_worker(config: &Path) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_countersign-telegram"))
+        .arg("--config")
+        .arg(config)
+        .env("TELEGRAM_BOT_TOKEN", BOT_TOKEN)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+fn is_request(request: &RecordedRequest) -> bool {
+    request.method == "sendMessage" && !request.callback_data().is_empty()
+}
+
+/// The first request message's id, once Telegram has made it (its answer may be held).
+async fn first_request_message(harness: &Harness) -> i64 {
+    harness
+        .telegram
+        .wait_for_requests("the request message", |requests| {
+            requests.iter().any(is_request)
+        })
+        .await
+        .iter()
+        .find(|r| is_request(r))
+        .and_then(RecordedRequest::result_message_id)
+        .unwrap()
+}
+
+/// README: "a crash after Telegram accepted a message but before its answer reached the
+/// outbox makes the restarted worker send the request again, once", marking the orphan
+/// replaced; one live message remains, the recorded one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_before_the_answer_reached_the_outbox_leaves_one_live_message() {
+    let harness = Harness::without_worker().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(&harness, dir.path());
+    harness
+        .telegram
+        .hold_answers("sendMessage", Duration::from_secs(3600));
+    let mut worker = spawn_worker(&config);
+    let approval = harness.request("call-1", "{}").await;
+    let orphan = first_request_message(&harness).await;
+    worker.kill().await.unwrap(); // SIGKILL, the answer still held
+    harness.telegram.hold_answers("sendMessage", Duration::ZERO);
+
+    let mut worker = spawn_worker(&config);
+    harness
+        .telegram
+        .wait_for_message("the orphan marked replaced", CHAT, orphan, |m| {
+            m.reply_markup.is_none() && m.text.contains("replaced by a newer message")
+        })
+        .await;
+    let delivery = harness.wait_for_delivery(&approval.id).await;
+    let recorded: i64 = delivery
+        .message_ref
+        .split_once(':')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    assert_ne!(recorded, orphan);
+    let live: Vec<i64> = [orphan, recorded]
+        .into_iter()
+        .filter(|id| {
+            harness
+                .telegram
+                .message(CHAT, *id)
+                .is_some_and(|m| !m.callback_data().is_empty())
+        })
+        .collect();
+    assert_eq!(live, [recorded]);
+    assert_eq!(
+        harness
+            .telegram
+            .requests()
+            .iter()
+            .filter(|r| is_request(r))
+            .count(),
+        2,
+        "sent again exactly once"
+    );
+    worker.kill().await.unwrap();
+}
+
+/// README: "a message whose id reached the outbox is adopted (recorded on the server if it
+/// was not, and edited), never sent again".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_after_the_outbox_has_the_id_adopts_the_message() {
+    let mut harness = Harness::without_worker().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(&harness, dir.path());
+    // The answer comes late enough to take the server away first, so the id reaches the
+    // outbox but the delivery cannot be recorded.
+    harness
+        .telegram
+        .hold_answers("sendMessage", Duration::from_secs(3));
+    let mut worker = spawn_worker(&config);
+    let approval = harness.request("call-1", "{}").await;
+    let message = first_request_message(&harness).await;
+    harness.server.stop().await;
+    let outbox = dir.path().join("state").join("outbox.jsonl");
+    let reference = format!("{CHAT}:{message}");
+    for _ in 0..200 {
+        if std::fs::read_to_string(&outbox).is_ok_and(|text| text.contains(&reference)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        std::fs::read_to_string(&outbox)
+            .unwrap()
+            .contains(&reference),
+        "the message id reached the outbox"
+    );
+    worker.kill().await.unwrap(); // SIGKILL before the delivery was recorded
+    harness.server.restart().await;
+    harness.telegram.hold_answers("sendMessage", Duration::ZERO);
+
+    let mut worker = spawn_worker(&config);
+    let delivery = harness.wait_for_delivery(&approval.id).await;
+    assert_eq!(delivery.message_ref, reference, "the message was adopted");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        harness
+            .telegram
+            .requests()
+            .iter()
+            .filter(|r| is_request(r))
+            .count(),
+        1,
+        "never sent again"
+    );
+    let shown = harness.telegram.message(CHAT, message).unwrap();
+    assert!(!shown.callback_data().is_empty(), "still live: {shown:?}");
+    worker.kill().await.unwrap();
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_runs_from_a_config_file_with_the_token_from_the_environment() {
