@@ -145,8 +145,8 @@ enum Stored {
 }
 
 impl Stored {
-    /// Read-only on SQLite unless `write`.
-    async fn connect(server: &TestServer, write: bool) -> Stored {
+    /// Read-only on SQLite.
+    async fn open(server: &TestServer) -> Stored {
         use sqlx::Connection;
         let database = server.database_path();
         let database = database.to_string_lossy();
@@ -158,32 +158,11 @@ impl Stored {
             )
         } else {
             Stored::Sqlite(
-                sqlx::SqliteConnection::connect(&format!(
-                    "sqlite://{database}{}",
-                    if write { "" } else { "?mode=ro" }
-                ))
-                .await
-                .expect("open database"),
+                sqlx::SqliteConnection::connect(&format!("sqlite://{database}?mode=ro"))
+                    .await
+                    .expect("open database"),
             )
         }
-    }
-
-    async fn open(server: &TestServer) -> Stored {
-        Stored::connect(server, false).await
-    }
-
-    async fn execute(&mut self, sql: &str) -> u64 {
-        match self {
-            Stored::Sqlite(conn) => sqlx::query(sql)
-                .execute(conn)
-                .await
-                .map(|r| r.rows_affected()),
-            Stored::Postgres(conn) => sqlx::query(sql)
-                .execute(conn)
-                .await
-                .map(|r| r.rows_affected()),
-        }
-        .expect("execute")
     }
 
     async fn count(&mut self, sql: &str) -> i64 {
@@ -215,7 +194,7 @@ pub async fn count(server: &TestServer, sql: &str) -> i64 {
 /// Runs `sql` on the server's database by hand, as an attacker with access to it would;
 /// returns how many rows it changed.
 pub async fn tamper(server: &TestServer, sql: &str) -> u64 {
-    Stored::connect(server, true).await.execute(sql).await
+    server.tamper(sql).await
 }
 
 /// Everything a refused call must leave alone: every approval as stored, and the number of

@@ -733,15 +733,12 @@ async fn events_grants_and_verify_audit_show_and_check_the_audit_trail() {
     );
 
     // A hand edit of the database is found.
-    use sqlx::Connection;
-    let mut db =
-        sqlx::SqliteConnection::connect(&format!("sqlite://{}", server.database_path().display()))
-            .await
-            .unwrap();
-    sqlx::query("UPDATE events SET at_ms = at_ms - 1 WHERE seq = 2")
-        .execute(&mut db)
-        .await
-        .unwrap();
+    assert_eq!(
+        server
+            .tamper("UPDATE events SET at_ms = at_ms - 1 WHERE seq = 2")
+            .await,
+        1
+    );
     let output = run(&url, &["verify-audit", "-o", "json"]).await;
     assert_exit(&output, 72);
     assert_eq!(json(&output)["broken_seq"], 2);

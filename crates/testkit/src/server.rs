@@ -107,6 +107,31 @@ impl TestServer {
         self.config.database.clone()
     }
 
+    /// Runs `sql` on the server's database by hand, as someone with access to the file or
+    /// the database would (tests of tampering), on either backend; the rows it changed.
+    pub async fn tamper(&self, sql: &str) -> u64 {
+        use sqlx::Connection;
+        let database = self.database_path().to_string_lossy().to_string();
+        let changed = if database.starts_with("postgres") {
+            let mut connection = sqlx::PgConnection::connect(&database)
+                .await
+                .expect("open the database");
+            sqlx::query(sql)
+                .execute(&mut connection)
+                .await
+                .map(|r| r.rows_affected())
+        } else {
+            let mut connection = sqlx::SqliteConnection::connect(&format!("sqlite://{database}"))
+                .await
+                .expect("open the database");
+            sqlx::query(sql)
+                .execute(&mut connection)
+                .await
+                .map(|r| r.rows_affected())
+        };
+        changed.expect("the SQL runs")
+    }
+
     pub fn config(&self) -> &Config {
         &self.config
     }
