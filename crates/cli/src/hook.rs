@@ -224,7 +224,12 @@ async fn decide(
         );
     }
     let withdraw_reason = format!("no decision within {}", humantime::format_duration(budget));
-    gate::await_verdict(&client, approval, deadline, &withdraw_reason).await
+    let verdict = gate::await_verdict(&client, approval, deadline, &withdraw_reason).await;
+    if call.key_is_derived() {
+        gate::hand_off(&client, verdict, host_name).await
+    } else {
+        verdict
+    }
 }
 
 /// Reads all of stdin (on a blocking thread: the runtime has no async stdin).

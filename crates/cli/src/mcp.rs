@@ -345,9 +345,13 @@ impl Tools {
                         .map(str::to_owned),
                 );
                 let request = call.request(&self.settings, &self.args.gate, APPROVE_AGENT);
-                let verdict = self
-                    .gate(request, call.key_is_derived(), progress, cancelled)
-                    .await?;
+                let derived = call.key_is_derived();
+                let verdict = self.gate(request, derived, progress, cancelled).await?;
+                let verdict = if derived {
+                    gate::hand_off(&self.client, verdict, "the MCP client").await
+                } else {
+                    verdict
+                };
                 if let Verdict::Allow { updated_input, .. } = &verdict {
                     // The input as the host sent it, or as an approver edited it.
                     let input = updated_input.clone().unwrap_or(input);

@@ -167,6 +167,11 @@ fn assert_answer(surface: Surface, output: &Output, expected: Option<Value>) {
     assert_eq!(answer, expected, "{surface:?}; stderr: {}", stderr(output));
 }
 
+/// The answer on stdout, if any (for comparing without asserting).
+fn answer_of(output: &Output) -> Option<Value> {
+    serde_json::from_str(stdout(output).trim()).ok()
+}
+
 fn session_of(surface: Surface, test: &str) -> String {
     format!("{test}-{surface:?}")
 }
@@ -635,6 +640,63 @@ async fn the_default_wait_stays_under_each_hosts_default_timeout() {
     }
 }
 
+/// A ONCE approval approves one call: a call known only by its digest is marked used
+/// (HANDED_OFF) when its allow goes to the host, and the same call made again is asked anew.
+/// A named call (a host's call id) seen again is the same call: the same answer.
+#[tokio::test]
+async fn a_once_approval_answers_one_call_and_the_same_call_again_is_asked_anew() {
+    let server = TestServer::start().await;
+    let client = client(&server.url());
+    for surface in SURFACES {
+        let session = session_of(surface, "once");
+        let (output, approval) = decided(
+            &server,
+            surface,
+            &session,
+            0,
+            pb::Verdict::Approve,
+            pb::Scope::Once,
+            "",
+        )
+        .await;
+        let allowed = surface.allowed(&format!("countersign: approved by {APPROVER}"), None);
+        assert_answer(surface, &output, allowed.clone());
+        let first = client.get_approval(&approval.id).await.unwrap();
+        if surface.has_call_id() {
+            assert_eq!(first.state(), pb::ApprovalState::Approved, "{surface:?}");
+            let again = surface
+                .run(&server.url(), &surface.payload(&session, 0), &[])
+                .await;
+            assert_answer(surface, &again, allowed);
+            assert_eq!(approvals_of(&client, &session).await.len(), 1);
+            continue;
+        }
+        assert_eq!(first.state(), pb::ApprovalState::Consumed, "{surface:?}");
+        assert_eq!(
+            first.consumption.unwrap().outcome(),
+            pb::ConsumeOutcome::HandedOff
+        );
+        // The identical call again: a new approval, and nobody answered it yet.
+        let (again, second) = decided(
+            &server,
+            surface,
+            &session,
+            0,
+            pb::Verdict::Reject,
+            pb::Scope::Once,
+            "not twice",
+        )
+        .await;
+        assert_ne!(second.id, approval.id, "{surface:?}");
+        assert_answer(
+            surface,
+            &again,
+            surface.denied(&format!("countersign: rejected by {APPROVER}: not twice")),
+        );
+        assert_eq!(approvals_of(&client, &session).await.len(), 2);
+    }
+}
+
 #[tokio::test]
 async fn a_host_retrying_the_same_call_gets_the_same_approval() {
     let server = TestServer::start().await;
@@ -657,8 +719,29 @@ async fn a_host_retrying_the_same_call_gets_the_same_approval() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         approve(&client, &approval.id, pb::Scope::Once, "").await;
         let expected = surface.allowed(&format!("countersign: approved by {APPROVER}"), None);
-        assert_answer(surface, &first.await.unwrap(), expected.clone());
-        assert_answer(surface, &second.await.unwrap(), expected);
+        let (first, second) = (first.await.unwrap(), second.await.unwrap());
+        if surface.has_call_id() {
+            assert_answer(surface, &first, expected.clone());
+            assert_answer(surface, &second, expected);
+        } else {
+            // Known only by its digest, the second is indistinguishable from the same call
+            // made twice: the approval is used once, the other invocation is denied.
+            let allowed = [&first, &second]
+                .into_iter()
+                .filter(|output| answer_of(output) == expected)
+                .count();
+            assert_eq!(allowed, 1, "{surface:?}");
+            let used = format!(
+                "countersign: approval {} was already used by an identical call; this call was not approved, ask again",
+                approval.id
+            );
+            assert!(
+                [&first, &second]
+                    .iter()
+                    .any(|output| stdout(output).contains(&used)),
+                "{surface:?}"
+            );
+        }
         assert_eq!(
             approvals_of(&client, &session).await.len(),
             1,

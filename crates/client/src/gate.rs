@@ -80,9 +80,9 @@ const MAX_RENEWALS: u32 = 100;
 /// a second approval.
 ///
 /// `renew_ended`: for keys derived from the call itself ([`call_key`]), a previous identical
-/// call whose approval expired or was cancelled must not deny this one forever: the key gets a
-/// numbered suffix until it names an approval that did not end that way. Deterministic, so a
-/// host retrying the same call still finds the same approval.
+/// call whose approval expired, was cancelled or was used ([`hand_off`]) must not answer this
+/// one: the key gets a numbered suffix until it names an approval that did not end that way.
+/// Deterministic, so a host retrying the same call while it waits finds the same approval.
 pub async fn request(
     client: &Client,
     req: &pb::RequestApprovalRequest,
@@ -95,14 +95,49 @@ pub async fn request(
         let approval = request_once(client, &req, deadline_at).await?;
         let ended = matches!(
             approval.state(),
-            pb::ApprovalState::Expired | pb::ApprovalState::Cancelled
+            pb::ApprovalState::Expired | pb::ApprovalState::Cancelled | pb::ApprovalState::Consumed
         );
         if !(renew_ended && ended) {
             return Ok(approval);
         }
         req.idempotency_key = format!("{base_key}.{renewal}");
     }
-    request_once(client, &req, deadline_at).await
+    // Never answer with an approval that ended or was used: that would approve nothing asked.
+    Err(ClientError::FailedPrecondition(format!(
+        "this exact call was asked {MAX_RENEWALS} times in this session; start a new session"
+    )))
+}
+
+/// For a call known only by its digest ([`call_key`]): once its allow is handed to the host,
+/// the approval is consumed (`HANDED_OFF`), so that the same call made again is asked anew and
+/// a ONCE approval approves one call. The invocation whose consumption the server records is
+/// the one allowed; another one waiting on the same approval (two identical calls at once)
+/// is denied, and so is the call when the use cannot be recorded (fail closed).
+pub async fn hand_off(client: &Client, verdict: Verdict, host: &str) -> Verdict {
+    let Verdict::Allow { approval_id, .. } = &verdict else {
+        return verdict;
+    };
+    let detail = format!("allowed; handed to {host} to run");
+    match client
+        .consume(approval_id, pb::ConsumeOutcome::HandedOff, &detail)
+        .await
+    {
+        Ok(_) => verdict,
+        Err(ClientError::FailedPrecondition(_)) => Verdict::Deny {
+            explanation: format!(
+                "countersign: approval {approval_id} was already used by an identical call; this call was not approved, ask again"
+            ),
+            failure: false,
+            approval_id: Some(approval_id.clone()),
+        },
+        Err(error) => Verdict::Deny {
+            explanation: format!(
+                "countersign: cannot record that approval {approval_id} was used ({error}); not approving the call"
+            ),
+            failure: true,
+            approval_id: Some(approval_id.clone()),
+        },
+    }
 }
 
 async fn request_once(

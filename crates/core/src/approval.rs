@@ -120,6 +120,8 @@ pub enum ResolvedBy {
 pub enum ConsumeOutcome {
     Succeeded,
     Failed,
+    /// Handed to the host that runs it (a coding agent's hook); how it went is not reported.
+    HandedOff,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -311,6 +311,7 @@ fn status_line(approval: &pb::Approval) -> String {
                     let outcome = match c.outcome() {
                         pb::ConsumeOutcome::Succeeded => "succeeded",
                         pb::ConsumeOutcome::Failed => "failed",
+                        pb::ConsumeOutcome::HandedOff => "handed to the agent",
                         pb::ConsumeOutcome::Unspecified => "reported",
                     };
                     let detail = if c.detail.is_empty() {

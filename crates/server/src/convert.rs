@@ -112,9 +112,10 @@ pub fn consume_outcome_from_pb(value: i32) -> Result<ConsumeOutcome, Error> {
     match pb::ConsumeOutcome::try_from(value) {
         Ok(pb::ConsumeOutcome::Succeeded) => Ok(ConsumeOutcome::Succeeded),
         Ok(pb::ConsumeOutcome::Failed) => Ok(ConsumeOutcome::Failed),
+        Ok(pb::ConsumeOutcome::HandedOff) => Ok(ConsumeOutcome::HandedOff),
         _ => Err(Error::invalid(
             "outcome",
-            "is required (CONSUME_OUTCOME_SUCCEEDED or CONSUME_OUTCOME_FAILED)",
+            "is required (CONSUME_OUTCOME_SUCCEEDED, CONSUME_OUTCOME_FAILED or CONSUME_OUTCOME_HANDED_OFF)",
         )),
     }
 }
@@ -123,6 +124,7 @@ fn consume_outcome_to_pb(outcome: ConsumeOutcome) -> pb::ConsumeOutcome {
     match outcome {
         ConsumeOutcome::Succeeded => pb::ConsumeOutcome::Succeeded,
         ConsumeOutcome::Failed => pb::ConsumeOutcome::Failed,
+        ConsumeOutcome::HandedOff => pb::ConsumeOutcome::HandedOff,
     }
 }
 

@@ -294,6 +294,7 @@ fn status_html(approval: &pb::Approval) -> String {
             let outcome = match approval.consumption.as_ref().map(|c| c.outcome()) {
                 Some(pb::ConsumeOutcome::Succeeded) => " (succeeded)",
                 Some(pb::ConsumeOutcome::Failed) => " (failed)",
+                Some(pb::ConsumeOutcome::HandedOff) => " (handed to the agent)",
                 _ => "",
             };
             format!("{}\n▶️ Executed{outcome}", approved_html(approval))

@@ -150,6 +150,8 @@ class Consumption:
     succeeded: bool
     detail: str
     consumed_at: datetime | None
+    #: The runtime handed the call to its host (a coding agent's hook): its outcome is unknown.
+    handed_off: bool = False
 
 
 @dataclass(frozen=True)
@@ -395,6 +397,7 @@ def approval_of(message: pb.Approval) -> Approval:
             succeeded=message.consumption.outcome == pb.CONSUME_OUTCOME_SUCCEEDED,
             detail=message.consumption.detail,
             consumed_at=_time(message.consumption, "consumed_at"),
+            handed_off=message.consumption.outcome == pb.CONSUME_OUTCOME_HANDED_OFF,
         )
         if message.HasField("consumption")
         else None,

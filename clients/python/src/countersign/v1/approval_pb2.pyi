@@ -54,6 +54,7 @@ class ConsumeOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONSUME_OUTCOME_UNSPECIFIED: _ClassVar[ConsumeOutcome]
     CONSUME_OUTCOME_SUCCEEDED: _ClassVar[ConsumeOutcome]
     CONSUME_OUTCOME_FAILED: _ClassVar[ConsumeOutcome]
+    CONSUME_OUTCOME_HANDED_OFF: _ClassVar[ConsumeOutcome]
 
 class EventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -113,6 +114,7 @@ RESOLVED_BY_CANCELLATION: ResolvedBy
 CONSUME_OUTCOME_UNSPECIFIED: ConsumeOutcome
 CONSUME_OUTCOME_SUCCEEDED: ConsumeOutcome
 CONSUME_OUTCOME_FAILED: ConsumeOutcome
+CONSUME_OUTCOME_HANDED_OFF: ConsumeOutcome
 EVENT_KIND_UNSPECIFIED: EventKind
 EVENT_KIND_SNAPSHOT: EventKind
 EVENT_KIND_SNAPSHOT_COMPLETE: EventKind
