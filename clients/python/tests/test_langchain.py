@@ -181,3 +181,30 @@ def test_an_approval_with_edits_runs_the_edited_call(server: Server, agent_id: s
     hitl_agent.invoke(command, config, version="v2")
     assert deleted == ["prod.db.bak", "old.tmp"]
     client.close()
+
+
+def test_an_edit_for_a_tool_that_takes_no_edits_is_a_rejection(server: Server, agent_id: str) -> None:
+    """A tool configured without "edit" cannot run an edited call: countersign answers the
+    interrupt with a rejection naming why, and the original call does not run either."""
+    deleted: list[str] = []
+    no_edits = ["approve", "reject"]
+    model = ScriptedChatModel(messages=iter([delete_call("tc-n", "prod.db"), AIMessage("done")]))
+    agent = create_agent(
+        model,
+        tools=tools_recording(deleted),
+        middleware=[HumanInTheLoopMiddleware(interrupt_on={"delete_file": {"allowed_decisions": no_edits}})],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "hitl-no-edit"}}
+    paused = agent.invoke({"messages": [{"role": "user", "content": "clean up"}]}, config, version="v2")
+    approver = Approver(server.address, agent_id, [(Verdict.APPROVE, Scope.ONCE, "", {"path": "old.tmp"})])
+    with Client(server.address) as client:
+        command = resume_command(client, paused.interrupts, agent_id=agent_id, deadline=30)
+    approver.join()
+    [decision] = command.resume["decisions"]
+    assert decision["type"] == "reject"
+    assert "does not accept edited calls" in decision["message"]
+    finished = agent.invoke(command, config, version="v2")
+    assert deleted == []
+    [answer] = [m for m in finished.value["messages"] if isinstance(m, ToolMessage)]
+    assert "does not accept edited calls" in answer.content

@@ -173,8 +173,30 @@ def hitl_decisions(
             ttl=ttl,
             deadline=deadline,
         )
-        decisions.append(_decision(approval, action["name"]))
+        decision = _decision(approval, action["name"])
+        allowed = _allowed_decisions(value, position, action["name"])
+        if decision["type"] == "edit" and "edit" not in allowed:
+            # The approver approved other arguments than the call's, and this tool takes no
+            # edited call: running the original would run what nobody approved.
+            decision = {
+                "type": "reject",
+                "message": f"countersign: approval {approval.id} approved arguments edited by "
+                f"{approval.editor}, but {action['name']} does not accept edited calls; it was not run",
+            }
+        decisions.append(decision)
     return {"decisions": decisions}
+
+
+def _allowed_decisions(value: dict[str, Any], position: int, name: str) -> list[str]:
+    """The decision types the interrupt allows for the action at ``position`` (all of them
+    when it does not say)."""
+    configs = value.get("review_configs") or []
+    config = configs[position] if position < len(configs) else None
+    if config is None or config.get("action_name") != name:
+        config = next((c for c in configs if c.get("action_name") == name), None)
+    if config is None:
+        return ["approve", "edit", "reject"]
+    return list(config.get("allowed_decisions") or [])
 
 
 def resume_command(client: Client, interrupts: Sequence[Interrupt], **options: Any) -> Command[Any]:
