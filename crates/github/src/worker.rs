@@ -8,7 +8,7 @@
 //! already answered is recognised by the marker of the reply or by the server's idempotency
 //! key (the comment id).
 
-use countersign_worker::approval::is_granted;
+use countersign_worker::approval::{is_granted, route_targets};
 use countersign_worker::cursor::{Cursor, Part};
 use countersign_worker::lanes::Lanes;
 use countersign_worker::retry::{Backoff, RetrySchedule};
@@ -576,36 +576,23 @@ impl Relay {
     }
 
     /// The GitHub targets of an approval: its `github` routes (an empty target means the
-    /// default), or the default when it has no routes at all.
+    /// default), or the default when it has no routes at all (and, once escalated, its
+    /// escalation group's destinations).
     fn targets_of(&self, approval: &pb::Approval) -> Vec<Target> {
         let mut targets = Vec::new();
-        let github_routes: Vec<&pb::Route> = approval
-            .routes
-            .iter()
-            .filter(|route| route.channel == CHANNEL)
-            .collect();
-        let wanted: Vec<Option<&str>> = if approval.routes.is_empty() {
-            vec![None]
-        } else {
-            github_routes
-                .iter()
-                .map(|route| Some(route.target.trim()).filter(|target| !target.is_empty()))
-                .collect()
-        };
-        for target in wanted {
-            let parsed = match target {
-                Some(text) => match text.parse::<Target>() {
+        for target in route_targets(approval, CHANNEL) {
+            let parsed = if target.is_empty() {
+                if self.default_target.is_none() {
+                    tracing::warn!(approval_id = %approval.id, "approval for the default GitHub target, but none is configured");
+                }
+                self.default_target.clone()
+            } else {
+                match target.parse::<Target>() {
                     Ok(target) => Some(target),
                     Err(error) => {
                         tracing::warn!(approval_id = %approval.id, %error, "route target not usable");
                         None
                     }
-                },
-                None => {
-                    if self.default_target.is_none() {
-                        tracing::warn!(approval_id = %approval.id, "approval for the default GitHub target, but none is configured");
-                    }
-                    self.default_target.clone()
                 }
             };
             if let Some(target) = parsed {

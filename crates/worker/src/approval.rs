@@ -16,7 +16,21 @@ pub fn is_granted(approval: &pb::Approval) -> bool {
 /// approval without routes. Blank targets are `""` too.
 pub fn route_targets<'a>(approval: &'a pb::Approval, channel: &str) -> Vec<&'a str> {
     if approval.routes.is_empty() {
-        return vec![""];
+        // Every channel's default target; once escalated, its group's destinations too (an
+        // unrouted approval's routes cannot name "every channel" beside them).
+        let escalated_to = approval
+            .follow_up
+            .as_ref()
+            .filter(|follow_up| follow_up.escalated_at.is_some())
+            .and_then(|follow_up| follow_up.escalation_group.as_ref());
+        let mut targets = vec![""];
+        for route in escalated_to.iter().flat_map(|group| &group.destinations) {
+            let target = route.target.trim();
+            if route.channel == channel && !targets.contains(&target) {
+                targets.push(target);
+            }
+        }
+        return targets;
     }
     approval
         .routes
@@ -29,6 +43,39 @@ pub fn route_targets<'a>(approval: &'a pb::Approval, channel: &str) -> Vec<&'a s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_escalated_unrouted_approval_also_goes_to_the_escalation_groups_destinations() {
+        let route = |channel: &str, target: &str| pb::Route {
+            channel: channel.into(),
+            target: target.into(),
+        };
+        let mut approval = pb::Approval {
+            follow_up: Some(pb::FollowUp {
+                escalation_group: Some(pb::GroupQuorum {
+                    group: "oncall".into(),
+                    destinations: vec![
+                        route("telegram", "-100900900"),
+                        route("github", "acme/ops#2"),
+                    ],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            route_targets(&approval, "telegram"),
+            vec![""],
+            "not escalated yet"
+        );
+        if let Some(follow_up) = approval.follow_up.as_mut() {
+            follow_up.escalated_at = Some(countersign_client::Timestamp::default());
+        }
+        assert_eq!(route_targets(&approval, "telegram"), vec!["", "-100900900"]);
+        assert_eq!(route_targets(&approval, "github"), vec!["", "acme/ops#2"]);
+        assert_eq!(route_targets(&approval, "webhook"), vec![""]);
+    }
 
     #[test]
     fn route_targets_of_one_channel_or_the_default() {

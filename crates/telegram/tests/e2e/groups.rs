@@ -150,3 +150,29 @@ async fn a_group_approval_is_routed_reminded_escalated_and_decided_by_members() 
     );
     assert!(shown.callback_data().is_empty(), "buttons removed");
 }
+
+/// An approval with no routes goes to the default chat; once escalated it also reaches the
+/// escalation group's chat, although its routes cannot name "every channel" beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrouted_approval_reaches_the_escalation_chat_when_escalated() {
+    let mut harness =
+        Harness::without_worker_with_server_toml(countersign_testkit::docs::groups_example()).await;
+    harness.settings.allowed_user_ids = Vec::new();
+    harness.start_worker();
+    let approval = harness
+        .request_with(pb::RequestApprovalRequest {
+            routes: Vec::new(),
+            follow_up: Some(pb::FollowUp {
+                escalate_after_seconds: 1,
+                escalate_to: "oncall".into(),
+                ..Default::default()
+            }),
+            ..request("u-1")
+        })
+        .await;
+    assert!(approval.routes.is_empty(), "{:?}", approval.routes);
+    let first = harness.request_message(0).await;
+    assert!(first.callback_data()[0].contains(&approval.id));
+    let escalated = harness.request_message_in(ONCALL_CHAT, 0).await;
+    assert!(escalated.callback_data()[0].contains(&approval.id));
+}
