@@ -456,8 +456,6 @@ async fn redaction_keeps_an_approved_edit_until_the_call_is_consumed() {
     assert!(verified.intact, "{verified:?}");
 }
 
-/// The edited arguments in an approval's row are covered by their digest, which the chained
-/// decision event carries: changing them by hand breaks VerifyAudit.
 /// A runtime that reports running the original arguments of an edited approval is refused
 /// and consumes nothing; reporting the edited version consumes it.
 #[tokio::test]
@@ -517,6 +515,8 @@ async fn consume_is_bound_to_the_edited_version() {
     assert_eq!(state(&consumed), pb::ApprovalState::Consumed);
 }
 
+/// The edited arguments in an approval's row are covered by their digest, which the chained
+/// decision event carries: changing them by hand breaks VerifyAudit.
 #[tokio::test]
 async fn edited_arguments_changed_by_hand_fail_verify_audit() {
     let server = edit_server().await;

@@ -6,8 +6,6 @@
 ALTER TABLE approvals ADD COLUMN due_at_ms BIGINT;
 UPDATE approvals SET due_at_ms = expires_at_ms;
 CREATE INDEX approvals_pending_by_due ON approvals (due_at_ms) WHERE state = 'PENDING';
--- The sweep reads by due time now; the index by deadline alone has no reader left.
-DROP INDEX approvals_pending_by_expiry;
 
 -- One approver deciding for another until a time.
 CREATE TABLE delegations (

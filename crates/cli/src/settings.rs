@@ -123,7 +123,7 @@ impl Settings {
             .filter(|user| !user.is_empty())
             .ok_or_else(|| {
                 CliError::Usage(
-                    "no user to decide as: pass --as USER, set user in the config file, or set $USER (the OS account has no name)"
+                    "no user to act as: name one (approve/reject --as USER, delegate --from APPROVER), set user in the config file, or set $USER (the OS account has no name)"
                         .into(),
                 )
             })

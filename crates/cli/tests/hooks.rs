@@ -392,19 +392,27 @@ async fn policy_rules_answer_without_a_human() {
         "#,
     )
     .await;
+    let client = client(&server.url());
     for surface in SURFACES {
         let session = session_of(surface, "policy");
-        let output = surface
-            .run(&server.url(), &surface.payload(&session, 0), &[])
-            .await;
-        assert_answer(
-            surface,
-            &output,
-            surface.allowed(
-                "countersign: approved by policy rule shell-ok: deploys are pre-approved",
-                None,
-            ),
-        );
+        // The same call again and again: the rule answers each time, and a call known by its
+        // digest keeps its one approval (a rule's approval is not used up).
+        for _ in 0..3 {
+            let output = surface
+                .run(&server.url(), &surface.payload(&session, 0), &[])
+                .await;
+            assert_answer(
+                surface,
+                &output,
+                surface.allowed(
+                    "countersign: approved by policy rule shell-ok: deploys are pre-approved",
+                    None,
+                ),
+            );
+        }
+        let approvals = approvals_of(&client, &session).await;
+        assert_eq!(approvals.len(), 1, "{surface:?}");
+        assert_eq!(approvals[0].state(), pb::ApprovalState::Approved);
         let output = surface
             .run(&server.url(), &surface.payload(&session, 7), &[])
             .await;
@@ -698,7 +706,7 @@ async fn a_once_approval_answers_one_call_and_the_same_call_again_is_asked_anew(
 }
 
 #[tokio::test]
-async fn a_host_retrying_the_same_call_gets_the_same_approval() {
+async fn a_retried_call_gets_the_same_approval_and_identical_digest_calls_share_one_use() {
     let server = TestServer::start().await;
     let client = client(&server.url());
     for surface in [ClaudePreToolUse, ClaudePermissionRequest, GeminiBeforeTool] {

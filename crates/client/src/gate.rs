@@ -36,6 +36,9 @@ pub enum Verdict {
     Allow {
         approval_id: String,
         session: bool,
+        /// True when people approved this one call (ONCE): nothing else (a rule, a grant, a
+        /// session decision) would approve the same call again.
+        single_use: bool,
         explanation: String,
         /// An approver edited the arguments (edit-on-approve): run the call with this input
         /// instead of the one requested.
@@ -108,35 +111,52 @@ pub async fn request(
     )))
 }
 
-/// For a call known only by its digest ([`call_key`]): once its allow is handed to the host,
-/// the approval is consumed (`HANDED_OFF`), so that the same call made again is asked anew and
-/// a ONCE approval approves one call. The invocation whose consumption the server records is
-/// the one allowed; another one waiting on the same approval (two identical calls at once)
-/// is denied, and so is the call when the use cannot be recorded (fail closed).
+/// For a call known only by its digest ([`call_key`]): once an allow that people gave for
+/// this one call (`single_use`) is handed to the host, the approval is consumed
+/// (`HANDED_OFF`), so that the same call made again is asked anew and a ONCE approval approves
+/// one call. The invocation whose consumption the server records is the one allowed; another
+/// one waiting on the same approval (two identical calls at once) is denied, and so is the
+/// call when the use cannot be recorded (fail closed). Approvals by a rule, a session grant or
+/// a session decision are left as they are: they would approve the same call again anyway.
 pub async fn hand_off(client: &Client, verdict: Verdict, host: &str) -> Verdict {
-    let Verdict::Allow { approval_id, .. } = &verdict else {
+    let Verdict::Allow {
+        approval_id,
+        single_use: true,
+        ..
+    } = &verdict
+    else {
         return verdict;
     };
     let detail = format!("allowed; handed to {host} to run");
-    match client
+    let consumed = client
         .consume(approval_id, pb::ConsumeOutcome::HandedOff, &detail)
-        .await
-    {
-        Ok(_) => verdict,
-        Err(ClientError::FailedPrecondition(_)) => Verdict::Deny {
+        .await;
+    let error = match consumed {
+        Ok(_) => return verdict,
+        Err(error) => error,
+    };
+    // Refused: used by an identical call already, or anything else (an approval that disagrees
+    // with its trail); only the approval as it is now tells which.
+    let used_already = matches!(error, ClientError::FailedPrecondition(_))
+        && client
+            .get_approval(approval_id)
+            .await
+            .is_ok_and(|approval| approval.state() == pb::ApprovalState::Consumed);
+    if used_already {
+        return Verdict::Deny {
             explanation: format!(
                 "countersign: approval {approval_id} was already used by an identical call; this call was not approved, ask again"
             ),
             failure: false,
             approval_id: Some(approval_id.clone()),
-        },
-        Err(error) => Verdict::Deny {
-            explanation: format!(
-                "countersign: cannot record that approval {approval_id} was used ({error}); not approving the call"
-            ),
-            failure: true,
-            approval_id: Some(approval_id.clone()),
-        },
+        };
+    }
+    Verdict::Deny {
+        explanation: format!(
+            "countersign: cannot record that approval {approval_id} was used ({error}); not approving the call"
+        ),
+        failure: true,
+        approval_id: Some(approval_id.clone()),
     }
 }
 
@@ -273,6 +293,7 @@ pub fn verdict_of(approval: &pb::Approval) -> Verdict {
             match version::edited_input(approval) {
                 Some(input) => Verdict::Allow {
                     session: is_session_scoped(approval),
+                    single_use: is_single_use(approval),
                     explanation: format!(
                         "countersign: approved {by}{reason}, with the arguments edited by {editor}"
                     ),
@@ -292,6 +313,7 @@ pub fn verdict_of(approval: &pb::Approval) -> Verdict {
         }
         pb::ApprovalState::Approved | pb::ApprovalState::Consumed => Verdict::Allow {
             session: is_session_scoped(approval),
+            single_use: is_single_use(approval),
             explanation: format!("countersign: approved {by}{reason}"),
             approval_id: id,
             updated_input: None,
@@ -329,6 +351,16 @@ pub fn is_session_scoped(approval: &pb::Approval) -> bool {
         || approval.decisions.iter().any(|decision| {
             decision.verdict() == pb::Verdict::Approve && decision.scope() == pb::Scope::Session
         })
+}
+
+/// Whether people approved exactly one call (ONCE decisions): a rule or a session grant
+/// approves the same call again by itself, a session decision covers the session.
+fn is_single_use(approval: &pb::Approval) -> bool {
+    let by_people = approval
+        .resolution
+        .as_ref()
+        .is_some_and(|resolution| resolution.resolved_by() == pb::ResolvedBy::Decision);
+    by_people && !is_session_scoped(approval)
 }
 
 /// "by Alice (telegram)", "by policy rule allow-reads", "by the session grant ...".

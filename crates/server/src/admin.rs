@@ -36,9 +36,9 @@ impl AdminApi {
         AdminApi { store, security }
     }
 
-    /// The configured id of the approver `field` names, or an error naming the field.
-    /// The approver named by `id`: an approver id, else an approver's `cli` identity (the
-    /// user name the `countersign` CLI runs as).
+    /// The configured id of the approver `field` names: an approver id, else an approver's
+    /// `cli` identity (the user name the `countersign` CLI runs as); or an error naming the
+    /// field.
     fn approver_id(&self, field: &str, id: &str) -> Result<String, Status> {
         required(field, id, MAX_ID_CHARS).map_err(status_of_domain)?;
         let approvers = &self.security.approvers;

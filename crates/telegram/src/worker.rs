@@ -1214,8 +1214,9 @@ impl Worker {
 /// The most of a callback answer Telegram shows.
 const MAX_ANSWER_CHARS: usize = 200;
 
-/// A server refusal as the decider sees it: why, in the server's words (which name groups
-/// and approvers from the configuration, never agent text), cut to what Telegram shows.
+/// A server refusal as the decider sees it: why, in the server's words (groups and approvers
+/// from the configuration; a requester the agent named appears only quoted), cut to what
+/// Telegram shows. A callback answer is plain text: nothing in it is markup.
 fn refusal_answer(reason: &str) -> String {
     let text = format!("{ANSWER_NOT_ALLOWED}: {reason}");
     if text.chars().count() <= MAX_ANSWER_CHARS {

@@ -108,7 +108,13 @@ impl Deliveries {
     /// every one whose resolution event is not queued yet and that the snapshot did not list
     /// as pending, however long the worker was away.
     async fn catch_up_resolved(&self, pending: &[pb::Approval]) -> Result<(), WorkerError> {
-        for approval_id in self.store.awaiting_resolution().await? {
+        let endpoints: Vec<&str> = self
+            .settings
+            .endpoints
+            .iter()
+            .map(|endpoint| endpoint.name.as_str())
+            .collect();
+        for approval_id in self.store.awaiting_resolution(&endpoints).await? {
             if pending.iter().any(|approval| approval.id == approval_id) {
                 continue;
             }

@@ -183,15 +183,19 @@ impl Store {
         Ok(inserted)
     }
 
-    /// Approvals whose request event was queued for an endpoint and whose resolution event
-    /// was not (yet): the ones to look at after the worker was away.
-    pub async fn awaiting_resolution(&self) -> Result<Vec<String>, StoreError> {
+    /// Approvals whose request event was queued for one of `endpoints` (those configured now:
+    /// a removed endpoint is owed nothing) and whose resolution event was not (yet): the ones
+    /// to look at after the worker was away.
+    pub async fn awaiting_resolution(&self, endpoints: &[&str]) -> Result<Vec<String>, StoreError> {
+        let endpoints = serde_json::to_string(endpoints).unwrap_or_else(|_| "[]".into());
         let rows = sqlx::query(
             "SELECT DISTINCT d.approval_id FROM deliveries d WHERE d.event_type = ?
+               AND d.endpoint IN (SELECT value FROM json_each(?))
                AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.approval_id = d.approval_id
                  AND e.endpoint = d.endpoint AND e.event_type = ?)",
         )
         .bind(REQUESTED)
+        .bind(endpoints)
         .bind(RESOLVED)
         .fetch_all(&self.pool)
         .await?;

@@ -473,8 +473,9 @@ async fn history_is_searchable_and_admins_revoke_grants() {
         assert_eq!(response.status(), StatusCode::SEE_OTHER);
     }
 
-    // More than a page of newer history: the search still finds the older match.
-    for n in 0..120 {
+    // More newer history than a search reads at once (500): it reads on and still finds the
+    // older match.
+    for n in 0..520 {
         let filler = setup
             .request("filler", &format!("routine job {n}"), pb::Risk::Low)
             .await;
