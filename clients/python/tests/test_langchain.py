@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from conftest import Approver, Server
@@ -13,7 +14,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 
-from countersign import Client, ResolvedBy, Scope, Verdict
+from countersign import AsyncClient, Client, ResolvedBy, Scope, Verdict
 from countersign.langchain import CountersignMiddleware, resume_command
 
 
@@ -208,3 +209,31 @@ def test_an_edit_for_a_tool_that_takes_no_edits_is_a_rejection(server: Server, a
     assert deleted == []
     [answer] = [m for m in finished.value["messages"] if isinstance(m, ToolMessage)]
     assert "does not accept edited calls" in answer.content
+
+
+def test_an_async_agent_is_gated_through_the_async_client(server: Server, agent_id: str) -> None:
+    """``ainvoke`` goes through ``awrap_tool_call`` and the AsyncClient: the tool runs only
+    when approved, and a rejection reaches the model as an error tool message."""
+    deleted: list[str] = []
+    model = ScriptedChatModel(
+        messages=iter([delete_call("ta-1", "a.tmp"), delete_call("ta-2", "prod.db"), AIMessage("done")])
+    )
+    approver = Approver(
+        server.address,
+        agent_id,
+        [(Verdict.APPROVE, Scope.ONCE, ""), (Verdict.REJECT, Scope.ONCE, "not the database")],
+    )
+
+    async def scenario() -> dict[str, Any]:
+        async with AsyncClient(server.address) as client:
+            gate = CountersignMiddleware(
+                ["delete_file"], agent_id=agent_id, async_client=client, session_id="s", deadline=30
+            )
+            agent = create_agent(model, tools=tools_recording(deleted), middleware=[gate])
+            return await agent.ainvoke({"messages": [{"role": "user", "content": "clean up"}]})
+
+    result = asyncio.run(scenario())
+    approver.join()
+    assert deleted == ["a.tmp"]
+    [_, refused] = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+    assert refused.status == "error" and "not the database" in refused.content
