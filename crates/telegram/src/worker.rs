@@ -1200,12 +1200,17 @@ impl Worker {
         }
     }
 
+    /// Replies to a command, retrying what may pass (a 5xx, a flood wait) a few times.
     async fn reply(&self, chat_id: i64, message_id: i32, html: &str) {
-        if let Err(error) = self
-            .bot
-            .send_message(chat_id, html, &[], Some(message_id))
-            .await
-        {
+        let sent = retry_in_line(
+            self.call_backoff(),
+            5,
+            self.settings.max_retry_wait,
+            "sendMessage",
+            || self.bot.send_message(chat_id, html, &[], Some(message_id)),
+        )
+        .await;
+        if let Err(error) = sent {
             tracing::warn!(chat_id, %error, "cannot reply to a command");
         }
     }

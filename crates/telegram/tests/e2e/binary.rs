@@ -8,13 +8,14 @@ use countersign_testkit::telegram::RecordedRequest;
 
 use crate::common::{alice, Harness, BOT_TOKEN, CHAT};
 
-/// A configuration file for the binary against the harness's server and fake Telegram.
-fn write_config(harness: &Harness, dir: &Path) -> std::path::PathBuf {
+/// A configuration file for the binary against the harness's server and fake Telegram, with
+/// `extra` lines in its `[telegram]` section.
+fn write_config(harness: &Harness, dir: &Path, extra: &str) -> std::path::PathBuf {
     let config = dir.join("telegram.toml");
     std::fs::write(
         &config,
         format!(
-            "[server]\nurl = \"{}\"\n[telegram]\napi_url = \"{}\"\ndefault_chat_id = {}\nallowed_user_ids = [{}]\npoll_timeout_secs = 5\nstate_dir = \"{}\"\n",
+            "[server]\nurl = \"{}\"\n[telegram]\napi_url = \"{}\"\ndefault_chat_id = {}\nallowed_user_ids = [{}]\npoll_timeout_secs = 5\nstate_dir = \"{}\"\n{extra}",
             harness.server.url(),
             harness.telegram.api_url(),
             CHAT,
@@ -42,20 +43,6 @@ fn is_request(request: &RecordedRequest) -> bool {
     request.method == "sendMessage" && !request.callback_data().is_empty()
 }
 
-/// The first request message's id, once Telegram has made it (its answer may be held).
-async fn first_request_message(harness: &Harness) -> i64 {
-    harness
-        .telegram
-        .wait_for_requests("the request message", |requests| {
-            requests.iter().any(is_request)
-        })
-        .await
-        .iter()
-        .find(|r| is_request(r))
-        .and_then(RecordedRequest::result_message_id)
-        .unwrap()
-}
-
 /// README: "a crash after Telegram accepted a message but before its answer reached the
 /// outbox makes the restarted worker send the request again, once", marking the orphan
 /// replaced; one live message remains, the recorded one.
@@ -63,13 +50,13 @@ async fn first_request_message(harness: &Harness) -> i64 {
 async fn sigkill_before_the_answer_reached_the_outbox_leaves_one_live_message() {
     let harness = Harness::without_worker().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(&harness, dir.path());
+    let config = write_config(&harness, dir.path(), "");
     harness
         .telegram
         .hold_answers("sendMessage", Duration::from_secs(3600));
     let mut worker = spawn_worker(&config);
     let approval = harness.request("call-1", "{}").await;
-    let orphan = first_request_message(&harness).await;
+    let orphan = harness.first_request_id().await;
     worker.kill().await.unwrap(); // SIGKILL, the answer still held
     harness.telegram.hold_answers("sendMessage", Duration::ZERO);
 
@@ -118,7 +105,7 @@ async fn sigkill_before_the_answer_reached_the_outbox_leaves_one_live_message() 
 async fn sigkill_after_the_outbox_has_the_id_adopts_the_message() {
     let mut harness = Harness::without_worker().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(&harness, dir.path());
+    let config = write_config(&harness, dir.path(), "");
     // The answer comes late enough to take the server away first, so the id reaches the
     // outbox but the delivery cannot be recorded.
     harness
@@ -126,7 +113,7 @@ async fn sigkill_after_the_outbox_has_the_id_adopts_the_message() {
         .hold_answers("sendMessage", Duration::from_secs(3));
     let mut worker = spawn_worker(&config);
     let approval = harness.request("call-1", "{}").await;
-    let message = first_request_message(&harness).await;
+    let message = harness.first_request_id().await;
     harness.server.stop().await;
     let outbox = dir.path().join("state").join("outbox.jsonl");
     let reference = format!("{CHAT}:{message}");
@@ -169,27 +156,13 @@ async fn sigkill_after_the_outbox_has_the_id_adopts_the_message() {
 async fn the_binary_runs_from_a_config_file_with_the_token_from_the_environment() {
     let harness = Harness::without_worker().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("telegram.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nurl = \"{}\"\n[telegram]\napi_url = \"{}\"\ndefault_chat_id = {}\nallowed_user_ids = [{}]\nbuttons = [\"approve\", \"reject\"]\npoll_timeout_secs = 5\nstate_dir = \"{}\"\n",
-            harness.server.url(),
-            harness.telegram.api_url(),
-            CHAT,
-            alice().id,
-            dir.path().join("state").display()
-        ),
-    )
-    .unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_countersign-telegram"))
-        .arg("--config")
-        .arg(&config)
-        .env("TELEGRAM_BOT_TOKEN", BOT_TOKEN)
-        .stdout(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let config = write_config(
+        &harness,
+        dir.path(),
+        "buttons = [\"approve\", \"reject\"]\n",
+    );
+    // The bot token comes from the environment only.
+    let mut child = spawn_worker(&config);
     let approval = harness.request("call-1", "{}").await;
     let message = harness.request_message(0).await;
     assert!(message.callback_data()[0].contains(&approval.id));

@@ -179,6 +179,25 @@ impl Harness {
             .expect("the fake keeps every message")
     }
 
+    /// The id of the first request message Telegram made in the default chat, as soon as it
+    /// made it (its answer to the worker may still be held back).
+    pub async fn first_request_id(&self) -> i64 {
+        let is_request = |r: &RecordedRequest| {
+            r.method == "sendMessage"
+                && r.param_i64("chat_id") == Some(CHAT)
+                && !r.callback_data().is_empty()
+        };
+        self.telegram
+            .wait_for_requests("the request message", |requests| {
+                requests.iter().any(is_request)
+            })
+            .await
+            .iter()
+            .find(|r| is_request(r))
+            .and_then(RecordedRequest::result_message_id)
+            .expect("Telegram made the message")
+    }
+
     /// [`Harness::request_message_in`] the default chat.
     pub async fn request_message(&self, nth: usize) -> ChatMessage {
         self.request_message_in(CHAT, nth).await

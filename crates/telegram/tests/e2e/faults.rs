@@ -123,6 +123,48 @@ async fn a_5xx_storm_on_one_approval_does_not_delay_another_approval_s_message()
     assert_eq!(attempts, vec![504, 504, 200]);
 }
 
+/// A command's reply that meets a 5xx is sent again: the person who typed it learns the
+/// outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_reply_that_meets_a_5xx_is_sent_again() {
+    let harness = Harness::start().await;
+    let approval = harness.request("call-1", "{}").await;
+    let message = harness.request_message(0).await;
+    harness.telegram.fail_next(
+        "sendMessage",
+        1,
+        InjectedError::ServerErrorJson { status: 502 },
+    );
+    let (_, command_id) = harness.telegram.send_text(
+        &alice(),
+        CHAT,
+        "/reject not today",
+        Some(message.message_id),
+    );
+    assert_eq!(
+        harness.agent_waits(&approval.id).await.state(),
+        ApprovalState::Rejected
+    );
+    let replies = harness
+        .telegram
+        .wait_for_requests("the reply, sent again", |requests| {
+            requests.iter().any(|r| {
+                r.method == "sendMessage"
+                    && r.params["reply_parameters"]["message_id"] == command_id
+                    && r.succeeded()
+            })
+        })
+        .await;
+    let attempts: Vec<u16> = replies
+        .iter()
+        .filter(|r| {
+            r.method == "sendMessage" && r.params["reply_parameters"]["message_id"] == command_id
+        })
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(attempts, vec![502, 200]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_5xx_with_telegram_s_json_body_is_retried() {
     let harness = Harness::start().await;
@@ -153,17 +195,7 @@ async fn killed_right_after_send_message_a_restarted_worker_leaves_one_live_mess
         .telegram
         .hold_answers("sendMessage", Duration::from_secs(3600));
     let approval = harness.request("call-1", "{}").await;
-    let requests = harness
-        .telegram
-        .wait_for_requests("the first send", |requests| {
-            requests.iter().any(|r| is_request_to(CHAT)(r))
-        })
-        .await;
-    let orphan_id = requests
-        .iter()
-        .find(|r| is_request_to(CHAT)(r))
-        .and_then(RecordedRequest::result_message_id)
-        .unwrap();
+    let orphan_id = harness.first_request_id().await;
     harness.kill_worker().await;
     harness.telegram.hold_answers("sendMessage", Duration::ZERO);
 
@@ -225,17 +257,7 @@ async fn the_orphan_search_leaves_other_approvals_live_messages_alone() {
         .telegram
         .hold_answers("sendMessage", Duration::from_secs(3600));
     let interrupted = harness.request("call-1", "{}").await;
-    let requests = harness
-        .telegram
-        .wait_for_requests("the first send", |requests| {
-            requests.iter().any(|r| is_request_to(CHAT)(r))
-        })
-        .await;
-    let orphan_id = requests
-        .iter()
-        .find(|r| is_request_to(CHAT)(r))
-        .and_then(RecordedRequest::result_message_id)
-        .unwrap();
+    let orphan_id = harness.first_request_id().await;
     // Another approval's request goes out while the first send still waits for its answer.
     harness.telegram.hold_answers("sendMessage", Duration::ZERO);
     let other = harness.request("call-2", "{}").await;
