@@ -85,6 +85,18 @@ fn request(key: &str) -> pb::RequestApprovalRequest {
     }
 }
 
+/// A TCP connection to `addr` once the server listens there (within 30 s).
+fn connect_when_listening(addr: SocketAddr) -> TcpStream {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match TcpStream::connect(addr) {
+            Ok(stream) => return stream,
+            Err(e) if Instant::now() > deadline => panic!("the server never listened: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
 fn terminate(child: &Child) {
     // SAFETY: kill with the id of a child we spawned and have not reaped.
     unsafe {
@@ -190,14 +202,7 @@ fn sigterm_with_an_idle_pre_handshake_connection_exits_within_the_deadline() {
         ),
         None,
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let silent = loop {
-        match TcpStream::connect(addr) {
-            Ok(stream) => break stream,
-            Err(e) if Instant::now() > deadline => panic!("the server never listened: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    };
+    let silent = connect_when_listening(addr);
     std::thread::sleep(Duration::from_millis(300));
     terminate(&server);
     let (output, took) = exit_within(server, Duration::from_secs(4));
@@ -407,16 +412,6 @@ fn silent_and_idle_connections_are_closed_after_their_timeouts() {
         ),
         None,
     );
-    let connect = || {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match TcpStream::connect(addr) {
-                Ok(stream) => return stream,
-                Err(e) if Instant::now() > deadline => panic!("the server never listened: {e}"),
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
-    };
     // Reads until the server closes; how long that took.
     let closed_after = |mut stream: TcpStream| {
         let started = Instant::now();
@@ -436,11 +431,11 @@ fn silent_and_idle_connections_are_closed_after_their_timeouts() {
         }
     };
 
-    let silent = connect();
+    let silent = connect_when_listening(addr);
     let took = closed_after(silent);
     assert!(took < Duration::from_secs(3), "silent connection: {took:?}");
 
-    let mut idle = connect();
+    let mut idle = connect_when_listening(addr);
     // The client preface and an empty SETTINGS frame: a finished handshake, then nothing.
     idle.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
         .unwrap();

@@ -752,6 +752,23 @@ async fn expired_revoked_and_unknown_links_are_refused_with_a_clear_page() {
 
 const BINARY: &str = env!("CARGO_BIN_EXE_countersign-webhook");
 
+/// A configuration file in `dir` for the binary, its state beside it, retrying fast.
+fn binary_config(server: &TestServer, hook_url: &str, dir: &std::path::Path) -> std::path::PathBuf {
+    let config = dir.join("webhook.toml");
+    std::fs::write(
+        &config,
+        config_toml(
+            &server.url(),
+            hook_url,
+            &dir.join("state"),
+            free_port(),
+            "retry_interval_ms = 50\n",
+        ),
+    )
+    .unwrap();
+    config
+}
+
 fn spawn_binary(config: &std::path::Path) -> tokio::process::Child {
     tokio::process::Command::new(BINARY)
         .arg("--config")
@@ -783,19 +800,7 @@ async fn a_killed_and_restarted_binary_duplicates_nothing_beyond_at_least_once()
     let server = TestServer::start_with_toml(APPROVERS).await;
     let (receiver, hook_url) = Receiver::start().await;
     let state = tempfile::tempdir().unwrap();
-    let config = state.path().join("webhook.toml");
-    let port = free_port();
-    std::fs::write(
-        &config,
-        config_toml(
-            &server.url(),
-            &hook_url,
-            &state.path().join("state"),
-            port,
-            "retry_interval_ms = 50\n",
-        ),
-    )
-    .unwrap();
+    let config = binary_config(&server, &hook_url, state.path());
     let agent = Client::connect(ClientConfig::new(server.url())).unwrap();
     let request = |key: &'static str| {
         let agent = agent.clone();
@@ -893,18 +898,7 @@ async fn every_approval_resolved_while_the_worker_was_down_gets_its_resolution()
     let server = TestServer::start_with_toml(APPROVERS).await;
     let (receiver, hook_url) = Receiver::start().await;
     let state = tempfile::tempdir().unwrap();
-    let config = state.path().join("webhook.toml");
-    std::fs::write(
-        &config,
-        config_toml(
-            &server.url(),
-            &hook_url,
-            &state.path().join("state"),
-            free_port(),
-            "retry_interval_ms = 50\n",
-        ),
-    )
-    .unwrap();
+    let config = binary_config(&server, &hook_url, state.path());
     let agent = Client::connect(ClientConfig::new(server.url())).unwrap();
     let mut worker = spawn_binary(&config);
     let mut approvals = Vec::new();
