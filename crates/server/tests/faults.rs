@@ -345,6 +345,123 @@ async fn three_replicas_on_postgres_lose_and_duplicate_nothing_under_sigkill() {
     crash_loop(dir.path(), &database, 3, kills, clients).await;
 }
 
+/// A replica frozen (SIGSTOP) in the middle of a write transaction holds the audit anchor's
+/// row lock, and with it every replica's writes: PostgreSQL ends its idle transaction, so the
+/// other replica writes again within seconds; the frozen one acknowledged nothing it did not
+/// commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_frozen_inside_a_write_does_not_stall_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = Cluster::shared().create_database().await;
+    let mut frozen = Server::new(dir.path(), &database, 0);
+    let mut other = Server::new(dir.path(), &database, 1);
+    frozen.start().await;
+    other.start().await;
+    let channel = |server: &Server| {
+        Channel::from_shared(server.url())
+            .unwrap()
+            .connect_timeout(Duration::from_secs(1))
+            .connect_lazy()
+    };
+    let mut on_frozen = ApprovalServiceClient::new(channel(&frozen));
+    let mut on_other = ApprovalServiceClient::new(channel(&other));
+    let approval = on_frozen
+        .request_approval(request(0, 0))
+        .await
+        .unwrap()
+        .into_inner()
+        .approval
+        .unwrap();
+
+    // Hold the approval's row so that the frozen replica's Decide blocks inside its
+    // transaction, after it took the anchor lock.
+    let mut holder = sqlx::PgConnection::connect(&database).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT 1 FROM approvals WHERE id = $1 FOR UPDATE")
+        .bind(&approval.id)
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let decision = tokio::spawn({
+        let mut client = on_frozen.clone();
+        let id = approval.id.clone();
+        async move {
+            client
+                .decide(pb::DecideRequest {
+                    approval_id: id,
+                    verdict: pb::Verdict::Approve as i32,
+                    decider: Some(pb::Decider {
+                        channel: "telegram".into(),
+                        user_id: "approver-0".into(),
+                        display_name: String::new(),
+                    }),
+                    idempotency_key: "frozen-decision".into(),
+                    ..Default::default()
+                })
+                .await
+        }
+    });
+    let mut watcher = sqlx::PgConnection::connect(&database).await.unwrap();
+    let deadline = Instant::now() + START_PATIENCE;
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut watcher)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Decide never waited for the row"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = frozen.child.as_ref().and_then(Child::id).unwrap() as libc::pid_t;
+    // SAFETY: signals to a child this test spawned and has not reaped.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // The row is free again: the frozen replica's statements finish on the database's side,
+    // and its session then sits idle inside the transaction, holding the anchor lock.
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+
+    let started = Instant::now();
+    let created = tokio::time::timeout(
+        Duration::from_secs(30),
+        on_other.request_approval(request(1, 0)),
+    )
+    .await
+    .expect("the other replica writes again while one is frozen")
+    .unwrap();
+    assert!(created.into_inner().created);
+    eprintln!(
+        "the other replica wrote again after {:?}",
+        started.elapsed()
+    );
+
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let answered = tokio::time::timeout(START_PATIENCE, decision)
+        .await
+        .expect("the frozen replica answers once it runs again")
+        .unwrap();
+    let stored = on_other
+        .get_approval(pb::GetApprovalRequest {
+            approval_id: approval.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    match answered {
+        // Acknowledged: it must be committed.
+        Ok(_) => assert_eq!(stored.state(), pb::ApprovalState::Approved),
+        Err(status) => assert_eq!(stored.state(), pb::ApprovalState::Pending, "{status:?}"),
+    }
+    frozen.kill().await;
+    other.kill().await;
+}
+
 /// Runs `client_count` clients against `replicas` servers on `database` while `kills` times a
 /// replica chosen at random is killed with SIGKILL and started again, then checks the
 /// database against what the clients saw acknowledged.

@@ -32,6 +32,9 @@ use crate::config::StorageConfig;
 use crate::history::{AuditedEvent, EventFilter, GrantFilter};
 use crate::integrity::{self, AuditSql, IntegrityError};
 
+/// How long a session may sit idle inside a transaction before PostgreSQL ends it.
+const IDLE_IN_TRANSACTION_TIMEOUT: &str = "10s";
+
 pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
 
 /// The channel commits are announced on.
@@ -58,7 +61,14 @@ impl PostgresBackend {
         wake: Arc<Notify>,
         writer_alive: watch::Receiver<bool>,
     ) -> Result<(PostgresBackend, Box<dyn WriterConnection>), StoreError> {
-        let options = PgConnectOptions::from_str(url)?;
+        // A replica that stops inside a transaction (a frozen VM, SIGSTOP) would hold the
+        // audit anchor's row lock, and with it every replica's writes, until it ran again:
+        // PostgreSQL ends such a session, which frees the lock. Our own transactions are never
+        // idle for more than milliseconds.
+        let options = PgConnectOptions::from_str(url)?.options([(
+            "idle_in_transaction_session_timeout",
+            IDLE_IN_TRANSACTION_TIMEOUT,
+        )]);
         let mut conn = PgConnection::connect_with(&options).await?;
         MIGRATOR.run_direct(&mut conn).await?;
         let reads = PgPoolOptions::new()
