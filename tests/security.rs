@@ -46,6 +46,10 @@ enum Rpc {
     VerifyAudit,
     ListGrants,
     RevokeGrant,
+    CreateDelegation,
+    ListDelegations,
+    RevokeDelegation,
+    ListApprovers,
 }
 
 /// The tokens that may not make `rpc` on approval `id`: for their role, and for their scope
@@ -58,7 +62,8 @@ fn refused_tokens(rpc: Rpc) -> (Vec<&'static str>, Vec<&'static str>) {
         }
         GetApproval | ListApprovals => (vec![], vec![OTHER_AGENT, GITHUB_WORKER]),
         WatchApprovals | Decide | RecordDelivery => (vec![CODER], vec![GITHUB_WORKER]),
-        ListEvents | VerifyAudit | ListGrants | RevokeGrant => {
+        ListEvents | VerifyAudit | ListGrants | RevokeGrant | CreateDelegation
+        | ListDelegations | RevokeDelegation | ListApprovers => {
             (vec![CODER, TELEGRAM_WORKER], vec![])
         }
     }
@@ -174,6 +179,31 @@ async fn call(
             })
             .await
             .map(drop),
+        // Names no configured approver: past authorization it is refused as invalid, so
+        // nothing is stored whoever calls.
+        Rpc::CreateDelegation => admin
+            .create_delegation(pb::CreateDelegationRequest {
+                delegator: "nobody".into(),
+                delegate: "nobody-else".into(),
+                until: None,
+                reason: String::new(),
+            })
+            .await
+            .map(drop),
+        Rpc::ListDelegations => admin
+            .list_delegations(pb::ListDelegationsRequest::default())
+            .await
+            .map(drop),
+        Rpc::RevokeDelegation => admin
+            .revoke_delegation(pb::RevokeDelegationRequest {
+                delegation_id: "no-such-delegation".into(),
+            })
+            .await
+            .map(drop),
+        Rpc::ListApprovers => admin
+            .list_approvers(pb::ListApproversRequest {})
+            .await
+            .map(drop),
     }
 }
 
@@ -184,11 +214,12 @@ fn allowed_token(rpc: Rpc) -> &'static str {
         RequestApproval | GetApproval | WaitForDecision | ListApprovals | CancelApproval
         | Consume => CODER,
         WatchApprovals | Decide | RecordDelivery => TELEGRAM_WORKER,
-        ListEvents | VerifyAudit | ListGrants | RevokeGrant => ROOT,
+        ListEvents | VerifyAudit | ListGrants | RevokeGrant | CreateDelegation
+        | ListDelegations | RevokeDelegation | ListApprovers => ROOT,
     }
 }
 
-const ALL_RPCS: [Rpc; 13] = [
+const ALL_RPCS: [Rpc; 17] = [
     Rpc::RequestApproval,
     Rpc::GetApproval,
     Rpc::WaitForDecision,
@@ -202,6 +233,10 @@ const ALL_RPCS: [Rpc; 13] = [
     Rpc::VerifyAudit,
     Rpc::ListGrants,
     Rpc::RevokeGrant,
+    Rpc::CreateDelegation,
+    Rpc::ListDelegations,
+    Rpc::RevokeDelegation,
+    Rpc::ListApprovers,
 ];
 
 #[tokio::test]

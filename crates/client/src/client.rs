@@ -364,6 +364,17 @@ impl Client {
             .into_inner())
     }
 
+    /// The registered approvers with their risk ceilings (admin token).
+    pub async fn list_approvers(&self) -> Result<Vec<pb::RegisteredApprover>, ClientError> {
+        Ok(self
+            .admin
+            .clone()
+            .list_approvers(pb::ListApproversRequest {})
+            .await?
+            .into_inner()
+            .approvers)
+    }
+
     /// Delegations to or from `approver` (everyone when empty), newest first; expired and
     /// revoked ones too with `include_inactive`. Admin tokens only.
     pub async fn list_delegations(

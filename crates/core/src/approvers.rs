@@ -162,6 +162,13 @@ impl ApproverRegistry {
         self.approvers.len()
     }
 
+    /// Every registered approver: id, name and risk ceiling, in configuration order.
+    pub fn summaries(&self) -> impl Iterator<Item = (&str, &str, Risk)> {
+        self.approvers
+            .iter()
+            .map(|a| (a.id.as_str(), a.name.as_str(), a.max_risk))
+    }
+
     /// The configured id of the approver whose id is `id` (compared as identity keys).
     pub fn approver(&self, id: &str) -> Option<&str> {
         let key = identity_key(id);

@@ -13,7 +13,8 @@ use tonic::{Request, Response, Status};
 
 use crate::auth::Caller;
 use crate::convert::{
-    audited_event_to_pb, delegation_to_pb, event_kind_from_pb, grant_to_pb, millis_of,
+    audited_event_to_pb, delegation_to_pb, event_kind_from_pb, grant_to_pb, millis_of, risk_to_pb,
+    routes_to_pb,
 };
 use crate::error::{status_of, status_of_domain};
 use crate::history::{EventFilter, GrantFilter};
@@ -261,6 +262,25 @@ impl AdminService for AdminApi {
                 .map(|d| delegation_to_pb(d, now))
                 .collect(),
         }))
+    }
+
+    async fn list_approvers(
+        &self,
+        request: Request<pb::ListApproversRequest>,
+    ) -> Result<Response<pb::ListApproversResponse>, Status> {
+        Caller::of(&request)?.allow("ListApprovers", &[])?;
+        let approvers = self
+            .security
+            .approvers
+            .summaries()
+            .map(|(id, name, max_risk)| pb::RegisteredApprover {
+                id: id.to_owned(),
+                name: name.to_owned(),
+                max_risk: risk_to_pb(max_risk).into(),
+                identities: routes_to_pb(&self.security.approvers.identities_of(id)),
+            })
+            .collect();
+        Ok(Response::new(pb::ListApproversResponse { approvers }))
     }
 
     async fn revoke_delegation(

@@ -204,7 +204,7 @@ pub fn decision_to_pb(decision: &Decision) -> pb::Decision {
     }
 }
 
-fn routes_to_pb(routes: &[Route]) -> Vec<pb::Route> {
+pub fn routes_to_pb(routes: &[Route]) -> Vec<pb::Route> {
     routes
         .iter()
         .map(|r| pb::Route {

@@ -19,8 +19,8 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::auth::Viewer;
 use crate::live::{Change, ChangeKind, Resume};
-use crate::pages::{inbox_rows, Refusal, RowsFragment, StatusFragment};
-use crate::view::{self, Filters, Row, Status};
+use crate::pages::{in_inbox, inbox_rows, Refusal, RowsFragment, StatusFragment};
+use crate::view::{Filters, Row, Status};
 use crate::App;
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -134,9 +134,7 @@ impl Feed {
 
     fn event_for(&self, approval: &pb::Approval) -> Option<Event> {
         if self.approval.is_empty() {
-            let shown = approval.state() == pb::ApprovalState::Pending
-                && self.filters.admit(approval)
-                && !view::approved_by(approval, &self.viewer.approver.id);
+            let shown = in_inbox(&self.app, &self.viewer.approver.id, &self.filters, approval);
             let data = if shown {
                 let html = RowsFragment {
                     rows: vec![Row::of(approval)],
@@ -165,7 +163,7 @@ impl Feed {
         *last = seq;
         let event = if self.approval.is_empty() {
             let (pending, _) = self.app.live.pending();
-            let rows = inbox_rows(&pending, &self.viewer.approver.id, &self.filters);
+            let rows = inbox_rows(&self.app, &pending, &self.viewer.approver.id, &self.filters);
             let Ok(html) = (RowsFragment { rows }).render() else {
                 return false;
             };

@@ -11,6 +11,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod deciders;
 pub mod events;
 pub mod live;
 pub mod pages;
@@ -28,6 +29,8 @@ use axum::Router;
 use countersign_client::{Client, ClientError};
 use rand::RngCore;
 use tokio::net::TcpListener;
+
+use crate::deciders::Deciders;
 
 pub use config::Settings;
 use live::Live;
@@ -66,6 +69,8 @@ pub struct App {
     pub admin: Option<Client>,
     pub sessions: Sessions,
     pub live: Arc<Live>,
+    /// Who may decide what (known with the admin token).
+    pub deciders: Arc<Deciders>,
     /// Key of the CSRF tokens of proxy sign-in.
     csrf_key: [u8; 32],
     /// Turns true at shutdown: open event streams end, so the graceful shutdown can finish.
@@ -109,9 +114,13 @@ pub async fn serve(
         admin,
         sessions,
         live: Arc::new(Live::default()),
+        deciders: Arc::default(),
         csrf_key,
         closing,
     });
+    if let Some(admin) = app.admin.clone() {
+        tokio::spawn(deciders::follow(admin, Arc::clone(&app.deciders)));
+    }
     let follow = live::follow(client, Arc::clone(&app.live));
     let addr = listener.local_addr().map_err(WebError::Serve)?;
     tracing::info!(%addr, public_url = %app.settings.public_url, "web inbox listening");

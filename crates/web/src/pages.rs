@@ -172,11 +172,25 @@ pub struct RowsFragment {
     pub rows: Vec<Row>,
 }
 
+/// Whether the inbox of the approver `approver_id` lists `approval`: pending, admitted by the
+/// filters, theirs to decide and not approved by them yet.
+pub fn in_inbox(app: &App, approver_id: &str, filters: &Filters, approval: &pb::Approval) -> bool {
+    approval.state() == pb::ApprovalState::Pending
+        && filters.admit(approval)
+        && !view::approved_by(approval, approver_id)
+        && app.deciders.may_decide(approver_id, approval)
+}
+
 /// The pending approvals `viewer` may still act on, filtered and in inbox order.
-pub fn inbox_rows(pending: &[Arc<pb::Approval>], approver_id: &str, filters: &Filters) -> Vec<Row> {
+pub fn inbox_rows(
+    app: &App,
+    pending: &[Arc<pb::Approval>],
+    approver_id: &str,
+    filters: &Filters,
+) -> Vec<Row> {
     let mut rows: Vec<Row> = pending
         .iter()
-        .filter(|approval| filters.admit(approval) && !view::approved_by(approval, approver_id))
+        .filter(|approval| in_inbox(app, approver_id, filters, approval))
         .map(|approval| Row::of(approval))
         .collect();
     view::sort_inbox(&mut rows);
@@ -192,7 +206,7 @@ pub async fn inbox(
     let mut agents: Vec<String> = pending.iter().map(|a| a.agent_id.clone()).collect();
     agents.sort();
     agents.dedup();
-    let rows = inbox_rows(&pending, &viewer.approver.id, &filters);
+    let rows = inbox_rows(&app, &pending, &viewer.approver.id, &filters);
     let query = form_urlencoded::Serializer::new(String::new())
         .append_pair("agent", &filters.agent)
         .append_pair("tool", &filters.tool)

@@ -676,3 +676,25 @@ class RevokeDelegationRequest(_message.Message):
     DELEGATION_ID_FIELD_NUMBER: _ClassVar[int]
     delegation_id: str
     def __init__(self, delegation_id: _Optional[str] = ...) -> None: ...
+
+class ListApproversRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RegisteredApprover(_message.Message):
+    __slots__ = ("id", "name", "max_risk", "identities")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_RISK_FIELD_NUMBER: _ClassVar[int]
+    IDENTITIES_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    max_risk: Risk
+    identities: _containers.RepeatedCompositeFieldContainer[Route]
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., max_risk: _Optional[_Union[Risk, str]] = ..., identities: _Optional[_Iterable[_Union[Route, _Mapping]]] = ...) -> None: ...
+
+class ListApproversResponse(_message.Message):
+    __slots__ = ("approvers",)
+    APPROVERS_FIELD_NUMBER: _ClassVar[int]
+    approvers: _containers.RepeatedCompositeFieldContainer[RegisteredApprover]
+    def __init__(self, approvers: _Optional[_Iterable[_Union[RegisteredApprover, _Mapping]]] = ...) -> None: ...

@@ -492,6 +492,11 @@ class AdminServiceStub:
                 request_serializer=countersign_dot_v1_dot_approval__pb2.RevokeDelegationRequest.SerializeToString,
                 response_deserializer=countersign_dot_v1_dot_approval__pb2.Delegation.FromString,
                 _registered_method=True)
+        self.ListApprovers = channel.unary_unary(
+                '/countersign.v1.AdminService/ListApprovers',
+                request_serializer=countersign_dot_v1_dot_approval__pb2.ListApproversRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_approval__pb2.ListApproversResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -545,6 +550,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListApprovers(self, request, context):
+        """The registered approvers: who may decide, up to which risk (a channel that shows
+        approvals only to those who may decide them reads it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -582,6 +595,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.RevokeDelegation,
                     request_deserializer=countersign_dot_v1_dot_approval__pb2.RevokeDelegationRequest.FromString,
                     response_serializer=countersign_dot_v1_dot_approval__pb2.Delegation.SerializeToString,
+            ),
+            'ListApprovers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListApprovers,
+                    request_deserializer=countersign_dot_v1_dot_approval__pb2.ListApproversRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_approval__pb2.ListApproversResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -774,6 +792,33 @@ class AdminService:
             '/countersign.v1.AdminService/RevokeDelegation',
             countersign_dot_v1_dot_approval__pb2.RevokeDelegationRequest.SerializeToString,
             countersign_dot_v1_dot_approval__pb2.Delegation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListApprovers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.AdminService/ListApprovers',
+            countersign_dot_v1_dot_approval__pb2.ListApproversRequest.SerializeToString,
+            countersign_dot_v1_dot_approval__pb2.ListApproversResponse.FromString,
             options,
             channel_credentials,
             insecure,
