@@ -27,7 +27,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use countersign_client::{Client, ClientError};
-use rand::RngCore;
 use tokio::net::TcpListener;
 
 use crate::deciders::Deciders;
@@ -105,8 +104,7 @@ pub async fn serve(
         .clone()
         .map(Client::connect)
         .transpose()?;
-    let mut csrf_key = [0u8; 32];
-    rand::thread_rng().fill_bytes(&mut csrf_key);
+    let csrf_key = sessions.csrf_key().await?;
     let (close, closing) = tokio::sync::watch::channel(false);
     let app = Arc::new(App {
         settings,

@@ -41,6 +41,8 @@ pub enum SessionError {
     },
     #[error("invalid approver id {0:?}: use 1 to 128 letters, digits and . _ @ -")]
     ApproverId(String),
+    #[error("the stored CSRF key in web.db is unreadable; delete its row in table secrets to make a new one")]
+    CsrfKey,
 }
 
 #[derive(Clone, Debug)]
@@ -65,6 +67,10 @@ CREATE TABLE IF NOT EXISTS sessions (
     revoked_at INTEGER
 );
 CREATE INDEX IF NOT EXISTS sessions_by_approver ON sessions (approver_id);
+CREATE TABLE IF NOT EXISTS secrets (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 ";
 
 impl Sessions {
@@ -85,6 +91,24 @@ impl Sessions {
             .await?;
         sqlx::raw_sql(SCHEMA).execute(&pool).await?;
         Ok(Sessions { pool })
+    }
+
+    /// The key of proxy sign-in's CSRF tokens: made once and kept, so that forms a page
+    /// showed before a restart still work after it.
+    pub async fn csrf_key(&self) -> Result<[u8; 32], SessionError> {
+        let mut fresh = [0u8; 32];
+        rand::thread_rng().fill_bytes(&mut fresh);
+        sqlx::query("INSERT OR IGNORE INTO secrets (name, value) VALUES ('csrf_key', ?)")
+            .bind(hex::encode(fresh))
+            .execute(&self.pool)
+            .await?;
+        let stored: String =
+            sqlx::query_scalar("SELECT value FROM secrets WHERE name = 'csrf_key'")
+                .fetch_one(&self.pool)
+                .await?;
+        let mut key = [0u8; 32];
+        hex::decode_to_slice(stored, &mut key).map_err(|_| SessionError::CsrfKey)?;
+        Ok(key)
     }
 
     /// A one-time login token for `approver`, valid for `ttl`.

@@ -386,7 +386,7 @@ async fn a_page_reconnecting_to_a_restarted_inbox_gets_the_list_back() {
 
 #[tokio::test]
 async fn proxy_sign_in_trusts_the_header_only_from_the_configured_proxies() {
-    let trusted = Setup::start(Mode::Proxy(&["127.0.0.1"])).await;
+    let mut trusted = Setup::start(Mode::Proxy(&["127.0.0.1"])).await;
     let response = http()
         .get(format!("{}/", trusted.web.url))
         .header("X-Forwarded-User", "bob")
@@ -411,12 +411,10 @@ async fn proxy_sign_in_trusts_the_header_only_from_the_configured_proxies() {
         .text()
         .await
         .unwrap();
+    let decide_url = format!("{}/approvals/{}/decide", trusted.web.url, approval.id);
     let decide = |csrf: String| {
         http()
-            .post(format!(
-                "{}/approvals/{}/decide",
-                trusted.web.url, approval.id
-            ))
+            .post(&decide_url)
             .header("X-Forwarded-User", "bob")
             .form(&[("verdict", "approve".to_owned()), ("csrf", csrf)])
             .send()
@@ -425,6 +423,8 @@ async fn proxy_sign_in_trusts_the_header_only_from_the_configured_proxies() {
         decide("0".repeat(64)).await.unwrap().status(),
         StatusCode::FORBIDDEN
     );
+    // The page's form still works after the inbox restarted: the key is kept.
+    trusted.web.restart().await;
     assert_eq!(
         decide(csrf_of(&page)).await.unwrap().status(),
         StatusCode::SEE_OTHER
