@@ -46,6 +46,8 @@ const SNAPSHOT: &str = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ON
 
 pub struct PostgresBackend {
     options: PgConnectOptions,
+    /// `options` for the writer's sessions: idle transactions end.
+    writer_options: PgConnectOptions,
     reads: PgPool,
     /// The connection that holds the sweep lock (session-scoped: it ends with the connection).
     sweeper: Mutex<Option<PgConnection>>,
@@ -61,15 +63,17 @@ impl PostgresBackend {
         wake: Arc<Notify>,
         writer_alive: watch::Receiver<bool>,
     ) -> Result<(PostgresBackend, Box<dyn WriterConnection>), StoreError> {
-        // A replica that stops inside a transaction (a frozen VM, SIGSTOP) would hold the
-        // audit anchor's row lock, and with it every replica's writes, until it ran again:
-        // PostgreSQL ends such a session, which frees the lock. Our own transactions are never
-        // idle for more than milliseconds.
-        let options = PgConnectOptions::from_str(url)?.options([(
+        let options = PgConnectOptions::from_str(url)?;
+        // A writer that stops inside a transaction (a frozen VM, SIGSTOP) would hold the audit
+        // anchor's row lock, and with it every replica's writes, until it ran again:
+        // PostgreSQL ends such a session, which frees the lock. A writer's transactions are
+        // never idle for more than milliseconds. (Reads may be: the start-up check compares
+        // every approval inside one snapshot, so their sessions keep the default.)
+        let writer_options = options.clone().options([(
             "idle_in_transaction_session_timeout",
             IDLE_IN_TRANSACTION_TIMEOUT,
         )]);
-        let mut conn = PgConnection::connect_with(&options).await?;
+        let mut conn = PgConnection::connect_with(&writer_options).await?;
         MIGRATOR.run_direct(&mut conn).await?;
         let reads = PgPoolOptions::new()
             .max_connections(config.read_connections.max(1) + 1)
@@ -80,6 +84,7 @@ impl PostgresBackend {
         tokio::spawn(listen(listener, wake, writer_alive));
         let backend = PostgresBackend {
             options,
+            writer_options,
             reads,
             sweeper: Mutex::new(None),
         };
@@ -395,7 +400,7 @@ SELECT least($3, available + greatest($4 - updated_ms, 0) * $2) FROM rate_bucket
 #[async_trait]
 impl Backend for PostgresBackend {
     async fn connect_writer(&self) -> Result<Box<dyn WriterConnection>, StoreError> {
-        let conn = PgConnection::connect_with(&self.options).await?;
+        let conn = PgConnection::connect_with(&self.writer_options).await?;
         Ok(Box::new(PgWriter { conn }))
     }
 
