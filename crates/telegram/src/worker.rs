@@ -1118,10 +1118,11 @@ impl Worker {
             ..Default::default()
         };
         let (answer, approval) = self.decide(request, command.verdict, Scope::Once).await;
-        self.reply(chat_id, message.id.0, &escape(&answer)).await;
+        // The message first (in its lane), then the reply, which may have to wait.
         if let Some(approval) = approval {
             self.enqueue_show(approval, Some((chat_id, original.id.0)), None);
         }
+        self.reply(chat_id, message.id.0, &escape(&answer)).await;
     }
 
     /// The full digest of the current version of the arguments when it starts with `shown`
@@ -1200,12 +1201,13 @@ impl Worker {
         }
     }
 
-    /// Replies to a command, retrying what may pass (a 5xx, a flood wait) a few times.
+    /// Replies to a command, retrying what may pass (a 5xx, a flood wait) a few times, briefly:
+    /// the updates after this one wait meanwhile.
     async fn reply(&self, chat_id: i64, message_id: i32, html: &str) {
         let sent = retry_in_line(
             self.call_backoff(),
-            5,
-            self.settings.max_retry_wait,
+            3,
+            self.settings.max_retry_wait.min(REPLY_MAX_WAIT),
             "sendMessage",
             || self.bot.send_message(chat_id, html, &[], Some(message_id)),
         )
@@ -1215,6 +1217,9 @@ impl Worker {
         }
     }
 }
+
+/// The longest a command's reply waits before one more try.
+const REPLY_MAX_WAIT: Duration = Duration::from_secs(5);
 
 /// The most of a callback answer Telegram shows.
 const MAX_ANSWER_CHARS: usize = 200;

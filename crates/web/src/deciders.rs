@@ -28,9 +28,10 @@ pub struct Deciders {
 }
 
 impl Deciders {
-    /// Whether the approver signed in as `web_identity` may decide `approval` now: within
-    /// their risk ceiling and, when groups decide it, a member (or the delegate of a member) of
-    /// a group still short of its quorum, or of the escalation group once escalated.
+    /// Whether the approver signed in as `web_identity` may decide `approval` now, by the
+    /// server's rules: within their risk ceiling and, when groups decide it, a member of one of
+    /// them (or of the escalation group once escalated), or the delegate of such a member whose
+    /// own ceiling allows it too.
     pub fn may_decide(&self, web_identity: &str, approval: &pb::Approval) -> bool {
         let known = self
             .known
@@ -40,11 +41,11 @@ impl Deciders {
             // Nothing known, or a server that accepts any decider.
             return true;
         }
-        let identity = web_identity.to_lowercase();
+        let identity = name_key(web_identity);
         let Some(approver) = known.approvers.iter().find(|a| {
             a.identities
                 .iter()
-                .any(|i| i.channel == CHANNEL && i.target.to_lowercase() == identity)
+                .any(|i| i.channel == CHANNEL && name_key(&i.target) == identity)
         }) else {
             return false;
         };
@@ -54,13 +55,21 @@ impl Deciders {
         if approval.approver_groups.is_empty() {
             return true;
         }
-        // The approver decides as themself or for whoever delegated to them.
+        // The approver decides as themself or for whoever delegated to them (within that
+        // person's ceiling too).
         let mut decides_for = vec![approver.id.as_str()];
         decides_for.extend(
             known
                 .delegations
                 .iter()
-                .filter(|d| d.active && d.delegate == approver.id)
+                .filter(|d| d.active && name_key(&d.delegate) == name_key(&approver.id))
+                .filter(|d| {
+                    known
+                        .approvers
+                        .iter()
+                        .find(|a| name_key(&a.id) == name_key(&d.delegator))
+                        .is_some_and(|delegator| approval.risk <= delegator.max_risk)
+                })
                 .map(|d| d.delegator.as_str()),
         );
         let member_of = |group: &pb::GroupQuorum| {
@@ -74,11 +83,9 @@ impl Deciders {
             .as_ref()
             .filter(|follow_up| follow_up.escalated_at.is_some())
             .and_then(|follow_up| follow_up.escalation_group.as_ref());
-        escalated_to.is_some_and(member_of)
-            || approval
-                .approver_groups
-                .iter()
-                .any(|group| group.approved < group.required && member_of(group))
+        // Membership is all the server checks: a member may still approve a group that has
+        // its quorum (the approval may need more approvals overall) and may always reject.
+        escalated_to.is_some_and(member_of) || approval.approver_groups.iter().any(member_of)
     }
 
     fn replace(&self, approvers: Vec<pb::RegisteredApprover>, delegations: Vec<pb::Delegation>) {
@@ -92,6 +99,13 @@ impl Deciders {
             loaded: true,
         };
     }
+}
+
+/// A name as the server compares names (approver ids, identities): trimmed, lower case. (The
+/// server also applies NFKC; a configured name that only NFKC makes equal is not matched here,
+/// and the inbox then shows the approver less, never more, than the server allows.)
+fn name_key(name: &str) -> String {
+    name.trim().to_lowercase()
 }
 
 /// Keeps `deciders` current through the admin client, for as long as the inbox runs.
@@ -177,11 +191,10 @@ mod tests {
             "in no deciding group"
         );
         assert!(deciders.may_decide("erin", &grouped), "alice's delegate");
+        // With its quorum reached the group's members may still decide (more approvals may
+        // be needed overall, and anyone may reject).
         grouped.approver_groups[0].approved = 2;
-        assert!(
-            !deciders.may_decide("alice@example.com", &grouped),
-            "quorum reached"
-        );
+        assert!(deciders.may_decide("alice@example.com", &grouped));
         grouped.approver_groups[0].approved = 0;
         grouped.follow_up = Some(pb::FollowUp {
             escalated_at: Some(countersign_client::Timestamp::default()),
