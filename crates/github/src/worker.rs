@@ -8,7 +8,7 @@
 //! already answered is recognised by the marker of the reply or by the server's idempotency
 //! key (the comment id).
 
-use countersign_worker::approval::{is_granted, route_targets};
+use countersign_worker::approval::{is_granted, pending_approvals, route_targets};
 use countersign_worker::cursor::{Cursor, Part};
 use countersign_worker::lanes::Lanes;
 use countersign_worker::retry::{Backoff, RetrySchedule};
@@ -292,30 +292,12 @@ impl Relay {
     /// After a start that resumes the watch: the pending approvals, as a snapshot would have
     /// brought them (retried until the server answers).
     async fn adopt_pending(&mut self) {
-        let mut approvals = Vec::new();
-        let mut page_token = String::new();
-        loop {
-            let request = pb::ListApprovalsRequest {
-                states: vec![pb::ApprovalState::Pending.into()],
-                channel: CHANNEL.to_string(),
-                page_size: 500,
-                page_token: page_token.clone(),
-                ..Default::default()
-            };
-            match self.client.list_approvals(request).await {
-                Ok(page) => {
-                    approvals.extend(page.approvals);
-                    if page.next_page_token.is_empty() {
-                        break;
-                    }
-                    page_token = page.next_page_token;
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "cannot list the pending approvals; retrying");
-                    tokio::time::sleep(self.retry_interval).await;
-                }
-            }
-        }
+        let approvals = pending_approvals(&self.client, CHANNEL, self.retry_interval)
+            .await
+            .unwrap_or_else(|error| {
+                tracing::error!(%error, "cannot list the pending approvals; their comments wait for their next event");
+                Vec::new()
+            });
         tracing::info!(
             pending = approvals.len(),
             "resuming the watch after the persisted cursor"

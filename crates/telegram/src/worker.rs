@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use countersign_client::{pb, version, Client, ClientError, WatchItem, WatchOptions};
-use countersign_worker::approval::{is_granted, route_targets};
+use countersign_worker::approval::{is_granted, pending_approvals, route_targets};
 use countersign_worker::cursor::{Cursor, CursorError, Part};
 use countersign_worker::lanes::Lanes;
 use countersign_worker::outbox::{Entry, Outbox, OutboxError};
@@ -382,7 +382,8 @@ impl Worker {
             tracing::info!(after, "resuming the watch after the persisted cursor");
             // No snapshot comes to fill the book: without the other approvals' messages in
             // it, a search for orphans would take their live requests for orphaned copies.
-            let pending = self.pending_approvals().await?;
+            let pending =
+                pending_approvals(&self.client, CHANNEL, self.settings.max_backoff).await?;
             self.remember_known_messages(&pending);
             // Messages an earlier run sent and did not record: recorded now, not at the
             // approval's next event.
@@ -442,38 +443,6 @@ impl Worker {
                 entry.message_ref.as_deref().and_then(parse_message_ref)
             {
                 self.book.remember_message(chat_id, message_id, &entry.key);
-            }
-        }
-    }
-
-    /// Every pending approval of the channel, read page by page; transient failures are
-    /// retried (nothing can be shown before the server answers anyway).
-    async fn pending_approvals(&self) -> Result<Vec<pb::Approval>, WorkerError> {
-        let mut pending = Vec::new();
-        let mut page_token = String::new();
-        let mut pause = Duration::from_millis(100);
-        loop {
-            let request = pb::ListApprovalsRequest {
-                states: vec![ApprovalState::Pending.into()],
-                channel: CHANNEL.to_owned(),
-                page_size: 500,
-                page_token: page_token.clone(),
-                ..Default::default()
-            };
-            match self.client.list_approvals(request).await {
-                Ok(page) => {
-                    pending.extend(page.approvals);
-                    if page.next_page_token.is_empty() {
-                        return Ok(pending);
-                    }
-                    page_token = page.next_page_token;
-                }
-                Err(error) if error.is_transient() => {
-                    tracing::warn!(%error, "cannot list the pending approvals yet; retrying");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(self.settings.max_backoff);
-                }
-                Err(error) => return Err(error.into()),
             }
         }
     }

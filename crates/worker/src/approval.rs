@@ -1,6 +1,8 @@
 //! Facts about an approval that every channel acts on the same way.
 
-use countersign_client::pb;
+use std::time::Duration;
+
+use countersign_client::{pb, Client, ClientError};
 
 /// Whether a session grant approved the approval at once (no one was asked): channels post a
 /// short notice, so approvers see every use of the grants they gave.
@@ -10,6 +12,43 @@ pub fn is_granted(approval: &pb::Approval) -> bool {
             .resolution
             .as_ref()
             .is_some_and(|resolution| resolution.resolved_by() == pb::ResolvedBy::Grant)
+}
+
+/// Every pending approval routed to `channel`, read page by page, as a snapshot would bring
+/// them (for a worker that resumes its watch after a persisted cursor). Transient failures are
+/// retried with backoff up to `max_backoff`: nothing can be shown before the server answers.
+pub async fn pending_approvals(
+    client: &Client,
+    channel: &str,
+    max_backoff: Duration,
+) -> Result<Vec<pb::Approval>, ClientError> {
+    let mut pending = Vec::new();
+    let mut page_token = String::new();
+    let mut pause = Duration::from_millis(100);
+    loop {
+        let request = pb::ListApprovalsRequest {
+            states: vec![pb::ApprovalState::Pending.into()],
+            channel: channel.to_owned(),
+            page_size: 500,
+            page_token: page_token.clone(),
+            ..Default::default()
+        };
+        match client.list_approvals(request).await {
+            Ok(page) => {
+                pending.extend(page.approvals);
+                if page.next_page_token.is_empty() {
+                    return Ok(pending);
+                }
+                page_token = page.next_page_token;
+            }
+            Err(error) if error.is_transient() => {
+                tracing::warn!(%error, channel, "cannot list the pending approvals yet; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(max_backoff);
+            }
+            Err(error) => return Err(error),
+        }
+    }
 }
 
 /// The targets `channel`'s routes name, in order; `""` (the channel's default target) for an
