@@ -2,9 +2,12 @@
 
 mod common;
 
+use std::time::{Duration, Instant};
+
 use common::*;
 use countersign_proto::v1 as pb;
 use countersign_testkit::server::TestServer;
+use sqlx::Connection;
 use tonic::Code;
 
 #[tokio::test]
@@ -704,4 +707,46 @@ async fn deliveries_are_recorded_once_per_target() {
         .into_inner();
     assert_eq!(stored.deliveries.len(), 1);
     assert_eq!(stored.deliveries[0].message_ref, "chat:2");
+}
+
+/// Commits reach the database file itself within moments, not only its WAL: the checkpointer
+/// copies them in the background (SQLite alone would wait for 1,000 pages of WAL), so the WAL
+/// stays short and the writer never copies a large backlog itself.
+#[tokio::test]
+async fn committed_approvals_reach_the_database_file_while_the_server_runs() {
+    if countersign_testkit::postgres::skip_unless_sqlite("checkpoints a SQLite WAL") {
+        return;
+    }
+    let server = TestServer::start().await;
+    let mut client = connect(&server).await;
+    let created = create(&mut client, request("agent", "checkpointed")).await;
+    let copies = tempfile::tempdir().unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    for attempt in 0.. {
+        // The database file alone, without its WAL: what is in it has been checkpointed.
+        let copy = copies.path().join(format!("copy-{attempt}.db"));
+        std::fs::copy(server.database_path(), &copy).unwrap();
+        let found = async {
+            let mut conn = sqlx::SqliteConnection::connect(&format!(
+                "sqlite://{}?mode=ro&immutable=1",
+                copy.display()
+            ))
+            .await?;
+            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM approvals WHERE id = ?")
+                .bind(&created.id)
+                .fetch_one(&mut conn)
+                .await
+        }
+        .await;
+        // A copy taken during a checkpoint may be torn: try again.
+        if matches!(found, Ok(1)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "approval {} is still only in the WAL after 10 s ({found:?})",
+            created.id
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -487,7 +487,8 @@ impl Store {
         let (health, writable) = watch::channel(true);
         let (backend, conn, follower): (Arc<dyn Backend>, _, _) = match Database::of(database) {
             Database::Sqlite(path) => {
-                let (backend, conn) = sqlite::SqliteBackend::open(path, config).await?;
+                let (backend, conn) =
+                    sqlite::SqliteBackend::open(path, config, writable.clone()).await?;
                 (Arc::new(backend), conn, None)
             }
             Database::Postgres(url) => {

@@ -179,9 +179,14 @@ macro_rules! sql_reads {
                 query.push(")");
             }
             if !filter.agent_id.is_empty() {
+                // Events have no index by agent: the agent's approvals (by the idempotency
+                // index) lead to their events (events_by_approval).
                 query
                     .push(" AND e.agent_id = ")
-                    .push_bind(filter.agent_id.clone());
+                    .push_bind(filter.agent_id.clone())
+                    .push(" AND e.approval_id IN (SELECT id FROM approvals WHERE agent_id = ")
+                    .push_bind(filter.agent_id.clone())
+                    .push(")");
             }
             if !filter.decider.is_empty() {
                 // The `<> ''` terms let each side use its partial index.

@@ -2,10 +2,12 @@
 //! connection reads what a batch needs with at most three statements and writes the batch with
 //! one multi-statement query whose statements take their rows as a JSON array expanded by
 //! `json_each`, so the statement text never changes (prepared once) and the number of round
-//! trips to SQLite's thread does not grow with the batch.
+//! trips to SQLite's thread does not grow with the batch. Checkpoints (copying the WAL's
+//! pages into the database file) run on a connection of their own, off the writer's path.
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -16,6 +18,7 @@ use sqlx::sqlite::{
     SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteExecutor};
+use tokio::sync::{watch, Notify};
 
 use super::batch::{BatchKeys, BoundedGrant, Loaded, WriteSet, EXPIRY_SWEEP_LIMIT};
 use super::reads::readable_approvals;
@@ -31,17 +34,27 @@ use countersign_core::groups::Delegation;
 
 pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
+/// WAL pages after which a commit of the writer checkpoints by itself: only a backstop for a
+/// checkpointer that cannot keep up (SQLite's default is 1,000).
+const WRITER_AUTOCHECKPOINT_PAGES: &str = "10000";
+/// How long the checkpointer lets commits gather after one wakes it: a page that several
+/// commits rewrote (the tail of a table or an index) is copied into the database once.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(200);
+
 pub struct SqliteBackend {
     options: SqliteConnectOptions,
     reads: SqlitePool,
+    /// Woken by each commit of the writer.
+    checkpointer: Arc<Notify>,
 }
 
 impl SqliteBackend {
-    /// Opens (creating if needed) the database, applies migrations and returns the backend
-    /// with the writer's connection.
+    /// Opens (creating if needed) the database, applies migrations, starts the checkpointer
+    /// (until `writer_alive` closes) and returns the backend with the writer's connection.
     pub async fn open(
         path: &Path,
         config: &StorageConfig,
+        writer_alive: watch::Receiver<bool>,
     ) -> Result<(SqliteBackend, Box<dyn WriterConnection>), StoreError> {
         let synchronous = match config.durability {
             Durability::Full => SqliteSynchronous::Full,
@@ -53,16 +66,65 @@ impl SqliteBackend {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(synchronous)
             .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10));
+            .busy_timeout(Duration::from_secs(10))
+            .pragma("wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES);
         let mut conn = SqliteConnection::connect_with(&options).await?;
         MIGRATOR.run_direct(&mut conn).await?;
+        let checkpointer = Arc::new(Notify::new());
+        tokio::spawn(checkpoint(
+            options.clone(),
+            checkpointer.clone(),
+            writer_alive,
+        ));
         let reads = SqlitePoolOptions::new()
             .max_connections(config.read_connections)
             .connect_with(options.clone().create_if_missing(false).read_only(true))
             .await?;
-        let backend = SqliteBackend { options, reads };
-        Ok((backend, Box::new(SqliteWriter { conn })))
+        let writer = SqliteWriter {
+            conn,
+            checkpointer: checkpointer.clone(),
+        };
+        let backend = SqliteBackend {
+            options,
+            reads,
+            checkpointer,
+        };
+        Ok((backend, Box::new(writer)))
     }
+}
+
+/// Copies committed WAL pages into the database file, [`CHECKPOINT_INTERVAL`] after a commit
+/// woke it, without ever blocking the writer (PASSIVE: it copies what no reader still needs;
+/// the writer starts the WAL over once everything is copied). A failed checkpoint (a full
+/// disk) loses nothing: the pages stay in the WAL for the next one.
+async fn checkpoint(
+    options: SqliteConnectOptions,
+    commits: Arc<Notify>,
+    mut writer_alive: watch::Receiver<bool>,
+) {
+    let mut conn: Option<SqliteConnection> = None;
+    loop {
+        tokio::select! {
+            _ = commits.notified() => {}
+            changed = writer_alive.changed() => if changed.is_err() { break },
+        }
+        tokio::time::sleep(CHECKPOINT_INTERVAL).await;
+        let checkpointed = async {
+            let conn = match conn.as_mut() {
+                Some(conn) => conn,
+                None => conn.insert(SqliteConnection::connect_with(&options).await?),
+            };
+            sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+                .execute(conn)
+                .await
+        }
+        .await;
+        if let Err(e) = checkpointed {
+            tracing::warn!(error = %e, "cannot checkpoint the WAL; the next commit tries again");
+            conn = None;
+        }
+    }
+    tracing::debug!("checkpointer stopped");
 }
 
 /// The only writing connection. Transactions are begun and committed with plain SQL: after
@@ -70,6 +132,7 @@ impl SqliteBackend {
 /// holds), so no transaction state survives into the next batch.
 struct SqliteWriter {
     conn: SqliteConnection,
+    checkpointer: Arc<Notify>,
 }
 
 /// What a batch reads of approvals: named by id, made by a revoked grant, and under a
@@ -298,6 +361,7 @@ impl WriterConnection for SqliteWriter {
 
     async fn commit(&mut self) -> Result<(), StoreError> {
         sqlx::query("COMMIT").execute(&mut self.conn).await?;
+        self.checkpointer.notify_one();
         Ok(())
     }
 
@@ -317,7 +381,10 @@ impl WriterConnection for SqliteWriter {
 impl Backend for SqliteBackend {
     async fn connect_writer(&self) -> Result<Box<dyn WriterConnection>, StoreError> {
         let conn = SqliteConnection::connect_with(&self.options).await?;
-        Ok(Box::new(SqliteWriter { conn }))
+        Ok(Box::new(SqliteWriter {
+            conn,
+            checkpointer: self.checkpointer.clone(),
+        }))
     }
 
     /// Refused (FAILED_PRECONDITION) when the approval's row disagrees with its newest
