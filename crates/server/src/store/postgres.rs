@@ -18,7 +18,7 @@ use countersign_core::{Approval, EventKind, Millis};
 use sqlx::postgres::{
     PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions, PgRow, Postgres,
 };
-use sqlx::{Connection, QueryBuilder, Row};
+use sqlx::{Connection, Executor, QueryBuilder, Row};
 use tokio::sync::{watch, Mutex, Notify};
 
 use super::batch::{BatchKeys, BoundedGrant, Loaded, WriteSet, EXPIRY_SWEEP_LIMIT};
@@ -121,7 +121,10 @@ struct PgWriter {
     conn: PgConnection,
 }
 
-const LOCK_HEAD: &str = "SELECT head_seq, head_hash FROM audit_anchor WHERE id = 1 FOR UPDATE";
+/// Begins a batch's transaction and locks the chain head, in one round trip (the simple query
+/// protocol takes both statements at once).
+const BEGIN_AND_LOCK_HEAD: &str =
+    "BEGIN; SELECT head_seq, head_hash FROM audit_anchor WHERE id = 1 FOR UPDATE";
 
 /// What a batch reads of approvals: named by id, made by a revoked grant, and under a
 /// requested idempotency key.
@@ -141,14 +144,26 @@ SELECT body FROM approvals
 const LOAD_PENDING: &str = "SELECT agent_id, expires_at_ms FROM approvals
  WHERE agent_id = ANY($1) AND state = 'PENDING'";
 
-const WRITE_APPROVALS: &str = "
-INSERT INTO approvals (id, agent_id, idempotency_key, session_id, tool_name, state, channels,
-                       created_at_ms, expires_at_ms, body, due_at_ms)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                     $7::text[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[])
-    ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body,
-       channels = excluded.channels, expires_at_ms = excluded.expires_at_ms,
-       due_at_ms = excluded.due_at_ms";
+/// A batch's approvals and events in one statement (one round trip), which also tells the
+/// other replicas when it wrote events: `pg_notify` is delivered when (and only if) the
+/// transaction commits.
+const WRITE_APPROVALS_AND_EVENTS: &str = "
+WITH approval_rows AS (
+    INSERT INTO approvals (id, agent_id, idempotency_key, session_id, tool_name, state, channels,
+                           created_at_ms, expires_at_ms, body, due_at_ms)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                         $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::text[],
+                         $11::bigint[])
+        ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body,
+           channels = excluded.channels, expires_at_ms = excluded.expires_at_ms,
+           due_at_ms = excluded.due_at_ms
+), event_rows AS (
+    INSERT INTO events (seq, approval_id, kind, at_ms, body, agent_id, decider, approver,
+                        prev_hash, hash)
+    SELECT * FROM unnest($12::bigint[], $13::text[], $14::text[], $15::bigint[], $16::text[],
+                         $17::text[], $18::text[], $19::text[], $20::text[], $21::text[])
+)
+SELECT pg_notify($22, '') WHERE cardinality($12::bigint[]) > 0";
 
 const WRITE_DELEGATIONS: &str = "
 INSERT INTO delegations (id, delegator, delegate, created_at_ms, until_ms, revoked_at_ms, reason,
@@ -156,12 +171,6 @@ INSERT INTO delegations (id, delegator, delegate, created_at_ms, until_ms, revok
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[],
                      $6::bigint[], $7::text[], $8::text[])
     ON CONFLICT (id) DO UPDATE SET revoked_at_ms = excluded.revoked_at_ms";
-
-const WRITE_EVENTS: &str = "
-INSERT INTO events (seq, approval_id, kind, at_ms, body, agent_id, decider, approver, prev_hash,
-                    hash)
-SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
-                     $7::text[], $8::text[], $9::text[], $10::text[])";
 
 const WRITE_GRANTS: &str = "
 INSERT INTO grants (id, agent_id, session_id, tool_name, approval_id, granted_by, created_at_ms,
@@ -180,10 +189,12 @@ UPDATE events SET body = jsonb_set(body::jsonb, '{approval,arguments_json}', '\"
 #[async_trait]
 impl WriterConnection for PgWriter {
     async fn begin(&mut self) -> Result<Option<ChainHead>, StoreError> {
-        sqlx::query("BEGIN").execute(&mut self.conn).await?;
-        let (seq, hash): (i64, String) =
-            sqlx::query_as(LOCK_HEAD).fetch_one(&mut self.conn).await?;
-        Ok(Some(ChainHead { seq, hash }))
+        // Without arguments sqlx sends the text as a simple query: both statements at once.
+        let head = (&mut self.conn).fetch_one(BEGIN_AND_LOCK_HEAD).await?;
+        Ok(Some(ChainHead {
+            seq: head.try_get(0)?,
+            hash: head.try_get(1)?,
+        }))
     }
 
     async fn chain_head(&mut self) -> Result<ChainHead, StoreError> {
@@ -268,13 +279,14 @@ impl WriterConnection for PgWriter {
     }
 
     async fn write(&mut self, writes: &WriteSet) -> Result<u64, StoreError> {
-        if !writes.approvals.is_empty() {
+        if !writes.approvals.is_empty() || !writes.events.is_empty() {
             let approvals: Vec<&Approval> = writes.approvals.values().collect();
             let bodies = approvals
                 .iter()
                 .map(serde_json::to_string)
                 .collect::<Result<Vec<String>, _>>()?;
-            sqlx::query(WRITE_APPROVALS)
+            let events = &writes.events;
+            sqlx::query(WRITE_APPROVALS_AND_EVENTS)
                 .bind(column(&approvals, |a| a.id.as_str()))
                 .bind(column(&approvals, |a| a.agent_id.as_str()))
                 .bind(column(&approvals, |a| a.idempotency_key.as_str()))
@@ -286,12 +298,6 @@ impl WriterConnection for PgWriter {
                 .bind(column(&approvals, |a| a.expires_at))
                 .bind(bodies)
                 .bind(column(&approvals, |a| a.next_due()))
-                .execute(&mut self.conn)
-                .await?;
-        }
-        if !writes.events.is_empty() {
-            let events = &writes.events;
-            sqlx::query(WRITE_EVENTS)
                 .bind(column(events, |e| e.seq))
                 .bind(column(events, |e| e.approval_id.as_str()))
                 .bind(column(events, |e| e.kind.as_str()))
@@ -302,10 +308,6 @@ impl WriterConnection for PgWriter {
                 .bind(column(events, |e| e.columns.approver.as_str()))
                 .bind(column(events, |e| e.prev_hash.as_str()))
                 .bind(column(events, |e| e.hash.as_str()))
-                .execute(&mut self.conn)
-                .await?;
-            // Delivered to the other replicas when (and only if) the transaction commits.
-            sqlx::query("SELECT pg_notify($1, '')")
                 .bind(EVENTS_CHANNEL)
                 .execute(&mut self.conn)
                 .await?;
