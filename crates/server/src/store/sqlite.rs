@@ -42,6 +42,7 @@ const WRITER_AUTOCHECKPOINT_PAGES: &str = "10000";
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(200);
 
 pub struct SqliteBackend {
+    /// The writer's (and the checkpointer's) options.
     options: SqliteConnectOptions,
     reads: SqlitePool,
     /// Woken by each commit of the writer.
@@ -66,8 +67,13 @@ impl SqliteBackend {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(synchronous)
             .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10))
-            .pragma("wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES);
+            .busy_timeout(Duration::from_secs(10));
+        let reads = options.clone().create_if_missing(false).read_only(true);
+        let options = options
+            .pragma("wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)
+            // A batch's statements change many rows; the journal that lets one of them fail
+            // alone spilled to a temporary file (created, written, deleted) in every batch.
+            .pragma("temp_store", "memory");
         let mut conn = SqliteConnection::connect_with(&options).await?;
         MIGRATOR.run_direct(&mut conn).await?;
         let checkpointer = Arc::new(Notify::new());
@@ -78,7 +84,7 @@ impl SqliteBackend {
         ));
         let reads = SqlitePoolOptions::new()
             .max_connections(config.read_connections)
-            .connect_with(options.clone().create_if_missing(false).read_only(true))
+            .connect_with(reads)
             .await?;
         let writer = SqliteWriter {
             conn,
