@@ -111,25 +111,21 @@ impl TestServer {
     /// the database would (tests of tampering), on either backend; the rows it changed.
     pub async fn tamper(&self, sql: &str) -> u64 {
         use sqlx::Connection;
+        sqlx::any::install_default_drivers();
         let database = self.database_path().to_string_lossy().to_string();
-        let changed = if database.starts_with("postgres") {
-            let mut connection = sqlx::PgConnection::connect(&database)
-                .await
-                .expect("open the database");
-            sqlx::query(sql)
-                .execute(&mut connection)
-                .await
-                .map(|r| r.rows_affected())
+        let url = if database.starts_with("postgres") {
+            database
         } else {
-            let mut connection = sqlx::SqliteConnection::connect(&format!("sqlite://{database}"))
-                .await
-                .expect("open the database");
-            sqlx::query(sql)
-                .execute(&mut connection)
-                .await
-                .map(|r| r.rows_affected())
+            format!("sqlite://{database}")
         };
-        changed.expect("the SQL runs")
+        let mut connection = sqlx::AnyConnection::connect(&url)
+            .await
+            .expect("open the database");
+        sqlx::query(sql)
+            .execute(&mut connection)
+            .await
+            .expect("the SQL runs")
+            .rows_affected()
     }
 
     pub fn config(&self) -> &Config {
