@@ -84,9 +84,9 @@ struct Args {
     #[arg(long, value_name = "URL")]
     server: Option<String>,
     /// A PostgreSQL URL (postgres://user@host:port/database): every started server stores
-    /// there instead, each configuration on a new database created beside the one named (the
-    /// ListApprovals-with-history figure, which fills a SQLite file directly, is skipped)
-    /// [default: SQLite files in a temporary directory].
+    /// there instead, each configuration on a new database created beside the one named and
+    /// dropped when the run ends (the ListApprovals-with-history figure, which fills a SQLite
+    /// file directly, is skipped) [default: SQLite files in a temporary directory].
     #[arg(long, value_name = "URL")]
     database: Option<String>,
     /// The countersign-server executable [default: next to this one, built by cargo].
@@ -178,13 +178,6 @@ async fn commit_figures(served: &Served) -> Option<(f64, f64)> {
 }
 
 async fn run(args: &Args) -> Result<Report, BenchError> {
-    let open_files = process::raise_open_files_limit();
-    let load = Load {
-        concurrency: args.concurrency.max(1),
-        connections: args.connections.max(1),
-        warmup: args.warmup,
-        duration: args.duration,
-    };
     let mut servers = match &args.server {
         Some(_) => None,
         None => Some(Servers::new(
@@ -192,6 +185,24 @@ async fn run(args: &Args) -> Result<Report, BenchError> {
             args.server_log_level.clone(),
             args.database.clone(),
         )?),
+    };
+    let report = measure(args, &mut servers).await;
+    // Also after a failed figure: the run's databases must not pile up on the operator's
+    // PostgreSQL server.
+    if let Some(servers) = servers {
+        servers.drop_databases().await;
+    }
+    report
+}
+
+/// Every figure `args` asks for, on `servers` (None: on the running server of `--server`).
+async fn measure(args: &Args, servers: &mut Option<Servers>) -> Result<Report, BenchError> {
+    let open_files = process::raise_open_files_limit();
+    let load = Load {
+        concurrency: args.concurrency.max(1),
+        connections: args.connections.max(1),
+        warmup: args.warmup,
+        duration: args.duration,
     };
     let mut figures = Vec::new();
 
@@ -469,6 +480,8 @@ struct Servers {
     postgres: Option<String>,
     /// The database the last server started on.
     last_database: String,
+    /// The numbers of the PostgreSQL databases this run created.
+    created: Vec<usize>,
 }
 
 impl Servers {
@@ -488,6 +501,7 @@ impl Servers {
             started: 0,
             postgres,
             last_database: String::new(),
+            created: Vec::new(),
         })
     }
 
@@ -502,7 +516,11 @@ impl Servers {
         std::fs::create_dir_all(&dir)
             .map_err(|e| BenchError::Setup(format!("cannot create {}: {e}", dir.display())))?;
         let database = match &self.postgres {
-            Some(url) => process::create_postgres_database(url, self.started).await?,
+            Some(url) => {
+                let database = process::create_postgres_database(url, self.started).await?;
+                self.created.push(self.started);
+                database
+            }
             None => dir.join("countersign.db").display().to_string(),
         };
         let settings = ServerSettings {
@@ -513,6 +531,16 @@ impl Servers {
         let served = process::start_server(&self.binary, &dir, &database, &settings).await?;
         self.last_database = database;
         Ok((served, dir))
+    }
+
+    /// Drops the PostgreSQL databases this run created, ending the connections of servers
+    /// still running; says on stderr what it could not drop (the figures stand).
+    async fn drop_databases(self) {
+        if let Some(url) = &self.postgres {
+            if let Err(e) = process::drop_postgres_databases(url, &self.created).await {
+                eprintln!("countersign-bench: {e}");
+            }
+        }
     }
 
     /// Another server (full, group commit) on the database the last one started on.

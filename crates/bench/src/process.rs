@@ -166,11 +166,8 @@ fn free_port() -> Result<SocketAddr, BenchError> {
 /// Creates database number `number` of this run beside the one `url` names, and returns its
 /// URL.
 pub async fn create_postgres_database(url: &str, number: usize) -> Result<String, BenchError> {
-    use sqlx::Connection;
-    let name = format!("countersign_bench_{}_{number}", std::process::id());
-    let mut conn = sqlx::PgConnection::connect(url)
-        .await
-        .map_err(|e| BenchError::Setup(format!("cannot connect to {url}: {e}")))?;
+    let name = postgres_database_name(number);
+    let mut conn = connect_postgres(url).await?;
     sqlx::query(&format!("CREATE DATABASE {name}"))
         .execute(&mut conn)
         .await
@@ -186,6 +183,31 @@ pub async fn create_postgres_database(url: &str, number: usize) -> Result<String
         None => base,
     };
     Ok(format!("{server}/{name}{options}"))
+}
+
+/// Drops databases `numbers` of this run from the server `url` names, ending any connection
+/// to them first.
+pub async fn drop_postgres_databases(url: &str, numbers: &[usize]) -> Result<(), BenchError> {
+    let mut conn = connect_postgres(url).await?;
+    for name in numbers.iter().map(|&number| postgres_database_name(number)) {
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&mut conn)
+            .await
+            .map_err(|e| BenchError::Setup(format!("cannot drop database {name}: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Database `number` of this run (the process id keeps runs side by side apart).
+fn postgres_database_name(number: usize) -> String {
+    format!("countersign_bench_{}_{number}", std::process::id())
+}
+
+async fn connect_postgres(url: &str) -> Result<sqlx::PgConnection, BenchError> {
+    use sqlx::Connection;
+    sqlx::PgConnection::connect(url)
+        .await
+        .map_err(|e| BenchError::Setup(format!("cannot connect to {url}: {e}")))
 }
 
 /// Starts `countersign-server` on `database` (a SQLite file or a PostgreSQL URL), its config
