@@ -202,16 +202,6 @@ pub struct ArgsEdit {
     pub separation_of_duties: bool,
 }
 
-impl Decision {
-    /// `bob on behalf of alice`, or `alice`.
-    pub fn decided_by(&self) -> String {
-        match &self.delegate {
-            Some(delegate) => format!("{delegate} on behalf of {}", self.approver),
-            None => self.approver.clone(),
-        }
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Resolution {
     pub verdict: Option<Verdict>,
@@ -595,32 +585,34 @@ impl Approval {
 
     /// The distinct approvers who approved the current version so far.
     pub fn approvals_so_far(&self) -> usize {
-        let current = self.current_digest();
+        self.current_approvers().len()
+    }
+
+    /// Who approved the current version, each once.
+    fn current_approvers(&self) -> Vec<&str> {
         let mut approvers: Vec<&str> = self
             .decisions
             .iter()
-            .filter(|d| d.verdict == Verdict::Approve && self.version_of(d) == current)
+            .filter(|d| d.verdict == Verdict::Approve && self.is_current(d))
             .map(|d| d.approver.as_str())
             .collect();
         approvers.sort_unstable();
         approvers.dedup();
-        approvers.len()
+        approvers
+    }
+
+    /// The group the approval was escalated to, once it was.
+    fn escalation_group(&self) -> Option<&GroupQuorum> {
+        self.follow_up
+            .as_ref()
+            .filter(|f| f.escalated_at.is_some())
+            .and_then(|f| f.escalate_to.as_ref())
     }
 
     /// The groups that decide this approval: its own and, once escalated, the escalation
     /// group. Empty: any registered approver decides.
     pub fn deciding_groups(&self) -> impl Iterator<Item = &GroupQuorum> {
-        let escalation = self
-            .follow_up
-            .as_ref()
-            .filter(|f| f.escalated_at.is_some())
-            .and_then(|f| f.escalate_to.as_ref());
-        let groups = if self.approver_groups.is_empty() && escalation.is_none() {
-            None
-        } else {
-            Some(self.approver_groups.iter().chain(escalation))
-        };
-        groups.into_iter().flatten()
+        self.approver_groups.iter().chain(self.escalation_group())
     }
 
     /// Whether `approver` belongs to a group that decides this approval. Without group
@@ -633,40 +625,21 @@ impl Approval {
                 .any(|g| g.members.iter().any(|m| m == approver))
     }
 
-    /// For each group requirement: the distinct approvers who approved and count for it (its
-    /// members and, after an escalation, the escalation group's members).
+    /// For each group requirement: the distinct approvers who approved the current version
+    /// and count for it (its members and, after an escalation, the escalation group's members).
     pub fn group_progress(&self) -> Vec<(&GroupQuorum, usize)> {
-        let escalation: &[String] = self
-            .follow_up
-            .as_ref()
-            .filter(|f| f.escalated_at.is_some())
-            .and_then(|f| f.escalate_to.as_ref())
-            .map_or(&[], |g| g.members.as_slice());
+        let escalation = self.escalation_group().map_or(&[][..], |g| &g.members[..]);
+        let approvers = self.current_approvers();
         self.approver_groups
             .iter()
             .map(|group| {
-                // Like the overall count: only approvals of the current version count.
-                let mut approvers: Vec<&str> = self
-                    .decisions
+                let counted = approvers
                     .iter()
-                    .filter(|d| d.verdict == Verdict::Approve && self.is_current(d))
-                    .map(|d| d.approver.as_str())
-                    .filter(|a| group.members.iter().chain(escalation).any(|m| m == a))
-                    .collect();
-                approvers.sort_unstable();
-                approvers.dedup();
-                (group, approvers.len())
+                    .filter(|a| group.members.iter().chain(escalation).any(|m| m == *a))
+                    .count();
+                (group, counted)
             })
             .collect()
-    }
-
-    /// `1 of 2 from security, 0 of 1 from db`; empty without groups.
-    pub fn group_progress_text(&self) -> String {
-        self.group_progress()
-            .iter()
-            .map(|(g, n)| format!("{n} of {} from {}", g.required, g.group))
-            .collect::<Vec<_>>()
-            .join(", ")
     }
 
     /// The groups whose quorum is not met yet, for messages: `security and db`.
@@ -676,13 +649,7 @@ impl Approval {
             .into_iter()
             .filter(|(g, n)| *n < g.required as usize)
             .map(|(g, _)| g.group.as_str())
-            .chain(
-                self.follow_up
-                    .as_ref()
-                    .filter(|f| f.escalated_at.is_some())
-                    .and_then(|f| f.escalate_to.as_ref())
-                    .map(|g| g.group.as_str()),
-            )
+            .chain(self.escalation_group().map(|g| g.group.as_str()))
             .collect();
         match waiting.as_slice() {
             [] => "an approver".to_string(),

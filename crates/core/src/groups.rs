@@ -63,13 +63,6 @@ impl OnTimeout {
             _ => None,
         }
     }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OnTimeout::Reject => "reject",
-            OnTimeout::Escalate => "escalate",
-        }
-    }
 }
 
 /// The reminder, escalation and timeout plan of an approval, and how far it went.
