@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use countersign_core::{Approval, EventKind, Millis};
-use serde_json::Value;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteRow, SqliteSynchronous,
@@ -278,85 +277,86 @@ impl WriterConnection for SqliteWriter {
     }
 
     async fn write(&mut self, writes: &WriteSet) -> Result<u64, StoreError> {
+        // Each row is a tuple serialized straight into its statement's JSON array.
         let approvals = writes
             .approvals
             .values()
             .map(|a| {
-                Ok(serde_json::json!([
-                    a.id,
-                    a.agent_id,
-                    a.idempotency_key,
-                    a.session_id,
-                    a.tool_name,
+                Ok((
+                    &a.id,
+                    &a.agent_id,
+                    &a.idempotency_key,
+                    &a.session_id,
+                    &a.tool_name,
                     a.state.as_str(),
                     channels_column(a),
                     a.created_at,
                     a.expires_at,
                     serde_json::to_string(a)?,
                     a.next_due(),
-                ]))
+                ))
             })
-            .collect::<Result<Vec<Value>, serde_json::Error>>()?;
-        let events: Vec<Value> = writes
+            .collect::<Result<Vec<_>, serde_json::Error>>()?;
+        let events: Vec<_> = writes
             .events
             .iter()
             .map(|e| {
-                serde_json::json!([
+                (
                     e.seq,
-                    e.approval_id,
+                    &e.approval_id,
                     e.kind.as_str(),
                     e.at,
                     e.body.to_string(),
-                    e.columns.agent_id,
-                    e.columns.decider,
-                    e.columns.approver,
-                    e.prev_hash,
-                    e.hash,
-                ])
+                    &e.columns.agent_id,
+                    &e.columns.decider,
+                    &e.columns.approver,
+                    &e.prev_hash,
+                    &e.hash,
+                )
             })
             .collect();
-        let grants: Vec<Value> = writes
+        let grants: Vec<_> = writes
             .new_grants
             .iter()
             .map(|g| {
-                serde_json::json!([
-                    g.grant.id,
-                    g.grant.agent_id,
-                    g.grant.session_id,
-                    g.grant.tool_name,
-                    g.grant.approval_id,
-                    g.grant.granted_by,
+                (
+                    &g.grant.id,
+                    &g.grant.agent_id,
+                    &g.grant.session_id,
+                    &g.grant.tool_name,
+                    &g.grant.approval_id,
+                    &g.grant.granted_by,
                     g.grant.created_at,
                     g.grant.expires_at,
                     g.max_risk_rank,
                     g.max_required_approvals,
-                    g.scope,
-                ])
+                    &g.scope,
+                )
             })
             .collect();
-        let delegations: Vec<Value> = writes
+        let delegations: Vec<_> = writes
             .delegations
             .values()
             .map(|d| {
-                serde_json::json!([
-                    d.id,
-                    d.delegator,
-                    d.delegate,
+                (
+                    &d.id,
+                    &d.delegator,
+                    &d.delegate,
                     d.created_at,
                     d.until,
                     d.revoked_at,
-                    d.reason,
-                    d.created_by,
-                ])
+                    &d.reason,
+                    &d.created_by,
+                )
             })
             .collect();
         sqlx::query(WRITE_BATCH)
-            .bind(Value::from(approvals).to_string())
-            .bind(Value::from(events).to_string())
-            .bind(Value::from(grants).to_string())
+            .bind(serde_json::to_string(&approvals)?)
+            .bind(serde_json::to_string(&events)?)
+            .bind(serde_json::to_string(&grants)?)
             .bind(serde_json::to_string(&writes.revoked_grants)?)
             .bind(serde_json::to_string(&writes.redact)?)
-            .bind(Value::from(delegations).to_string())
+            .bind(serde_json::to_string(&delegations)?)
             .execute(&mut self.conn)
             .await?;
         match writes.prune_before {
