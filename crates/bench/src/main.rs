@@ -456,10 +456,12 @@ fn cpu_per_call(
             .map(|(_, d)| *d)
             .unwrap_or_default();
         let us = used.saturating_sub(earlier).as_secs_f64() * 1e6 / calls;
-        // Thread names are cut at 15 characters: "sqlx-sqlite-wor", "tokio-rt-worker".
+        // Thread names are cut at 15 characters: "sqlx-sqlite-wor", "tokio-rt-worker",
+        // "store-writer".
         let kind = match name.as_str() {
             n if n.starts_with("sqlx-sqlite") => "sqlite",
             n if n.starts_with("tokio") => "tokio",
+            n if n.starts_with("store-writer") => "writer",
             _ => "other",
         };
         match kinds.iter_mut().find(|(k, _)| k == kind) {

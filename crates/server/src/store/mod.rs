@@ -55,6 +55,8 @@ pub enum StoreError {
     Unavailable(String),
     #[error("the store is shutting down")]
     Closed,
+    #[error("cannot start the store's writer thread: {0}")]
+    WriterThread(std::io::Error),
 }
 
 impl From<serde_json::Error> for StoreError {
@@ -524,7 +526,16 @@ impl Store {
             redact_arguments: config.redact_arguments,
             follower,
         };
-        tokio::spawn(writer.run(queue, max_batch, hub, observer));
+        // The writer gets a thread of its own: on the server's runtime each of its awaits (a
+        // statement, the commit) queued behind the calls' tasks, and every change waits for it.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(StoreError::WriterThread)?;
+        std::thread::Builder::new()
+            .name("store-writer".into())
+            .spawn(move || runtime.block_on(writer.run(queue, max_batch, hub, observer)))
+            .map_err(StoreError::WriterThread)?;
         Ok(Store {
             jobs,
             backend,
