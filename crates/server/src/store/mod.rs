@@ -518,9 +518,12 @@ impl Store {
         } else {
             1
         };
+        // The writer opens its own connection on its own thread: a PostgreSQL connection's
+        // socket is served by the runtime it was opened on.
+        drop(conn);
         let writer = Writer {
             backend: backend.clone(),
-            conn: Some(conn),
+            conn: None,
             chain: Some(chain),
             health,
             redact_arguments: config.redact_arguments,
@@ -888,7 +891,7 @@ const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// The single writer: owns the only writing connection and the head of the audit chain.
 struct Writer {
     backend: Arc<dyn Backend>,
-    /// None after a failed batch, until the next one connects again.
+    /// None until the first batch and after a failed one: the next batch connects.
     conn: Option<Box<dyn WriterConnection>>,
     /// The head of the audit chain as committed; None when it must be read again from the
     /// database (after a failed batch).
@@ -978,13 +981,8 @@ impl Writer {
     /// sqlx's own transactions it turned every later BEGIN into a SAVEPOINT of a transaction
     /// that never committed, acknowledging writes that were never stored).
     async fn commit(&mut self, work: Vec<(Change, Millis)>) -> Result<Outcomes, StoreError> {
-        let mut conn = match self.conn.take() {
-            Some(conn) => conn,
-            None => self.backend.connect_writer().await?,
-        };
-        match self.commit_on(conn.as_mut(), work).await {
+        match self.commit_connected(work).await {
             Ok((results, wrote)) => {
-                self.conn = Some(conn);
                 // Only a commit that wrote something shows that writes are accepted again
                 // (an empty expiry sweep commits even on a full disk).
                 if wrote {
@@ -999,6 +997,20 @@ impl Writer {
                 Err(e)
             }
         }
+    }
+
+    /// Commits a batch on the writer's connection, opening one first when there is none.
+    async fn commit_connected(
+        &mut self,
+        work: Vec<(Change, Millis)>,
+    ) -> Result<(Outcomes, bool), StoreError> {
+        let mut conn = match self.conn.take() {
+            Some(conn) => conn,
+            None => self.backend.connect_writer().await?,
+        };
+        let committed = self.commit_on(conn.as_mut(), work).await?;
+        self.conn = Some(conn);
+        Ok(committed)
     }
 
     /// Reads what the batch needs, applies its changes in queue order, writes and commits.

@@ -933,6 +933,14 @@ async fn a_flood_wait_beyond_the_limit_is_retried_later_and_holds_nothing_up() {
         InjectedError::TooManyRequests { retry_after: 2 },
     );
     let delayed = harness.request("call-1", "{}").await;
+    // The flood wait meets the first approval's message (requested together, the two could
+    // be sent in either order).
+    harness
+        .telegram
+        .wait_for_requests("the first sendMessage", |requests| {
+            requests.iter().any(|r| r.method == "sendMessage")
+        })
+        .await;
     // Another approval is not held up behind the flood wait.
     let other = harness.request("call-2", "{}").await;
     let first = harness.request_message(0).await;
