@@ -531,13 +531,29 @@ impl Store {
         };
         // The writer gets a thread of its own: on the server's runtime each of its awaits (a
         // statement, the commit) queued behind the calls' tasks, and every change waits for it.
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(StoreError::WriterThread)?;
+        // (The runtime is built on that thread: one dropped inside the server's runtime, as
+        // after a failed spawn, would panic.)
+        let (started, on_start) = oneshot::channel();
         std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || runtime.block_on(writer.run(queue, max_batch, hub, observer)))
+            .spawn(move || {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => {
+                        let _ = started.send(Ok(()));
+                        runtime.block_on(writer.run(queue, max_batch, hub, observer));
+                    }
+                    Err(e) => {
+                        let _ = started.send(Err(e));
+                    }
+                }
+            })
+            .map_err(StoreError::WriterThread)?;
+        on_start
+            .await
+            .map_err(|_| StoreError::Closed)?
             .map_err(StoreError::WriterThread)?;
         Ok(Store {
             jobs,
