@@ -288,6 +288,19 @@ fn follow_up(call: &CallArgs) -> Option<pb::FollowUp> {
 
 /// Waits for the decision on a just-requested approval, telling the user on stderr what it
 /// waits for. `timeout` defaults to the approval's expiry (plus a grace for the sweep).
+/// Requests the approval a command will wait for (`request --wait`, `exec`): a call that a
+/// server restart broke off after it was sent is resent, with the same idempotency key, for as
+/// long as the wait would last.
+pub async fn request_to_wait(
+    client: &Client,
+    request: pb::RequestApprovalRequest,
+    timeout: Option<Duration>,
+) -> Result<pb::Approval, CliError> {
+    Ok(client
+        .request_approval_resending(request, timeout.unwrap_or(FALLBACK_WAIT))
+        .await?)
+}
+
 pub async fn await_decision(
     client: &Client,
     approval: pb::Approval,
@@ -343,14 +356,15 @@ async fn request(
         args.arguments_json,
         String::new(),
     )?;
-    let response = client.request_approval(request).await?;
-    let approval = response
-        .approval
-        .ok_or_else(|| CliError::Failure("the server answered without an approval".into()))?;
     if !args.wait {
+        let response = client.request_approval(request).await?;
+        let approval = response
+            .approval
+            .ok_or_else(|| CliError::Failure("the server answered without an approval".into()))?;
         out.approval(&approval)?;
         return Ok(Exit::Success);
     }
+    let approval = request_to_wait(client, request, args.timeout).await?;
     let approval = await_decision(client, approval, args.timeout).await?;
     out.approval(&approval)?;
     Ok(verdict_exit(&approval))

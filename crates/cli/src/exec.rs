@@ -7,7 +7,9 @@ use countersign_client::{pb, version, Client};
 use serde_json::json;
 
 use crate::args::ExecArgs;
-use crate::commands::{approval_request, await_decision, outcome_text, verdict_exit};
+use crate::commands::{
+    approval_request, await_decision, outcome_text, request_to_wait, verdict_exit,
+};
 use crate::exit::{CliError, Exit};
 use crate::settings::Settings;
 
@@ -23,10 +25,7 @@ pub async fn exec(client: &Client, settings: &Settings, args: ExecArgs) -> Resul
         MAX_ACTION_CHARS,
     );
     let request = approval_request(settings, &args.call, args.tool, arguments, action)?;
-    let response = client.request_approval(request).await?;
-    let approval = response
-        .approval
-        .ok_or_else(|| CliError::Failure("the server answered without an approval".into()))?;
+    let approval = request_to_wait(client, request, args.timeout).await?;
     let approval = await_decision(client, approval, args.timeout).await?;
     match approval.state() {
         pb::ApprovalState::Approved => match approved_command(&approval) {

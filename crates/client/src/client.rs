@@ -429,19 +429,49 @@ impl Client {
         deadline: Duration,
     ) -> Result<pb::Approval, ClientError> {
         let deadline_at = Instant::now() + deadline;
-        if req.idempotency_key.is_empty() {
-            req.idempotency_key = uuid::Uuid::now_v7().to_string();
+        let approval = self.request_until(&mut req, deadline_at).await?;
+        if approval.state() != pb::ApprovalState::Pending {
+            return Ok(approval);
         }
+        self.wait_resolved(&approval.id, deadline_at).await
+    }
+
+    /// Requests an approval for a caller that will wait for it. A server unreachable at the
+    /// first attempt is an error at once (UNAVAILABLE: nothing was sent). A call that broke
+    /// after it may have reached the server (any other transient error: a restart tore the
+    /// connection down while the answer was on its way) is resent with the same idempotency
+    /// key (one is generated when `req.idempotency_key` is empty) until `deadline`, through
+    /// the restart: the caller gets the approval the server may already hold, never a second
+    /// one.
+    pub async fn request_approval_resending(
+        &self,
+        mut req: pb::RequestApprovalRequest,
+        deadline: Duration,
+    ) -> Result<pb::Approval, ClientError> {
+        let deadline_at = Instant::now() + deadline;
+        ensure_idempotency_key(&mut req);
+        match self.request_approval(req.clone()).await {
+            Ok(response) => approval_of(response),
+            Err(error) if error.is_transient() && !matches!(error, ClientError::Unavailable(_)) => {
+                tracing::warn!(%error, agent_id = %req.agent_id, "requesting approval broke off; resending it");
+                self.request_until(&mut req, deadline_at).await
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Sends `req` until it is answered, resending it on transient errors with the same
+    /// idempotency key (generated when empty) until `deadline_at`.
+    async fn request_until(
+        &self,
+        req: &mut pb::RequestApprovalRequest,
+        deadline_at: Instant,
+    ) -> Result<pb::Approval, ClientError> {
+        ensure_idempotency_key(req);
         let mut backoff = Backoff::new(RETRY_MAX_BACKOFF);
         let approval = loop {
             match self.request_approval(req.clone()).await {
-                Ok(response) => {
-                    break response.approval.ok_or_else(|| {
-                        ClientError::Other(tonic::Status::internal(
-                            "RequestApproval answered without an approval",
-                        ))
-                    })?
-                }
+                Ok(response) => break approval_of(response)?,
                 Err(error) if error.is_transient() && Instant::now() < deadline_at => {
                     log_retry!(backoff, %error, agent_id = %req.agent_id, "requesting approval failed; retrying");
                     pause(&mut backoff, deadline_at).await;
@@ -450,10 +480,7 @@ impl Client {
             }
         };
         tracing::debug!(approval_id = %approval.id, state = ?approval.state(), "approval requested");
-        if approval.state() != pb::ApprovalState::Pending {
-            return Ok(approval);
-        }
-        self.wait_resolved(&approval.id, deadline_at).await
+        Ok(approval)
     }
 
     /// Waits until an existing approval is resolved or `deadline` has passed, with the same
@@ -504,6 +531,21 @@ impl Client {
     pub fn watch(&self, options: WatchOptions) -> Watch {
         Watch::new(self.connector.clone(), options)
     }
+}
+
+/// A resent request must be recognised as the same one.
+fn ensure_idempotency_key(req: &mut pb::RequestApprovalRequest) {
+    if req.idempotency_key.is_empty() {
+        req.idempotency_key = uuid::Uuid::now_v7().to_string();
+    }
+}
+
+fn approval_of(response: pb::RequestApprovalResponse) -> Result<pb::Approval, ClientError> {
+    response.approval.ok_or_else(|| {
+        ClientError::Other(tonic::Status::internal(
+            "RequestApproval answered without an approval",
+        ))
+    })
 }
 
 /// Sleeps for the next backoff delay, but not past the deadline.
