@@ -10,7 +10,7 @@ use countersign_client::{pb, Watch, WatchItem};
 use countersign_testkit::server::TestServer;
 use serde_json::Value;
 use support::{assert_exit, countersign, stderr, stdout, watch_requests, STEP};
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout};
 
 async fn run(server: &str, args: &[&str]) -> Output {
@@ -582,6 +582,83 @@ async fn exec_keeps_waiting_across_a_server_restart() {
     let exec = spawn_exec(&url, dir.path(), &LEAVE_MARK);
     let pending = next_requested(&mut watch).await;
     server.restart().await;
+    assert_exit(&run(&url, &["approve", &pending.id]).await, 0);
+    let output = finish(exec).await;
+    assert_exit(&output, 3);
+    assert!(dir.path().join("mark").exists());
+    let listed = json(&run(&url, &["list", "-o", "json"]).await);
+    assert_eq!(listed.as_array().unwrap().len(), 1, "no second approval");
+    assert_eq!(listed[0]["state"], "CONSUMED");
+}
+
+/// A TCP proxy in front of a server: on its first connection it forwards the server's HTTP/2
+/// frames until the first response HEADERS of a call, then closes both sides instead (the
+/// server has done the call; its answer never arrives, as when a restart cuts it). Later
+/// connections pass through.
+async fn answer_cutting_proxy(server: std::net::SocketAddr) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut cut = true;
+        while let Ok((client, _)) = listener.accept().await {
+            let upstream = tokio::net::TcpStream::connect(server).await.unwrap();
+            tokio::spawn(relay(client, upstream, std::mem::take(&mut cut)));
+        }
+    });
+    url
+}
+
+async fn relay(client: tokio::net::TcpStream, upstream: tokio::net::TcpStream, cut: bool) {
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut upstream_read, mut upstream_write) = upstream.into_split();
+    let requests = tokio::io::copy(&mut client_read, &mut upstream_write);
+    let responses = async {
+        if !cut {
+            let _ = tokio::io::copy(&mut upstream_read, &mut client_write).await;
+            return;
+        }
+        loop {
+            let mut header = [0u8; 9];
+            if upstream_read.read_exact(&mut header).await.is_err() {
+                return;
+            }
+            let length =
+                usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+            let mut payload = vec![0u8; length];
+            if upstream_read.read_exact(&mut payload).await.is_err() {
+                return;
+            }
+            let stream = u32::from_be_bytes([header[5], header[6], header[7], header[8]]);
+            const HEADERS: u8 = 0x1;
+            if header[3] == HEADERS && stream & 0x7fff_ffff != 0 {
+                return;
+            }
+            if client_write.write_all(&header).await.is_err()
+                || client_write.write_all(&payload).await.is_err()
+            {
+                return;
+            }
+        }
+    };
+    // Whichever direction ends first closes both connections.
+    tokio::select! {
+        _ = requests => {}
+        _ = responses => {}
+    }
+}
+
+/// The request reached the server but its answer was lost (the connection broke): exec sends
+/// it again under the same idempotency key, finds the approval the server made, waits for it
+/// and runs the command once approved; there is still one approval.
+#[tokio::test]
+async fn exec_resends_a_request_whose_answer_was_lost() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let proxy = answer_cutting_proxy(server.addr()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut watch = watch_requests(&url).await;
+    let exec = spawn_exec(&proxy, dir.path(), &LEAVE_MARK);
+    let pending = next_requested(&mut watch).await;
     assert_exit(&run(&url, &["approve", &pending.id]).await, 0);
     let output = finish(exec).await;
     assert_exit(&output, 3);
