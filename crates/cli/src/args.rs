@@ -128,8 +128,8 @@ pub enum Command {
     /// (consume) and exits with its status. When rejected, expired, cancelled, timed out or
     /// when the server cannot be reached, the command does not run and the exit code says why.
     /// A request whose answer a broken connection lost (a server restart) is sent again under
-    /// the same idempotency key, and waiting survives restarts. The command gets the terminal's stdin, stdout and stderr; countersign's own messages go
-    /// to stderr.
+    /// the same idempotency key, and waiting survives restarts. The command gets the
+    /// terminal's stdin, stdout and stderr; countersign's own messages go to stderr.
     #[command(after_help = EXIT_CODES)]
     Exec(ExecArgs),
     /// Show the audit trail: every event, oldest first (admin token)

@@ -286,8 +286,6 @@ fn follow_up(call: &CallArgs) -> Option<pb::FollowUp> {
     })
 }
 
-/// Waits for the decision on a just-requested approval, telling the user on stderr what it
-/// waits for. `timeout` defaults to the approval's expiry (plus a grace for the sweep).
 /// Requests the approval a command will wait for (`request --wait`, `exec`): a call that a
 /// server restart broke off after it was sent is resent, with the same idempotency key, for as
 /// long as the wait would last.
@@ -301,6 +299,8 @@ pub async fn request_to_wait(
         .await?)
 }
 
+/// Waits for the decision on a just-requested approval, telling the user on stderr what it
+/// waits for. `timeout` defaults to the approval's expiry (plus a grace for the sweep).
 pub async fn await_decision(
     client: &Client,
     approval: pb::Approval,
