@@ -573,6 +573,17 @@ async fn exec_of_a_succeeding_command_exits_0_and_records_success() {
     assert_eq!(approval["consumption"]["outcome"], "SUCCEEDED");
 }
 
+/// The approved LEAVE_MARK command ran (exit 3, mark left) and its approval is the only one,
+/// consumed.
+async fn assert_ran_once_on_one_approval(url: &str, exec: Child, dir: &Path) {
+    let output = finish(exec).await;
+    assert_exit(&output, 3);
+    assert!(dir.join("mark").exists());
+    let listed = json(&run(url, &["list", "-o", "json"]).await);
+    assert_eq!(listed.as_array().unwrap().len(), 1, "no second approval");
+    assert_eq!(listed[0]["state"], "CONSUMED");
+}
+
 #[tokio::test]
 async fn exec_keeps_waiting_across_a_server_restart() {
     let mut server = TestServer::start().await;
@@ -583,12 +594,7 @@ async fn exec_keeps_waiting_across_a_server_restart() {
     let pending = next_requested(&mut watch).await;
     server.restart().await;
     assert_exit(&run(&url, &["approve", &pending.id]).await, 0);
-    let output = finish(exec).await;
-    assert_exit(&output, 3);
-    assert!(dir.path().join("mark").exists());
-    let listed = json(&run(&url, &["list", "-o", "json"]).await);
-    assert_eq!(listed.as_array().unwrap().len(), 1, "no second approval");
-    assert_eq!(listed[0]["state"], "CONSUMED");
+    assert_ran_once_on_one_approval(&url, exec, dir.path()).await;
 }
 
 /// A TCP proxy in front of a server: on its first connection it forwards the server's HTTP/2
@@ -660,12 +666,7 @@ async fn exec_resends_a_request_whose_answer_was_lost() {
     let exec = spawn_exec(&proxy, dir.path(), &LEAVE_MARK);
     let pending = next_requested(&mut watch).await;
     assert_exit(&run(&url, &["approve", &pending.id]).await, 0);
-    let output = finish(exec).await;
-    assert_exit(&output, 3);
-    assert!(dir.path().join("mark").exists());
-    let listed = json(&run(&url, &["list", "-o", "json"]).await);
-    assert_eq!(listed.as_array().unwrap().len(), 1, "no second approval");
-    assert_eq!(listed[0]["state"], "CONSUMED");
+    assert_ran_once_on_one_approval(&url, exec, dir.path()).await;
 }
 
 #[tokio::test]
