@@ -200,7 +200,9 @@ pub enum OnError {
 /// How a hook or the MCP server asks: agent, routes, risks, deadline.
 #[derive(Debug, Args)]
 pub struct GateArgs {
-    /// Agent id of the requests [default: config agent_id, else the host's name]
+    /// Agent id of the requests [default: config agent_id, else the host's name:
+    /// claude-code, codex, gemini-cli; for mcp: claude-code for `approve`, mcp-agent for
+    /// `request_approval`]
     #[arg(long = "agent", env = "COUNTERSIGN_AGENT_ID", value_name = "ID")]
     pub agent_id: Option<String>,
     /// Where to ask, as CHANNEL or CHANNEL:TARGET; repeatable. None: every channel

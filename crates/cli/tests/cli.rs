@@ -96,6 +96,19 @@ async fn help_documents_every_subcommand_and_the_exit_codes() {
     for code in ["65", "66", "67", "68", "69", "126", "127"] {
         assert!(help.contains(code), "exec --help lacks exit code {code}");
     }
+    // The agent ids the MCP tools use by default (crates/cli/tests/mcp.rs sees them used).
+    let output = run("http://127.0.0.1:1", &["mcp", "--help"]).await;
+    assert_exit(&output, 0);
+    let help = stdout(&output);
+    for default in [
+        "claude-code for `approve`",
+        "mcp-agent for `request_approval`",
+    ] {
+        assert!(
+            help.contains(default),
+            "mcp --help lacks {default}:\n{help}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -99,11 +99,20 @@ impl AdminService for AdminApi {
                 ))
             })?),
         };
+        let approvers = &self.security.approvers;
+        let decider_identities = approvers
+            .approver(&request.decider)
+            .map(|id| approvers.identities_of(id))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|identity| format!("{}:{}", identity.channel, identity.target))
+            .collect();
         let filter = EventFilter {
             approval_id: request.approval_id,
             kinds,
             agent_id: request.agent_id,
             decider: request.decider,
+            decider_identities,
             since: request.since.as_ref().map(millis_of),
             until: request.until.as_ref().map(millis_of),
             newest_first: request.newest_first,
