@@ -202,7 +202,8 @@ impl Watch {
                 self.snapshot.clear();
                 self.retry_at = None;
                 self.last_message_at = Instant::now();
-                self.connected.send_if_modified(|connected| !std::mem::replace(connected, true));
+                self.connected
+                    .send_if_modified(|connected| !std::mem::replace(connected, true));
                 Ok(())
             }
             Ok(Err(status)) => self.fail(status),

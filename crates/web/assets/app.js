@@ -114,6 +114,7 @@
     if (!review) return;
     const ticked = document.querySelectorAll("#rows input[type=checkbox]:checked").length;
     review.textContent = "Review selected (" + ticked + ")";
+    if (ticked > 0) formError(review.form, "");
     return ticked;
   }
 

@@ -316,7 +316,9 @@ mod tests {
 
     #[test]
     fn the_old_token_variable_still_works_and_the_canonical_one_wins() {
-        let file = || -> FileConfig { toml::from_str("[server]\nurl = \"http://127.0.0.1:1\"\n").unwrap() };
+        let file = || -> FileConfig {
+            toml::from_str("[server]\nurl = \"http://127.0.0.1:1\"\n").unwrap()
+        };
         let old_only = Settings::from_file(file(), |name| {
             (name == "COUNTERSIGN_WEB_WORKER_TOKEN").then(|| "old-name".into())
         })
@@ -330,7 +332,9 @@ mod tests {
         .unwrap();
         assert_eq!(both.server.token.as_deref(), Some("canonical"));
         let warning = |env: &dyn Fn(&str) -> Option<String>| {
-            worker_token_from_env(&|name: &str| env(name)).1.unwrap_or_default()
+            worker_token_from_env(&|name: &str| env(name))
+                .1
+                .unwrap_or_default()
         };
         let old_only = warning(&|name| (name == OLD_WORKER_TOKEN_ENV).then(|| "old-name".into()));
         assert!(

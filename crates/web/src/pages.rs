@@ -463,9 +463,11 @@ fn decision_of(form: &FormFields) -> Result<(pb::Verdict, pb::Scope, String), St
     };
     let reason = form.get("reason").unwrap_or("").trim().to_owned();
     if verdict == pb::Verdict::Reject && reason.is_empty() {
-        return Err("Nothing was decided: a rejection needs a reason (the agent is told it). \
+        return Err(
+            "Nothing was decided: a rejection needs a reason (the agent is told it). \
              Type it under Reason, then click Reject."
-            .into());
+                .into(),
+        );
     }
     Ok((verdict, scope, reason))
 }
@@ -481,9 +483,11 @@ fn version_of(form: &FormFields, verdict: pb::Verdict) -> Result<Version, String
         .filter(|arguments| *arguments != shown)
         .unwrap_or("");
     if !edited.is_empty() && verdict != pb::Verdict::Approve {
-        return Err("Nothing was decided: edited arguments go with Approve only; to reject, \
+        return Err(
+            "Nothing was decided: edited arguments go with Approve only; to reject, \
              leave the arguments as they are."
-            .into());
+                .into(),
+        );
     }
     Ok(Version {
         expected_digest: form.get("args_digest").unwrap_or("").trim().to_owned(),
@@ -533,8 +537,7 @@ pub async fn decide(
             "changed" => StatusCode::CONFLICT,
             _ => StatusCode::BAD_GATEWAY,
         };
-        let mut returned =
-            Returned::of(&form, format!("Decision not recorded: {}", result.what));
+        let mut returned = Returned::of(&form, format!("Decision not recorded: {}", result.what));
         if result.class == "changed" {
             // The edit was of a version that is gone: the page shows the current one.
             returned.edit = None;

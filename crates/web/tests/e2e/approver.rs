@@ -12,8 +12,8 @@ use fantoccini::{Client, Locator};
 
 use crate::browser::{click, element, script, sign_in, text, text_becomes, WAIT};
 use crate::chromium::Chromium;
-use crate::common::{request, Setup};
 use crate::common::{eventually, Mode};
+use crate::common::{request, Setup};
 
 /// WebDriver's Enter key.
 const ENTER: &str = "\u{E007}";
@@ -38,6 +38,7 @@ async fn ask(
     call.tool_name = tool.into();
     call.arguments_json = arguments.to_string();
     call.reason = reason.into();
+    call.requester = "dana".into();
     setup
         .agent
         .request_approval(call)
@@ -188,6 +189,34 @@ async fn enter_in_any_field_of_a_decision_form_decides_nothing() {
     undecided(&setup, &second, "Enter on the batch page").await;
     text_becomes(browser, "#form-error", "Enter does not decide").await;
 
+    // Without the script's guard (a clone of the form has no listeners), Enter submits the
+    // form with its first submit button, which names no verdict: the server decides nothing
+    // and answers with the form, the error and the reason typed.
+    open_live(browser, &setup, &format!("/approvals/{}", drop.id)).await;
+    script(
+        browser,
+        "window.probe = 'unchanged';
+         const form = document.getElementById('decide');
+         form.replaceWith(form.cloneNode(true));
+         return null;",
+    )
+    .await;
+    element(browser, "#reason")
+        .await
+        .send_keys(&format!("NO{ENTER}"))
+        .await
+        .unwrap();
+    text_becomes(browser, "#form-error", "Enter does not decide").await;
+    assert_eq!(
+        script(browser, "return window.probe || 'a new page';").await,
+        "a new page"
+    );
+    assert_eq!(
+        script(browser, "return document.getElementById('reason').value;").await,
+        "NO"
+    );
+    undecided(&setup, &drop, "Enter without the script").await;
+
     // The shortcut still rejects: r, the reason, Enter.
     open_live(browser, &setup, &format!("/approvals/{}", drop.id)).await;
     crate::browser::press(browser, "r").await;
@@ -199,7 +228,10 @@ async fn enter_in_any_field_of_a_decision_form_decides_nothing() {
     text_becomes(browser, "#state", "rejected").await;
     let rejected = state_of(&setup, &drop).await;
     assert_eq!(rejected.state(), pb::ApprovalState::Rejected);
-    assert_eq!(rejected.resolution.unwrap().reason, "this would destroy prod");
+    assert_eq!(
+        rejected.resolution.unwrap().reason,
+        "this would destroy prod"
+    );
 
     chromium.stop().await;
     setup.web.stop().await;
@@ -264,7 +296,10 @@ async fn twenty_page_loads_in_a_row_do_not_stall() {
 
 /// The window's size in CSS pixels.
 async fn resize(browser: &Client, (width, height): (u32, u32)) {
-    browser.set_window_size(width, height).await.expect("resize");
+    browser
+        .set_window_size(width, height)
+        .await
+        .expect("resize");
 }
 
 /// Whether the arguments (and their digest) come before the decision buttons on the page.
@@ -347,13 +382,17 @@ async fn an_approver_walks_the_whole_inbox_and_decides_only_what_they_meant() {
     open_live(browser, &setup, &format!("/approvals/{}", scale.id)).await;
     assert!(text(browser, "pre.diff").await.contains("+replicas: 4"));
     assert!(arguments_before_buttons(browser).await);
+    // The picture in docs/web.md: the whole page, down to the buttons.
+    resize(browser, (1280, 1400)).await;
     chromium.screenshot("web-approval").await;
 
     // Read the DROP on a phone: the arguments still come first.
     resize(browser, PHONE).await;
     open_live(browser, &setup, &format!("/approvals/{}", drop.id)).await;
     assert!(arguments_before_buttons(browser).await);
-    assert!(text(browser, "#arguments").await.contains("DROP DATABASE prod;"));
+    assert!(text(browser, "#arguments")
+        .await
+        .contains("DROP DATABASE prod;"));
     // Reject without a reason: the form says so and keeps the page.
     click(browser, "#reject").await;
     text_becomes(browser, "#form-error", "needs a reason").await;
@@ -400,9 +439,14 @@ async fn an_approver_walks_the_whole_inbox_and_decides_only_what_they_meant() {
     click(browser, "#review").await;
     text_becomes(browser, "#form-error", "Tick").await;
     element(browser, "#inbox").await;
-    // Tick the release, which the button counts, and review it.
+    // Tick the release, which the button counts (and the error goes), and review it.
     click(browser, ".select-agent[data-agent=\"release-bot\"]").await;
     assert_eq!(text(browser, "#review").await, "Review selected (3)");
+    assert!(!element(browser, "#form-error")
+        .await
+        .is_displayed()
+        .await
+        .unwrap());
     chromium.screenshot("web-inbox").await;
     click(browser, "#review").await;
     element(browser, "#batch-decide").await;
@@ -431,7 +475,12 @@ async fn an_approver_walks_the_whole_inbox_and_decides_only_what_they_meant() {
     // The server goes away: the open inbox says so, then recovers on its own.
     open_live(browser, &setup, "/").await;
     setup.server.stop().await;
-    text_becomes(browser, "#connection", "not connected to the countersign server").await;
+    text_becomes(
+        browser,
+        "#connection",
+        "not connected to the countersign server",
+    )
+    .await;
     assert!(element(browser, "#connection")
         .await
         .is_displayed()

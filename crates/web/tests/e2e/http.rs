@@ -676,7 +676,13 @@ async fn a_form_without_an_explicit_verdict_decides_nothing_and_comes_back_with_
     let other = setup
         .request("db-migrator", "VACUUM FULL", pb::Risk::Medium)
         .await;
-    let page = page_showing(&setup, &format!("/approvals/{}", drop.id), &cookie, &drop.id).await;
+    let page = page_showing(
+        &setup,
+        &format!("/approvals/{}", drop.id),
+        &cookie,
+        &drop.id,
+    )
+    .await;
     let csrf = csrf_of(&page);
     let decide = format!("{}/approvals/{}/decide", setup.web.url, drop.id);
     let reason = "NO - this would destroy prod";
@@ -690,7 +696,11 @@ async fn a_form_without_an_explicit_verdict_decides_nothing_and_comes_back_with_
             "Enter does not decide",
         ),
         (
-            vec![("csrf", csrf.as_str()), ("verdict", "reject"), ("reason", " ")],
+            vec![
+                ("csrf", csrf.as_str()),
+                ("verdict", "reject"),
+                ("reason", " "),
+            ],
             "needs a reason",
         ),
     ] {
@@ -701,7 +711,10 @@ async fn a_form_without_an_explicit_verdict_decides_nothing_and_comes_back_with_
         assert!(body.contains("id=\"form-error\""), "{body}");
         assert!(body.contains(error), "{error}: {body}");
         if form.iter().any(|(_, value)| *value == reason) {
-            assert!(body.contains(&format!("value=\"{reason}\"")), "reason kept: {body}");
+            assert!(
+                body.contains(&format!("value=\"{reason}\"")),
+                "reason kept: {body}"
+            );
         }
     }
     // The form's first submit button names no verdict: that is the one Enter uses.
