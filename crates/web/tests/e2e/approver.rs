@@ -48,6 +48,41 @@ async fn ask(
         .expect("approval")
 }
 
+/// A shell command, with the action line the hooks give it.
+async fn run(
+    setup: &Setup,
+    agent: &str,
+    command: &str,
+    reason: &str,
+    risk: pb::Risk,
+) -> pb::Approval {
+    let arguments = serde_json::json!({"command": command});
+    ask(
+        setup,
+        agent,
+        "bash",
+        arguments,
+        &format!("run: {command}"),
+        reason,
+        risk,
+    )
+    .await
+}
+
+/// The call that must never be approved by accident.
+async fn drop_database(setup: &Setup) -> pb::Approval {
+    ask(
+        setup,
+        "db-migrator",
+        "sql",
+        serde_json::json!({"database": "prod", "statement": "DROP DATABASE prod;"}),
+        "DROP DATABASE prod",
+        "cleanup after the migration",
+        pb::Risk::Critical,
+    )
+    .await
+}
+
 async fn state_of(setup: &Setup, approval: &pb::Approval) -> pb::Approval {
     setup.agent.get_approval(&approval.id).await.expect("get")
 }
@@ -126,6 +161,16 @@ async fn enter_in_each_field(browser: &Client, form: &str, words: &str) -> Vec<S
     fields
 }
 
+/// Types `words` and Enter into the form's Reason: the form says Enter does not decide.
+async fn enter_in_the_reason(browser: &Client, words: &str) {
+    element(browser, "#reason")
+        .await
+        .send_keys(&format!("{words}{ENTER}"))
+        .await
+        .expect("type the reason and Enter");
+    text_becomes(browser, "#form-error", "Enter does not decide").await;
+}
+
 #[tokio::test]
 async fn enter_in_any_field_of_a_decision_form_decides_nothing() {
     let setup = Setup::start(Mode::Login).await;
@@ -134,16 +179,7 @@ async fn enter_in_any_field_of_a_decision_form_decides_nothing() {
     sign_in(browser, &setup).await;
 
     // The approval page: reason, scope, the edit box (opened, as an approver editing would).
-    let drop = ask(
-        &setup,
-        "db-migrator",
-        "sql",
-        serde_json::json!({"database": "prod", "statement": "DROP DATABASE prod;"}),
-        "DROP DATABASE prod",
-        "cleanup after the migration",
-        pb::Risk::Critical,
-    )
-    .await;
+    let drop = drop_database(&setup).await;
     open_live(browser, &setup, &format!("/approvals/{}", drop.id)).await;
     script(
         browser,
@@ -158,22 +194,18 @@ async fn enter_in_any_field_of_a_decision_form_decides_nothing() {
     text_becomes(browser, "#form-error", "Enter does not decide").await;
 
     // The batch page: two approvals, a reason, Enter.
-    let first = ask(
+    let first = run(
         &setup,
         "release-bot",
-        "bash",
-        serde_json::json!({"command": "git push --force origin main"}),
-        "run: git push --force origin main",
+        "git push --force origin main",
         "rewrite history after the leak",
         pb::Risk::High,
     )
     .await;
-    let second = ask(
+    let second = run(
         &setup,
         "release-bot",
-        "bash",
-        serde_json::json!({"command": "npm publish"}),
-        "run: npm publish",
+        "npm publish",
         "release 2.4.0",
         pb::Risk::High,
     )
@@ -250,12 +282,10 @@ async fn twenty_page_loads_in_a_row_do_not_stall() {
     let mut approvals = Vec::new();
     for shard in 1..=10 {
         approvals.push(
-            ask(
+            run(
                 &setup,
                 "migrator",
-                "bash",
-                serde_json::json!({"command": format!("./migrate --shard {shard}")}),
-                &format!("run: ./migrate --shard {shard}"),
+                &format!("./migrate --shard {shard}"),
                 "schema 42",
                 pb::Risk::Medium,
             )
@@ -334,34 +364,14 @@ async fn an_approver_walks_the_whole_inbox_and_decides_only_what_they_meant() {
         pb::Risk::High,
     )
     .await;
-    let drop = ask(
-        &setup,
-        "db-migrator",
-        "sql",
-        serde_json::json!({"database": "prod", "statement": "DROP DATABASE prod;"}),
-        "DROP DATABASE prod",
-        "cleanup after the migration",
-        pb::Risk::Critical,
-    )
-    .await;
+    let drop = drop_database(&setup).await;
     let mut release = Vec::new();
     for (command, why) in [
         ("git tag v2.4.0", "tag the release"),
         ("git push origin v2.4.0", "publish the tag"),
         ("npm publish", "publish the package"),
     ] {
-        release.push(
-            ask(
-                &setup,
-                "release-bot",
-                "bash",
-                serde_json::json!({"command": command, "cwd": "/srv/api"}),
-                &format!("run: {command}"),
-                why,
-                pb::Risk::Medium,
-            )
-            .await,
-        );
+        release.push(run(&setup, "release-bot", command, why, pb::Risk::Medium).await);
     }
 
     // Sign in; everything is listed, and the inbox has a favicon (the browser asks for it).
@@ -399,13 +409,7 @@ async fn an_approver_walks_the_whole_inbox_and_decides_only_what_they_meant() {
     element(browser, "#decide").await;
     undecided(&setup, &drop, "Reject without a reason").await;
     // Type the reason and press Enter: nothing is decided, the form says why.
-    script(browser, "window.probe = 'unchanged'; return null;").await;
-    element(browser, "#reason")
-        .await
-        .send_keys(&format!("NO - this would destroy prod{ENTER}"))
-        .await
-        .unwrap();
-    text_becomes(browser, "#form-error", "Enter does not decide").await;
+    enter_in_the_reason(browser, "NO - this would destroy prod").await;
     undecided(&setup, &drop, "Enter in the reason").await;
     chromium.screenshot("walk-phone-enter-refused").await;
     // Then Reject, deliberately.
@@ -451,13 +455,7 @@ async fn an_approver_walks_the_whole_inbox_and_decides_only_what_they_meant() {
     click(browser, "#review").await;
     element(browser, "#batch-decide").await;
     // Enter in the batch's reason decides nothing; Approve all does.
-    script(browser, "window.probe = 'unchanged'; return null;").await;
-    element(browser, "#reason")
-        .await
-        .send_keys(&format!("release 2.4.0 checked{ENTER}"))
-        .await
-        .unwrap();
-    text_becomes(browser, "#form-error", "Enter does not decide").await;
+    enter_in_the_reason(browser, "release 2.4.0 checked").await;
     for approval in &release {
         undecided(&setup, approval, "Enter in the batch's reason").await;
     }
@@ -493,12 +491,10 @@ async fn an_approver_walks_the_whole_inbox_and_decides_only_what_they_meant() {
         script(browser, hidden).await == true
     })
     .await;
-    let late = ask(
+    let late = run(
         &setup,
         "deploy-agent",
-        "bash",
-        serde_json::json!({"command": "kubectl rollout status deploy/api"}),
-        "run: kubectl rollout status deploy/api",
+        "kubectl rollout status deploy/api",
         "watch the rollout",
         pb::Risk::Low,
     )
