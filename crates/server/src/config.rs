@@ -178,6 +178,11 @@ pub struct StorageConfig {
     /// Once an approval is resolved, blank its argument values in the approval and in every
     /// stored event of it; the digest stays, and so does the audit hash chain.
     pub redact_arguments: bool,
+    /// Who checkpoints the SQLite WAL (copies its pages into the database file).
+    pub wal_checkpoints: WalCheckpoints,
+    /// The directory where `BackupDatabase` writes its copies. None: the database file's
+    /// directory.
+    pub backup_dir: Option<PathBuf>,
 }
 
 impl Default for StorageConfig {
@@ -188,8 +193,22 @@ impl Default for StorageConfig {
             max_batch: 512,
             read_connections: 4,
             redact_arguments: false,
+            wal_checkpoints: WalCheckpoints::Server,
+            backup_dir: None,
         }
     }
+}
+
+/// Who checkpoints the SQLite WAL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WalCheckpoints {
+    /// The server: a passive checkpoint shortly after commits, and SQLite's automatic one as a
+    /// backstop.
+    Server,
+    /// Another process that follows the WAL (Litestream): the server never checkpoints, and
+    /// the WAL grows until that process does.
+    External,
 }
 
 #[derive(Debug, Clone, Deserialize)]
