@@ -340,7 +340,12 @@ impl Client {
         let request = pb::BackupDatabaseRequest {
             file_name: file_name.to_owned(),
         };
-        Ok(self.admin.clone().backup_database(request).await?.into_inner())
+        Ok(self
+            .admin
+            .clone()
+            .backup_database(request)
+            .await?
+            .into_inner())
     }
 
     /// One page of session grants, newest first. Admin tokens only.

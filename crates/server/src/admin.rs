@@ -13,11 +13,11 @@ use countersign_proto::v1::admin_service_server::AdminService;
 use tonic::{Request, Response, Status};
 
 use crate::auth::Caller;
+use crate::backup::{self, BackupError};
 use crate::convert::{
     audited_event_to_pb, delegation_to_pb, event_kind_from_pb, grant_to_pb, millis_of, risk_to_pb,
     routes_to_pb,
 };
-use crate::backup::{self, BackupError};
 use crate::error::{status_of, status_of_backup, status_of_domain};
 use crate::history::{EventFilter, GrantFilter};
 use crate::security::Security;

@@ -90,7 +90,10 @@ pub async fn backup_database(database: &Path, into: &Path) -> Result<Backup, Bac
 
 /// Copies the database `source` reads to the new file `into`, flushes it to disk and verifies
 /// it; a copy that does not verify is removed.
-pub(crate) async fn copy(source: &mut SqliteConnection, into: &Path) -> Result<Backup, BackupError> {
+pub(crate) async fn copy(
+    source: &mut SqliteConnection,
+    into: &Path,
+) -> Result<Backup, BackupError> {
     let write_error = |source: std::io::Error| BackupError::Write {
         path: into.to_path_buf(),
         source,

@@ -10,9 +10,7 @@
 //! kills; `COUNTERSIGN_CRASH_KILLS=50` (and `COUNTERSIGN_CRASH_CLIENTS`) for long runs.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,7 +20,7 @@ use countersign_proto::v1::approval_service_client::ApprovalServiceClient;
 use countersign_testkit::postgres::Cluster;
 use rand::Rng;
 use sqlx::Connection;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tonic::transport::Channel;
 use tonic::Code;
 

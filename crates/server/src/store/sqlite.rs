@@ -499,11 +499,17 @@ async fn head_seq<'e>(executor: impl SqliteExecutor<'e>) -> Result<i64, sqlx::Er
 /// Writes the database `conn` reads to the new file `into` with `VACUUM INTO`: one read
 /// transaction, so the copy is one consistent snapshot (the WAL's committed pages included)
 /// and the writer carries on meanwhile. SQLite refuses a file that exists and is not empty.
-pub(crate) async fn vacuum_into(conn: &mut SqliteConnection, into: &Path) -> Result<(), StoreError> {
+pub(crate) async fn vacuum_into(
+    conn: &mut SqliteConnection,
+    into: &Path,
+) -> Result<(), StoreError> {
     let into = into.to_str().ok_or_else(|| {
         countersign_core::Error::invalid("file_name", "the backup path is not valid UTF-8")
     })?;
-    sqlx::query("VACUUM INTO ?").bind(into).execute(conn).await?;
+    sqlx::query("VACUUM INTO ?")
+        .bind(into)
+        .execute(conn)
+        .await?;
     Ok(())
 }
 

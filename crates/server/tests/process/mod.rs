@@ -97,5 +97,4 @@ impl Server {
             child.kill().await.unwrap();
         }
     }
-
 }
