@@ -466,6 +466,24 @@ mod tests {
     }
 
     #[test]
+    fn wal_checkpoints_and_the_backup_directory_are_read() {
+        let config = Config::parse("").unwrap();
+        assert_eq!(config.storage.wal_checkpoints, WalCheckpoints::Server);
+        assert_eq!(config.storage.backup_dir, None);
+        let config = Config::parse(
+            "[storage]\nwal_checkpoints = \"external\"\nbackup_dir = \"/var/backups/cs\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.storage.wal_checkpoints, WalCheckpoints::External);
+        assert_eq!(
+            config.storage.backup_dir,
+            Some(PathBuf::from("/var/backups/cs"))
+        );
+        let err = Config::parse("[storage]\nwal_checkpoints = \"litestream\"\n").unwrap_err();
+        assert!(err.contains("wal_checkpoints"), "{err}");
+    }
+
+    #[test]
     fn unknown_keys_are_refused_with_their_name() {
         let err = Config::parse("[approvals]\ndefault_ttl = 5\n").unwrap_err();
         assert!(err.contains("default_ttl"), "{err}");
