@@ -84,6 +84,7 @@ async fn help_documents_every_subcommand_and_the_exit_codes() {
         "delegate",
         "delegations",
         "verify-audit",
+        "backup",
         "COUNTERSIGN_SERVER",
         "COUNTERSIGN_TOKEN",
         "Exit codes",
@@ -833,6 +834,33 @@ async fn events_grants_and_verify_audit_show_and_check_the_audit_trail() {
     let output = run(&url, &["verify-audit", "-o", "json"]).await;
     assert_exit(&output, 72);
     assert_eq!(json(&output)["broken_seq"], 2);
+}
+
+#[tokio::test]
+async fn backup_has_the_server_write_a_verified_copy() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    request_id(&url, &[]).await;
+    let output = run(&url, &["backup", "nightly.db", "-o", "json"]).await;
+    if countersign_testkit::postgres::enabled() {
+        assert_exit(&output, 70);
+        assert!(stderr(&output).contains("pg_dump"), "{}", stderr(&output));
+        return;
+    }
+    assert_exit(&output, 0);
+    let made = json(&output);
+    let copy = server.database_path().with_file_name("nightly.db");
+    assert_eq!(made["path"], copy.display().to_string());
+    assert_eq!(made["newest_seq"], 1);
+    assert_eq!(made["bytes"], std::fs::metadata(&copy).unwrap().len());
+
+    let output = run(&url, &["backup", "nightly.db"]).await;
+    assert_exit(&output, 70);
+    assert!(
+        stderr(&output).contains("already exists"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[tokio::test]
