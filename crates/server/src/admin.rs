@@ -21,7 +21,7 @@ use crate::convert::{
 use crate::error::{status_of, status_of_backup, status_of_domain};
 use crate::history::{EventFilter, GrantFilter};
 use crate::security::Security;
-use crate::service::paginate;
+use crate::app::paginate;
 use crate::store::{now_millis, Store};
 
 const DEFAULT_PAGE_SIZE: u32 = 100;

@@ -15,7 +15,10 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tonic::metadata::MetadataMap;
 use tonic::service::Interceptor;
+use countersign_core::Error as DomainError;
 use tonic::{Request, Status};
+
+use crate::error::AppError;
 
 pub use crate::config::Role;
 use crate::config::{ConfigError, TokenConfig};
@@ -102,17 +105,17 @@ impl Caller {
             .ok_or_else(|| Status::unauthenticated("no authenticated caller"))
     }
 
-    fn denied(&self, what: String) -> Status {
+    fn denied(&self, what: String) -> AppError {
         tracing::warn!(token = %self.name, role = role_name(self.role), refused = %what, "permission denied");
-        Status::permission_denied(format!(
+        AppError::Domain(DomainError::PermissionDenied(format!(
             "token {:?} ({} role) {what}",
             self.name,
             role_name(self.role)
-        ))
+        )))
     }
 
     /// Whether the caller's role may call `rpc` at all; admin may call everything.
-    pub fn allow(&self, rpc: &str, roles: &[Role]) -> Result<(), Status> {
+    pub fn allow(&self, rpc: &str, roles: &[Role]) -> Result<(), AppError> {
         if self.role == Role::Admin || roles.contains(&self.role) {
             Ok(())
         } else {
@@ -121,7 +124,7 @@ impl Caller {
     }
 
     /// Acting for `agent_id`: admin, or an agent token bound to it.
-    pub fn for_agent(&self, agent_id: &str) -> Result<(), Status> {
+    pub fn for_agent(&self, agent_id: &str) -> Result<(), AppError> {
         match self.role {
             Role::Admin => Ok(()),
             Role::Agent if self.agents.contains(agent_id) => Ok(()),
@@ -134,7 +137,7 @@ impl Caller {
     }
 
     /// Serving `channel`: admin, or a worker token bound to it.
-    pub fn for_channel(&self, channel: &str) -> Result<(), Status> {
+    pub fn for_channel(&self, channel: &str) -> Result<(), AppError> {
         match self.role {
             Role::Admin => Ok(()),
             Role::Worker if self.channels.contains(channel) => Ok(()),
@@ -148,7 +151,7 @@ impl Caller {
 
     /// Seeing `approval`: admin, an agent token bound to its agent, or a worker token bound to
     /// a channel it is routed to.
-    pub fn may_read(&self, approval: &Approval) -> Result<(), Status> {
+    pub fn may_read(&self, approval: &Approval) -> Result<(), AppError> {
         match (&self.role, &self.channels) {
             (Role::Admin, _) | (Role::Worker, Scope::Any) => Ok(()),
             (Role::Agent, _) => self.for_agent(&approval.agent_id),
@@ -167,7 +170,7 @@ impl Caller {
 
     /// Acting on `approval` as `channel` (checked with [`Caller::for_channel`] before): a
     /// worker only acts on approvals routed to its channel; others are not limited.
-    pub fn routed_to(&self, channel: &str, approval: &Approval) -> Result<(), Status> {
+    pub fn routed_to(&self, channel: &str, approval: &Approval) -> Result<(), AppError> {
         if self.role == Role::Worker && !approval.is_routed_to(channel) {
             return Err(self.denied(format!(
                 "serves {channel:?}, and approval {} is not routed there",
@@ -179,7 +182,7 @@ impl Caller {
 
     /// The filter a list or watch call is limited to: the one asked for, or, when none was
     /// asked for, the caller's only agent (agent tokens) or channel (worker tokens).
-    pub fn agent_filter(&self, asked: String) -> Result<String, Status> {
+    pub fn agent_filter(&self, asked: String) -> Result<String, AppError> {
         match (self.role, asked.is_empty(), self.agents.sole()) {
             (Role::Agent, true, Some(sole)) => Ok(sole.to_owned()),
             (Role::Agent, true, None) if matches!(self.agents, Scope::Only(_)) => {
@@ -191,7 +194,7 @@ impl Caller {
     }
 
     /// See [`Caller::agent_filter`].
-    pub fn channel_filter(&self, asked: String) -> Result<String, Status> {
+    pub fn channel_filter(&self, asked: String) -> Result<String, AppError> {
         match (self.role, asked.is_empty(), self.channels.sole()) {
             (Role::Worker, true, Some(sole)) => Ok(sole.to_owned()),
             (Role::Worker, true, None) if matches!(self.channels, Scope::Only(_)) => {

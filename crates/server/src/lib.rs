@@ -1,6 +1,7 @@
 //! The countersign approval server: SQLite or PostgreSQL store, event log and hub, gRPC services.
 
 pub mod admin;
+pub mod app;
 pub mod audit;
 pub mod auth;
 pub mod backup;
@@ -32,6 +33,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic_health::server::HealthReporter;
 
 use crate::admin::AdminApi;
+use crate::app::App;
 use crate::auth::Authenticator;
 use crate::config::{Config, ConfigError, Database};
 use crate::hub::Hub;
@@ -130,13 +132,14 @@ pub async fn serve_with_metrics(
     // Health and reflection stay open; the countersign services need a token when any is
     // configured.
     let auth = Authenticator::new(security.tokens.clone());
-    let api = ApprovalServiceServer::new(ApprovalApi::new(
+    let app = Arc::new(App::new(
         store.clone(),
         hub,
         config.clone(),
         security.clone(),
         stop_rx,
-    ))
+    ));
+    let api = ApprovalServiceServer::new(ApprovalApi::new(app))
     .max_decoding_message_size(config.limits.max_message_bytes);
     let backups = config
         .storage
