@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use countersign_core::validate::validate_channel;
 use countersign_core::Approval;
+use countersign_core::Error as DomainError;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tonic::metadata::MetadataMap;
 use tonic::service::Interceptor;
-use countersign_core::Error as DomainError;
 use tonic::{Request, Status};
 
 use crate::error::AppError;
@@ -262,7 +262,7 @@ impl Tokens {
 
     /// The caller a presented token belongs to. Every configured hash is compared, in
     /// constant time, whichever matches.
-    fn find(&self, token: &str) -> Option<Arc<Caller>> {
+    pub(crate) fn find(&self, token: &str) -> Option<Arc<Caller>> {
         let presented: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let mut found = None;
         for candidate in &self.tokens {

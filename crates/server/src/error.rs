@@ -39,7 +39,7 @@ impl From<AppError> for Status {
     }
 }
 
-pub fn status_of_domain(error: DomainError) -> Status {
+fn status_of_domain(error: DomainError) -> Status {
     match error {
         e @ DomainError::InvalidArgument { .. } => Status::invalid_argument(e.to_string()),
         DomainError::NotFound(m) => Status::not_found(m),
@@ -50,7 +50,7 @@ pub fn status_of_domain(error: DomainError) -> Status {
     }
 }
 
-pub fn status_of(error: StoreError) -> Status {
+fn status_of(error: StoreError) -> Status {
     match error {
         StoreError::Domain(e) => status_of_domain(e),
         StoreError::Closed => Status::unavailable("the server is shutting down"),
@@ -62,7 +62,7 @@ pub fn status_of(error: StoreError) -> Status {
     }
 }
 
-pub fn status_of_backup(error: BackupError) -> Status {
+fn status_of_backup(error: BackupError) -> Status {
     match error {
         BackupError::Store(e) => status_of(e),
         e @ BackupError::FileName(_) => Status::invalid_argument(e.to_string()),

@@ -139,14 +139,9 @@ pub async fn serve_with_metrics(
         security.clone(),
         stop_rx,
     ));
-    let api = ApprovalServiceServer::new(ApprovalApi::new(app))
-    .max_decoding_message_size(config.limits.max_message_bytes);
-    let backups = config
-        .storage
-        .backup_dir
-        .clone()
-        .or_else(|| backup::default_directory(&config.database));
-    let admin = AdminServiceServer::new(AdminApi::new(store, security, backups))
+    let api = ApprovalServiceServer::new(ApprovalApi::new(app.clone()))
+        .max_decoding_message_size(config.limits.max_message_bytes);
+    let admin = AdminServiceServer::new(AdminApi::new(app))
         .max_decoding_message_size(config.limits.max_message_bytes);
 
     tracing::info!(listen = %listen, tls = tls.is_some(), database = %Database::of(&config.database), "countersign-server listening");

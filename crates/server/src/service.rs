@@ -53,7 +53,10 @@ impl ApprovalService for ApprovalApi {
         request: Request<pb::GetApprovalRequest>,
     ) -> Result<Response<pb::Approval>, Status> {
         let caller = Caller::of(&request)?;
-        let approval = self.app.get(&caller, &request.get_ref().approval_id).await?;
+        let approval = self
+            .app
+            .get(&caller, &request.get_ref().approval_id)
+            .await?;
         Ok(Response::new(approval_to_pb(&approval)))
     }
 

@@ -20,6 +20,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
 use crate::convert::{approval_to_pb, event_to_pb, timestamp};
+use crate::error::AppError;
 use crate::hub::Hub;
 use crate::store::{now_millis, Store, StoredEvent};
 
@@ -107,7 +108,7 @@ impl Stream {
             let page = store
                 .events_after(self.examined, REPLAY_PAGE)
                 .await
-                .map_err(|e| Stop::Status(crate::error::status_of(e)))?;
+                .map_err(|e| Stop::Status(Status::from(AppError::from(e))))?;
             if page.is_empty() {
                 return Ok(());
             }
@@ -145,7 +146,7 @@ pub async fn start(
     let live = hub.subscribe();
     let examined = match start {
         Start::After(seq) => {
-            let (head, oldest) = store.log_bounds().await.map_err(crate::error::status_of)?;
+            let (head, oldest) = store.log_bounds().await.map_err(AppError::from)?;
             if seq > head {
                 return Err(Status::out_of_range(format!(
                     "after_seq {seq} is ahead of the event log (head seq {head}); re-list with include_snapshot"
@@ -158,7 +159,7 @@ pub async fn start(
             }
             seq
         }
-        Start::Now => store.log_bounds().await.map_err(crate::error::status_of)?.0,
+        Start::Now => store.log_bounds().await.map_err(AppError::from)?.0,
         Start::Snapshot => 0,
     };
     let (out, receiver) = mpsc::channel(settings.buffer_events.max(1));
@@ -193,7 +194,7 @@ async fn run(
     if snapshot {
         let snap = match store.snapshot(&stream.channel).await {
             Ok(snap) => snap,
-            Err(e) => return Stop::Status(crate::error::status_of(e)),
+            Err(e) => return Stop::Status(Status::from(AppError::from(e))),
         };
         for approval in &snap.pending {
             let mut item = stream.marker(pb::EventKind::Snapshot, 0);

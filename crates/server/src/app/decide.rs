@@ -5,8 +5,8 @@
 use countersign_core::groups::Delegation;
 use countersign_core::validate::{validate_arguments, validate_decider, validate_digest};
 use countersign_core::{
-    Approval, DecideOutcome, Decider, Decision, EditedVersion, Error as DomainError, Millis,
-    Scope, Verdict,
+    Approval, DecideOutcome, Decider, Decision, EditedVersion, Error as DomainError, Millis, Scope,
+    Verdict,
 };
 
 use super::rates::check_rate;
@@ -127,7 +127,9 @@ impl App {
                 delegate: authorized.delegate,
                 ..decision
             },
-            Err(refusal) => return Err(self.refuse(caller, &current, decision, refusal, now).await),
+            Err(refusal) => {
+                return Err(self.refuse(caller, &current, decision, refusal, now).await)
+            }
         };
         let (outcome, approval) = self
             .store
@@ -152,7 +154,11 @@ impl App {
     }
 
     /// One decision from the caller's token and one from the decider, or a refusal.
-    async fn check_decision_rates(&self, caller: &Caller, decider: &Decider) -> Result<(), AppError> {
+    async fn check_decision_rates(
+        &self,
+        caller: &Caller,
+        decider: &Decider,
+    ) -> Result<(), AppError> {
         check_rate(
             &self.store,
             &self.rates.decisions_per_token,

@@ -61,7 +61,12 @@ impl App {
         approval.check_ran(&input.args_digest)?;
         Ok(self
             .store
-            .consume(&input.approval_id, input.outcome, &input.detail, now_millis())
+            .consume(
+                &input.approval_id,
+                input.outcome,
+                &input.detail,
+                now_millis(),
+            )
             .await?)
     }
 

@@ -1,9 +1,10 @@
 //! The server's use cases, free of gRPC: request, decide, wait, cancel, consume, record a
-//! delivery, read and list. Each takes domain inputs and the caller (a token's name, role and
+//! delivery, read and list; and the admin's (audit trail, backups, grants, delegations). Each takes domain inputs and the caller (a token's name, role and
 //! scope), checks what the caller may do, the limits and the domain's rules, has the store
 //! persist the change and returns domain values or an [`AppError`]. The gRPC services
 //! (`crate::service`) only convert wire types and map that one error to a status.
 
+mod admin;
 mod decide;
 mod lifecycle;
 mod rates;
@@ -13,6 +14,7 @@ mod request;
 #[cfg(test)]
 mod tests;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use countersign_core::validate::{required, Limits};
@@ -25,9 +27,9 @@ use crate::hub::Hub;
 use crate::security::Security;
 use crate::store::Store;
 
+pub use admin::{ApproverSummary, EventsQuery, GrantsQuery, NewDelegation};
 pub use decide::DecideInput;
 pub use lifecycle::{ConsumeInput, DeliveryInput};
-pub(crate) use reads::paginate;
 pub use reads::ListQuery;
 
 /// The longest approval id accepted.
@@ -42,6 +44,8 @@ pub struct App {
     limits: Limits,
     security: Arc<Security>,
     rates: rates::Rates,
+    /// Where `BackupDatabase` writes; None on PostgreSQL.
+    backups: Option<PathBuf>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -56,6 +60,11 @@ impl App {
         App {
             limits: config.request_limits(),
             rates: rates::Rates::of(&config.limits),
+            backups: config
+                .storage
+                .backup_dir
+                .clone()
+                .or_else(|| crate::backup::default_directory(&config.database)),
             store,
             hub,
             config,

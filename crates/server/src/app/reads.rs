@@ -152,13 +152,11 @@ impl App {
             .map_err(|_| DomainError::invalid("after_seq", "is out of range"))?;
         let start = match (include_snapshot, after_seq) {
             (true, 0) => Start::Snapshot,
-            (true, _) => {
-                return Err(DomainError::invalid(
-                    "include_snapshot",
-                    "cannot be combined with after_seq: a snapshot restarts the stream from the head",
-                )
-                .into())
-            }
+            (true, _) => return Err(DomainError::invalid(
+                "include_snapshot",
+                "cannot be combined with after_seq: a snapshot restarts the stream from the head",
+            )
+            .into()),
             (false, 0) => Start::Now,
             (false, seq) => Start::After(seq),
         };
