@@ -33,7 +33,7 @@ use countersign_client::ClientConfig;
 use serde::Deserialize;
 
 /// The environment variable holding the worker token (channel `web`).
-pub use countersign_worker::config::WORKER_TOKEN_ENV;
+pub use countersign_worker::config::{WORKER_TOKEN_ENV, WORKER_TOKEN_NEEDED};
 /// The environment variable holding the optional admin token (audit timeline, grants).
 pub const ADMIN_TOKEN_ENV: &str = "COUNTERSIGN_WEB_ADMIN_TOKEN";
 
