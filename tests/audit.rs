@@ -372,7 +372,11 @@ fn documented_rows() -> Vec<(String, Vec<pb::EventKind>)> {
 }
 
 /// The kinds of the events written for `approval_id` after the first `seen` of them.
-async fn new_events(admin: &mut AdminClient, approval_id: &str, seen: &mut usize) -> Vec<pb::AuditEvent> {
+async fn new_events(
+    admin: &mut AdminClient,
+    approval_id: &str,
+    seen: &mut usize,
+) -> Vec<pb::AuditEvent> {
     let events = all_events(
         admin,
         pb::ListEventsRequest {
@@ -469,8 +473,14 @@ tool = "read_file"
         .unwrap_err();
     assert_eq!(stranger.code(), tonic::Code::PermissionDenied);
     let refused = new_events(&mut admin, &id, &mut seen).await;
-    assert_eq!(kinds_of(&refused), documented("a decision the server refuses"));
-    assert!(refused[0].detail.contains("not a registered approver"), "{refused:?}");
+    assert_eq!(
+        kinds_of(&refused),
+        documented("a decision the server refuses")
+    );
+    assert!(
+        refused[0].detail.contains("not a registered approver"),
+        "{refused:?}"
+    );
 
     client
         .decide(decide(&id, pb::Verdict::Approve, "42", "alice-1"))
@@ -488,7 +498,10 @@ tool = "read_file"
         .into_inner();
     assert_eq!(resolving.outcome(), pb::DecideOutcome::Resolved);
     let resolved = new_events(&mut admin, &id, &mut seen).await;
-    assert_eq!(kinds_of(&resolved), documented("the decision that resolves the approval"));
+    assert_eq!(
+        kinds_of(&resolved),
+        documented("the decision that resolves the approval")
+    );
     let carried = resolved[0].event.as_ref().unwrap().decision.as_ref();
     assert_eq!(
         carried.map(|d| d.approver.as_str()),

@@ -600,7 +600,13 @@ async fn an_edit_a_rule_would_send_to_other_groups_is_refused() {
 
     let status = refused(
         &mut client,
-        approve(&approval.id, "1001", "to-prod", "", r#"{"target": "production"}"#),
+        approve(
+            &approval.id,
+            "1001",
+            "to-prod",
+            "",
+            r#"{"target": "production"}"#,
+        ),
     )
     .await;
     assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");

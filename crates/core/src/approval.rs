@@ -750,10 +750,7 @@ impl Approval {
             }
             return Some((
                 EventKind::Escalated,
-                format!(
-                    "escalated to {} after {waited}: {shortfall}",
-                    target.group
-                ),
+                format!("escalated to {} after {waited}: {shortfall}", target.group),
             ));
         }
         follow_up.reminded_at = Some(now);

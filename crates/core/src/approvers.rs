@@ -212,7 +212,9 @@ impl ApproverRegistry {
     /// delegator only where the delegate does not count as themself (not a member of a
     /// deciding group); both must be within their risk ceiling and neither may be the
     /// requester, so a delegation never creates a self-approval. One person's decisions count
-    /// once per version: a delegation never lets one person fill two places of a quorum.
+    /// once per version: a delegation never lets one person fill two places of a quorum. A
+    /// delegate whose delegators all cast this vote already casts it for the first of them
+    /// again, which the approval answers as a duplicate (not a refusal naming no member).
     pub fn authorize(
         &self,
         decider: &Decider,
@@ -269,7 +271,7 @@ impl ApproverRegistry {
             _ => delegators
                 .iter()
                 .find(|a| !voted(&a.id))
-                .or_else(|| own.is_none().then(|| delegators.first()).flatten())
+                .or_else(|| delegators.first().filter(|_| own.is_none()))
                 .copied(),
         };
         match (own, delegator) {

@@ -1357,7 +1357,9 @@ async fn group_progress_refusals_and_a_reminder_that_mentions_the_group() {
         .await;
     // alice approved: the reminder says what is missing, not "no decision from security".
     assert!(
-        reminder.body.contains("reminder: only 1 of 2 approvals from security after "),
+        reminder
+            .body
+            .contains("reminder: only 1 of 2 approvals from security after "),
         "{}",
         reminder.body
     );

@@ -275,8 +275,14 @@ mod tests {
     #[test]
     fn each_pause_is_three_quarters_to_all_of_the_doubled_interval() {
         let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
-        for (failures, doubled_ms) in [(1, 100), (2, 200), (3, 400), (4, 800), (5, 1000), (30, 1000)]
-        {
+        for (failures, doubled_ms) in [
+            (1, 100),
+            (2, 200),
+            (3, 400),
+            (4, 800),
+            (5, 1000),
+            (30, 1000),
+        ] {
             let doubled = Duration::from_millis(doubled_ms);
             let pauses: Vec<Duration> = (0..2000).map(|_| backoff.delay(failures)).collect();
             let shortest = pauses.iter().min().copied().unwrap_or_default();
