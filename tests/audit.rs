@@ -394,10 +394,10 @@ fn kinds_of(events: &[pb::AuditEvent]) -> Vec<pb::EventKind> {
     events.iter().map(event_kind).collect()
 }
 
-/// An approval's life step by step (request, a decision of a quorum of two, the decision that
-/// resolves it, the same decision again, consumption; a refused decision; an expiry; a rule's
-/// decision; a cancellation; a delivery) writes exactly the events the table in
-/// docs/security.md lists, and that table names every kind of event there is.
+/// An approval's life step by step (request, a delivery, a refused decision, a decision of a
+/// quorum of two, the same decision again, the decision that resolves it, a late one,
+/// consumption; a rule's decision; a cancellation; an expiry) writes exactly the events the
+/// table in docs/security.md lists, and that table names every kind of event there is.
 #[tokio::test]
 async fn every_step_writes_the_events_the_security_guide_lists() {
     let server = TestServer::start_with_toml(
@@ -491,6 +491,17 @@ tool = "read_file"
         documented("a decision that leaves the approval pending")
     );
 
+    let again = client
+        .decide(decide(&id, pb::Verdict::Approve, "42", "alice-2"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.outcome(), pb::DecideOutcome::Duplicate);
+    assert_eq!(
+        kinds_of(&new_events(&mut admin, &id, &mut seen).await),
+        documented("a decision that changes nothing")
+    );
+
     let resolving = client
         .decide(decide(&id, pb::Verdict::Approve, "77", "bob-1"))
         .await
@@ -509,12 +520,12 @@ tool = "read_file"
         "the RESOLVED event carries the resolving decision"
     );
 
-    let again = client
-        .decide(decide(&id, pb::Verdict::Approve, "77", "bob-2"))
+    let late = client
+        .decide(decide(&id, pb::Verdict::Reject, "42", "alice-late"))
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(again.outcome(), pb::DecideOutcome::Duplicate);
+    assert_eq!(late.outcome(), pb::DecideOutcome::AlreadyResolved);
     assert_eq!(
         kinds_of(&new_events(&mut admin, &id, &mut seen).await),
         documented("a decision that changes nothing")
