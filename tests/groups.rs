@@ -265,11 +265,13 @@ async fn a_delegate_decides_on_behalf_of_a_member_until_it_ends() {
     let server = server_with(|_| {}).await;
     let mut client = connect(&server).await;
     let mut admin = admin(&channel(&server).await, None);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
+    // From the time of the call: the short delegation below is made seconds into the test.
     let in_secs = |secs: u64| countersign_proto::Timestamp {
-        seconds: (now.as_secs() + secs) as i64,
+        seconds: (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + secs) as i64,
         nanos: 0,
     };
     let delegation = admin
