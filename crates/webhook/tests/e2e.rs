@@ -974,18 +974,7 @@ async fn the_binary_needs_its_worker_token_only_when_the_server_has_tokens() {
         })
         .unwrap();
         let approval = agent
-            .request_approval(pb::RequestApprovalRequest {
-                agent_id: "coder-1".into(),
-                idempotency_key: "token".into(),
-                tool_name: "bash".into(),
-                arguments_json: "{}".into(),
-                risk: pb::Risk::Low.into(),
-                routes: vec![pb::Route {
-                    channel: "webhook".into(),
-                    target: "ops".into(),
-                }],
-                ..Default::default()
-            })
+            .request_approval(request_message("token", 0))
             .await
             .unwrap()
             .approval
