@@ -9,6 +9,11 @@ use serde::Deserialize;
 /// The environment variable holding the worker's token for the countersign server.
 pub const WORKER_TOKEN_ENV: &str = "COUNTERSIGN_WORKER_TOKEN";
 
+/// When a worker needs its token, as every worker's `--help` says it: the server asks for
+/// one only when it has `[[tokens]]`.
+pub const WORKER_TOKEN_NEEDED: &str = "needed when the countersign server has [[tokens]]; a \
+     server without tokens (which serves loopback only) takes a worker without one";
+
 /// Why the configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
