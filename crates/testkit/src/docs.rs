@@ -11,3 +11,17 @@ pub fn groups_example() -> &'static str {
         .and_then(|rest| rest.split("```").next())
         .expect("a TOML block under \"### Worked example\" in docs/configuration.md")
 }
+
+/// The commands docs/quickstart.md tells a new user to type, in order: the lines of the
+/// first `sh` block under "## The three commands".
+pub fn quickstart_commands() -> Vec<&'static str> {
+    let doc = include_str!("../../../docs/quickstart.md");
+    doc.split("## The three commands")
+        .nth(1)
+        .and_then(|section| section.split("```sh\n").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .expect("a sh block under \"## The three commands\" in docs/quickstart.md")
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .collect()
+}
