@@ -38,7 +38,9 @@ pub async fn run(cli: Cli) -> i32 {
                     crate::setup::telegram(&instance, args).await
                 }
                 Command::Up(args) => crate::up::up(&instance, args).await,
-                _ => Err(CliError::Failure("not a command of the local instance".into())),
+                _ => Err(CliError::Failure(
+                    "not a command of the local instance".into(),
+                )),
             },
             Err(error) => Err(error),
         };

@@ -12,8 +12,8 @@ use crate::commands::InstallFlags;
 use crate::exit::{CliError, Exit};
 use crate::hook::{default_timeout, event_name};
 use crate::instance::{open_to_others, Instance, Secret, Token};
-use countersign_telegram::config::BOT_TOKEN_ENV;
 use crate::up::local_url;
+use countersign_telegram::config::BOT_TOKEN_ENV;
 
 /// How much longer than countersign's wait the host's hook timeout is set, so that countersign
 /// always answers first.
@@ -87,7 +87,10 @@ fn countersign_command(flags: &InstallFlags, words: &[&str]) -> Result<Vec<Strin
     }
     if let Some(token_file) = &flags.token_file {
         let token_file = std::path::absolute(token_file).unwrap_or_else(|_| token_file.clone());
-        argv.extend(["--token-file".into(), token_file.to_string_lossy().into_owned()]);
+        argv.extend([
+            "--token-file".into(),
+            token_file.to_string_lossy().into_owned(),
+        ]);
     }
     Ok(argv)
 }
@@ -100,7 +103,9 @@ fn hook_command(flags: &InstallFlags, args: &InstallArgs) -> Result<String, CliE
         words.extend(["--event", "permission-request"]);
     }
     words.extend(["--timeout", timeout.as_str()]);
-    Ok(crate::exec::shell_join(&countersign_command(flags, &words)?))
+    Ok(crate::exec::shell_join(&countersign_command(
+        flags, &words,
+    )?))
 }
 
 /// Without flags naming a server, the hook talks to the local instance (`countersign up`):
@@ -197,7 +202,11 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
     }
     let event = event_name(args.host, args.event);
     let local = local_instance_flags(flags)?;
-    let group = hook_group(args.host, &args, hook_command(local.as_ref().unwrap_or(flags), &args)?);
+    let group = hook_group(
+        args.host,
+        &args,
+        hook_command(local.as_ref().unwrap_or(flags), &args)?,
+    );
     if args.print {
         let snippet = json!({"hooks": {event: [group]}});
         println!("{}", pretty(&snippet)?);
@@ -233,7 +242,10 @@ fn install_channel(flags: &InstallFlags, args: &InstallArgs) -> Result<Exit, Cli
     let command = argv.remove(0);
     let server = json!({"command": command, "args": argv});
     if args.print {
-        println!("{}", pretty(&json!({"mcpServers": {CHANNEL_SERVER: server}}))?);
+        println!(
+            "{}",
+            pretty(&json!({"mcpServers": {CHANNEL_SERVER: server}}))?
+        );
         return Ok(Exit::Success);
     }
     let path = std::env::current_dir()

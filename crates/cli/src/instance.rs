@@ -104,7 +104,8 @@ impl Instance {
     }
 
     pub fn record_server_url(&self, url: &str) -> Result<(), CliError> {
-        std::fs::create_dir_all(&self.data_dir).map_err(|error| write_error(&self.data_dir, &error))?;
+        std::fs::create_dir_all(&self.data_dir)
+            .map_err(|error| write_error(&self.data_dir, &error))?;
         replace_file(&self.server_url_path(), format!("{url}\n").as_bytes(), None)
     }
 
@@ -169,9 +170,8 @@ impl Instance {
                 )))
             }
         };
-        let invalid = |message: String| {
-            CliError::Usage(format!("config file {}: {message}", path.display()))
-        };
+        let invalid =
+            |message: String| CliError::Usage(format!("config file {}: {message}", path.display()));
         let mut table: toml::Table = match &text {
             Some(text) => toml::from_str(text).map_err(|error| invalid(error.to_string()))?,
             None => toml::Table::new(),
@@ -180,7 +180,12 @@ impl Instance {
             None => None,
             Some(toml::Value::Table(mut section)) => {
                 section.entry("state_dir").or_insert_with(|| {
-                    toml::Value::String(self.data_dir.join("telegram").to_string_lossy().into_owned())
+                    toml::Value::String(
+                        self.data_dir
+                            .join("telegram")
+                            .to_string_lossy()
+                            .into_owned(),
+                    )
                 });
                 let section: TelegramSection = toml::Value::Table(section)
                     .try_into()
@@ -222,7 +227,9 @@ fn create_private_dir(dir: &Path) -> Result<(), CliError> {
     builder.recursive(true);
     #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir).map_err(|error| write_error(dir, &error))
+    builder
+        .create(dir)
+        .map_err(|error| write_error(dir, &error))
 }
 
 /// Writes `contents` next to `path` and renames it over `path`, so that no reader sees half a

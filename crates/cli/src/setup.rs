@@ -58,7 +58,7 @@ pub async fn telegram(instance: &Instance, args: SetupTelegramArgs) -> Result<Ex
         BotApiError::Api { status, .. } if status == 401 || status == 404 => CliError::Usage(
             format!("Telegram refused the bot token ({error}): copy it again from @BotFather"),
         ),
-        error => CliError::Unavailable(format!("cannot check the bot token: {error}")),
+        error => CliError::Failure(format!("cannot check the bot token: {error}")),
     })?;
     bot.ensure_polling_mode().await.map_err(telegram_error)?;
 
@@ -84,7 +84,12 @@ pub async fn telegram(instance: &Instance, args: SetupTelegramArgs) -> Result<Ex
     } else {
         "You were already an approver (telegram:{id}); nothing changed."
     };
-    reply_in_chat(&bot, &paired.message, &reply.replace("{id}", &paired.user_id.to_string())).await;
+    reply_in_chat(
+        &bot,
+        &paired.message,
+        &reply.replace("{id}", &paired.user_id.to_string()),
+    )
+    .await;
     if newly {
         println!(
             "Paired {} as approver telegram:{}; approvals go to chat {}.\nWritten to {}. Next: countersign up (restart it if it is running).",
@@ -105,7 +110,10 @@ pub async fn telegram(instance: &Instance, args: SetupTelegramArgs) -> Result<Ex
 /// The bot token: `TELEGRAM_BOT_TOKEN`, the one stored by an earlier setup (`--add`), or typed
 /// at the prompt.
 fn bot_token(instance: &Instance, add: bool) -> Result<String, CliError> {
-    if let Some(token) = std::env::var(BOT_TOKEN_ENV).ok().filter(|token| !token.is_empty()) {
+    if let Some(token) = std::env::var(BOT_TOKEN_ENV)
+        .ok()
+        .filter(|token| !token.is_empty())
+    {
         return Ok(token);
     }
     if add {
@@ -135,7 +143,7 @@ fn telegram_error(error: BotApiError) -> CliError {
             "another program reads this bot's messages (is countersign up running? stop it, pair, then start it again)".into(),
         );
     }
-    CliError::Unavailable(format!("Telegram: {error}"))
+    CliError::Failure(format!("Telegram: {error}"))
 }
 
 /// Who sent the valid code, and where.
@@ -164,13 +172,18 @@ async fn wait_for_code(
             ));
         }
         let poll = left.as_secs().clamp(1, POLL_SECONDS) as u32;
-        let updates = bot.get_updates(offset, poll).await.map_err(telegram_error)?;
+        let updates = bot
+            .get_updates(offset, poll)
+            .await
+            .map_err(telegram_error)?;
         for update in updates {
             offset = Some(update.id.0 as i32 + 1);
             let UpdateKind::Message(message) = update.kind else {
                 continue;
             };
-            let Some((name, sent)) = message.text().and_then(|text| split_command(text, username))
+            let Some((name, sent)) = message
+                .text()
+                .and_then(|text| split_command(text, username))
             else {
                 continue;
             };
@@ -231,7 +244,10 @@ async fn skip_earlier_messages(bot: &BotApi) -> Result<Option<i32>, CliError> {
 
 async fn reply_in_chat(bot: &BotApi, to: &Message, text: &str) {
     // Fixed texts without markup: nothing to escape.
-    if let Err(error) = bot.send_message(to.chat.id.0, text, &[], Some(to.id.0)).await {
+    if let Err(error) = bot
+        .send_message(to.chat.id.0, text, &[], Some(to.id.0))
+        .await
+    {
         tracing::warn!(%error, "cannot answer in Telegram");
     }
 }
@@ -283,7 +299,10 @@ impl Codes {
         let path = Codes::path(instance);
         match std::fs::read_to_string(&path) {
             Ok(text) => serde_json::from_str(&text).map_err(|error| {
-                CliError::Failure(format!("{} is unreadable ({error}); delete it", path.display()))
+                CliError::Failure(format!(
+                    "{} is unreadable ({error}); delete it",
+                    path.display()
+                ))
             }),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Codes::default()),
             Err(error) => Err(CliError::Failure(format!(
@@ -296,7 +315,10 @@ impl Codes {
     fn save(&self, instance: &Instance) -> Result<(), CliError> {
         let path = Codes::path(instance);
         std::fs::create_dir_all(&instance.data_dir).map_err(|error| {
-            CliError::Failure(format!("cannot create {}: {error}", instance.data_dir.display()))
+            CliError::Failure(format!(
+                "cannot create {}: {error}",
+                instance.data_dir.display()
+            ))
         })?;
         let text = serde_json::to_vec_pretty(self)
             .map_err(|error| CliError::Failure(format!("cannot encode the codes: {error}")))?;
@@ -361,9 +383,8 @@ fn read_config(instance: &Instance) -> Result<DocumentMut, CliError> {
             )))
         }
     };
-    text.parse().map_err(|error| {
-        CliError::Usage(format!("config file {}: {error}", path.display()))
-    })
+    text.parse()
+        .map_err(|error| CliError::Usage(format!("config file {}: {error}", path.display())))
 }
 
 /// Writes the paired approver into the config file: an `[[approvers]]` entry, the user on the

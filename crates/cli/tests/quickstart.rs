@@ -240,9 +240,7 @@ async fn reply_to(telegram: &FakeTelegram, chat: i64, message_id: i64) -> String
                 == Some(message_id)
     };
     let requests = telegram
-        .wait_for_requests("the bot's reply", |requests| {
-            requests.iter().any(|r| is_reply(r))
-        })
+        .wait_for_requests("the bot's reply", |requests| requests.iter().any(is_reply))
         .await;
     let reply = requests.into_iter().find(|r| is_reply(r)).unwrap();
     reply.param_str("text").unwrap_or_default().to_owned()
@@ -348,7 +346,10 @@ fn text(output: &Output) -> String {
 fn assert_no_secret(home: &Home, shown: &str, what: &str) {
     for name in ["worker-token", "agent-token", "admin-token"] {
         let secret = home.secret(name);
-        assert!(!shown.contains(&secret), "{what} shows the {name}:\n{shown}");
+        assert!(
+            !shown.contains(&secret),
+            "{what} shows the {name}:\n{shown}"
+        );
     }
     assert!(!shown.contains(BOT_TOKEN), "{what} shows the bot token");
     // Nor the secret part of it alone.
@@ -376,8 +377,13 @@ async fn quickstart_from_an_empty_home_to_a_phone_approval_and_a_rejection() {
     let (_, start) = telegram.send_text(&alice, alice.id, &format!("/start {}", setup.code), None);
     let (code, stdout, stderr) = setup.finish().await;
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
-    assert!(stdout.contains("Paired Alice (@alice) as approver telegram:1001"), "{stdout}");
-    assert!(reply_to(&telegram, alice.id, start).await.starts_with("Paired"));
+    assert!(
+        stdout.contains("Paired Alice (@alice) as approver telegram:1001"),
+        "{stdout}"
+    );
+    assert!(reply_to(&telegram, alice.id, start)
+        .await
+        .starts_with("Paired"));
     assert_no_secret_but_bot_token_is_private(&home);
 
     // 2. countersign up.
@@ -398,7 +404,12 @@ async fn quickstart_from_an_empty_home_to_a_phone_approval_and_a_rejection() {
         message.text,
         message.button_texts()
     );
-    telegram.tap_button(&alice, alice.id, message.message_id, &button(&message, "Approve"));
+    telegram.tap_button(
+        &alice,
+        alice.id,
+        message.message_id,
+        &button(&message, "Approve"),
+    );
     let answer = hook_answer(asking).await;
     assert_eq!(
         answer["hookSpecificOutput"]["permissionDecision"], "allow",
@@ -408,7 +419,11 @@ async fn quickstart_from_an_empty_home_to_a_phone_approval_and_a_rejection() {
     // Again; Alice rejects with a reason, replying to the request; the hook denies with it.
     let asking = spawn_hook(&home, &hook, "toolu_02", "rm -rf /srv/data");
     let message = request_message(&telegram, alice.id, 1).await;
-    assert!(message.text.contains("rm -rf /srv/data"), "{}", message.text);
+    assert!(
+        message.text.contains("rm -rf /srv/data"),
+        "{}",
+        message.text
+    );
     telegram.send_text(
         &alice,
         alice.id,
@@ -496,7 +511,10 @@ async fn pairing_refuses_wrong_reused_and_expired_codes_and_registers_nothing() 
         let reply = reply_to(&telegram, mallory.id, sent).await;
         assert!(reply.contains(why), "{message}: {reply}");
     }
-    assert!(!home.config_file().exists(), "a refused code registered something");
+    assert!(
+        !home.config_file().exists(),
+        "a refused code registered something"
+    );
     let first = setup.code.clone();
     telegram.send_text(&alice, alice.id, &format!("/start {first}"), None);
     let (code, stdout, stderr) = setup.finish().await;
@@ -557,7 +575,10 @@ async fn doctor_on_an_empty_home_names_what_is_missing_and_the_fix() {
     let shown = text(&doctor);
     assert!(shown.contains("ok    config file"), "{shown}");
     assert!(shown.contains("(run countersign up)"), "{shown}");
-    assert!(shown.contains("start the local instance: countersign up"), "{shown}");
+    assert!(
+        shown.contains("start the local instance: countersign up"),
+        "{shown}"
+    );
     assert!(!shown.contains(BOT_TOKEN), "{shown}");
 }
 
@@ -621,9 +642,13 @@ async fn up_loses_and_duplicates_nothing_acknowledged_across_sigkill() {
                         risk: pb::Risk::High as i32,
                         ..Default::default()
                     };
-                    let created = until_acknowledged(|| agent.request_approval(request.clone())).await;
+                    let created =
+                        until_acknowledged(|| agent.request_approval(request.clone())).await;
                     let id = created.approval.unwrap().id;
-                    seen.lock().unwrap().requests.push((key.clone(), id.clone()));
+                    seen.lock()
+                        .unwrap()
+                        .requests
+                        .push((key.clone(), id.clone()));
                     let decision = pb::DecideRequest {
                         approval_id: id.clone(),
                         verdict: pb::Verdict::Approve as i32,
@@ -637,7 +662,10 @@ async fn up_loses_and_duplicates_nothing_acknowledged_across_sigkill() {
                         ..Default::default()
                     };
                     until_acknowledged(|| admin.decide(decision.clone())).await;
-                    seen.lock().unwrap().decisions.push((decision.idempotency_key, id));
+                    seen.lock()
+                        .unwrap()
+                        .decisions
+                        .push((decision.idempotency_key, id));
                     n += 1;
                 }
             })
@@ -657,16 +685,30 @@ async fn up_loses_and_duplicates_nothing_acknowledged_across_sigkill() {
     }
 
     let seen = std::mem::take(&mut *seen.lock().unwrap());
-    assert!(seen.requests.len() >= 6, "too little load: {}", seen.requests.len());
-    let listed = admin
-        .list_approvals(pb::ListApprovalsRequest {
-            page_size: 1000,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    assert!(
+        seen.requests.len() >= 6,
+        "too little load: {}",
+        seen.requests.len()
+    );
+    let mut stored = 0;
+    let mut page_token = String::new();
+    loop {
+        let page = admin
+            .list_approvals(pb::ListApprovalsRequest {
+                page_size: 500,
+                page_token,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        stored += page.approvals.len();
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
     assert_eq!(
-        listed.approvals.len(),
+        stored,
         seen.requests.len(),
         "an acknowledged request is missing, or one is stored twice"
     );
@@ -743,13 +785,18 @@ impl Channel {
             stdout,
         };
         channel
-            .send(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            .send(
+                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
                 "protocolVersion": "2025-11-25", "capabilities": {},
-                "clientInfo": {"name": "claude-code", "version": "2.1.81"}}}))
+                "clientInfo": {"name": "claude-code", "version": "2.1.81"}}}),
+            )
             .await;
         let answer = channel.next().await;
         let experimental = &answer["result"]["capabilities"]["experimental"];
-        assert!(experimental.get("claude/channel/permission").is_some(), "{answer}");
+        assert!(
+            experimental.get("claude/channel/permission").is_some(),
+            "{answer}"
+        );
         assert!(experimental.get("claude/channel").is_some(), "{answer}");
         channel
             .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
@@ -802,7 +849,12 @@ async fn the_permission_relay_answers_from_the_phone_and_supersedes_stale_prompt
     channel.permission_request("abcde", "make deploy").await;
     let message = request_message(&telegram, alice.id, 0).await;
     assert!(message.text.contains("make deploy"), "{}", message.text);
-    telegram.tap_button(&alice, alice.id, message.message_id, &button(&message, "Approve"));
+    telegram.tap_button(
+        &alice,
+        alice.id,
+        message.message_id,
+        &button(&message, "Approve"),
+    );
     let verdict = channel.next().await;
     assert_eq!(
         verdict,
@@ -813,25 +865,46 @@ async fn the_permission_relay_answers_from_the_phone_and_supersedes_stale_prompt
     // Reject: deny.
     channel.permission_request("fghij", "rm -rf /").await;
     let message = request_message(&telegram, alice.id, 1).await;
-    telegram.tap_button(&alice, alice.id, message.message_id, &button(&message, "Reject"));
+    telegram.tap_button(
+        &alice,
+        alice.id,
+        message.message_id,
+        &button(&message, "Reject"),
+    );
     let verdict = channel.next().await;
-    assert_eq!(verdict["params"], json!({"request_id": "fghij", "behavior": "deny"}));
+    assert_eq!(
+        verdict["params"],
+        json!({"request_id": "fghij", "behavior": "deny"})
+    );
 
     // Answered in the terminal: Claude Code goes on to its next prompt. The stale one is
     // withdrawn on the phone, and only the new one gets a verdict.
     channel.permission_request("klmno", "git push").await;
     let stale = request_message(&telegram, alice.id, 2).await;
-    channel.permission_request("pqrst", "git push --force").await;
+    channel
+        .permission_request("pqrst", "git push --force")
+        .await;
     let withdrawn = telegram
-        .wait_for_message("the stale prompt withdrawn", alice.id, stale.message_id, |m| {
-            m.reply_markup.is_none()
-        })
+        .wait_for_message(
+            "the stale prompt withdrawn",
+            alice.id,
+            stale.message_id,
+            |m| m.reply_markup.is_none(),
+        )
         .await;
     assert!(withdrawn.text.contains("superseded"), "{}", withdrawn.text);
     let current = request_message(&telegram, alice.id, 3).await;
     assert!(current.text.contains("--force"), "{}", current.text);
-    telegram.tap_button(&alice, alice.id, current.message_id, &button(&current, "Approve"));
+    telegram.tap_button(
+        &alice,
+        alice.id,
+        current.message_id,
+        &button(&current, "Approve"),
+    );
     let verdict = channel.next().await;
-    assert_eq!(verdict["params"], json!({"request_id": "pqrst", "behavior": "allow"}));
+    assert_eq!(
+        verdict["params"],
+        json!({"request_id": "pqrst", "behavior": "allow"})
+    );
     terminate(&mut up).await;
 }
