@@ -7,6 +7,8 @@
 //! guarantees under SIGKILL; `doctor` names what is missing; no secret reaches a log line or
 //! doctor's output.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,8 +21,9 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
 
+use support::STEP;
+
 const BOT_TOKEN: &str = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw";
-const STEP: Duration = Duration::from_secs(60);
 
 /// An empty home directory, and the `countersign` binary run in it as a new user would.
 struct Home {
@@ -625,7 +628,7 @@ async fn up_loses_and_duplicates_nothing_acknowledged_across_sigkill() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Mutex::new(Acknowledged::default()));
-    let clients: Vec<_> = (0..6)
+    let clients: Vec<_> = (0..16)
         .map(|number| {
             let (agent, admin, stop, seen) =
                 (agent.clone(), admin.clone(), stop.clone(), seen.clone());
@@ -672,7 +675,7 @@ async fn up_loses_and_duplicates_nothing_acknowledged_across_sigkill() {
         })
         .collect();
 
-    for _ in 0..3 {
+    for _ in 0..5 {
         let pause = rand::thread_rng().gen_range(200..600);
         tokio::time::sleep(Duration::from_millis(pause)).await;
         up.kill().await.unwrap(); // SIGKILL
@@ -828,12 +831,7 @@ impl Channel {
     }
 
     async fn next(&mut self) -> Value {
-        let line = tokio::time::timeout(STEP, self.stdout.next_line())
-            .await
-            .expect("a message in time")
-            .unwrap()
-            .expect("stdout closed");
-        serde_json::from_str(&line).unwrap()
+        support::next_json_line(&mut self.stdout).await
     }
 }
 
