@@ -222,7 +222,7 @@ fn xdg_dir(variable: &str, fallback: &str) -> Result<PathBuf, CliError> {
         })
 }
 
-fn create_private_dir(dir: &Path) -> Result<(), CliError> {
+pub fn create_private_dir(dir: &Path) -> Result<(), CliError> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]

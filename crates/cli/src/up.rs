@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use crate::args::UpArgs;
 use crate::exit::{CliError, Exit};
-use crate::instance::{Instance, Secret, Token};
+use crate::instance::{create_private_dir, Instance, Secret, Token};
 
 pub async fn up(instance: &Instance, args: UpArgs) -> Result<Exit, CliError> {
     let loaded = instance.load_config()?;
@@ -79,6 +79,10 @@ pub async fn up(instance: &Instance, args: UpArgs) -> Result<Exit, CliError> {
                             instance.config_file.display()
                         ))
                     })?;
+            // The worker keeps its outbox and watch cursor there; it does not create it.
+            if let Some(dir) = settings.cursor_path.parent() {
+                create_private_dir(dir)?;
+            }
             Some(settings)
         }
     };

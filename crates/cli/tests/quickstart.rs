@@ -451,7 +451,9 @@ async fn quickstart_from_an_empty_home_to_a_phone_approval_and_a_rejection() {
     assert_no_secret(&home, &text(&doctor), "doctor");
 
     // Ctrl-C (SIGTERM here) stops everything cleanly.
-    terminate(&mut up).await;
+    terminate(&home, &mut up).await;
+    // The Telegram worker kept where it stopped, for the next start.
+    assert!(home.data().join("telegram/watch-cursor").exists());
     let log = home.up_log();
     assert!(
         log.contains(&format!("listens on http://{}", home.listen)),
@@ -472,7 +474,7 @@ fn assert_no_secret_but_bot_token_is_private(home: &Home) {
     assert!(!config.contains(BOT_TOKEN), "{config}");
 }
 
-async fn terminate(child: &mut Child) {
+async fn terminate(home: &Home, child: &mut Child) {
     let pid = child.id().unwrap();
     let sent = std::process::Command::new("kill")
         .arg("-TERM")
@@ -484,7 +486,7 @@ async fn terminate(child: &mut Child) {
         .await
         .expect("up did not stop on SIGTERM")
         .unwrap();
-    assert!(status.success(), "{status}");
+    assert!(status.success(), "{status}:\n{}", home.up_log());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -729,7 +731,7 @@ async fn up_loses_and_duplicates_nothing_acknowledged_across_sigkill() {
         assert_eq!(applied, 1, "decision {key}");
         assert_eq!(approval.state(), pb::ApprovalState::Approved);
     }
-    terminate(&mut up).await;
+    terminate(&home, &mut up).await;
     eprintln!(
         "up under SIGKILL: {} requests and {} decisions acknowledged, each stored once",
         seen.requests.len(),
@@ -904,5 +906,5 @@ async fn the_permission_relay_answers_from_the_phone_and_supersedes_stale_prompt
         verdict["params"],
         json!({"request_id": "pqrst", "behavior": "allow"})
     );
-    terminate(&mut up).await;
+    terminate(&home, &mut up).await;
 }
