@@ -29,7 +29,8 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "countersign", version, after_help = EXIT_CODES)]
 pub struct Cli {
-    /// Server URL (http:// or https://) [default: http://127.0.0.1:50051]
+    /// Server URL (http:// or https://) [default: the local instance `countersign up` started,
+    /// with its token; else http://127.0.0.1:50051]
     #[arg(
         long,
         global = true,
@@ -180,7 +181,8 @@ pub enum Command {
     /// Connect a channel to the local instance (`countersign up`)
     #[command(subcommand)]
     Setup(SetupCommand),
-    /// Check the server, the token and the installed hooks
+    /// Check the local instance, the server, the token and the installed hooks; say how to fix
+    /// what is missing
     Doctor {
         /// Only this host's hook [default: every host; at least one must be installed]
         #[arg(value_enum)]
