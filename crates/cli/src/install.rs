@@ -12,6 +12,7 @@ use crate::commands::InstallFlags;
 use crate::exit::{CliError, Exit};
 use crate::hook::{default_timeout, event_name};
 use crate::instance::{open_to_others, Instance, Secret, Token};
+use crate::settings::DEFAULT_SERVER;
 use crate::up::local_url;
 use countersign_telegram::config::BOT_TOKEN_ENV;
 
@@ -365,9 +366,12 @@ pub async fn doctor(client: &Client, only: Option<Host>) -> Exit {
             exit = code;
         }
     };
-    let instance = Instance::locate(None)
-        .ok()
-        .filter(|instance| instance.config_file.exists() || instance.server_url().is_some());
+    // The local instance is checked when doctor talks to it (not to a team's server).
+    let instance = Instance::locate(None).ok().filter(|instance| {
+        let url = instance.server_url();
+        (instance.config_file.exists() || url.is_some())
+            && url.as_deref().unwrap_or(DEFAULT_SERVER) == client.url()
+    });
     let start_hint = match &instance {
         Some(instance) => {
             for problem in check_instance(instance) {

@@ -585,6 +585,17 @@ async fn doctor_on_an_empty_home_names_what_is_missing_and_the_fix() {
         "{shown}"
     );
     assert!(!shown.contains(BOT_TOKEN), "{shown}");
+
+    // Asked about another server, doctor leaves the local instance out.
+    let elsewhere = home
+        .run(&["--server", "http://127.0.0.1:9", "doctor"])
+        .await;
+    let shown = text(&elsewhere);
+    assert!(shown.contains("server http://127.0.0.1:9"), "{shown}");
+    assert!(
+        !shown.contains("config file") && !shown.contains("Telegram"),
+        "{shown}"
+    );
 }
 
 /// What the clients saw acknowledged: request key -> approval id, decision key -> approval id.
