@@ -389,8 +389,15 @@ async fn quickstart_from_an_empty_home_to_a_phone_approval_and_a_rejection() {
         .starts_with("Paired"));
     assert_no_secret_but_bot_token_is_private(&home);
 
-    // 2. countersign up.
+    // 2. countersign up. Its generated tokens are readable by the user only.
     let mut up = home.up().await;
+    for name in ["worker-token", "agent-token", "admin-token"] {
+        let path = home.data().join("secrets").join(name);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&path).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600, "{}", path.display());
+    }
 
     // 3. countersign install claude-code.
     let installed = home.run(&["install", "claude-code"]).await;
