@@ -1,9 +1,11 @@
 //! The decision links, in the worker's own SQLite database (its other tables are the
 //! worker's business). Only a token's SHA-256 is stored.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::RngCore;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{Row, SqliteConnection, SqlitePool};
 
 use crate::{new_token, token_hash, LinkVerdict};
@@ -17,6 +19,27 @@ pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_millis() as i64)
+}
+
+/// Opens (or creates, with its directory) a worker's state database at `path`, with `schema`
+/// applied: WAL, so that operator commands can read it while the worker runs.
+pub async fn open_database(path: &Path, schema: &[&str]) -> Result<SqlitePool, sqlx::Error> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(sqlx::Error::Io)?;
+    }
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .busy_timeout(Duration::from_secs(5));
+    let pool = SqlitePoolOptions::new()
+        .max_connections(4)
+        .connect_with(options)
+        .await?;
+    for statement in schema {
+        sqlx::query(statement).execute(&pool).await?;
+    }
+    Ok(pool)
 }
 
 /// The tables the links need; [`LinkStore::attach`] creates them.
@@ -237,10 +260,9 @@ mod tests {
 
     async fn store() -> (tempfile::TempDir, LinkStore) {
         let dir = tempfile::tempdir().unwrap();
-        let options = sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(dir.path().join("links.db"))
-            .create_if_missing(true);
-        let pool = SqlitePool::connect_with(options).await.unwrap();
+        let pool = open_database(&dir.path().join("state/links.db"), &[])
+            .await
+            .unwrap();
         (dir, LinkStore::attach(pool).await.unwrap())
     }
 

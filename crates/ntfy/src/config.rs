@@ -29,7 +29,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use countersign_worker::config::read_toml;
-pub use countersign_worker::config::{ConfigError, ServerSection, WORKER_TOKEN_ENV};
+pub use countersign_worker::config::{
+    ConfigError, ServerSection, ServerSettings, WORKER_TOKEN_ENV,
+};
 use serde::Deserialize;
 
 /// The environment variable holding the ntfy access token (as ntfy's own CLI names it).
@@ -107,12 +109,7 @@ pub struct Topic {
 /// Everything the worker needs, validated, secrets resolved.
 #[derive(Clone)]
 pub struct Settings {
-    pub server_url: String,
-    pub worker_token: Option<String>,
-    pub ca_cert_pem: Option<Vec<u8>>,
-    pub connect_timeout: Duration,
-    pub heartbeat_timeout: Duration,
-    pub max_backoff: Duration,
+    pub server: ServerSettings,
     pub ntfy_url: String,
     pub access_token: Option<String>,
     pub topics: Vec<Topic>,
@@ -131,7 +128,7 @@ pub struct Settings {
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
-            .field("server_url", &self.server_url)
+            .field("server_url", &self.server.client.url)
             .field("ntfy_url", &self.ntfy_url)
             .field(
                 "access_token",
@@ -178,7 +175,7 @@ impl Settings {
             ntfy,
             topics,
         } = file;
-        let ca_cert_pem = server.ca_cert_pem()?;
+        let server = server.resolve(env(WORKER_TOKEN_ENV))?;
         if !is_http_url(&ntfy.server_url) {
             return Err(ConfigError::Invalid(
                 "ntfy.server_url must start with http:// or https://".to_owned(),
@@ -223,12 +220,7 @@ impl Settings {
             }
         }
         Ok(Settings {
-            server_url: server.url,
-            worker_token: env(WORKER_TOKEN_ENV).or(server.token),
-            ca_cert_pem,
-            connect_timeout: Duration::from_secs(server.connect_timeout_secs),
-            heartbeat_timeout: Duration::from_secs(server.heartbeat_timeout_secs),
-            max_backoff: Duration::from_secs(server.max_backoff_secs),
+            server,
             ntfy_url: ntfy.server_url.trim_end_matches('/').to_owned(),
             access_token: env(ACCESS_TOKEN_ENV),
             topics: resolved,
@@ -273,7 +265,7 @@ mod tests {
         assert_eq!(settings.ntfy_url, "https://ntfy.example");
         assert_eq!(settings.public_url, "https://a.example");
         assert_eq!(settings.access_token.as_deref(), Some("tk_secret"));
-        assert_eq!(settings.worker_token.as_deref(), Some("env-worker"));
+        assert_eq!(settings.server.client.token.as_deref(), Some("env-worker"));
         assert_eq!(settings.topic("ops").unwrap().approver, "alice");
         assert_eq!(settings.topic("bob-phone").unwrap().approver, "bob-phone");
         let shown = format!("{settings:?}");

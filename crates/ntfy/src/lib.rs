@@ -23,7 +23,7 @@ mod worker;
 use std::future::Future;
 use std::sync::Arc;
 
-use countersign_client::{Client, ClientConfig, ClientError};
+use countersign_client::{Client, ClientError};
 use countersign_links::pages::Pages;
 use countersign_worker::lanes::Lanes;
 
@@ -57,12 +57,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), WorkerError> {
     let store = Store::open(&settings.database_path()).await?;
-    let client = Client::connect(ClientConfig {
-        url: settings.server_url.clone(),
-        token: settings.worker_token.clone(),
-        ca_cert_pem: settings.ca_cert_pem.clone(),
-        connect_timeout: settings.connect_timeout,
-    })?;
+    let client = Client::connect(settings.server.client.clone())?;
     let api = NtfyApi::new(
         &settings.ntfy_url,
         settings.access_token.clone(),
@@ -82,7 +77,7 @@ pub async fn run(
     let _stop_lanes = lanes.abort_on_drop();
     let grace = settings.shutdown_grace;
     tracing::info!(
-        server = %settings.server_url,
+        server = %settings.server.client.url,
         ntfy = %settings.ntfy_url,
         topics = settings.topics.len(),
         %listen,

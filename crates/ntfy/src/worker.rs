@@ -80,8 +80,8 @@ impl Worker {
     pub async fn follow_approvals(self: &Arc<Self>) -> Result<(), WorkerError> {
         let mut watch = self.client.watch(WatchOptions {
             channel: CHANNEL.to_owned(),
-            heartbeat_timeout: self.settings.heartbeat_timeout,
-            max_backoff: self.settings.max_backoff,
+            heartbeat_timeout: self.settings.server.heartbeat_timeout,
+            max_backoff: self.settings.server.max_backoff,
             // Every start reconciles with a snapshot; the store knows what was shown.
             resume_after: None,
         });

@@ -12,8 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 pub use countersign_links::store::now_ms;
-use countersign_links::store::{LinkStore, LinkStoreError, NewLink};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use countersign_links::store::{open_database, LinkStore, LinkStoreError, NewLink};
 use sqlx::{Row, SqlitePool};
 
 use crate::event::{REQUESTED, RESOLVED};
@@ -76,21 +75,7 @@ pub struct Store {
 
 impl Store {
     pub async fn open(path: &Path) -> Result<Store, StoreError> {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(sqlx::Error::Io)?;
-        }
-        let options = SqliteConnectOptions::new()
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(Duration::from_secs(5));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(options)
-            .await?;
-        for statement in SCHEMA {
-            sqlx::query(statement).execute(&pool).await?;
-        }
+        let pool = open_database(path, SCHEMA).await?;
         let links = LinkStore::attach(pool.clone()).await?;
         Ok(Store { pool, links })
     }
