@@ -276,6 +276,16 @@ mod tests {
     }
 
     #[test]
+    fn the_example_configuration_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/ntfy.example.toml");
+        let file: FileConfig = read_toml(&path).unwrap();
+        let settings = Settings::from_file(file, |_| None).unwrap();
+        assert_eq!(settings.default_topic.as_deref(), Some("alice-approvals"));
+        assert_eq!(settings.topic("alice-approvals").unwrap().approver, "alice");
+        assert_eq!(settings.access_token, None);
+    }
+
+    #[test]
     fn mistakes_are_refused_naming_what_is_wrong() {
         let refused = |text: &str| {
             Settings::from_file(parse(text), |_| None)
