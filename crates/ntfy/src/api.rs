@@ -1,6 +1,5 @@
-//! The ntfy calls the worker makes: publish a message as JSON (`POST /`), read a topic's
-//! cached messages (`GET /{topic}/json?poll=1`), clear a notification
-//! (`PUT /{topic}/{sequence_id}/clear`). The access token goes in `Authorization: Bearer`
+//! The ntfy calls the worker makes: publish a message as JSON (`POST /`) and read a topic's
+//! cached messages (`GET /{topic}/json?poll=1`). The access token goes in `Authorization: Bearer`
 //! and never into a log. Failures are classified by the runtime's rules (transport errors,
 //! 408, 429 and 5xx may pass; ntfy's `Retry-After` is kept).
 
@@ -189,14 +188,6 @@ impl NtfyApi {
             .any(|message| {
                 message.event == "message" && message.sequence_id.as_deref() == Some(sequence_id)
             }))
-    }
-
-    /// Clears (marks read and dismisses) the notification of `sequence_id` on `topic`.
-    pub async fn clear(&self, topic: &str, sequence_id: &str) -> Result<(), NtfyError> {
-        let request = self
-            .http
-            .put(format!("{}/{topic}/{sequence_id}/clear", self.base));
-        self.send(request).await.map(|_| ())
     }
 }
 

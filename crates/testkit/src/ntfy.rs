@@ -7,7 +7,6 @@
 //!   earlier one of its topic updates that notification in place, as the clients show it.
 //! - `GET /{topic}/json?poll=1&since=…` returns the topic's cached messages as
 //!   newline-delimited JSON (`since` a Unix time in seconds, a message id or `all`).
-//! - `PUT /{topic}/{sequence_id}/clear` clears (marks read and dismisses) a notification.
 //! - With an access token configured, a request without `Authorization: Bearer <token>` gets
 //!   `401 {"code":40101,"http":401,"error":"unauthorized"}`.
 //! - Invalid input gets ntfy's 400 answers (invalid topic, priority, too many actions).
@@ -24,7 +23,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
 
@@ -80,7 +79,6 @@ pub struct NtfyFailure {
 #[derive(Default)]
 struct FakeState {
     messages: Vec<NtfyMessage>,
-    cleared: Vec<(String, String)>,
     requests: Vec<NtfyRequest>,
     failures: VecDeque<NtfyFailure>,
     hold: Duration,
@@ -143,7 +141,6 @@ impl FakeNtfy {
         let app = Router::new()
             .route("/", post(publish).put(publish))
             .route("/{topic}/json", get(poll))
-            .route("/{topic}/{sequence_id}/clear", put(clear))
             .with_state(shared.clone());
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -180,11 +177,6 @@ impl FakeNtfy {
             }
         }
         shown
-    }
-
-    /// The notifications cleared, as (topic, sequence id).
-    pub fn cleared(&self) -> Vec<(String, String)> {
-        self.shared.lock().cleared.clone()
     }
 
     pub fn requests(&self) -> Vec<NtfyRequest> {
@@ -432,25 +424,6 @@ async fn poll(
         lines,
     )
         .into_response()
-}
-
-async fn clear(
-    State(shared): State<Arc<Shared>>,
-    Path((topic, sequence_id)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    let path = format!("/{topic}/{sequence_id}/clear");
-    if !authorized(&shared, &headers) {
-        shared.record("PUT", &path, StatusCode::UNAUTHORIZED);
-        return error(StatusCode::UNAUTHORIZED, 40101, "unauthorized");
-    }
-    shared
-        .lock()
-        .cleared
-        .push((topic.clone(), sequence_id.clone()));
-    shared.record("PUT", &path, StatusCode::OK);
-    let answer = json!({"id": "fakeclear", "time": now_secs(), "event": "message_clear", "topic": topic, "sequence_id": sequence_id});
-    axum::Json(answer).into_response()
 }
 
 /// Performs an `http` action the way the ntfy app does when its button is tapped (method,
