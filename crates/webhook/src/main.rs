@@ -128,7 +128,8 @@ async fn operate(settings: &Settings, command: Command) -> Result<(), String> {
         }
         Command::RevokeLinks { approval_id } => {
             let revoked = store
-                .revoke_links(&approval_id)
+                .links()
+                .revoke(&approval_id)
                 .await
                 .map_err(|e| e.to_string())?;
             println!("revoked {revoked} decision link(s) of {approval_id}");

@@ -818,7 +818,13 @@ async fn expired_revoked_and_unknown_links_are_refused_with_a_clear_page() {
     let short_body = harness.receiver.accepted(&requested_id(&short)).await;
     let long_body = harness.receiver.accepted(&requested_id(&long)).await;
 
-    let revoked = harness.store().await.revoke_links(&long.id).await.unwrap();
+    let revoked = harness
+        .store()
+        .await
+        .links()
+        .revoke(&long.id)
+        .await
+        .unwrap();
     assert_eq!(revoked, 2);
     let (status, page) = harness.get(&link(&long_body, "approve")).await;
     assert_eq!(status, 410, "{page}");
