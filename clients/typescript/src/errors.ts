@@ -1,0 +1,163 @@
+// Typed errors. Each carries the server's own message, which names what is wrong. No error
+// ever means "approved": code that gates an action acts only on an approval whose `approved`
+// is true.
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { Approval } from "./model.js";
+
+/** Base of every error this package throws. */
+export class CountersignError extends Error {
+  /** The gRPC status code, when the error came from the server or the transport. */
+  readonly code: Code | undefined = undefined;
+
+  /** True when the same call may succeed later (unreachable server, broken connection). */
+  get transient(): boolean {
+    return false;
+  }
+}
+
+/** The client configuration cannot be used (address, CA, token). */
+export class ConfigError extends CountersignError {
+  override name = "ConfigError";
+}
+
+/** The call was aborted through its AbortSignal. */
+export class Aborted extends CountersignError {
+  override name = "Aborted";
+}
+
+/** A gRPC status the server (or the transport) answered with. */
+export class RpcError extends CountersignError {
+  override name = "RpcError";
+  override readonly code: Code;
+
+  constructor(code: Code, message: string, options?: ErrorOptions) {
+    super(`${Code[code]}: ${message}`, options);
+    this.code = code;
+    this.rawMessage = message;
+  }
+
+  /** The server's message without the code. */
+  readonly rawMessage: string;
+
+  override get transient(): boolean {
+    return TRANSIENT.has(this.code);
+  }
+}
+
+/** The server could not be reached, or the connection broke. */
+export class Unavailable extends RpcError {
+  override name = "Unavailable";
+}
+/** The call did not complete in time. */
+export class DeadlineExceeded extends RpcError {
+  override name = "DeadlineExceeded";
+}
+/** No approval (or grant) with that id. */
+export class NotFound extends RpcError {
+  override name = "NotFound";
+}
+/** The request was refused and nothing was stored; `field` names the offending field. */
+export class InvalidArgument extends RpcError {
+  override name = "InvalidArgument";
+  /** The request field the server named ("arguments_json", "ttl_seconds", ...), if any. */
+  readonly field: string | undefined;
+
+  constructor(code: Code, message: string, options?: ErrorOptions) {
+    super(code, message, options);
+    const colon = message.indexOf(": ");
+    const field = colon > 0 ? message.slice(0, colon) : "";
+    this.field = field && !field.includes(" ") ? field : undefined;
+  }
+}
+/** The token may not do this, or the decider may not decide this approval. */
+export class PermissionDenied extends RpcError {
+  override name = "PermissionDenied";
+}
+/** No token, or a token the server does not accept. */
+export class Unauthenticated extends RpcError {
+  override name = "Unauthenticated";
+}
+/** An idempotency key used before with other arguments. */
+export class AlreadyExists extends RpcError {
+  override name = "AlreadyExists";
+}
+/** The approval is not in a state that allows this (e.g. a second consume). */
+export class FailedPrecondition extends RpcError {
+  override name = "FailedPrecondition";
+}
+/** A size or pending limit, or (on a watch) a consumer too slow for the server. */
+export class ResourceExhausted extends RpcError {
+  override name = "ResourceExhausted";
+}
+/** The agent exceeded its request rate; `retryAfterMs` says when to try again. */
+export class RateLimited extends ResourceExhausted {
+  override name = "RateLimited";
+  constructor(
+    code: Code,
+    message: string,
+    readonly retryAfterMs: number,
+    options?: ErrorOptions,
+  ) {
+    super(code, message, options);
+  }
+}
+/** A watch cursor the server no longer retains (or that is ahead of it). */
+export class OutOfRange extends RpcError {
+  override name = "OutOfRange";
+}
+
+/** A decision arrived after the approval was resolved; `approval` shows who or what won. */
+export class AlreadyResolved extends CountersignError {
+  override name = "AlreadyResolved";
+  constructor(readonly approval: Approval) {
+    super(`approval ${approval.id} was already resolved: ${approval.outcome}`);
+  }
+}
+
+// A connection torn down mid-call surfaces as CANCELED or UNKNOWN, a server-side abort as
+// ABORTED (as in the Rust and Python clients). connect-node reports an HTTP/2 stream reset by
+// a server going away as INTERNAL; it is retried too, as the Rust client retries a transport
+// INTERNAL.
+const TRANSIENT = new Set([
+  Code.Unavailable,
+  Code.DeadlineExceeded,
+  Code.Canceled,
+  Code.Unknown,
+  Code.Aborted,
+  Code.Internal,
+]);
+
+const BY_CODE = new Map<Code, typeof RpcError>([
+  [Code.Unavailable, Unavailable],
+  [Code.DeadlineExceeded, DeadlineExceeded],
+  [Code.NotFound, NotFound],
+  [Code.InvalidArgument, InvalidArgument],
+  [Code.PermissionDenied, PermissionDenied],
+  [Code.Unauthenticated, Unauthenticated],
+  [Code.AlreadyExists, AlreadyExists],
+  [Code.FailedPrecondition, FailedPrecondition],
+  [Code.ResourceExhausted, ResourceExhausted],
+  [Code.OutOfRange, OutOfRange],
+]);
+
+/** The typed error for anything a call threw; an abort through `signal` is `Aborted`. */
+export function errorOf(error: unknown, signal?: AbortSignal): CountersignError {
+  if (signal?.aborted) {
+    return new Aborted(`aborted: ${String(signal.reason ?? "the signal was aborted")}`, {
+      cause: error,
+    });
+  }
+  if (error instanceof CountersignError) {
+    return error;
+  }
+  const connect = ConnectError.from(error);
+  const message = connect.rawMessage;
+  if (connect.code === Code.ResourceExhausted) {
+    const retryAfter = Number(connect.metadata.get("retry-after-ms"));
+    if (connect.metadata.has("retry-after-ms") && Number.isFinite(retryAfter)) {
+      return new RateLimited(connect.code, message, retryAfter, { cause: error });
+    }
+  }
+  const Type = BY_CODE.get(connect.code) ?? RpcError;
+  return new Type(connect.code, message, { cause: error });
+}
