@@ -1,0 +1,161 @@
+// The OpenAI Agents SDK adapter: real runs of a real Agent with a scripted model.
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import {
+  Agent,
+  type Model,
+  type ModelRequest,
+  type ModelResponse,
+  setTracingDisabled,
+  tool,
+  Usage,
+} from "@openai/agents";
+import { z } from "zod";
+import { resolveInterruptions, runWithApprovals } from "../src/adapters/openai-agents.js";
+import type { Client } from "../src/index.js";
+import { agentId, decideNext, firstPending, Server } from "./support.js";
+
+setTracingDisabled(true); // no network
+
+/** Calls delete_file once, then answers "done"; records what it was sent. */
+class ScriptedModel implements Model {
+  readonly inputs: string[] = [];
+  private calls = 0;
+
+  async getResponse(request: ModelRequest): Promise<ModelResponse> {
+    const input = JSON.stringify(request.input);
+    this.inputs.push(input);
+    this.calls += 1;
+    if (input.includes("function_call_result")) {
+      return {
+        usage: new Usage(),
+        output: [
+          {
+            type: "message",
+            role: "assistant",
+            status: "completed",
+            content: [{ type: "output_text", text: "done" }],
+          },
+        ],
+      };
+    }
+    return {
+      usage: new Usage(),
+      output: [
+        {
+          type: "function_call",
+          callId: `call-${this.calls}-${Math.random()}`,
+          name: "delete_file",
+          arguments: JSON.stringify({ path: "./build" }),
+          status: "completed",
+        },
+      ],
+    };
+  }
+
+  // biome-ignore lint/correctness/useYield: this model is only used without streaming.
+  async *getStreamedResponse(): AsyncIterable<never> {
+    throw new Error("not streamed");
+  }
+}
+
+function janitor(ran: string[]) {
+  const model = new ScriptedModel();
+  const deleteFile = tool({
+    name: "delete_file",
+    description: "Deletes a file",
+    parameters: z.object({ path: z.string() }),
+    needsApproval: true,
+    execute: async ({ path }) => {
+      ran.push(path);
+      return `deleted ${path}`;
+    },
+  });
+  return { model, agent: new Agent({ name: "janitor", model, tools: [deleteFile] }) };
+}
+
+describe("OpenAI Agents SDK adapter", () => {
+  let server: Server;
+  let client: Client;
+  before(async () => {
+    server = await Server.start();
+    client = server.client();
+  });
+  after(() => server.kill());
+
+  test("approved: the tool runs; the call id is the idempotency key", async () => {
+    const agent = agentId();
+    const ran: string[] = [];
+    const { agent: janitorAgent } = janitor(ran);
+    const decided = decideNext(client, agent, { verdict: "approve" });
+    const result = await runWithApprovals(client, janitorAgent, "clean up", {
+      agentId: agent,
+      sessionId: "thread-1",
+    });
+    const approval = await decided;
+    assert.deepEqual(ran, ["./build"]);
+    assert.equal(result.finalOutput, "done");
+    assert.match(approval.idempotencyKey, /^call-1-/);
+    assert.equal(approval.sessionId, "thread-1");
+    assert.deepEqual(approval.arguments, { path: "./build" });
+  });
+
+  test("rejected: the tool never runs and the model reads who rejected and why", async () => {
+    const agent = agentId();
+    const ran: string[] = [];
+    const { model, agent: janitorAgent } = janitor(ran);
+    const decided = decideNext(client, agent, { verdict: "reject", reason: "keep the build" });
+    await runWithApprovals(client, janitorAgent, "clean up", { agentId: agent });
+    await decided;
+    assert.deepEqual(ran, []);
+    assert.match(model.inputs.at(-1) ?? "", /rejected by Alice via cli: keep the build/);
+  });
+
+  test("approved with edited arguments: the tool runs with the edited input", async () => {
+    const agent = agentId();
+    const ran: string[] = [];
+    const { agent: janitorAgent } = janitor(ran);
+    const decided = decideNext(client, agent, {
+      verdict: "approve",
+      editedArguments: { path: "./build/cache" },
+    });
+    await runWithApprovals(client, janitorAgent, "clean up", { agentId: agent });
+    await decided;
+    assert.deepEqual(ran, ["./build/cache"]);
+  });
+
+  test("approved for the session: later calls of the tool in the run need no approval", async () => {
+    const agent = agentId();
+    const ran: string[] = [];
+    const { agent: janitorAgent } = janitor(ran);
+    const { run } = await import("@openai/agents");
+    const first = await run(janitorAgent, "clean up");
+    assert.equal(first.interruptions.length, 1);
+    const decided = decideNext(client, agent, { verdict: "approve", scope: "session" });
+    const state = await resolveInterruptions(client, first, { agentId: agent });
+    await decided;
+    const item = first.interruptions[0];
+    assert.ok(item);
+    assert.equal(
+      state._context.isToolApproved({ toolName: "delete_file", callId: "another" }),
+      true,
+    );
+  });
+
+  test("the server lost while waiting: denied, the tool never runs", async () => {
+    const lost = await Server.start();
+    const agent = agentId();
+    const ran: string[] = [];
+    const { model, agent: janitorAgent } = janitor(ran);
+    const lostClient = lost.client();
+    const killed = firstPending(lostClient, agent).then(() => lost.kill());
+    await runWithApprovals(lostClient, janitorAgent, "clean up", {
+      agentId: agent,
+      deadlineMs: 1_500,
+      requestRetryMs: 500,
+    });
+    await killed;
+    assert.deepEqual(ran, []);
+    assert.match(model.inputs.at(-1) ?? "", /countersign could not decide/);
+  });
+});
