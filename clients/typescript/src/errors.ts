@@ -114,17 +114,16 @@ export class AlreadyResolved extends CountersignError {
   }
 }
 
-// A connection torn down mid-call surfaces as CANCELED or UNKNOWN, a server-side abort as
-// ABORTED (as in the Rust and Python clients). connect-node reports an HTTP/2 stream reset by
-// a server going away as INTERNAL; it is retried too, as the Rust client retries a transport
-// INTERNAL.
+// A connection torn down mid-call surfaces as CANCELED ("http/2 stream closed with error code
+// CANCEL" when the server is killed under a long-poll) or UNKNOWN, a server-side abort as
+// ABORTED (as in the Rust and Python clients). An abort through the caller's own signal is
+// Aborted, never retried.
 const TRANSIENT = new Set([
   Code.Unavailable,
   Code.DeadlineExceeded,
   Code.Canceled,
   Code.Unknown,
   Code.Aborted,
-  Code.Internal,
 ]);
 
 const BY_CODE = new Map<Code, typeof RpcError>([

@@ -11,7 +11,11 @@ import {
   Usage,
 } from "@openai/agents";
 import { z } from "zod";
-import { resolveInterruptions, runWithApprovals } from "../src/adapters/openai-agents.js";
+import {
+  editableTool,
+  resolveInterruptions,
+  runWithApprovals,
+} from "../src/adapters/openai-agents.js";
 import type { Client } from "../src/index.js";
 import { agentId, decideNext, firstPending, Server } from "./support.js";
 
@@ -59,7 +63,7 @@ class ScriptedModel implements Model {
   }
 }
 
-function janitor(ran: string[]) {
+function janitor(ran: string[], editable = true) {
   const model = new ScriptedModel();
   const deleteFile = tool({
     name: "delete_file",
@@ -71,7 +75,8 @@ function janitor(ran: string[]) {
       return `deleted ${path}`;
     },
   });
-  return { model, agent: new Agent({ name: "janitor", model, tools: [deleteFile] }) };
+  const tools = [editable ? editableTool(deleteFile) : deleteFile];
+  return { model, agent: new Agent({ name: "janitor", model, tools }) };
 }
 
 describe("OpenAI Agents SDK adapter", () => {
@@ -124,6 +129,21 @@ describe("OpenAI Agents SDK adapter", () => {
     assert.deepEqual(ran, ["./build/cache"]);
   });
 
+  test("approved with edits, the tool not editable: rejected, the model reads the edit", async () => {
+    const agent = agentId();
+    const ran: string[] = [];
+    const { model, agent: janitorAgent } = janitor(ran, false);
+    const decided = decideNext(client, agent, {
+      verdict: "approve",
+      editedArguments: { path: "./build/cache" },
+    });
+    await runWithApprovals(client, janitorAgent, "clean up", { agentId: agent });
+    await decided;
+    assert.deepEqual(ran, []);
+    assert.match(model.inputs.at(-1) ?? "", /only with these edited arguments/);
+    assert.match(model.inputs.at(-1) ?? "", /build\/cache/);
+  });
+
   test("approved for the session: later calls of the tool in the run need no approval", async () => {
     const agent = agentId();
     const ran: string[] = [];
@@ -132,7 +152,10 @@ describe("OpenAI Agents SDK adapter", () => {
     const first = await run(janitorAgent, "clean up");
     assert.equal(first.interruptions.length, 1);
     const decided = decideNext(client, agent, { verdict: "approve", scope: "session" });
-    const state = await resolveInterruptions(client, first, { agentId: agent });
+    const state = await resolveInterruptions(client, first, {
+      agentId: agent,
+      sessionId: "thread-2",
+    });
     await decided;
     const item = first.interruptions[0];
     assert.ok(item);

@@ -2,6 +2,7 @@
 // declared with `needsApproval`) through countersign, then resumes the run.
 import {
   type Agent,
+  type FunctionTool,
   type NonStreamRunOptions,
   type RunResult,
   type RunToolApprovalItem,
@@ -36,26 +37,44 @@ function callIdOf(item: RunToolApprovalItem): string {
   return raw.callId ?? raw.id ?? "";
 }
 
-/** True when the run state's pending call `callId` will run with `argumentsJson`: read from
- * the state's own serialized form, so that an SDK that keeps the call elsewhere is noticed. */
-function pendingCallRuns(
-  state: { toJSON(): unknown },
-  callId: string,
-  argumentsJson: string,
-): boolean {
-  const serialized = state.toJSON() as {
-    lastProcessedResponse?: {
-      functions?: { toolCall?: { callId?: string; arguments?: string } }[];
-    };
+/** The calls an approver approved with edited arguments, per tool made editable. */
+// biome-ignore lint/suspicious/noExplicitAny: any function tool.
+const editsOf = new WeakMap<FunctionTool<any, any, any>, Map<string, string>>();
+
+/**
+ * The tool, able to run with the arguments an approver edited: the SDK approves a call only
+ * with the arguments the model gave (it refuses a changed invocation), so the edit is applied
+ * when the approved call is invoked. Without it an edited approval is a rejection that tells
+ * the model the approved arguments.
+ *
+ *     new Agent({ name: "janitor", tools: [editableTool(deleteFile)] })
+ */
+// biome-ignore lint/suspicious/noExplicitAny: any function tool.
+export function editableTool<T extends FunctionTool<any, any, any>>(tool: T): T {
+  const edits = new Map<string, string>();
+  const editable: T = {
+    ...tool,
+    invoke: (runContext, input, details) => {
+      const callId = details?.toolCall?.callId;
+      const edited = callId === undefined ? undefined : edits.get(callId);
+      if (callId !== undefined) {
+        edits.delete(callId);
+      }
+      return tool.invoke(runContext, edited ?? input, details);
+    },
   };
-  const pending = serialized.lastProcessedResponse?.functions?.filter(
-    (f) => f.toolCall?.callId === callId,
-  );
-  return (
-    pending !== undefined &&
-    pending.length > 0 &&
-    pending.every((f) => f.toolCall?.arguments === argumentsJson)
-  );
+  editsOf.set(editable, edits);
+  return editable;
+}
+
+/** Where to put an approved edit of `item`'s call: its tool's edits, when it is editable. */
+function editsFor(item: RunToolApprovalItem): Map<string, string> | undefined {
+  for (const tool of item.agent.tools) {
+    if (tool.type === "function" && tool.name === item.name) {
+      return editsOf.get(tool);
+    }
+  }
+  return undefined;
 }
 
 /**
@@ -63,9 +82,8 @@ function pendingCallRuns(
  * decides; run the state again to continue. Each call is requested with its call id as
  * idempotency key (a resumed run never asks twice). Approved: `state.approve(item)`, with
  * `alwaysApprove` when the approver allowed the tool for the session; approved with edited
- * arguments: the pending call is given the edited arguments, then approved (when the SDK's
- * state does not take them, the call is rejected with the approved arguments in the message
- * instead: never run as requested). Anything else, and every failure (server unreachable,
+ * arguments: approved, and run with the edited arguments when the tool is an `editableTool`,
+ * else rejected with the approved arguments in the message (never run as requested). Anything else, and every failure (server unreachable,
  * token refused, expiry): `state.reject(item, { message })` with the approver's name and
  * reason, or the failure, which the model reads.
  */
@@ -97,15 +115,12 @@ export async function resolveInterruptions<R extends RunResult<any, any>>(
       continue;
     }
     if (verdict.approval.edited) {
-      const edited = JSON.stringify(verdict.input);
-      const raw = item.rawItem as { type: string; arguments?: string };
-      if (raw.type === "function_call") {
-        raw.arguments = edited;
-      }
-      if (!pendingCallRuns(state, callIdOf(item), edited)) {
+      const edits = editsFor(item);
+      if (edits === undefined) {
         state.reject(item, { message: editedText(verdict.approval.outcome, verdict.input) });
         continue;
       }
+      edits.set(callIdOf(item), JSON.stringify(verdict.input));
     }
     state.approve(item, { alwaysApprove: verdict.forSession });
   }
