@@ -9,6 +9,11 @@ export class CountersignError extends Error {
   /** The gRPC status code, when the error came from the server or the transport. */
   readonly code: Code | undefined = undefined;
 
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = new.target.name; // "Unavailable", "InvalidArgument", ...
+  }
+
   /** True when the same call may succeed later (unreachable server, broken connection). */
   get transient(): boolean {
     return false;
@@ -16,18 +21,13 @@ export class CountersignError extends Error {
 }
 
 /** The client configuration cannot be used (address, CA, token). */
-export class ConfigError extends CountersignError {
-  override name = "ConfigError";
-}
+export class ConfigError extends CountersignError {}
 
 /** The call was aborted through its AbortSignal. */
-export class Aborted extends CountersignError {
-  override name = "Aborted";
-}
+export class Aborted extends CountersignError {}
 
 /** A gRPC status the server (or the transport) answered with. */
 export class RpcError extends CountersignError {
-  override name = "RpcError";
   override readonly code: Code;
 
   constructor(code: Code, message: string, options?: ErrorOptions) {
@@ -45,20 +45,13 @@ export class RpcError extends CountersignError {
 }
 
 /** The server could not be reached, or the connection broke. */
-export class Unavailable extends RpcError {
-  override name = "Unavailable";
-}
+export class Unavailable extends RpcError {}
 /** The call did not complete in time. */
-export class DeadlineExceeded extends RpcError {
-  override name = "DeadlineExceeded";
-}
+export class DeadlineExceeded extends RpcError {}
 /** No approval (or grant) with that id. */
-export class NotFound extends RpcError {
-  override name = "NotFound";
-}
+export class NotFound extends RpcError {}
 /** The request was refused and nothing was stored; `field` names the offending field. */
 export class InvalidArgument extends RpcError {
-  override name = "InvalidArgument";
   /** The request field the server named ("arguments_json", "ttl_seconds", ...), if any. */
   readonly field: string | undefined;
 
@@ -70,28 +63,17 @@ export class InvalidArgument extends RpcError {
   }
 }
 /** The token may not do this, or the decider may not decide this approval. */
-export class PermissionDenied extends RpcError {
-  override name = "PermissionDenied";
-}
+export class PermissionDenied extends RpcError {}
 /** No token, or a token the server does not accept. */
-export class Unauthenticated extends RpcError {
-  override name = "Unauthenticated";
-}
+export class Unauthenticated extends RpcError {}
 /** An idempotency key used before with other arguments. */
-export class AlreadyExists extends RpcError {
-  override name = "AlreadyExists";
-}
+export class AlreadyExists extends RpcError {}
 /** The approval is not in a state that allows this (e.g. a second consume). */
-export class FailedPrecondition extends RpcError {
-  override name = "FailedPrecondition";
-}
+export class FailedPrecondition extends RpcError {}
 /** A size or pending limit, or (on a watch) a consumer too slow for the server. */
-export class ResourceExhausted extends RpcError {
-  override name = "ResourceExhausted";
-}
+export class ResourceExhausted extends RpcError {}
 /** The agent exceeded its request rate; `retryAfterMs` says when to try again. */
 export class RateLimited extends ResourceExhausted {
-  override name = "RateLimited";
   constructor(
     code: Code,
     message: string,
@@ -102,13 +84,10 @@ export class RateLimited extends ResourceExhausted {
   }
 }
 /** A watch cursor the server no longer retains (or that is ahead of it). */
-export class OutOfRange extends RpcError {
-  override name = "OutOfRange";
-}
+export class OutOfRange extends RpcError {}
 
 /** A decision arrived after the approval was resolved; `approval` shows who or what won. */
 export class AlreadyResolved extends CountersignError {
-  override name = "AlreadyResolved";
   constructor(readonly approval: Approval) {
     super(`approval ${approval.id} was already resolved: ${approval.outcome}`);
   }

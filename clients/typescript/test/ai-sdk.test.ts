@@ -1,12 +1,12 @@
 // The AI SDK adapter in real generateText / streamText loops with the SDK's own mock model.
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { generateText, type ModelMessage, stepCountIs, streamText, tool } from "ai";
 import { convertArrayToReadableStream, MockLanguageModelV4 } from "ai/test";
 import { z } from "zod";
 import { answerToolApprovals } from "../src/adapters/ai-sdk.js";
 import type { Client } from "../src/index.js";
-import { agentId, decideNext, firstPending, Server } from "./support.js";
+import { agentId, decideNext, firstPending, Server, sharedServer } from "./support.js";
 
 const usage = {
   inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 },
@@ -110,19 +110,13 @@ async function loop(
 }
 
 describe("AI SDK adapter", () => {
-  let server: Server;
-  let client: Client;
-  before(async () => {
-    server = await Server.start();
-    client = server.client();
-  });
-  after(() => server.kill());
+  const shared = sharedServer();
 
   test("approved: the tool runs, with the tool-call id as idempotency key", async () => {
     const agent = agentId();
     const ran: string[] = [];
-    const decided = decideNext(client, agent, { verdict: "approve" });
-    const result = await loop(client, agent, ran, []);
+    const decided = decideNext(shared.client, agent, { verdict: "approve" });
+    const result = await loop(shared.client, agent, ran, []);
     const approval = await decided;
     assert.deepEqual(ran, ["./build"]);
     assert.equal(result.text, "done");
@@ -135,8 +129,11 @@ describe("AI SDK adapter", () => {
     const agent = agentId();
     const ran: string[] = [];
     const prompts: unknown[] = [];
-    const decided = decideNext(client, agent, { verdict: "reject", reason: "keep the build" });
-    await loop(client, agent, ran, prompts);
+    const decided = decideNext(shared.client, agent, {
+      verdict: "reject",
+      reason: "keep the build",
+    });
+    await loop(shared.client, agent, ran, prompts);
     await decided;
     assert.deepEqual(ran, []);
     const last = JSON.stringify(prompts.at(-1));
@@ -147,11 +144,11 @@ describe("AI SDK adapter", () => {
   test("approved with edited arguments: the tool runs with the edited input", async () => {
     const agent = agentId();
     const ran: string[] = [];
-    const decided = decideNext(client, agent, {
+    const decided = decideNext(shared.client, agent, {
       verdict: "approve",
       editedArguments: { path: "./build/cache" },
     });
-    await loop(client, agent, ran, []);
+    await loop(shared.client, agent, ran, []);
     await decided;
     assert.deepEqual(ran, ["./build/cache"]);
   });
@@ -175,9 +172,11 @@ describe("AI SDK adapter", () => {
     const model = scriptedModel([]);
     const tools = { delete_file: deleteFile(ran) };
     const messages: ModelMessage[] = [{ role: "user", content: "clean up" }];
-    const decided = decideNext(client, agent, { verdict: "approve" });
+    const decided = decideNext(shared.client, agent, { verdict: "approve" });
     const first = streamText({ model, tools, messages });
-    const next = await answerToolApprovals(client, first.responseMessages, { agentId: agent });
+    const next = await answerToolApprovals(shared.client, first.responseMessages, {
+      agentId: agent,
+    });
     assert.equal(next.answered, 1);
     messages.push(...next.messages);
     const second = streamText({ model, tools, messages });

@@ -1,10 +1,9 @@
 // The Claude Agent SDK adapter, called as the SDK calls its CanUseTool callback.
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import type { CanUseTool, PermissionResult } from "@anthropic-ai/claude-agent-sdk";
 import { countersignCanUseTool } from "../src/adapters/claude-agent-sdk.js";
-import type { Client } from "../src/index.js";
-import { agentId, decideNext, firstPending, Server } from "./support.js";
+import { agentId, decideNext, firstPending, Server, sharedServer } from "./support.js";
 
 /** One permission prompt, with the options the SDK passes. */
 function ask(
@@ -21,22 +20,16 @@ function ask(
 }
 
 describe("Claude Agent SDK adapter", () => {
-  let server: Server;
-  let client: Client;
-  before(async () => {
-    server = await Server.start();
-    client = server.client();
-  });
-  after(() => server.kill());
+  const shared = sharedServer();
 
   test("approved: allow with the approved input; the tool-use id is the idempotency key", async () => {
     const agent = agentId();
     let session = "session-a";
-    const canUseTool: CanUseTool = countersignCanUseTool(client, {
+    const canUseTool: CanUseTool = countersignCanUseTool(shared.client, {
       agentId: agent,
       sessionId: () => session,
     });
-    const decided = decideNext(client, agent, { verdict: "approve" });
+    const decided = decideNext(shared.client, agent, { verdict: "approve" });
     const result = await ask(canUseTool, "toolu_1", { command: "make clean" });
     const approval = await decided;
     assert.deepEqual(result, {
@@ -47,15 +40,15 @@ describe("Claude Agent SDK adapter", () => {
     assert.equal(approval.idempotencyKey, "toolu_1");
     assert.equal(approval.sessionId, "session-a");
     session = "session-b";
-    const again = decideNext(client, agent, { verdict: "approve" });
+    const again = decideNext(shared.client, agent, { verdict: "approve" });
     await ask(canUseTool, "toolu_2", { command: "ls" });
     assert.equal((await again).sessionId, "session-b");
   });
 
   test("rejected: deny with the approver's name and reason as the message", async () => {
     const agent = agentId();
-    const canUseTool = countersignCanUseTool(client, { agentId: agent });
-    const decided = decideNext(client, agent, { verdict: "reject", reason: "not in prod" });
+    const canUseTool = countersignCanUseTool(shared.client, { agentId: agent });
+    const decided = decideNext(shared.client, agent, { verdict: "reject", reason: "not in prod" });
     const result = await ask(canUseTool, "toolu_r", { command: "rm -rf /" });
     await decided;
     assert.equal(result.behavior, "deny");
@@ -67,8 +60,8 @@ describe("Claude Agent SDK adapter", () => {
 
   test("approved with edited arguments: allow with the edited input", async () => {
     const agent = agentId();
-    const canUseTool = countersignCanUseTool(client, { agentId: agent });
-    const decided = decideNext(client, agent, {
+    const canUseTool = countersignCanUseTool(shared.client, { agentId: agent });
+    const decided = decideNext(shared.client, agent, {
       verdict: "approve",
       editedArguments: { command: "rm -rf ./build/cache" },
     });
@@ -82,8 +75,8 @@ describe("Claude Agent SDK adapter", () => {
 
   test("approved for the session: a session permission rule for the tool", async () => {
     const agent = agentId();
-    const canUseTool = countersignCanUseTool(client, { agentId: agent, sessionId: "s" });
-    const decided = decideNext(client, agent, { verdict: "approve", scope: "session" });
+    const canUseTool = countersignCanUseTool(shared.client, { agentId: agent, sessionId: "s" });
+    const decided = decideNext(shared.client, agent, { verdict: "approve", scope: "session" });
     const result = await ask(canUseTool, "toolu_s", { command: "make" });
     await decided;
     assert.equal(result.behavior, "allow");

@@ -15,16 +15,18 @@ import {
   type Snapshot,
   Unavailable,
 } from "../src/index.js";
-import { ALICE, agentId, decideNext, firstPending, freePort, Server } from "./support.js";
+import {
+  ALICE,
+  agentId,
+  decideNext,
+  firstPending,
+  freePort,
+  Server,
+  sharedServer,
+} from "./support.js";
 
 describe("client", () => {
-  let server: Server;
-  let client: Client;
-  before(async () => {
-    server = await Server.start();
-    client = server.client();
-  });
-  after(() => server.kill());
+  const shared = sharedServer();
 
   test("requestApproval is idempotent on the idempotency key", async () => {
     const agent = agentId();
@@ -34,23 +36,23 @@ describe("client", () => {
       arguments: { env: "prod" },
       idempotencyKey: "call-1",
     };
-    const first = await client.requestApproval(request);
-    const again = await client.requestApproval(request);
+    const first = await shared.client.requestApproval(request);
+    const again = await shared.client.requestApproval(request);
     assert.equal(first.created, true);
     assert.equal(again.created, false);
     assert.equal(again.approval.id, first.approval.id);
     assert.equal(first.approval.state, "pending");
     assert.deepEqual(first.approval.arguments, { env: "prod" });
     await assert.rejects(
-      client.requestApproval({ ...request, arguments: { env: "staging" } }),
+      shared.client.requestApproval({ ...request, arguments: { env: "staging" } }),
       AlreadyExists,
     );
   });
 
   test("requestAndWait returns the approval once a person approved it", async () => {
     const agent = agentId();
-    const decided = decideNext(client, agent, { verdict: "approve", reason: "fine" });
-    const approval = await client.requestAndWait({
+    const decided = decideNext(shared.client, agent, { verdict: "approve", reason: "fine" });
+    const approval = await shared.client.requestAndWait({
       agentId: agent,
       toolName: "bash",
       arguments: { command: "make clean" },
@@ -62,22 +64,27 @@ describe("client", () => {
     assert.equal(approval.sessionId, "s-1");
     assert.equal(approval.scope, "once");
     assert.equal(approval.outcome, "approved by Alice via cli: fine");
-    const consumed = await client.consume(approval.id, { argsDigest: approval.currentArgsDigest });
+    const consumed = await shared.client.consume(approval.id, {
+      argsDigest: approval.currentArgsDigest,
+    });
     assert.equal(consumed.state, "consumed");
     assert.equal(consumed.consumption?.outcome, "succeeded");
-    await assert.rejects(client.consume(approval.id), FailedPrecondition);
+    await assert.rejects(shared.client.consume(approval.id), FailedPrecondition);
   });
 
   test("a rejection carries who rejected and why; a late decision is AlreadyResolved", async () => {
     const agent = agentId();
-    const decided = decideNext(client, agent, { verdict: "reject", reason: "not on a Friday" });
-    const approval = await client.requestAndWait({ agentId: agent, toolName: "deploy" });
+    const decided = decideNext(shared.client, agent, {
+      verdict: "reject",
+      reason: "not on a Friday",
+    });
+    const approval = await shared.client.requestAndWait({ agentId: agent, toolName: "deploy" });
     await decided;
     assert.equal(approval.approved, false);
     assert.equal(approval.state, "rejected");
     assert.equal(approval.reason, "not on a Friday");
     assert.deepEqual(approval.deciders, [ALICE]);
-    const late = client.decide(approval.id, { verdict: "approve", decider: ALICE });
+    const late = shared.client.decide(approval.id, { verdict: "approve", decider: ALICE });
     await assert.rejects(late, (error: unknown) => {
       assert.ok(error instanceof AlreadyResolved);
       assert.equal(error.approval.state, "rejected");
@@ -87,18 +94,18 @@ describe("client", () => {
 
   test("an approval with edited arguments says what to run", async () => {
     const agent = agentId();
-    const request = client.requestApproval({
+    const request = shared.client.requestApproval({
       agentId: agent,
       toolName: "bash",
       arguments: { command: "rm -rf ./build" },
     });
-    const pending = await firstPending(client, agent);
-    await client.decide(pending.id, {
+    const pending = await firstPending(shared.client, agent);
+    await shared.client.decide(pending.id, {
       verdict: "approve",
       decider: ALICE,
       editedArguments: { command: "rm -rf ./build/cache" },
     });
-    const approval = await client.waitForDecision((await request).approval.id);
+    const approval = await shared.client.waitForDecision((await request).approval.id);
     assert.equal(approval.approved, true);
     assert.equal(approval.edited, true);
     assert.deepEqual(approval.argumentsToRun, { command: "rm -rf ./build/cache" });
@@ -108,14 +115,17 @@ describe("client", () => {
 
   test("bad input is InvalidArgument naming the field; an unknown id is NotFound", async () => {
     await assert.rejects(
-      client.requestApproval({ agentId: "", toolName: "bash" }),
+      shared.client.requestApproval({ agentId: "", toolName: "bash" }),
       (error: unknown) => {
         assert.ok(error instanceof InvalidArgument);
         assert.equal(error.field, "agent_id");
         return true;
       },
     );
-    await assert.rejects(client.getApproval("0190d5b4-0000-7000-8000-000000000000"), NotFound);
+    await assert.rejects(
+      shared.client.getApproval("0190d5b4-0000-7000-8000-000000000000"),
+      NotFound,
+    );
     assert.throws(() => new Client({ address: "nowhere" }), ConfigError);
     assert.throws(() => new Client({ address: "ftp://h:1" }), ConfigError);
     assert.throws(() => new Client({ token: "a\nb" }), ConfigError);
@@ -123,7 +133,7 @@ describe("client", () => {
 
   test("a wait returns the approval still pending at its deadline", async () => {
     const agent = agentId();
-    const approval = await client.requestAndWait(
+    const approval = await shared.client.requestAndWait(
       { agentId: agent, toolName: "bash" },
       { deadlineMs: 300 },
     );
@@ -134,23 +144,27 @@ describe("client", () => {
   test("an AbortSignal ends a wait with Aborted", async () => {
     const agent = agentId();
     const controller = new AbortController();
-    const waiting = client.requestAndWait(
+    const waiting = shared.client.requestAndWait(
       { agentId: agent, toolName: "bash" },
       { signal: controller.signal },
     );
-    await firstPending(client, agent);
+    await firstPending(shared.client, agent);
     controller.abort("the user left");
     await assert.rejects(waiting, Aborted);
-    await assert.rejects(client.getApproval("x", { signal: AbortSignal.abort() }), Aborted);
+    await assert.rejects(shared.client.getApproval("x", { signal: AbortSignal.abort() }), Aborted);
   });
 
   test("a session approval approves the next call of the tool in the session at once", async () => {
     const agent = agentId();
-    const decided = decideNext(client, agent, { verdict: "approve", scope: "session" });
-    const first = await client.requestAndWait({ agentId: agent, toolName: "bash", sessionId: "s" });
+    const decided = decideNext(shared.client, agent, { verdict: "approve", scope: "session" });
+    const first = await shared.client.requestAndWait({
+      agentId: agent,
+      toolName: "bash",
+      sessionId: "s",
+    });
     await decided;
     assert.equal(first.scope, "session");
-    const second = await client.requestAndWait({
+    const second = await shared.client.requestAndWait({
       agentId: agent,
       toolName: "bash",
       sessionId: "s",
@@ -162,15 +176,15 @@ describe("client", () => {
 
   test("watch yields a snapshot, then each event once and in order", async () => {
     const agent = agentId();
-    const pending = await client.requestApproval({ agentId: agent, toolName: "deploy" });
+    const pending = await shared.client.requestApproval({ agentId: agent, toolName: "deploy" });
     const controller = new AbortController();
-    const watch = client.watch({ signal: controller.signal });
+    const watch = shared.client.watch({ signal: controller.signal });
     const items: (Snapshot | ApprovalEvent)[] = [];
     for await (const item of watch) {
       items.push(item);
       if (item.type === "snapshot") {
         assert.ok(item.approvals.some((a) => a.id === pending.approval.id));
-        await client.decide(pending.approval.id, { verdict: "approve", decider: ALICE });
+        await shared.client.decide(pending.approval.id, { verdict: "approve", decider: ALICE });
       } else if (item.kind === "resolved" && item.approval?.id === pending.approval.id) {
         controller.abort();
       }

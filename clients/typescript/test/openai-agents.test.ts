@@ -1,6 +1,6 @@
 // The OpenAI Agents SDK adapter: real runs of a real Agent with a scripted model.
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import {
   Agent,
   type Model,
@@ -16,8 +16,7 @@ import {
   resolveInterruptions,
   runWithApprovals,
 } from "../src/adapters/openai-agents.js";
-import type { Client } from "../src/index.js";
-import { agentId, decideNext, firstPending, Server } from "./support.js";
+import { agentId, decideNext, firstPending, Server, sharedServer } from "./support.js";
 
 setTracingDisabled(true); // no network
 
@@ -80,20 +79,14 @@ function janitor(ran: string[], editable = true) {
 }
 
 describe("OpenAI Agents SDK adapter", () => {
-  let server: Server;
-  let client: Client;
-  before(async () => {
-    server = await Server.start();
-    client = server.client();
-  });
-  after(() => server.kill());
+  const shared = sharedServer();
 
   test("approved: the tool runs; the call id is the idempotency key", async () => {
     const agent = agentId();
     const ran: string[] = [];
     const { agent: janitorAgent } = janitor(ran);
-    const decided = decideNext(client, agent, { verdict: "approve" });
-    const result = await runWithApprovals(client, janitorAgent, "clean up", {
+    const decided = decideNext(shared.client, agent, { verdict: "approve" });
+    const result = await runWithApprovals(shared.client, janitorAgent, "clean up", {
       agentId: agent,
       sessionId: "thread-1",
     });
@@ -109,8 +102,11 @@ describe("OpenAI Agents SDK adapter", () => {
     const agent = agentId();
     const ran: string[] = [];
     const { model, agent: janitorAgent } = janitor(ran);
-    const decided = decideNext(client, agent, { verdict: "reject", reason: "keep the build" });
-    await runWithApprovals(client, janitorAgent, "clean up", { agentId: agent });
+    const decided = decideNext(shared.client, agent, {
+      verdict: "reject",
+      reason: "keep the build",
+    });
+    await runWithApprovals(shared.client, janitorAgent, "clean up", { agentId: agent });
     await decided;
     assert.deepEqual(ran, []);
     assert.match(model.inputs.at(-1) ?? "", /rejected by Alice via cli: keep the build/);
@@ -120,11 +116,11 @@ describe("OpenAI Agents SDK adapter", () => {
     const agent = agentId();
     const ran: string[] = [];
     const { agent: janitorAgent } = janitor(ran);
-    const decided = decideNext(client, agent, {
+    const decided = decideNext(shared.client, agent, {
       verdict: "approve",
       editedArguments: { path: "./build/cache" },
     });
-    await runWithApprovals(client, janitorAgent, "clean up", { agentId: agent });
+    await runWithApprovals(shared.client, janitorAgent, "clean up", { agentId: agent });
     await decided;
     assert.deepEqual(ran, ["./build/cache"]);
   });
@@ -133,11 +129,11 @@ describe("OpenAI Agents SDK adapter", () => {
     const agent = agentId();
     const ran: string[] = [];
     const { model, agent: janitorAgent } = janitor(ran, false);
-    const decided = decideNext(client, agent, {
+    const decided = decideNext(shared.client, agent, {
       verdict: "approve",
       editedArguments: { path: "./build/cache" },
     });
-    await runWithApprovals(client, janitorAgent, "clean up", { agentId: agent });
+    await runWithApprovals(shared.client, janitorAgent, "clean up", { agentId: agent });
     await decided;
     assert.deepEqual(ran, []);
     assert.match(model.inputs.at(-1) ?? "", /only with these edited arguments/);
@@ -151,8 +147,8 @@ describe("OpenAI Agents SDK adapter", () => {
     const { run } = await import("@openai/agents");
     const first = await run(janitorAgent, "clean up");
     assert.equal(first.interruptions.length, 1);
-    const decided = decideNext(client, agent, { verdict: "approve", scope: "session" });
-    const state = await resolveInterruptions(client, first, {
+    const decided = decideNext(shared.client, agent, { verdict: "approve", scope: "session" });
+    const state = await resolveInterruptions(shared.client, first, {
       agentId: agent,
       sessionId: "thread-2",
     });

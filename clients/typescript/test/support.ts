@@ -5,6 +5,7 @@ import { existsSync, mkdtempSync, openSync, readFileSync, statSync, writeFileSyn
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
+import { after, before } from "node:test";
 import { fileURLToPath } from "node:url";
 import { type Approval, Client, type ClientOptions, type DecideOptions } from "../src/index.js";
 
@@ -149,4 +150,16 @@ export async function decideNext(
 ): Promise<Approval> {
   const pending = await firstPending(client, agent);
   return (await client.decide(pending.id, { decider: ALICE, ...decision })).approval;
+}
+
+/** A server started before the tests of the calling suite and killed after them, with a
+ * client of it. */
+export function sharedServer(): { readonly server: Server; readonly client: Client } {
+  const shared = {} as { server: Server; client: Client };
+  before(async () => {
+    shared.server = await Server.start();
+    shared.client = shared.server.client();
+  });
+  after(() => shared.server.kill());
+  return shared;
 }
