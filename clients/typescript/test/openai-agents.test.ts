@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import {
   Agent,
+  MemorySession,
   type Model,
   type ModelRequest,
   type ModelResponse,
@@ -96,6 +97,18 @@ describe("OpenAI Agents SDK adapter", () => {
     assert.match(approval.idempotencyKey, /^call-1-/);
     assert.equal(approval.sessionId, "thread-1");
     assert.deepEqual(approval.arguments, { path: "./build" });
+  });
+
+  test("the run's session is countersign's session", async () => {
+    const agent = agentId();
+    const { agent: janitorAgent } = janitor([]);
+    const session = new MemorySession({ sessionId: "memory-session-1" });
+    const decided = decideNext(shared.client, agent, { verdict: "approve" });
+    await runWithApprovals(shared.client, janitorAgent, "clean up", {
+      agentId: agent,
+      runOptions: { session },
+    });
+    assert.equal((await decided).sessionId, "memory-session-1");
   });
 
   test("rejected: the tool never runs and the model reads who rejected and why", async () => {

@@ -8,7 +8,7 @@ export interface GateOptions {
   /** The agent asking (the token must be allowed to act for it). */
   agentId: string;
   /** The conversation or thread; a session grant approves later calls of the same tool in
-   * it. Adapters that know the framework's own session id use it when this is unset. */
+   * it. */
   sessionId?: string;
   /** Default "medium" (the server's policy may raise it). */
   risk?: Risk;

@@ -128,7 +128,9 @@ export async function resolveInterruptions<R extends RunResult<any, any>>(
 }
 
 export interface RunWithApprovalsOptions extends ResolveOptions {
-  /** Options for every `run` call (context, maxTurns, ...); not `stream`. */
+  /** Options for every `run` call (context, maxTurns, session, ...); not `stream`. Without a
+   * `sessionId` of its own, countersign's session is the run's `session` (its
+   * getSessionId()) or `conversationId`. */
   // biome-ignore lint/suspicious/noExplicitAny: as the SDK's own run options.
   runOptions?: NonStreamRunOptions<any, any>;
   /** Rounds of approvals before giving up. Default 100. */
@@ -149,12 +151,17 @@ export async function runWithApprovals<A extends Agent<any, any>>(
   // biome-ignore lint/suspicious/noExplicitAny: as the SDK's own RunResult.
 ): Promise<RunResult<any, A>> {
   let result = await run(agent, input, options.runOptions);
+  // The run's own session or conversation is the countersign session unless one is given.
+  const sessionId =
+    options.sessionId ??
+    (await options.runOptions?.session?.getSessionId()) ??
+    options.runOptions?.conversationId;
   const maxRounds = options.maxRounds ?? 100;
   for (let round = 0; round < maxRounds; round++) {
     if (result.interruptions.length === 0) {
       return result;
     }
-    const state = await resolveInterruptions(client, result, options);
+    const state = await resolveInterruptions(client, result, { ...options, sessionId });
     result = await run(agent, state, options.runOptions);
   }
   throw new Error(`the run was still interrupted after ${maxRounds} rounds of approvals`);
