@@ -50,6 +50,16 @@ describe("tokens", () => {
     assert.equal(decided.outcome, "resolved");
   });
 
+  test("a watch the token may not open throws, without retrying", async () => {
+    const watch = server.client({ token: AGENT_TOKEN }).watch();
+    await assert.rejects(async () => {
+      for await (const _ of watch) {
+        assert.fail("an agent token watched");
+      }
+    }, PermissionDenied);
+    assert.equal(watch.reconnects, 0);
+  });
+
   test("a missing or wrong token is Unauthenticated", async () => {
     for (const token of [undefined, "wrong-token-0123456789"]) {
       await assert.rejects(
