@@ -47,6 +47,14 @@ tool = "bash"
 arguments = [{ pointer = "/command", regex = "rm -rf /\\s*$" }]
 
 [[rules]]
+name = "self-service-dev"
+action = "require"
+separation_of_duties = false
+[rules.match]
+tool = "selfserve"
+arguments = [{ pointer = "/env", glob = "dev*" }]
+
+[[rules]]
 name = "prod-deploys"
 action = "require"
 required_approvals = 2
@@ -553,4 +561,67 @@ async fn edited_arguments_changed_by_hand_fail_verify_audit() {
         report.problem.contains("edited arguments do not match"),
         "{report:?}"
     );
+}
+
+/// docs/edits.md: separation of duties applies when either version needs it. A call exempt
+/// from it (`dev`) edited into one that no rule exempts (`staging`, the default) may not be
+/// approved by its requester, whether she made the edit or another approver did.
+#[tokio::test]
+async fn an_edit_out_of_a_separation_of_duties_exemption_cannot_be_approved_by_the_requester() {
+    let server = edit_server().await;
+    let mut client = connect(&server).await;
+    let own_call = |key: &str, required: u32| pb::RequestApprovalRequest {
+        requester: "alice".into(),
+        ..call(key, "selfserve", r#"{"env": "dev"}"#, required)
+    };
+    let staging = r#"{"env": "staging"}"#;
+
+    // Exempt as requested: alice may approve her own dev call.
+    let exempt = create(&mut client, own_call("sod-0", 1)).await;
+    let approved = client
+        .decide(approve(&exempt.id, "1001", "s0", "", ""))
+        .await
+        .expect("the exempt call is approved by its requester")
+        .into_inner();
+    assert_eq!(
+        state(approved.approval.as_ref().unwrap()),
+        pb::ApprovalState::Approved
+    );
+
+    // Her own edit to staging, approved in the same decision.
+    let edited_by_her = create(&mut client, own_call("sod-1", 1)).await;
+    let status = refused(
+        &mut client,
+        approve(&edited_by_her.id, "1001", "s1", "", staging),
+    )
+    .await;
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(
+        status.message().contains("separation of duties"),
+        "{status:?}"
+    );
+    let after = get(&mut client, &edited_by_her.id).await;
+    assert_eq!(state(&after), pb::ApprovalState::Pending);
+    assert!(after.decisions.is_empty());
+    assert!(after.edited_arguments_json.is_empty());
+
+    // Carol edits to staging and approves (1 of 2); alice then approves that version.
+    let edited_by_carol = create(&mut client, own_call("sod-2", 2)).await;
+    client
+        .decide(approve(&edited_by_carol.id, "3003", "s2", "", staging))
+        .await
+        .expect("carol's edit and approval are recorded");
+    let status = refused(
+        &mut client,
+        approve(&edited_by_carol.id, "1001", "s3", &digest_of(staging), ""),
+    )
+    .await;
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(
+        status.message().contains("separation of duties"),
+        "{status:?}"
+    );
+    let after = get(&mut client, &edited_by_carol.id).await;
+    assert_eq!(state(&after), pb::ApprovalState::Pending);
+    assert_eq!(after.decisions.len(), 1);
 }

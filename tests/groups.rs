@@ -389,6 +389,70 @@ async fn a_delegate_decides_on_behalf_of_a_member_until_it_ends() {
     assert_eq!(count_rows(&server, "delegations").await, 2);
 }
 
+/// The history filtered by a registry approver id finds everything that person did: what
+/// counted for them, what they decided for a delegator, and what was refused to them (both
+/// recorded under the platform identity they decided with).
+#[tokio::test]
+async fn the_history_by_approver_id_finds_a_delegate_s_decisions_and_refusals() {
+    let server = server_with(|_| {}).await;
+    let mut client = connect(&server).await;
+    let mut admin = admin(&channel(&server).await, None);
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    admin
+        .create_delegation(pb::CreateDelegationRequest {
+            delegator: "alice".into(),
+            delegate: "erin".into(),
+            until: Some(countersign_proto::Timestamp {
+                seconds: until as i64,
+                nanos: 0,
+            }),
+            reason: "holiday".into(),
+        })
+        .await
+        .unwrap();
+    let for_alice = create(&mut client, critical("h1", "someone-else")).await;
+    decide_as(&mut client, &for_alice.id, pb::Verdict::Approve, "1005")
+        .await
+        .unwrap();
+    let own = create(&mut client, critical("h2", "erin")).await;
+    refusal(&mut client, &own.id, "1005").await;
+
+    let decided_by = |decider: &str| {
+        let filter = pb::ListEventsRequest {
+            decider: decider.into(),
+            ..Default::default()
+        };
+        let mut admin = admin.clone();
+        async move {
+            all_events(&mut admin, filter)
+                .await
+                .iter()
+                .map(|e| {
+                    let event = e.event.as_ref().unwrap();
+                    (event.approval.as_ref().unwrap().id.clone(), event_kind(e))
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let erin = vec![
+        (for_alice.id.clone(), pb::EventKind::DecisionRecorded),
+        (own.id.clone(), pb::EventKind::DecisionRefused),
+    ];
+    assert_eq!(decided_by("erin").await, erin, "by erin's approver id");
+    assert_eq!(decided_by("ERIN").await, erin, "ids compare as identities");
+    assert_eq!(decided_by("telegram:1005").await, erin, "by her identity");
+    assert_eq!(
+        decided_by("alice").await,
+        vec![(for_alice.id.clone(), pb::EventKind::DecisionRecorded)],
+        "by the delegator's id: what counted for her"
+    );
+    assert!(decided_by("bob").await.is_empty());
+}
+
 /// A member who also holds another member's delegation is still one person: a second
 /// approval from them is a duplicate, and "2 of security" needs a second human.
 #[tokio::test]

@@ -69,6 +69,7 @@ def test_middleware_session_grant_answers_the_second_call(server: Server, agent_
     second, first = client.list(agent_id=agent_id).approvals
     assert first.idempotency_key == "tc-1" and first.resolved_by is ResolvedBy.DECISION
     assert first.session_id == "thread-1", "the LangGraph thread is the session"
+    assert first.action == 'delete_file {"path":"a.tmp"}', "one line a phone shows: tool and arguments"
     assert second.idempotency_key == "tc-2" and second.resolved_by is ResolvedBy.GRANT, (
         "the session grant approved the second call without a person"
     )
@@ -134,6 +135,10 @@ def test_human_in_the_loop_interrupts_are_answered_by_countersign(server: Server
             m for m in finished.value["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "tc-2"
         ]
         assert rejected and "keep the database" in rejected[0].content
+        asked = {a.idempotency_key: a for a in client.list(agent_id=agent_id).approvals}
+        first = next(a for key, a in asked.items() if key.endswith(":0"))
+        assert first.action == 'delete_file {"path":"a.tmp"}', "no multi-line text, no Python repr"
+        assert first.request_reason == "Tool execution requires approval"
         # Answering the same interrupt again asks nothing new: the keys are the interrupt's.
         again = resume_command(client, paused.interrupts, agent_id=agent_id, deadline=5)
         assert again.resume == command.resume

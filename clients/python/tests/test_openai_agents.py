@@ -89,6 +89,8 @@ def test_a_session_approval_lets_the_second_call_run_without_asking(server: Serv
     assert len(approvals) == 1, "the second call needed no new approval"
     assert approvals[0].idempotency_key == "call-1"
     assert approvals[0].arguments == {"path": "a.tmp"} and approvals[0].tool_name == "delete_file"
+    assert approvals[0].action == 'delete_file {"path":"a.tmp"}'
+    assert approvals[0].request_reason == "asked by agent janitor"
 
 
 def test_a_rejection_skips_the_tool_and_tells_the_model_why(server: Server, agent_id: str) -> None:

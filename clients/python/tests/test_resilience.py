@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ import pytest
 from conftest import ALICE, Server, first_pending
 
 from countersign import Approval, AsyncClient, Client, Event, EventKind, Snapshot, State, Unavailable
+from countersign._common import Backoff
 from countersign.v1 import approval_pb2_grpc as pb_grpc
 
 
@@ -89,6 +91,20 @@ def test_a_server_that_stays_down_is_an_error_not_an_approval(
     assert waiter.result is None
     assert isinstance(waiter.error, Unavailable), waiter.error
     server.start()  # for the fixture's cleanup
+
+
+def test_a_server_that_stays_down_is_logged_again_while_the_retries_go_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The first failure and then one warning every WARN_EVERY seconds, saying for how long.
+    monkeypatch.setattr(Backoff, "WARN_EVERY", 0.5)
+    caplog.set_level(logging.DEBUG, logger="countersign")
+    with Client("127.0.0.1:1", timeout=0.5) as client, pytest.raises(Unavailable):
+        client.request_and_wait(agent_id="agent-down", tool_name="deploy", idempotency_key="k", deadline=2.2)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) >= 3, warnings
+    assert "still failing" not in warnings[0]
+    assert all("still failing after" in w for w in warnings[1:]), warnings
 
 
 def request(client: Client, agent_id: str, n: int, payload: str = "") -> Approval:

@@ -147,6 +147,18 @@ pub enum Command {
     Delegations(DelegationsCommand),
     /// Check the audit trail's hash chain; exit 72 naming the first broken row (admin token)
     VerifyAudit,
+    /// Have the server write a verified online copy of its SQLite database (admin token)
+    ///
+    /// The server copies its database into the new file NAME in its backup directory
+    /// (`storage.backup_dir` in its configuration, by default the database's directory, on the
+    /// server's machine) while it keeps serving, verifies the copy's audit chain and answers
+    /// with the copy's path and newest seq. An existing file is never overwritten, and a
+    /// database whose chain does not verify is reported and not copied. On PostgreSQL the
+    /// server answers that pg_dump is the way. Restoring: docs/deployment.md.
+    Backup {
+        /// The new file's name: letters, digits, '.', '_' and '-'.
+        name: String,
+    },
     /// Gate a coding agent's tool call: the host's hook JSON on stdin, its decision on stdout
     ///
     /// Always exits 0 with the decision the host understands, and denies when countersign cannot
@@ -200,7 +212,9 @@ pub enum OnError {
 /// How a hook or the MCP server asks: agent, routes, risks, deadline.
 #[derive(Debug, Args)]
 pub struct GateArgs {
-    /// Agent id of the requests [default: config agent_id, else the host's name]
+    /// Agent id of the requests [default: config agent_id, else the host's name:
+    /// claude-code, codex, gemini-cli; for mcp: claude-code for `approve`, mcp-agent for
+    /// `request_approval`]
     #[arg(long = "agent", env = "COUNTERSIGN_AGENT_ID", value_name = "ID")]
     pub agent_id: Option<String>,
     /// Where to ask, as CHANNEL or CHANNEL:TARGET; repeatable. None: every channel

@@ -169,6 +169,14 @@ async fn dispatch(
             Exit::Success
         }
         Command::VerifyAudit => verify_audit(&client, &out).await?,
+        Command::Backup { name } => {
+            let made = client.backup_database(&name).await?;
+            match out.format {
+                Output::Table => out.write(&format!("{}\n", render::backup_text(&made)))?,
+                Output::Json => out.json(&render::backup_json(&made), true)?,
+            }
+            Exit::Success
+        }
         Command::Hook(args) => return Ok(crate::hook::run(Ok(settings.clone()), args).await),
         Command::Mcp(args) => crate::mcp::serve(client, settings, args).await?,
         Command::Install(args) => crate::install::install(install_flags, args)?,

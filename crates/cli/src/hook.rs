@@ -210,8 +210,9 @@ async fn decide(
         Ok(client) => client,
         Err(error) => return Verdict::failed(format!("countersign: {error}")),
     };
-    let request = call.request(&settings, &args.gate, host_name);
+    let mut request = call.request(&settings, &args.gate, host_name);
     let deadline = wait_deadline(started, budget);
+    gate::expire_with_the_wait(&mut request, deadline);
     let approval = match gate::request(&client, &request, deadline, call.key_is_derived()).await {
         Ok(approval) => approval,
         Err(error) => return Verdict::failed(gate::failure_text(&error, client.url())),

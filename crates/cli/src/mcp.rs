@@ -442,12 +442,13 @@ impl Tools {
     /// is then withdrawn).
     async fn gate(
         &self,
-        request: pb::RequestApprovalRequest,
+        mut request: pb::RequestApprovalRequest,
         renew_ended: bool,
         progress: Option<Value>,
         mut cancelled: oneshot::Receiver<String>,
     ) -> Option<Verdict> {
         let deadline = Instant::now() + self.timeout;
+        gate::expire_with_the_wait(&mut request, deadline);
         // Not raced against a cancellation: the request may be stored already, and must then
         // be withdrawn below.
         let approval = match gate::request(&self.client, &request, deadline, renew_ended).await {

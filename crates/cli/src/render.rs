@@ -576,6 +576,23 @@ pub fn audit_report_json(report: &pb::VerifyAuditResponse) -> Value {
     })
 }
 
+pub fn backup_text(made: &pb::BackupDatabaseResponse) -> String {
+    format!(
+        "backup written and verified: {} ({} bytes), audit trail intact: {} events checked (seq {} to {})",
+        made.path, made.bytes, made.events_checked, made.first_seq, made.newest_seq
+    )
+}
+
+pub fn backup_json(made: &pb::BackupDatabaseResponse) -> Value {
+    json!({
+        "path": made.path,
+        "bytes": made.bytes,
+        "events_checked": made.events_checked,
+        "first_seq": made.first_seq,
+        "newest_seq": made.newest_seq,
+    })
+}
+
 /// The snapshot that starts a watch: a count, then one line per pending approval.
 pub fn snapshot_text(pending: &[pb::Approval]) -> String {
     let mut out = format!("snapshot: {} pending\n", pending.len());

@@ -84,6 +84,7 @@ async fn help_documents_every_subcommand_and_the_exit_codes() {
         "delegate",
         "delegations",
         "verify-audit",
+        "backup",
         "COUNTERSIGN_SERVER",
         "COUNTERSIGN_TOKEN",
         "Exit codes",
@@ -95,6 +96,19 @@ async fn help_documents_every_subcommand_and_the_exit_codes() {
     let help = stdout(&output);
     for code in ["65", "66", "67", "68", "69", "126", "127"] {
         assert!(help.contains(code), "exec --help lacks exit code {code}");
+    }
+    // The agent ids the MCP tools use by default (crates/cli/tests/mcp.rs sees them used).
+    let output = run("http://127.0.0.1:1", &["mcp", "--help"]).await;
+    assert_exit(&output, 0);
+    let help = stdout(&output);
+    for default in [
+        "claude-code for `approve`",
+        "mcp-agent for `request_approval`",
+    ] {
+        assert!(
+            help.contains(default),
+            "mcp --help lacks {default}:\n{help}"
+        );
     }
 }
 
@@ -820,6 +834,33 @@ async fn events_grants_and_verify_audit_show_and_check_the_audit_trail() {
     let output = run(&url, &["verify-audit", "-o", "json"]).await;
     assert_exit(&output, 72);
     assert_eq!(json(&output)["broken_seq"], 2);
+}
+
+#[tokio::test]
+async fn backup_has_the_server_write_a_verified_copy() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    request_id(&url, &[]).await;
+    let output = run(&url, &["backup", "nightly.db", "-o", "json"]).await;
+    if countersign_testkit::postgres::enabled() {
+        assert_exit(&output, 70);
+        assert!(stderr(&output).contains("pg_dump"), "{}", stderr(&output));
+        return;
+    }
+    assert_exit(&output, 0);
+    let made = json(&output);
+    let copy = server.database_path().with_file_name("nightly.db");
+    assert_eq!(made["path"], copy.display().to_string());
+    assert_eq!(made["newest_seq"], 1);
+    assert_eq!(made["bytes"], std::fs::metadata(&copy).unwrap().len());
+
+    let output = run(&url, &["backup", "nightly.db"]).await;
+    assert_exit(&output, 70);
+    assert!(
+        stderr(&output).contains("already exists"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[tokio::test]

@@ -594,6 +594,13 @@ async fn the_hook_answers_before_the_host_times_it_out_and_withdraws_the_request
             )),
         );
         assert_eq!(approval.state(), pb::ApprovalState::Cancelled);
+        // Had the withdrawal failed, the approval would expire with the hook's wait, not
+        // with the server's default TTL of an hour.
+        let lifetime = approval.expires_at.unwrap().seconds - approval.created_at.unwrap().seconds;
+        assert!(
+            lifetime <= 4,
+            "{surface:?}: the approval outlives the wait by {lifetime} s"
+        );
         assert_eq!(approval.resolution.unwrap().reason, "no decision within 2s");
     }
 }

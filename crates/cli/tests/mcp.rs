@@ -21,9 +21,14 @@ struct McpClient {
 
 impl McpClient {
     fn start(server: &str) -> McpClient {
+        McpClient::start_with(server, &[])
+    }
+
+    fn start_with(server: &str, extra: &[&str]) -> McpClient {
         let mut command = countersign(server);
         command
             .args(["mcp", "--progress-interval", "100ms"])
+            .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());
         let mut child = command.spawn().expect("start countersign mcp");
@@ -432,4 +437,44 @@ async fn a_cancelled_call_or_a_closed_stdin_withdraws_the_approval() {
         cancelled.resolution.unwrap().reason,
         "the MCP client disconnected"
     );
+}
+
+/// The caller of `approve` gives up while the server is down, so the approval cannot be
+/// withdrawn: it expires with the wait (not with the server's default TTL of an hour), and
+/// after the server is back nobody can approve a call that nobody waits for.
+#[tokio::test]
+async fn an_approval_whose_caller_gave_up_while_the_server_was_down_expires_with_the_wait() {
+    let mut server = TestServer::start().await;
+    let mut watch = watch_requests(&server.url()).await;
+    let mut mcp = McpClient::start_with(&server.url(), &["--timeout", "4s"]);
+    mcp.initialize().await;
+    mcp.call_tool(
+        40,
+        "approve",
+        json!({"tool_name": "Bash", "input": {"command": "terraform destroy"}}),
+        None,
+    )
+    .await;
+    let approval = next_pending(&mut watch).await;
+    let lifetime = approval.expires_at.unwrap().seconds - approval.created_at.unwrap().seconds;
+    assert!(lifetime <= 6, "expires {lifetime} s after it was made");
+    server.stop().await;
+
+    let response = mcp.response().await;
+    let answer = tool_text(&response);
+    assert_eq!(answer["behavior"], "deny", "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("could not be withdrawn; it expires unanswered"),
+        "{answer}"
+    );
+
+    server.restart().await;
+    let expired = client(&server.url())
+        .wait_until_resolved(&approval.id, STEP)
+        .await
+        .unwrap();
+    assert_eq!(expired.state(), pb::ApprovalState::Expired);
 }

@@ -330,6 +330,24 @@ impl Client {
         Ok(self.admin.clone().verify_audit(request).await?.into_inner())
     }
 
+    /// Has the server write an online copy of its SQLite database to the new file
+    /// `file_name` in its backup directory and verify the copy's audit chain. Admin tokens
+    /// only; on PostgreSQL the answer is FAILED_PRECONDITION naming pg_dump.
+    pub async fn backup_database(
+        &self,
+        file_name: &str,
+    ) -> Result<pb::BackupDatabaseResponse, ClientError> {
+        let request = pb::BackupDatabaseRequest {
+            file_name: file_name.to_owned(),
+        };
+        Ok(self
+            .admin
+            .clone()
+            .backup_database(request)
+            .await?
+            .into_inner())
+    }
+
     /// One page of session grants, newest first. Admin tokens only.
     pub async fn list_grants(
         &self,

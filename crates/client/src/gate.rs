@@ -196,6 +196,22 @@ async fn request_once(
     }
 }
 
+/// How long after its caller stops waiting a gated approval expires: the caller withdraws it
+/// itself at its deadline; the expiry is for when it cannot (server unreachable then).
+pub const EXPIRY_GRACE: Duration = Duration::from_secs(1);
+
+/// Makes `request`'s approval expire when a caller that waits until `deadline_at` stops
+/// waiting (plus [`EXPIRY_GRACE`]), unless it asks for an earlier expiry already: nobody can
+/// act on an approval after its caller gave up, so it must never be approved later.
+pub fn expire_with_the_wait(request: &mut pb::RequestApprovalRequest, deadline_at: Instant) {
+    let wait = deadline_at.saturating_duration_since(Instant::now()) + EXPIRY_GRACE;
+    let seconds =
+        u32::try_from(wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).unwrap_or(u32::MAX);
+    if request.ttl_seconds == 0 || request.ttl_seconds > seconds {
+        request.ttl_seconds = seconds;
+    }
+}
+
 /// Waits for the decision on `approval` until `deadline_at`. Still pending then: the approval
 /// is withdrawn (cancelled with `withdraw_reason`, so approvers see why) and the call denied.
 pub async fn await_verdict(
@@ -255,13 +271,13 @@ pub async fn withdraw(client: &Client, approval_id: &str, reason: &str) -> Verdi
             withdrawn(
                 approval_id,
                 reason,
-                "could not be withdrawn and will expire",
+                "could not be withdrawn; it expires unanswered",
             )
         }
         Err(_) => withdrawn(
             approval_id,
             reason,
-            "could not be withdrawn and will expire",
+            "could not be withdrawn; it expires unanswered",
         ),
     }
 }

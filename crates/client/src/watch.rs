@@ -105,6 +105,8 @@ pub struct Watch {
     retry_at: Option<Instant>,
     /// When the current stream last delivered anything.
     last_message_at: Instant,
+    /// Whether a stream is open now (see [`Watch::connection`]).
+    connected: tokio::sync::watch::Sender<bool>,
 }
 
 impl Watch {
@@ -118,7 +120,15 @@ impl Watch {
             snapshot: Vec::new(),
             retry_at: None,
             last_message_at: Instant::now(),
+            connected: tokio::sync::watch::Sender::new(false),
         }
+    }
+
+    /// Follows whether the watch has a stream open to the server: false until the first one
+    /// opens, while it reconnects, and after a fatal error. A service can tell its users that
+    /// what it shows may be out of date while the server is unreachable.
+    pub fn connection(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.connected.subscribe()
     }
 
     /// The seq of the last delivered event (or of the last snapshot's head); `None` before
@@ -192,6 +202,8 @@ impl Watch {
                 self.snapshot.clear();
                 self.retry_at = None;
                 self.last_message_at = Instant::now();
+                self.connected
+                    .send_if_modified(|connected| !std::mem::replace(connected, true));
                 Ok(())
             }
             Ok(Err(status)) => self.fail(status),
@@ -271,6 +283,8 @@ impl Watch {
     }
 
     fn schedule_reconnect(&mut self) {
+        self.connected
+            .send_if_modified(|connected| std::mem::replace(connected, false));
         self.stream = None;
         self.snapshot.clear();
         self.retry_at = Some(Instant::now() + self.backoff.next_delay());

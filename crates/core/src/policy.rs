@@ -347,7 +347,10 @@ impl Policy {
             ttl_seconds: None,
             labels: approval.labels.clone(),
             policy_rule: None,
-            separation_of_duties: approval.effective_separation_of_duties(),
+            // The edited call starts from a request's default, as a new request would: only a
+            // rule matching the edited call exempts it (the approval's own exemption was for
+            // the call as requested); the result is combined with the approval's below.
+            separation_of_duties: true,
             grant_scope: String::new(),
             approver_groups: approval.approver_groups.clone(),
             follow_up: None,

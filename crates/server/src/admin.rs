@@ -1,6 +1,7 @@
 //! `AdminService`: the audit trail (history and verification), session grants and
-//! delegations. Admin tokens only.
+//! delegations, online backups. Admin tokens only.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use countersign_core::groups::Delegation;
@@ -12,11 +13,12 @@ use countersign_proto::v1::admin_service_server::AdminService;
 use tonic::{Request, Response, Status};
 
 use crate::auth::Caller;
+use crate::backup::{self, BackupError};
 use crate::convert::{
     audited_event_to_pb, delegation_to_pb, event_kind_from_pb, grant_to_pb, millis_of, risk_to_pb,
     routes_to_pb,
 };
-use crate::error::{status_of, status_of_domain};
+use crate::error::{status_of, status_of_backup, status_of_domain};
 use crate::history::{EventFilter, GrantFilter};
 use crate::security::Security;
 use crate::service::paginate;
@@ -30,11 +32,17 @@ const MAX_REASON_CHARS: usize = 4096;
 pub struct AdminApi {
     store: Store,
     security: Arc<Security>,
+    /// Where `BackupDatabase` writes; None on PostgreSQL.
+    backups: Option<PathBuf>,
 }
 
 impl AdminApi {
-    pub fn new(store: Store, security: Arc<Security>) -> Self {
-        AdminApi { store, security }
+    pub fn new(store: Store, security: Arc<Security>, backups: Option<PathBuf>) -> Self {
+        AdminApi {
+            store,
+            security,
+            backups,
+        }
     }
 
     /// The configured id of the approver `field` names: an approver id, else an approver's
@@ -99,11 +107,20 @@ impl AdminService for AdminApi {
                 ))
             })?),
         };
+        let approvers = &self.security.approvers;
+        let decider_identities = approvers
+            .approver(&request.decider)
+            .map(|id| approvers.identities_of(id))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|identity| format!("{}:{}", identity.channel, identity.target))
+            .collect();
         let filter = EventFilter {
             approval_id: request.approval_id,
             kinds,
             agent_id: request.agent_id,
             decider: request.decider,
+            decider_identities,
             since: request.since.as_ref().map(millis_of),
             until: request.until.as_ref().map(millis_of),
             newest_first: request.newest_first,
@@ -136,6 +153,42 @@ impl AdminService for AdminApi {
             last_seq: report.last_seq.max(0) as u64,
             broken_seq: broken_seq.max(0) as u64,
             problem,
+        }))
+    }
+
+    async fn backup_database(
+        &self,
+        request: Request<pb::BackupDatabaseRequest>,
+    ) -> Result<Response<pb::BackupDatabaseResponse>, Status> {
+        let caller = Caller::of(&request)?;
+        caller.allow("BackupDatabase", &[])?;
+        let directory = self
+            .backups
+            .as_deref()
+            .ok_or(BackupError::Postgres)
+            .map_err(status_of_backup)?;
+        let into = backup::file_in(directory, &request.into_inner().file_name)
+            .map_err(status_of_backup)?;
+        let made = match self.store.backup(&into).await {
+            Ok(made) => made,
+            Err(e) => {
+                tracing::error!(path = %into.display(), error = %e, token = %caller.name, "backup failed");
+                return Err(status_of_backup(e));
+            }
+        };
+        tracing::info!(
+            path = %made.path.display(),
+            bytes = made.bytes,
+            newest_seq = made.report.last_seq,
+            token = %caller.name,
+            "backup written and verified"
+        );
+        Ok(Response::new(pb::BackupDatabaseResponse {
+            path: made.path.display().to_string(),
+            bytes: made.bytes,
+            events_checked: made.report.events_checked,
+            first_seq: made.report.first_seq.max(0) as u64,
+            newest_seq: made.report.last_seq.max(0) as u64,
         }))
     }
 

@@ -178,6 +178,11 @@ pub struct StorageConfig {
     /// Once an approval is resolved, blank its argument values in the approval and in every
     /// stored event of it; the digest stays, and so does the audit hash chain.
     pub redact_arguments: bool,
+    /// Who checkpoints the SQLite WAL (copies its pages into the database file).
+    pub wal_checkpoints: WalCheckpoints,
+    /// The directory where `BackupDatabase` writes its copies. None: the database file's
+    /// directory.
+    pub backup_dir: Option<PathBuf>,
 }
 
 impl Default for StorageConfig {
@@ -188,8 +193,22 @@ impl Default for StorageConfig {
             max_batch: 512,
             read_connections: 4,
             redact_arguments: false,
+            wal_checkpoints: WalCheckpoints::Server,
+            backup_dir: None,
         }
     }
+}
+
+/// Who checkpoints the SQLite WAL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WalCheckpoints {
+    /// The server: a passive checkpoint shortly after commits, and SQLite's automatic one as a
+    /// backstop.
+    Server,
+    /// Another process that follows the WAL (Litestream): the server never checkpoints, and
+    /// the WAL grows until that process does.
+    External,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -444,6 +463,24 @@ mod tests {
         assert_eq!(config.listen.to_string(), "127.0.0.1:50051");
         assert_eq!(config.approvals.default_ttl_seconds, 3600);
         assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn wal_checkpoints_and_the_backup_directory_are_read() {
+        let config = Config::parse("").unwrap();
+        assert_eq!(config.storage.wal_checkpoints, WalCheckpoints::Server);
+        assert_eq!(config.storage.backup_dir, None);
+        let config = Config::parse(
+            "[storage]\nwal_checkpoints = \"external\"\nbackup_dir = \"/var/backups/cs\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.storage.wal_checkpoints, WalCheckpoints::External);
+        assert_eq!(
+            config.storage.backup_dir,
+            Some(PathBuf::from("/var/backups/cs"))
+        );
+        let err = Config::parse("[storage]\nwal_checkpoints = \"litestream\"\n").unwrap_err();
+        assert!(err.contains("wal_checkpoints"), "{err}");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use countersign_core::Error as DomainError;
 use tonic::Status;
 
+use crate::backup::BackupError;
 use crate::store::StoreError;
 
 pub fn status_of_domain(error: DomainError) -> Status {
@@ -25,5 +26,17 @@ pub fn status_of(error: StoreError) -> Status {
             tracing::error!(error = %other, "storage failure");
             Status::internal("storage failure; see the server log")
         }
+    }
+}
+
+pub fn status_of_backup(error: BackupError) -> Status {
+    match error {
+        BackupError::Store(e) => status_of(e),
+        e @ BackupError::FileName(_) => Status::invalid_argument(e.to_string()),
+        e @ BackupError::Exists(_) => Status::already_exists(e.to_string()),
+        e @ (BackupError::Postgres
+        | BackupError::Broken { .. }
+        | BackupError::NoDatabase(_)
+        | BackupError::Write { .. }) => Status::failed_precondition(e.to_string()),
     }
 }

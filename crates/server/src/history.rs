@@ -12,6 +12,10 @@ pub struct EventFilter {
     pub agent_id: String,
     /// A decider identity `channel:user_id` or an approver id.
     pub decider: String,
+    /// When `decider` is a registered approver's id: that approver's identities
+    /// (`channel:value`), so that what they decided for someone else (a delegation) and what
+    /// was refused to them (recorded under the identity they decided with) are found too.
+    pub decider_identities: Vec<String>,
     /// Inclusive.
     pub since: Option<Millis>,
     /// Exclusive.

@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod audit;
 pub mod auth;
+pub mod backup;
 pub mod config;
 pub mod convert;
 pub mod error;
@@ -137,7 +138,12 @@ pub async fn serve_with_metrics(
         stop_rx,
     ))
     .max_decoding_message_size(config.limits.max_message_bytes);
-    let admin = AdminServiceServer::new(AdminApi::new(store, security))
+    let backups = config
+        .storage
+        .backup_dir
+        .clone()
+        .or_else(|| backup::default_directory(&config.database));
+    let admin = AdminServiceServer::new(AdminApi::new(store, security, backups))
         .max_decoding_message_size(config.limits.max_message_bytes);
 
     tracing::info!(listen = %listen, tls = tls.is_some(), database = %Database::of(&config.database), "countersign-server listening");

@@ -56,6 +56,19 @@ enum Command {
         #[arg(long, env = "COUNTERSIGN_CA_CERT")]
         ca_cert: Option<PathBuf>,
     },
+    /// Write a consistent copy of the SQLite database to FILE while the server keeps serving,
+    /// then verify the copy's audit chain and print its newest seq as JSON.
+    ///
+    /// Run it on the server's machine with the server's --config or --database; it reads the
+    /// database with a connection of its own. FILE must not exist (it is never overwritten),
+    /// and a database whose audit chain does not verify is reported and not copied. From
+    /// another machine: `countersign backup NAME` (admin token) has the server write the copy
+    /// into its `storage.backup_dir`. Restoring: docs/deployment.md#backup-and-restore. On
+    /// PostgreSQL, back up with pg_dump.
+    Backup {
+        /// The new backup file.
+        file: PathBuf,
+    },
     /// The audit chain's anchor in the database (run with the server stopped or running).
     Audit {
         #[command(subcommand)]
@@ -122,6 +135,9 @@ fn main() -> ExitCode {
     };
     if let Some(Command::Audit { command }) = &args.command {
         return runtime.block_on(audit(command, &config));
+    }
+    if let Some(Command::Backup { file }) = &args.command {
+        return runtime.block_on(backup(&config, file));
     }
     match runtime.block_on(run(config)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -216,6 +232,32 @@ async fn audit(command: &AuditCommand, config: &Config) -> ExitCode {
         Err(e) => {
             eprintln!(
                 "countersign-server audit: {}: {e}",
+                countersign_server::config::Database::of(&config.database)
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `backup FILE`.
+async fn backup(config: &Config, file: &std::path::Path) -> ExitCode {
+    match countersign_server::backup::backup_database(&config.database, file).await {
+        Ok(made) => {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "path": made.path.display().to_string(),
+                    "bytes": made.bytes,
+                    "events_checked": made.report.events_checked,
+                    "first_seq": made.report.first_seq,
+                    "newest_seq": made.report.last_seq,
+                })
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!(
+                "countersign-server backup: {}: {e}",
                 countersign_server::config::Database::of(&config.database)
             );
             ExitCode::FAILURE

@@ -10,9 +10,7 @@
 //! kills; `COUNTERSIGN_CRASH_KILLS=50` (and `COUNTERSIGN_CRASH_CLIENTS`) for long runs.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,12 +20,13 @@ use countersign_proto::v1::approval_service_client::ApprovalServiceClient;
 use countersign_testkit::postgres::Cluster;
 use rand::Rng;
 use sqlx::Connection;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tonic::transport::Channel;
 use tonic::Code;
 
-const SERVER: &str = env!("CARGO_BIN_EXE_countersign-server");
-const START_PATIENCE: Duration = Duration::from_secs(30);
+mod process;
+
+use process::{Server, START_PATIENCE};
 
 fn knob(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -36,86 +35,7 @@ fn knob(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// The server binary on a fixed port and database, restarted after every kill.
-struct Server {
-    addr: SocketAddr,
-    metrics: SocketAddr,
-    /// A SQLite file or a PostgreSQL URL.
-    database: String,
-    log: std::path::PathBuf,
-    child: Option<Child>,
-}
-
 impl Server {
-    fn new(dir: &Path, database: &str, number: usize) -> Server {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let metrics_probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        Server {
-            addr: probe.local_addr().unwrap(),
-            metrics: metrics_probe.local_addr().unwrap(),
-            database: database.to_string(),
-            log: dir.join(format!("server-{number}.log")),
-            child: None,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    async fn start(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
-        let child = Command::new(SERVER)
-            .arg("--listen")
-            .arg(self.addr.to_string())
-            .arg("--database")
-            .arg(&self.database)
-            .arg("--metrics-listen")
-            .arg(self.metrics.to_string())
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        self.wait_until_serving().await;
-    }
-
-    async fn wait_until_serving(&mut self) {
-        use tonic_health::pb::health_client::HealthClient;
-        use tonic_health::pb::HealthCheckRequest;
-        let deadline = Instant::now() + START_PATIENCE;
-        loop {
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
-                panic!(
-                    "the server exited during start-up ({status}):\n{}",
-                    std::fs::read_to_string(&self.log).unwrap_or_default()
-                );
-            }
-            if let Ok(channel) = Channel::from_shared(self.url()).unwrap().connect().await {
-                let check = HealthClient::new(channel)
-                    .check(HealthCheckRequest {
-                        service: "countersign.v1.ApprovalService".into(),
-                    })
-                    .await;
-                if check.is_ok() {
-                    return;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the server did not start in time"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
     /// The upper bound of the histogram bucket of the largest batch this server process has
     /// committed (0 when its metrics cannot be read).
     fn largest_batch(&self) -> u64 {
@@ -152,12 +72,6 @@ impl Server {
             .map(|&(le, _)| le)
             .fold(f64::INFINITY, f64::min)
             .min(1e9) as u64
-    }
-
-    async fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().await.unwrap();
-        }
     }
 
     /// SIGTERM and a graceful shutdown.

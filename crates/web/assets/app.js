@@ -9,20 +9,113 @@
     return template.content;
   }
 
-  // Opens the page's event stream. The first connection resumes after the seq the page was
-  // rendered at; the browser's own reconnects send Last-Event-ID.
-  function follow(element, handlers) {
+  // ---- connection ----
+  // Whether this page hears from the inbox, and whether the inbox hears from the server: while
+  // either is not the case the page says so, since what it shows may be out of date.
+  const link = { page: true, server: true };
+
+  function showConnection() {
+    const banner = document.getElementById("connection");
+    if (!banner) return;
+    const text = !link.page ? banner.dataset.pageLost : !link.server ? banner.dataset.serverLost : "";
+    banner.textContent = text;
+    banner.hidden = text === "";
+  }
+
+  // The page's event stream. Each connection resumes after the last seq the page applied (at
+  // first the seq it was rendered at; the browser's own reconnects send Last-Event-ID).
+  const streams = [];
+
+  function open(stream) {
+    const element = stream.element;
     const url = element.dataset.events + "&after=" + encodeURIComponent(element.dataset.seq);
     const source = new EventSource(url);
-    Object.keys(handlers).forEach(function (name) {
+    stream.source = source;
+    Object.keys(stream.handlers).forEach(function (name) {
       source.addEventListener(name, function (event) {
         element.dataset.seq = event.lastEventId;
-        handlers[name](JSON.parse(event.data));
+        stream.handlers[name](JSON.parse(event.data));
       });
     });
-    source.addEventListener("open", function () { document.body.dataset.live = "open"; });
-    source.addEventListener("error", function () { document.body.dataset.live = "reconnecting"; });
-    return source;
+    source.addEventListener("link", function (event) {
+      link.server = JSON.parse(event.data).up === true;
+      showConnection();
+    });
+    source.addEventListener("open", function () {
+      stream.delay = 1000;
+      document.body.dataset.live = "open";
+      link.page = true;
+      showConnection();
+    });
+    source.addEventListener("error", function () {
+      document.body.dataset.live = "reconnecting";
+      link.page = false;
+      showConnection();
+      // The browser retries a dropped connection on its own, but gives up on an error
+      // answer (the inbox restarting behind a proxy, a session gone): then retry here.
+      if (source.readyState === EventSource.CLOSED) {
+        stream.source = null;
+        stream.retry = setTimeout(function () { stream.retry = null; open(stream); }, stream.delay);
+        stream.delay = Math.min(stream.delay * 2, 30000);
+      }
+    });
+  }
+
+  function close(stream) {
+    if (stream.retry) clearTimeout(stream.retry);
+    stream.retry = null;
+    if (stream.source) stream.source.close();
+    stream.source = null;
+  }
+
+  function follow(element, handlers) {
+    const stream = { element: element, handlers: handlers, source: null, retry: null, delay: 1000 };
+    streams.push(stream);
+    open(stream);
+  }
+
+  // A page kept in the back/forward cache must not keep its stream: Chromium allows six
+  // HTTP/1.1 connections per host, and cached pages holding them stall the next page loads.
+  window.addEventListener("pagehide", function () { streams.forEach(close); });
+  window.addEventListener("pageshow", function (event) {
+    if (event.persisted) streams.forEach(function (stream) { if (!stream.source) open(stream); });
+  });
+
+  // ---- decision forms ----
+  // Enter in a field of a decision form never decides: only a click on Approve or Reject, or
+  // a shortcut, does. (Without this script the form's first submit button, which names no
+  // verdict, makes the server answer the same.)
+  function formError(form, text) {
+    const error = form.querySelector(".form-error");
+    if (!error) return;
+    error.textContent = text;
+    error.hidden = text === "";
+  }
+
+  const ENTER_DOES_NOT_DECIDE = "Nothing was decided: Enter does not decide. Click Approve or Reject " +
+    "(or, outside a text field, press a to approve, or r to type a reason and reject).";
+
+  function guardEnter(form) {
+    form.addEventListener("keydown", function (event) {
+      if (event.key !== "Enter" || event.target.tagName !== "INPUT") return;
+      event.preventDefault();
+      // "r", then the reason, then Enter: the reject shortcut.
+      if (form.id === "decide" && event.target.id === "reason" && form.dataset.rejecting === "yes") {
+        document.getElementById("reject").click();
+        return;
+      }
+      formError(form, ENTER_DOES_NOT_DECIDE);
+    });
+  }
+
+  // ---- inbox batch ----
+  function refreshTicked() {
+    const review = document.getElementById("review");
+    if (!review) return;
+    const ticked = document.querySelectorAll("#rows input[type=checkbox]:checked").length;
+    review.textContent = "Review selected (" + ticked + ")";
+    if (ticked > 0) formError(review.form, "");
+    return ticked;
   }
 
   // ---- inbox ----
@@ -39,6 +132,7 @@
     if (count) count.textContent = "(" + rows.length + ")";
     const batch = document.getElementById("batch");
     if (batch) batch.classList.toggle("inbox-empty", rows.length === 0);
+    refreshTicked();
   }
 
   function upsertRow(data) {
@@ -135,6 +229,7 @@
         if (!row) return;
         const box = row.querySelector("input[type=checkbox]");
         box.checked = !box.checked;
+        refreshTicked();
         break;
       }
       case "a": {
@@ -171,23 +266,21 @@
           rows().forEach(function (row) {
             if (row.dataset.agent === button.dataset.agent) row.querySelector("input[type=checkbox]").checked = true;
           });
+          refreshTicked();
         });
+      });
+      const batch = document.getElementById("batch");
+      batch.addEventListener("change", refreshTicked);
+      batch.addEventListener("submit", function (event) {
+        if (refreshTicked() > 0) return;
+        event.preventDefault();
+        formError(batch, "Tick at least one approval (or Select all of an agent), then click Review selected.");
       });
       refreshCount();
     }
     const approval = document.getElementById("approval");
     if (approval) follow(approval, { status: updateStatus });
-    const decide = document.getElementById("decide");
-    const reason = document.getElementById("reason");
-    if (decide && reason) {
-      // "r", then the reason, then Enter: submit as a rejection.
-      reason.addEventListener("keydown", function (event) {
-        if (event.key === "Enter" && decide.dataset.rejecting === "yes") {
-          event.preventDefault();
-          document.getElementById("reject").click();
-        }
-      });
-    }
+    document.querySelectorAll("form.decision").forEach(guardEnter);
     const helpButton = document.getElementById("help-button");
     if (helpButton) helpButton.addEventListener("click", function () { document.getElementById("help").showModal(); });
     document.addEventListener("keydown", onKey);

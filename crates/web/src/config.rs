@@ -12,7 +12,8 @@
 //!
 //! [server]
 //! url = "http://127.0.0.1:50051"
-//! # token: env COUNTERSIGN_WORKER_TOKEN (a worker token for channel "web")
+//! # token: env COUNTERSIGN_WORKER_TOKEN (a worker token for channel "web"; the old name
+//! # COUNTERSIGN_WEB_WORKER_TOKEN is still read, with a warning)
 //! # admin_token: env COUNTERSIGN_WEB_ADMIN_TOKEN (optional: audit timeline and grants)
 //!
 //! [sign_in]
@@ -32,8 +33,12 @@ use std::time::Duration;
 use countersign_client::ClientConfig;
 use serde::Deserialize;
 
-/// The environment variable holding the worker token (channel `web`).
+/// The environment variable holding the worker token (channel `web`): the same name in every
+/// channel worker.
 pub use countersign_worker::config::WORKER_TOKEN_ENV;
+/// A name docs/web.md once gave the web worker token: still read when the canonical one is
+/// not set, with a warning.
+pub const OLD_WORKER_TOKEN_ENV: &str = "COUNTERSIGN_WEB_WORKER_TOKEN";
 /// The environment variable holding the optional admin token (audit timeline, grants).
 pub const ADMIN_TOKEN_ENV: &str = "COUNTERSIGN_WEB_ADMIN_TOKEN";
 
@@ -183,7 +188,11 @@ impl Settings {
         file: FileConfig,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Settings, ConfigError> {
-        let token = env(WORKER_TOKEN_ENV).or(file.server.token.clone());
+        let (token, warning) = worker_token_from_env(&env);
+        if let Some(warning) = warning {
+            tracing::warn!("{warning}");
+        }
+        let token = token.or(file.server.token.clone());
         let admin_token = env(ADMIN_TOKEN_ENV).or(file.server.admin_token.clone());
         let ca_cert_pem = match &file.server.ca_cert {
             Some(path) => Some(std::fs::read(path).map_err(|source| ConfigError::Read {
@@ -257,6 +266,30 @@ impl Settings {
     }
 }
 
+/// The worker token from the environment, and a warning when the old name was used.
+fn worker_token_from_env(
+    env: &impl Fn(&str) -> Option<String>,
+) -> (Option<String>, Option<String>) {
+    match (env(WORKER_TOKEN_ENV), env(OLD_WORKER_TOKEN_ENV)) {
+        (Some(token), None) => (Some(token), None),
+        (Some(token), Some(_)) => (
+            Some(token),
+            Some(format!(
+                "{OLD_WORKER_TOKEN_ENV} is ignored: the worker token is read from \
+                 {WORKER_TOKEN_ENV}, which is also set; unset {OLD_WORKER_TOKEN_ENV}"
+            )),
+        ),
+        (None, Some(token)) => (
+            Some(token),
+            Some(format!(
+                "the worker token was read from {OLD_WORKER_TOKEN_ENV}, an old name: set \
+                 {WORKER_TOKEN_ENV} instead (the name every countersign worker reads)"
+            )),
+        ),
+        (None, None) => (None, None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,6 +312,44 @@ mod tests {
         assert_eq!(settings.public_url, "https://inbox.example.com");
         assert!(settings.secure_cookies());
         assert!(settings.admin_server.is_none());
+    }
+
+    #[test]
+    fn the_old_token_variable_still_works_and_the_canonical_one_wins() {
+        let file = || -> FileConfig {
+            toml::from_str("[server]\nurl = \"http://127.0.0.1:1\"\n").unwrap()
+        };
+        let old_only = Settings::from_file(file(), |name| {
+            (name == "COUNTERSIGN_WEB_WORKER_TOKEN").then(|| "old-name".into())
+        })
+        .unwrap();
+        assert_eq!(old_only.server.token.as_deref(), Some("old-name"));
+        let both = Settings::from_file(file(), |name| match name {
+            "COUNTERSIGN_WEB_WORKER_TOKEN" => Some("old-name".into()),
+            "COUNTERSIGN_WORKER_TOKEN" => Some("canonical".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(both.server.token.as_deref(), Some("canonical"));
+        let warning = |env: &dyn Fn(&str) -> Option<String>| {
+            worker_token_from_env(&|name: &str| env(name))
+                .1
+                .unwrap_or_default()
+        };
+        let old_only = warning(&|name| (name == OLD_WORKER_TOKEN_ENV).then(|| "old-name".into()));
+        assert!(
+            old_only.contains("set COUNTERSIGN_WORKER_TOKEN instead"),
+            "{old_only}"
+        );
+        let both = warning(&|name| Some(name.to_owned()));
+        assert!(
+            both.contains("COUNTERSIGN_WEB_WORKER_TOKEN is ignored"),
+            "{both}"
+        );
+        assert_eq!(
+            warning(&|name| (name == WORKER_TOKEN_ENV).then(|| "canonical".into())),
+            ""
+        );
     }
 
     #[test]

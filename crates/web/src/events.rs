@@ -1,6 +1,7 @@
 //! Server-sent events: the inbox's rows and an approval page's status, live.
 //!
-//! Every SSE event's id is the server's event seq. A reconnecting browser sends
+//! Every SSE event's id is the server's event seq (a `link` event, saying whether the inbox
+//! is connected to the server, has none). A reconnecting browser sends
 //! `Last-Event-ID` (the first connection passes the seq the page was rendered at as `after`)
 //! and receives only what came after it. Rows are keyed by approval id, so a change applied
 //! twice (after a resync) replaces the row instead of adding one.
@@ -79,6 +80,11 @@ impl Feed {
     async fn run(self, mut changes: broadcast::Receiver<Arc<Change>>, resume: Resume, after: u64) {
         let mut last = after;
         let mut closing = self.app.closing.clone();
+        let mut link = self.app.live.link();
+        let linked = *link.borrow_and_update();
+        if !self.send(link_event(linked)).await {
+            return;
+        }
         let sent = match resume {
             Resume::Resync(seq) => self.resync(seq, &mut last).await,
             Resume::Changes(replay) => {
@@ -94,9 +100,17 @@ impl Feed {
         }
         loop {
             let received = tokio::select! {
-                received = changes.recv() => received,
+                received = changes.recv() => Some(received),
+                Ok(()) = link.changed() => None,
                 () = self.sender.closed() => return,
                 _ = closing.wait_for(|closing| *closing) => return,
+            };
+            let Some(received) = received else {
+                let linked = *link.borrow_and_update();
+                if !self.send(link_event(linked)).await {
+                    return;
+                }
+                continue;
             };
             let sent = match received {
                 // A resync replaces the page's picture whatever its seq: after a restart of
@@ -185,6 +199,14 @@ impl Feed {
     async fn send(&self, event: Event) -> bool {
         self.sender.send(event).await.is_ok()
     }
+}
+
+/// Whether the inbox is connected to the server. No id: it is no change of the pending set,
+/// and the page's resume point stays where it was.
+fn link_event(linked: bool) -> Event {
+    Event::default()
+        .event("link")
+        .data(json!({ "up": linked }).to_string())
 }
 
 fn status_event(approval: &pb::Approval) -> Event {

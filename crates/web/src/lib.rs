@@ -41,6 +41,7 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; st
 
 const APP_JS: &str = include_str!("../assets/app.js");
 const APP_CSS: &str = include_str!("../assets/app.css");
+const FAVICON: &[u8] = include_bytes!("../assets/favicon.ico");
 
 /// Why the web inbox stopped.
 #[derive(Debug, thiserror::Error)]
@@ -158,17 +159,18 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/logout", post(pages::logout))
         .route(
             "/assets/app.js",
-            get(|| asset(APP_JS, "text/javascript; charset=utf-8")),
+            get(|| asset(APP_JS.as_bytes(), "text/javascript; charset=utf-8")),
         )
         .route(
             "/assets/app.css",
-            get(|| asset(APP_CSS, "text/css; charset=utf-8")),
+            get(|| asset(APP_CSS.as_bytes(), "text/css; charset=utf-8")),
         )
+        .route("/favicon.ico", get(|| asset(FAVICON, "image/x-icon")))
         .layer(axum::middleware::map_response(security_headers))
         .with_state(app)
 }
 
-async fn asset(body: &'static str, content_type: &'static str) -> Response {
+async fn asset(body: &'static [u8], content_type: &'static str) -> Response {
     ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 

@@ -10,7 +10,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, RwLock};
 
 use countersign_client::{pb, Client, ClientError, WatchItem, WatchOptions};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 use crate::config::CHANNEL;
 
@@ -55,6 +55,9 @@ struct State {
 pub struct Live {
     state: RwLock<State>,
     changes: broadcast::Sender<Arc<Change>>,
+    /// Whether the watch is connected to the server: while it is not, pages say that what
+    /// they show may be out of date.
+    linked: watch::Sender<bool>,
 }
 
 impl Default for Live {
@@ -62,6 +65,7 @@ impl Default for Live {
         Live {
             state: RwLock::default(),
             changes: broadcast::channel(RECENT_CHANGES).0,
+            linked: watch::Sender::new(false),
         }
     }
 }
@@ -76,6 +80,16 @@ impl Live {
     /// Whether the first snapshot has arrived.
     pub fn is_ready(&self) -> bool {
         self.read().ready
+    }
+
+    /// Whether the inbox is connected to the server now.
+    pub fn is_linked(&self) -> bool {
+        *self.linked.borrow()
+    }
+
+    /// Follows [`Live::is_linked`].
+    pub fn link(&self) -> watch::Receiver<bool> {
+        self.linked.subscribe()
     }
 
     /// Live changes from now on, and what to replay first for a page that has seen `after`.
@@ -160,6 +174,17 @@ impl Live {
 /// Keeps `live` current from the server until the watch fails for good (bad token).
 pub async fn follow(client: Client, live: Arc<Live>) -> Result<(), ClientError> {
     let mut watch = client.watch(WatchOptions::channel(CHANNEL));
+    let mut connection = watch.connection();
+    let linked = live.linked.clone();
+    // Ends with the watch (its sender is dropped).
+    tokio::spawn(async move {
+        while connection.changed().await.is_ok() {
+            let up = *connection.borrow_and_update();
+            if linked.send_replace(up) && !up {
+                tracing::warn!("lost the countersign server; open pages say so until it is back");
+            }
+        }
+    });
     loop {
         match watch.next().await? {
             WatchItem::Snapshot(approvals) => {

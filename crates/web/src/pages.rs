@@ -113,16 +113,45 @@ pub struct Layout {
     csrf: String,
     admin: bool,
     can_sign_out: bool,
+    /// Whether the inbox is connected to the server (the page warns when not).
+    linked: bool,
 }
 
 impl Layout {
-    fn of(viewer: &Viewer) -> Layout {
+    fn of(app: &App, viewer: &Viewer) -> Layout {
         Layout {
             name: viewer.approver.name.clone(),
             approver_id: viewer.approver.id.clone(),
             csrf: viewer.csrf.clone(),
             admin: viewer.admin,
             can_sign_out: viewer.has_session,
+            linked: app.live.is_linked(),
+        }
+    }
+}
+
+/// A form that comes back instead of deciding: why, with what the approver had typed and
+/// chosen, so that nothing is lost and nothing is decided.
+#[derive(Default)]
+struct Returned {
+    error: String,
+    reason: String,
+    /// The approver's edit of the arguments, when it is to be shown again.
+    edit: Option<String>,
+    session_scope: bool,
+}
+
+impl Returned {
+    fn of(form: &FormFields, error: String) -> Returned {
+        let shown = form.get("shown_arguments").unwrap_or("").trim();
+        Returned {
+            error,
+            reason: form.get("reason").unwrap_or("").to_owned(),
+            edit: form
+                .get("arguments")
+                .filter(|arguments| arguments.trim() != shown)
+                .map(str::to_owned),
+            session_scope: form.get("scope") == Some("session"),
         }
     }
 }
@@ -157,6 +186,8 @@ impl FormFields {
 #[template(path = "inbox.html")]
 pub struct InboxPage {
     layout: Layout,
+    /// Why the batch form came back ("Review selected" with nothing ticked); empty otherwise.
+    error: String,
     filters: Filters,
     risks: [&'static str; 4],
     agents: Vec<String>,
@@ -201,19 +232,24 @@ pub async fn inbox(
     State(app): State<Arc<App>>,
     viewer: Viewer,
     Query(filters): Query<Filters>,
-) -> Result<Response, Refusal> {
+) -> Response {
+    inbox_page(&app, &viewer, filters, String::new())
+}
+
+fn inbox_page(app: &App, viewer: &Viewer, filters: Filters, error: String) -> Response {
     let (pending, seq) = app.live.pending();
     let mut agents: Vec<String> = pending.iter().map(|a| a.agent_id.clone()).collect();
     agents.sort();
     agents.dedup();
-    let rows = inbox_rows(&app, &pending, &viewer.approver.id, &filters);
+    let rows = inbox_rows(app, &pending, &viewer.approver.id, &filters);
     let query = form_urlencoded::Serializer::new(String::new())
         .append_pair("agent", &filters.agent)
         .append_pair("tool", &filters.tool)
         .append_pair("risk", &filters.risk)
         .finish();
-    Ok(render(&InboxPage {
-        layout: Layout::of(&viewer),
+    render(&InboxPage {
+        layout: Layout::of(app, viewer),
+        error,
         filters,
         risks: ["critical", "high", "medium", "low"],
         agents,
@@ -221,7 +257,7 @@ pub async fn inbox(
         query,
         seq,
         ready: app.live.is_ready(),
-    }))
+    })
 }
 
 // ---- one approval ----
@@ -247,6 +283,9 @@ struct ApprovalPage {
     timeline: Vec<TimelineEntry>,
     key: String,
     seq: u64,
+    /// The edit box's text: the arguments, or the approver's edit when the form came back.
+    edit_arguments: String,
+    returned: Returned,
 }
 
 #[derive(Template)]
@@ -260,19 +299,30 @@ pub async fn approval(
     viewer: Viewer,
     Path(id): Path<String>,
 ) -> Result<Response, Refusal> {
+    approval_page(&app, &viewer, &id, Returned::default()).await
+}
+
+async fn approval_page(
+    app: &App,
+    viewer: &Viewer,
+    id: &str,
+    returned: Returned,
+) -> Result<Response, Refusal> {
     // The seq before the read: an update racing with it is replayed, never missed.
     let (_, seq) = app.live.pending();
-    let approval = app.client.get_approval(&id).await?;
-    let timeline = timeline(&app, &approval).await;
+    let approval = app.client.get_approval(id).await?;
+    let timeline = timeline(app, &approval).await;
     let (current, current_digest) = version::current_arguments(&approval);
+    let arguments = view::pretty_arguments(current);
     Ok(render(&ApprovalPage {
-        layout: Layout::of(&viewer),
+        layout: Layout::of(app, viewer),
         row: Row::of(&approval),
         status: Status::of(&approval),
         requester: approval.requester.clone(),
         reason: approval.reason.clone(),
         digest: approval.args_digest.clone(),
-        arguments: view::pretty_arguments(current),
+        edit_arguments: returned.edit.clone().unwrap_or_else(|| arguments.clone()),
+        arguments,
         current_digest: current_digest.to_owned(),
         edited_by: version::editor_name(&approval)
             .filter(|_| version::is_edited(&approval))
@@ -281,6 +331,7 @@ pub async fn approval(
         timeline,
         key: random_token(),
         seq,
+        returned,
     }))
 }
 
@@ -382,31 +433,41 @@ async fn decide_one(
     }
 }
 
-/// The verdict, scope and reason of a decide form; a rejection needs a reason.
-fn decision_of(form: &FormFields) -> Result<(pb::Verdict, pb::Scope, String), Refusal> {
-    let verdict = match form.get("verdict") {
-        Some("approve") => pb::Verdict::Approve,
-        Some("reject") => pb::Verdict::Reject,
+/// What a form without an explicit verdict gets back: Enter in a field submits a form with
+/// its first submit button, which names none, so only a click on Approve or Reject (or a
+/// keyboard shortcut) decides.
+const NO_VERDICT: &str = "Nothing was decided: Enter does not decide. Click Approve or Reject \
+     (or, outside a text field, press a to approve, or r to type a reason and reject).";
+
+/// The verdict, scope and reason of a decide form; a rejection needs a reason. The error says
+/// what to do, on the form that comes back.
+fn decision_of(form: &FormFields) -> Result<(pb::Verdict, pb::Scope, String), String> {
+    let verdict = match form.get("verdict").unwrap_or("") {
+        "approve" => pb::Verdict::Approve,
+        "reject" => pb::Verdict::Reject,
+        "" => return Err(NO_VERDICT.into()),
         other => {
-            return Err(Refusal::BadRequest(format!(
-                "verdict must be approve or reject, not {other:?}"
-            )))
+            return Err(format!(
+                "Nothing was decided: the verdict must be approve or reject, not {other:?}."
+            ))
         }
     };
     let scope = match form.get("scope").unwrap_or("once") {
         "once" => pb::Scope::Once,
         "session" => pb::Scope::Session,
         other => {
-            return Err(Refusal::BadRequest(format!(
-                "scope must be once or session, not {other:?}"
-            )))
+            return Err(format!(
+                "Nothing was decided: the scope must be once or session, not {other:?}."
+            ))
         }
     };
     let reason = form.get("reason").unwrap_or("").trim().to_owned();
     if verdict == pb::Verdict::Reject && reason.is_empty() {
-        return Err(Refusal::BadRequest(
-            "a rejection needs a reason: the agent is told it".into(),
-        ));
+        return Err(
+            "Nothing was decided: a rejection needs a reason (the agent is told it). \
+             Type it under Reason, then click Reject."
+                .into(),
+        );
     }
     Ok((verdict, scope, reason))
 }
@@ -414,7 +475,7 @@ fn decision_of(form: &FormFields) -> Result<(pb::Verdict, pb::Scope, String), Re
 /// The version the page showed (`args_digest`) and, when the approver changed the arguments
 /// in the edit box (`arguments`, prefilled with `shown_arguments`), their edit. An edit goes
 /// with an approval only.
-fn version_of(form: &FormFields, verdict: pb::Verdict) -> Result<Version, Refusal> {
+fn version_of(form: &FormFields, verdict: pb::Verdict) -> Result<Version, String> {
     let shown = form.get("shown_arguments").unwrap_or("").trim();
     let edited = form
         .get("arguments")
@@ -422,10 +483,11 @@ fn version_of(form: &FormFields, verdict: pb::Verdict) -> Result<Version, Refusa
         .filter(|arguments| *arguments != shown)
         .unwrap_or("");
     if !edited.is_empty() && verdict != pb::Verdict::Approve {
-        return Err(Refusal::BadRequest(
-            "edited arguments go with Approve only; to reject, leave the arguments as they are"
+        return Err(
+            "Nothing was decided: edited arguments go with Approve only; to reject, \
+             leave the arguments as they are."
                 .into(),
-        ));
+        );
     }
     Ok(Version {
         expected_digest: form.get("args_digest").unwrap_or("").trim().to_owned(),
@@ -446,8 +508,16 @@ pub async fn decide(
     Path(id): Path<String>,
     SignedForm { viewer, form }: SignedForm,
 ) -> Result<Response, Refusal> {
-    let (verdict, scope, reason) = decision_of(&form)?;
-    let version = version_of(&form, verdict)?;
+    let checked = decision_of(&form).and_then(|(verdict, scope, reason)| {
+        Ok((verdict, scope, reason, version_of(&form, verdict)?))
+    });
+    let (verdict, scope, reason, version) = match checked {
+        Ok(checked) => checked,
+        Err(error) => {
+            let page = approval_page(&app, &viewer, &id, Returned::of(&form, error)).await?;
+            return Ok((StatusCode::BAD_REQUEST, page).into_response());
+        }
+    };
     let result = decide_one(
         &app,
         &viewer,
@@ -467,11 +537,16 @@ pub async fn decide(
             "changed" => StatusCode::CONFLICT,
             _ => StatusCode::BAD_GATEWAY,
         };
-        return Ok((
-            status,
-            message_page("Decision not recorded", &result.what, None),
-        )
-            .into_response());
+        let mut returned = Returned::of(&form, format!("Decision not recorded: {}", result.what));
+        if result.class == "changed" {
+            // The edit was of a version that is gone: the page shows the current one.
+            returned.edit = None;
+        }
+        let page = match approval_page(&app, &viewer, &id, returned).await {
+            Ok(page) => page,
+            Err(_) => message_page("Decision not recorded", &result.what, None),
+        };
+        return Ok((status, page).into_response());
     }
     Ok(Redirect::to(&format!("/approvals/{id}")).into_response())
 }
@@ -493,6 +568,7 @@ struct BatchReviewPage {
     layout: Layout,
     items: Vec<BatchItem>,
     key: String,
+    returned: Returned,
 }
 
 struct BatchResult {
@@ -512,26 +588,50 @@ struct BatchResultPage {
 /// The most approvals one batch decides.
 const MAX_BATCH: usize = 200;
 
-fn batch_ids(form: &FormFields) -> Result<Vec<String>, Refusal> {
+fn batch_ids(form: &FormFields) -> Result<Vec<String>, String> {
     let mut ids = form.all("id");
     ids.dedup();
     if ids.is_empty() {
-        return Err(Refusal::BadRequest("select at least one approval".into()));
+        return Err(
+            "Tick at least one approval (or Select all of an agent), then click Review selected."
+                .into(),
+        );
     }
     if ids.len() > MAX_BATCH {
-        return Err(Refusal::BadRequest(format!(
-            "a batch holds at most {MAX_BATCH} approvals, not {}",
+        return Err(format!(
+            "A batch holds at most {MAX_BATCH} approvals, not {}: tick fewer.",
             ids.len()
-        )));
+        ));
     }
     Ok(ids)
 }
 
+/// "Review selected" on the inbox: the review page of the ticked approvals, or the inbox
+/// again (with its filters) saying what is missing.
 pub async fn batch_review(
     State(app): State<Arc<App>>,
     SignedForm { viewer, form }: SignedForm,
 ) -> Result<Response, Refusal> {
-    let ids = batch_ids(&form)?;
+    match batch_ids(&form) {
+        Ok(ids) => batch_page(&app, &viewer, &ids, Returned::default()).await,
+        Err(error) => {
+            let filters = Filters {
+                agent: form.get("agent").unwrap_or("").to_owned(),
+                tool: form.get("tool").unwrap_or("").to_owned(),
+                risk: form.get("risk").unwrap_or("").to_owned(),
+            };
+            let page = inbox_page(&app, &viewer, filters, error);
+            Ok((StatusCode::BAD_REQUEST, page).into_response())
+        }
+    }
+}
+
+async fn batch_page(
+    app: &App,
+    viewer: &Viewer,
+    ids: &[String],
+    returned: Returned,
+) -> Result<Response, Refusal> {
     let approvals =
         futures::future::join_all(ids.iter().map(|id| app.client.get_approval(id))).await;
     let items = approvals
@@ -550,9 +650,10 @@ pub async fn batch_review(
         })
         .collect::<Result<Vec<_>, ClientError>>()?;
     Ok(render(&BatchReviewPage {
-        layout: Layout::of(&viewer),
+        layout: Layout::of(app, viewer),
         items,
         key: random_token(),
+        returned,
     }))
 }
 
@@ -560,8 +661,14 @@ pub async fn batch_decide(
     State(app): State<Arc<App>>,
     SignedForm { viewer, form }: SignedForm,
 ) -> Result<Response, Refusal> {
-    let ids = batch_ids(&form)?;
-    let (verdict, scope, reason) = decision_of(&form)?;
+    let ids = batch_ids(&form).map_err(Refusal::BadRequest)?;
+    let (verdict, scope, reason) = match decision_of(&form) {
+        Ok(decision) => decision,
+        Err(error) => {
+            let page = batch_page(&app, &viewer, &ids, Returned::of(&form, error)).await?;
+            return Ok((StatusCode::BAD_REQUEST, page).into_response());
+        }
+    };
     let key = form_key(&form);
     // Each approval's version as the review page showed it.
     let versions: Vec<Version> = ids
@@ -592,7 +699,7 @@ pub async fn batch_decide(
     .await;
     tracing::info!(approver = %viewer.approver.id, count = outcomes.len(), "web batch decision");
     Ok(render(&BatchResultPage {
-        layout: Layout::of(&viewer),
+        layout: Layout::of(&app, &viewer),
         results: outcomes,
     }))
 }
@@ -698,7 +805,7 @@ pub async fn history(
             .finish()
     });
     Ok(render(&HistoryPage {
-        layout: Layout::of(&viewer),
+        layout: Layout::of(&app, &viewer),
         search,
         states: ["approved", "rejected", "expired", "cancelled", "consumed"],
         rows,
@@ -757,7 +864,7 @@ pub async fn grants(State(app): State<Arc<App>>, viewer: Viewer) -> Result<Respo
         })
         .collect();
     Ok(render(&GrantsPage {
-        layout: Layout::of(&viewer),
+        layout: Layout::of(&app, &viewer),
         grants,
     }))
 }

@@ -224,19 +224,28 @@ impl Deliveries {
         }
     }
 
-    /// One attempt of one delivery, and its outcome recorded.
-    async fn attempt(&self, delivery: Delivery) -> Result<(), StoreError> {
+    /// One attempt of one delivery, and its outcome recorded. `queued` is the row as the
+    /// dispatcher read it; an attempt that ended after that read (and before the row was
+    /// marked in flight) may have delivered, failed or rescheduled it, so the attempt reads
+    /// it again and goes on only while it is still pending and due.
+    async fn attempt(&self, queued: Delivery) -> Result<(), StoreError> {
+        let Some(delivery) = self.store.due_delivery(queued.seq).await? else {
+            return Ok(());
+        };
         let Some(endpoint) = self.settings.endpoint(&delivery.endpoint) else {
             tracing::warn!(endpoint = %delivery.endpoint, webhook_id = %delivery.webhook_id, "the endpoint is no longer configured; dead letter");
-            return self
-                .store
-                .failed(delivery.seq, "the endpoint is no longer configured", None)
-                .await;
+            self.store
+                .failed(&delivery, "the endpoint is no longer configured", None)
+                .await?;
+            return Ok(());
         };
         match self.post(endpoint, &delivery).await {
             Ok(status) => {
                 tracing::info!(endpoint = %endpoint.name, webhook_id = %delivery.webhook_id, status, "delivered");
-                self.store.delivered(delivery.seq).await
+                if !self.store.delivered(&delivery).await? {
+                    tracing::warn!(endpoint = %endpoint.name, webhook_id = %delivery.webhook_id, "the delivery changed while it was sent; its record stands");
+                }
+                Ok(())
             }
             Err(failure) => {
                 let failures = u32::try_from(delivery.attempts + 1).unwrap_or(u32::MAX);
@@ -257,9 +266,14 @@ impl Deliveries {
                         tracing::error!(endpoint = %endpoint.name, webhook_id = %delivery.webhook_id, failures, error = %failure.message, "delivery failed for good; dead letter")
                     }
                 }
-                self.store
-                    .failed(delivery.seq, &failure.message, retry_in)
-                    .await
+                if !self
+                    .store
+                    .failed(&delivery, &failure.message, retry_in)
+                    .await?
+                {
+                    tracing::warn!(endpoint = %endpoint.name, webhook_id = %delivery.webhook_id, "the delivery changed while it was sent; its record stands");
+                }
+                Ok(())
             }
         }
     }

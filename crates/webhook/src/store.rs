@@ -236,33 +236,54 @@ impl Store {
         Ok(row.try_get::<Option<i64>, _>(0)?)
     }
 
-    pub async fn delivered(&self, seq: i64) -> Result<(), StoreError> {
-        sqlx::query("UPDATE deliveries SET state = 'delivered', body = NULL, attempts = attempts + 1, last_error = NULL WHERE seq = ?")
-            .bind(seq)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+    /// The delivery `seq` as it is now, if it is still pending and due: what an attempt
+    /// sends (a row read earlier may have been delivered, failed or rescheduled since).
+    pub async fn due_delivery(&self, seq: i64) -> Result<Option<Delivery>, StoreError> {
+        let row = sqlx::query(
+            "SELECT * FROM deliveries WHERE seq = ? AND state = 'pending' AND next_attempt_ms <= ?",
+        )
+        .bind(seq)
+        .bind(now_ms())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.as_ref().map(delivery_of))
     }
 
-    /// Notes a failed attempt: tried again in `retry_in`, or a dead letter when `dead`.
+    /// Marks the attempt of `delivery` delivered. Only the attempt that read the row as it
+    /// is (pending, with as many attempts) changes it; returns whether it did.
+    pub async fn delivered(&self, delivery: &Delivery) -> Result<bool, StoreError> {
+        let changed = sqlx::query("UPDATE deliveries SET state = 'delivered', body = NULL, attempts = attempts + 1, last_error = NULL WHERE seq = ? AND state = 'pending' AND attempts = ?")
+            .bind(delivery.seq)
+            .bind(delivery.attempts)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(changed == 1)
+    }
+
+    /// Notes a failed attempt of `delivery`: tried again in `retry_in`, or a dead letter when
+    /// none. Like [`Store::delivered`], only for the row as the attempt read it: a late
+    /// failure never puts a delivered row (whose body is erased) back in the queue.
     pub async fn failed(
         &self,
-        seq: i64,
+        delivery: &Delivery,
         error: &str,
         retry_in: Option<Duration>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let (state, next) = match retry_in {
             Some(wait) => ("pending", now_ms() + wait.as_millis() as i64),
             None => ("dead", now_ms()),
         };
-        sqlx::query("UPDATE deliveries SET state = ?, next_attempt_ms = ?, attempts = attempts + 1, last_error = ? WHERE seq = ?")
+        let changed = sqlx::query("UPDATE deliveries SET state = ?, next_attempt_ms = ?, attempts = attempts + 1, last_error = ? WHERE seq = ? AND state = 'pending' AND attempts = ?")
             .bind(state)
             .bind(next)
             .bind(error)
-            .bind(seq)
+            .bind(delivery.seq)
+            .bind(delivery.attempts)
             .execute(&self.pool)
-            .await?;
-        Ok(())
+            .await?
+            .rows_affected();
+        Ok(changed == 1)
     }
 
     pub async fn dead_letters(&self) -> Result<Vec<Delivery>, StoreError> {

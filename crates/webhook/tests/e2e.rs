@@ -56,6 +56,9 @@ struct Received {
 #[derive(Clone, Default)]
 struct Receiver {
     script: Arc<Mutex<VecDeque<Answer>>>,
+    /// Once `script` is used up: the answers to the first, second, … request of each
+    /// webhook-id (then 200).
+    each_id: Arc<Mutex<Vec<Answer>>>,
     received: Arc<Mutex<Vec<Received>>>,
 }
 
@@ -73,6 +76,10 @@ impl Receiver {
 
     fn script(&self, answers: &[Answer]) {
         self.script.lock().unwrap().extend(answers.iter().copied());
+    }
+
+    fn script_each_id(&self, answers: &[Answer]) {
+        *self.each_id.lock().unwrap() = answers.to_vec();
     }
 
     fn received(&self) -> Vec<Received> {
@@ -114,6 +121,7 @@ async fn receive(
     headers: HeaderMap,
     body: Bytes,
 ) -> (StatusCode, HeaderMap) {
+    let answer;
     let header = |name: &str| {
         headers
             .get(name)
@@ -121,14 +129,17 @@ async fn receive(
             .unwrap_or_default()
             .to_owned()
     };
-    let answer = receiver
-        .script
-        .lock()
-        .unwrap()
-        .pop_front()
-        .unwrap_or(Answer::Status(200));
+    let scripted = receiver.script.lock().unwrap().pop_front();
     let index = {
         let mut received = receiver.received.lock().unwrap();
+        let webhook_id = header("webhook-id");
+        let before = received
+            .iter()
+            .filter(|r| r.webhook_id == webhook_id)
+            .count();
+        answer = scripted
+            .or_else(|| receiver.each_id.lock().unwrap().get(before).copied())
+            .unwrap_or(Answer::Status(200));
         received.push(Received {
             webhook_id: header("webhook-id"),
             timestamp: header("webhook-timestamp"),
@@ -464,6 +475,97 @@ async fn retries_through_5xx_and_timeouts_lose_nothing_and_every_signature_verif
         .await
         .unwrap()
         .is_empty());
+}
+
+/// The requests of each webhook-id in `received`, in order.
+fn by_webhook_id(received: &[Received]) -> std::collections::BTreeMap<&str, Vec<&Received>> {
+    let mut by_id = std::collections::BTreeMap::<&str, Vec<&Received>>::new();
+    for request in received {
+        by_id.entry(&request.webhook_id).or_default().push(request);
+    }
+    by_id
+}
+
+/// A burst of deliveries each answered 500 three times, then 204: every retry comes after
+/// its backoff (at least three quarters of `retry_interval_ms`, 30 ms here), none is sent
+/// again after its 2xx, and every request carries the event's body. An attempt that ended
+/// between the dispatcher's read of the queue and its in-flight check was dispatched again
+/// from that stale read: too early, and, when it then failed, it put the delivered row
+/// (body erased) back in the queue, to be POSTed with an empty body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_retried_deliveries_is_sent_on_schedule_once_each_and_never_empty() {
+    let harness = Harness::start().await;
+    harness.receiver.script_each_id(&[
+        Answer::Status(500),
+        Answer::Status(500),
+        Answer::Status(500),
+        Answer::Status(204),
+    ]);
+    let approvals = futures::future::join_all(
+        (0..40).map(|i| harness.request_with(request_message(&format!("burst-{i}"), 0))),
+    )
+    .await;
+    let ids: Vec<String> = approvals.iter().map(requested_id).collect();
+    harness
+        .receiver
+        .wait_for("every delivery accepted", |received| {
+            ids.iter().all(|id| {
+                received
+                    .iter()
+                    .any(|r| &r.webhook_id == id && r.answered == Some(204))
+            })
+        })
+        .await;
+    // Anything sent again after its 2xx would arrive within the retry cap (200 ms).
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let received = harness.receiver.received();
+    for (id, requests) in by_webhook_id(&received) {
+        let answers: Vec<Option<u16>> = requests.iter().map(|r| r.answered).collect();
+        assert_eq!(
+            answers,
+            vec![Some(500), Some(500), Some(500), Some(204)],
+            "{id}: three failures, one success, nothing after it"
+        );
+        for pair in requests.windows(2) {
+            let gap = pair[1].at - pair[0].at;
+            assert!(
+                gap >= Duration::from_millis(22),
+                "{id}: retried {gap:?} after a 500"
+            );
+        }
+        for request in &requests {
+            assert!(!request.body.is_empty(), "{id}: an empty body was sent");
+            assert_eq!(request.body, requests[0].body, "{id}");
+            assert!(verify(SECRET, request), "{id}");
+        }
+    }
+}
+
+/// A burst of deliveries each refused finally (410): each is POSTed once and is a dead
+/// letter; none is sent again from a stale read of the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_finally_refused_deliveries_is_sent_once_each() {
+    let harness = Harness::start().await;
+    harness.receiver.script_each_id(&[Answer::Status(410)]);
+    let approvals = futures::future::join_all(
+        (0..40).map(|i| harness.request_with(request_message(&format!("gone-{i}"), 0))),
+    )
+    .await;
+    let store = harness.store().await;
+    for _ in 0..500 {
+        if store.dead_letters().await.unwrap().len() == approvals.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(store.dead_letters().await.unwrap().len(), approvals.len());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let received = harness.receiver.received();
+    let by_id = by_webhook_id(&received);
+    assert_eq!(by_id.len(), approvals.len());
+    for (id, requests) in by_id {
+        assert_eq!(requests.len(), 1, "{id} was POSTed again after its 410");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -156,9 +156,14 @@ class Backoff:
         self.maximum = max(maximum, 0.001)
         self.reset()
 
+    #: While failures go on, how often (seconds) a retry is logged again as a warning.
+    WARN_EVERY = 30.0
+
     def reset(self) -> None:
         self.current = min(self.INITIAL, self.maximum)
         self.attempts = 0
+        self.failing_since = 0.0
+        self.warned_at = 0.0
 
     def next_delay(self) -> float:
         ceiling = self.current
@@ -171,8 +176,23 @@ class Backoff:
         return max(0.0, min(self.next_delay(), deadline - time.monotonic()))
 
     def log_retry(self, message: str, *args: object) -> None:
-        """A warning for the first failure since the last success, debug for repeats."""
-        log.log(logging.WARNING if self.attempts == 0 else logging.DEBUG, message, *args)
+        """A warning for the first failure since the last success, and again every
+        ``WARN_EVERY`` seconds while failures go on (saying how many, for how long), so that a
+        caller held up by a server that is down hears it; debug in between."""
+        now = time.monotonic()
+        if self.attempts == 0:
+            self.failing_since = self.warned_at = now
+            log.warning(message, *args)
+        elif now - self.warned_at >= self.WARN_EVERY:
+            self.warned_at = now
+            log.warning(
+                message + "; still failing after %d attempts in %.0f s",
+                *args,
+                self.attempts + 1,
+                now - self.failing_since,
+            )
+        else:
+            log.debug(message, *args)
 
 
 def wait_deadline(deadline: float | None, expires_at: datetime | None) -> float:
@@ -270,6 +290,20 @@ class WatchCursor:
     def ended(self) -> float:
         log.info("watch stream ended; reconnecting after seq %s", self.cursor)
         return self.backoff.next_delay()
+
+
+#: How much of a call's arguments an action line quotes (as the hooks' action lines do).
+MAX_QUOTED_CHARS = 300
+
+
+def describe_call(tool_name: str, arguments: Mapping[str, Any]) -> str:
+    """The one-line action an approver reads on a phone for a call of ``tool_name``: the tool
+    and its arguments as compact JSON, cut to ``MAX_QUOTED_CHARS`` (the hooks' line for a tool
+    they know no better line for, e.g. ``send_email {"to":"a@b","subject":"Hi"}``)."""
+    text = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), sort_keys=False, default=str)
+    if len(text) > MAX_QUOTED_CHARS:
+        text = text[: MAX_QUOTED_CHARS - 1] + "…"
+    return f"{tool_name} {text}"
 
 
 def rejection_text(approval: Approval) -> str:

@@ -24,7 +24,7 @@ from langchain_core.messages import ToolMessage
 from langgraph.config import get_config
 from langgraph.types import Command, Interrupt
 
-from countersign._common import rejection_text
+from countersign._common import describe_call, rejection_text
 from countersign.aio import AsyncClient
 from countersign.client import Client
 from countersign.model import Approval, ApprovalRequest, Risk
@@ -82,7 +82,7 @@ class CountersignMiddleware(AgentMiddleware):
             idempotency_key=call["id"],
             tool_name=call["name"],
             arguments=call["args"],
-            action=f"call {call['name']}",
+            action=describe_call(call["name"], call["args"]),
             risk=self.gated[call["name"]],
             ttl=self.ttl,
         )
@@ -168,7 +168,10 @@ def hitl_decisions(
             idempotency_key=f"{interrupt.id}:{position}",
             tool_name=action["name"],
             arguments=action["args"],
-            action=action.get("description") or f"call {action['name']}",
+            action=describe_call(action["name"], action["args"]),
+            # The middleware's description ("Tool execution requires approval", or the
+            # developer's own) without the Python repr of the arguments it appends.
+            reason=(action.get("description") or "").split("\n", 1)[0],
             risk=risk,
             ttl=ttl,
             deadline=deadline,

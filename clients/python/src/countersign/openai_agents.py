@@ -18,7 +18,7 @@ from typing import Any
 from agents import Agent, Runner, RunResult, RunState
 from agents.items import ToolApprovalItem
 
-from countersign._common import rejection_text
+from countersign._common import describe_call, rejection_text
 from countersign.aio import AsyncClient
 from countersign.model import Approval, Risk, Scope
 
@@ -37,13 +37,16 @@ async def approve_item(
     if not item.call_id:
         raise ValueError(f"tool call {item.name!r} has no call id to make its approval idempotent")
     arguments = json.loads(item.arguments) if item.arguments else {}
+    if not isinstance(arguments, dict):
+        arguments = {"arguments": arguments}
     return await client.request_and_wait(
         agent_id=agent_id,
         session_id=session_id,
         idempotency_key=item.call_id,
         tool_name=item.name or "",
-        arguments=arguments if isinstance(arguments, dict) else {"arguments": arguments},
-        action=f"{item.agent.name} calls {item.name}",
+        arguments=arguments,
+        action=describe_call(item.name or "", arguments),
+        reason=f"asked by agent {item.agent.name}",
         risk=risk,
         ttl=ttl,
         deadline=deadline,

@@ -81,6 +81,43 @@ async fn a_watch_starts_with_the_channels_pending_approvals_then_follows_its_eve
     assert_eq!(watch.cursor(), Some(events[1].seq));
 }
 
+/// `connection()` follows whether a stream is open: not before the first one, not while the
+/// server is gone, again once the watch has reconnected (with no item to deliver meanwhile).
+#[tokio::test]
+async fn the_watch_says_whether_it_is_connected_to_the_server() {
+    let mut server = TestServer::start().await;
+    let client = client(&server.url());
+    let mut watch = client.watch(watch_options(""));
+    let mut connection = watch.connection();
+    assert!(!*connection.borrow(), "connected before opening anything");
+    next_snapshot(&mut watch).await;
+    assert!(*connection.borrow_and_update());
+
+    server.stop().await;
+    assert!(!next_connection_change(&mut watch, &mut connection).await);
+    server.restart().await;
+    assert!(next_connection_change(&mut watch, &mut connection).await);
+}
+
+/// Polls the watch (as a service does all the time; `next()` is cancel-safe) until its
+/// connection state changes; the new state.
+async fn next_connection_change(
+    watch: &mut countersign_client::Watch,
+    connection: &mut tokio::sync::watch::Receiver<bool>,
+) -> bool {
+    let polled = async {
+        loop {
+            let _ = tokio::time::timeout(Duration::from_millis(100), watch.next()).await;
+            if connection.has_changed().unwrap_or(false) {
+                return *connection.borrow_and_update();
+            }
+        }
+    };
+    tokio::time::timeout(STEP, polled)
+        .await
+        .expect("the connection state changes")
+}
+
 /// A connection that stays open but delivers nothing, not even heartbeats, is replaced; the
 /// watch resumes after its cursor and delivers what happened meanwhile.
 #[tokio::test]

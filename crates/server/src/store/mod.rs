@@ -34,6 +34,7 @@ use thiserror::Error;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::audit::AuditReport;
+use crate::backup::{Backup, BackupError};
 use crate::config::{Database, StorageConfig};
 use crate::history::{AuditedEvent, EventFilter, GrantFilter};
 use crate::hub::Hub;
@@ -429,6 +430,9 @@ pub trait Backend: Send + Sync {
     /// Walks the whole event log in seq order and checks the hash chain up to the first
     /// broken row.
     async fn verify_audit(&self) -> Result<AuditReport, StoreError>;
+    /// Writes a consistent copy of the database to the new file `into` while serving goes on,
+    /// and verifies the copy's audit chain; see [`crate::backup`].
+    async fn backup(&self, into: &Path) -> Result<Backup, BackupError>;
     /// Grants, newest first.
     async fn list_grants(
         &self,
@@ -801,6 +805,11 @@ impl Store {
 
     pub async fn verify_audit(&self) -> Result<AuditReport, StoreError> {
         self.backend.verify_audit().await
+    }
+
+    /// See [`Backend::backup`].
+    pub async fn backup(&self, into: &Path) -> Result<Backup, BackupError> {
+        self.backend.backup(into).await
     }
 
     pub async fn list_grants(

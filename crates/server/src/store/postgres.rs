@@ -8,6 +8,7 @@
 //! (`NOTIFY countersign_events`), whose followers then publish the new events. Sweeps run on
 //! the replica that holds an advisory lock; rate limits are token buckets in `rate_buckets`.
 
+use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +29,7 @@ use super::{
     StoredEvent, WriterConnection,
 };
 use crate::audit::AuditReport;
+use crate::backup::{Backup, BackupError};
 use crate::config::StorageConfig;
 use crate::history::{AuditedEvent, EventFilter, GrantFilter};
 use crate::integrity::{self, AuditSql, IntegrityError};
@@ -480,6 +482,11 @@ impl Backend for PostgresBackend {
 
     async fn verify_audit(&self) -> Result<AuditReport, StoreError> {
         self.reads.acquire().await?.verify().await
+    }
+
+    /// PostgreSQL has its own tools for consistent online copies.
+    async fn backup(&self, _into: &Path) -> Result<Backup, BackupError> {
+        Err(BackupError::Postgres)
     }
 
     async fn list_grants(

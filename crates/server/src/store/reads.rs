@@ -195,7 +195,16 @@ macro_rules! sql_reads {
                     .push_bind(filter.decider.clone())
                     .push(" AND e.decider <> '') OR (e.approver = ")
                     .push_bind(filter.decider.clone())
-                    .push(" AND e.approver <> ''))");
+                    .push(" AND e.approver <> '')");
+                if !filter.decider_identities.is_empty() {
+                    query.push(" OR (e.decider <> '' AND e.decider IN (");
+                    let mut identities = query.separated(", ");
+                    for identity in &filter.decider_identities {
+                        identities.push_bind(identity.clone());
+                    }
+                    query.push("))");
+                }
+                query.push(")");
             }
             if let Some(since) = filter.since {
                 query.push(" AND e.at_ms >= ").push_bind(since);

@@ -26,7 +26,8 @@ use super::{
     StoredEvent, WriterConnection,
 };
 use crate::audit::AuditReport;
-use crate::config::{Durability, StorageConfig};
+use crate::backup::{self, Backup, BackupError};
+use crate::config::{Durability, StorageConfig, WalCheckpoints};
 use crate::history::{AuditedEvent, EventFilter, GrantFilter};
 use crate::integrity::{self, AuditSql, IntegrityError};
 use countersign_core::groups::Delegation;
@@ -68,19 +69,25 @@ impl SqliteBackend {
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
         let reads = options.clone().create_if_missing(false).read_only(true);
+        let autocheckpoint = match config.wal_checkpoints {
+            WalCheckpoints::Server => WRITER_AUTOCHECKPOINT_PAGES,
+            WalCheckpoints::External => "0",
+        };
         let options = options
-            .pragma("wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)
+            .pragma("wal_autocheckpoint", autocheckpoint)
             // A batch's statements change many rows; the journal that lets one of them fail
             // alone spilled to a temporary file (created, written, deleted) in every batch.
             .pragma("temp_store", "memory");
         let mut conn = SqliteConnection::connect_with(&options).await?;
         MIGRATOR.run_direct(&mut conn).await?;
         let checkpointer = Arc::new(Notify::new());
-        tokio::spawn(checkpoint(
-            options.clone(),
-            checkpointer.clone(),
-            writer_alive,
-        ));
+        if config.wal_checkpoints == WalCheckpoints::Server {
+            tokio::spawn(checkpoint(
+                options.clone(),
+                checkpointer.clone(),
+                writer_alive,
+            ));
+        }
         let reads = SqlitePoolOptions::new()
             .max_connections(config.read_connections)
             .connect_with(reads)
@@ -453,6 +460,11 @@ impl Backend for SqliteBackend {
         self.reads.acquire().await?.verify().await
     }
 
+    async fn backup(&self, into: &Path) -> Result<Backup, BackupError> {
+        let mut conn = self.reads.acquire().await.map_err(StoreError::from)?;
+        backup::copy(&mut conn, into).await
+    }
+
     async fn list_grants(
         &self,
         filter: &GrantFilter,
@@ -482,6 +494,36 @@ async fn head_seq<'e>(executor: impl SqliteExecutor<'e>) -> Result<i64, sqlx::Er
             .fetch_optional(executor)
             .await?;
     Ok(head.unwrap_or(0))
+}
+
+/// Writes the database `conn` reads to the new file `into` with `VACUUM INTO`: one read
+/// transaction, so the copy is one consistent snapshot (the WAL's committed pages included)
+/// and the writer carries on meanwhile. SQLite refuses a file that exists and is not empty.
+pub(crate) async fn vacuum_into(
+    conn: &mut SqliteConnection,
+    into: &Path,
+) -> Result<(), StoreError> {
+    let into = into.to_str().ok_or_else(|| {
+        countersign_core::Error::invalid("file_name", "the backup path is not valid UTF-8")
+    })?;
+    sqlx::query("VACUUM INTO ?")
+        .bind(into)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Opens an existing database file as it is: no schema change, nothing created; read-only when
+/// asked.
+pub(crate) async fn open_existing(
+    path: &Path,
+    read_only: bool,
+) -> Result<SqliteConnection, StoreError> {
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(false)
+        .read_only(read_only);
+    Ok(SqliteConnection::connect_with(&options).await?)
 }
 
 /// Opens an existing database and brings its schema up to date (for `audit` commands).

@@ -11,9 +11,9 @@ use fantoccini::{Client, Locator};
 use crate::chromium::Chromium;
 use crate::common::{eventually, Mode, Setup};
 
-const WAIT: Duration = Duration::from_secs(15);
+pub const WAIT: Duration = Duration::from_secs(15);
 
-async fn element(browser: &Client, css: &str) -> Element {
+pub async fn element(browser: &Client, css: &str) -> Element {
     browser
         .wait()
         .at_most(WAIT)
@@ -22,7 +22,7 @@ async fn element(browser: &Client, css: &str) -> Element {
         .unwrap_or_else(|error| panic!("no {css} on the page: {error}"))
 }
 
-async fn click(browser: &Client, css: &str) {
+pub async fn click(browser: &Client, css: &str) {
     element(browser, css)
         .await
         .click()
@@ -30,13 +30,13 @@ async fn click(browser: &Client, css: &str) {
         .unwrap_or_else(|error| panic!("cannot click {css}: {error}"));
 }
 
-async fn text(browser: &Client, css: &str) -> String {
+pub async fn text(browser: &Client, css: &str) -> String {
     element(browser, css).await.text().await.expect("text")
 }
 
 /// Waits until the element's text contains `expected` (the element may be replaced
 /// meanwhile, by a navigation or a live update).
-async fn text_becomes(browser: &Client, css: &str, expected: &str) {
+pub async fn text_becomes(browser: &Client, css: &str, expected: &str) {
     let started = std::time::Instant::now();
     loop {
         let now = match browser.find(Locator::Css(css)).await {
@@ -55,7 +55,7 @@ async fn text_becomes(browser: &Client, css: &str, expected: &str) {
 }
 
 /// Types `key` on the page itself (not into a form field).
-async fn press(browser: &Client, key: &str) {
+pub async fn press(browser: &Client, key: &str) {
     script(
         browser,
         "document.activeElement && document.activeElement.blur(); return null;",
@@ -69,14 +69,14 @@ async fn press(browser: &Client, key: &str) {
 }
 
 /// Signs in as Alice with a one-time link; the inbox is shown.
-async fn sign_in(browser: &Client, setup: &Setup) {
+pub async fn sign_in(browser: &Client, setup: &Setup) {
     let link = setup.web.issue_login("alice", "Alice").await;
     browser.goto(&link).await.unwrap();
     click(browser, "#sign-in").await;
     element(browser, "#inbox").await;
 }
 
-async fn script(browser: &Client, code: &str) -> serde_json::Value {
+pub async fn script(browser: &Client, code: &str) -> serde_json::Value {
     browser.execute(code, Vec::new()).await.expect("script")
 }
 

@@ -210,7 +210,17 @@ impl Web {
 
     /// Kills the binary (SIGKILL) and starts it again on the same port and state.
     pub async fn restart(&mut self) {
+        self.kill().await;
+        self.relaunch().await;
+    }
+
+    /// Kills the binary (SIGKILL); [`Web::relaunch`] starts it again.
+    pub async fn kill(&mut self) {
         let _ = self.child.kill().await;
+    }
+
+    /// Starts the binary again on the same port and state.
+    pub async fn relaunch(&mut self) {
         self.child = spawn_web(&self.config);
         self.wait_until_listening().await;
     }

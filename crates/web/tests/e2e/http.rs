@@ -661,3 +661,109 @@ async fn sigterm_ends_open_event_streams_and_exits() {
     let rest = tokio::time::timeout(Duration::from_secs(5), stream.chunk()).await;
     assert!(matches!(rest, Ok(Ok(None)) | Ok(Err(_))), "{rest:?}");
 }
+
+/// What a browser sends when Enter submits a decision form implicitly (its first submit
+/// button, which names no verdict), a form without any verdict, a rejection without a reason,
+/// and a batch review of nothing: each decides nothing and comes back as the form itself,
+/// with the error and what the approver had typed, instead of a bare error page.
+#[tokio::test]
+async fn a_form_without_an_explicit_verdict_decides_nothing_and_comes_back_with_the_error() {
+    let setup = Setup::start(Mode::Login).await;
+    let cookie = sign_in(&setup, "alice", "Alice").await;
+    let drop = setup
+        .request("db-migrator", "DROP DATABASE prod", pb::Risk::Critical)
+        .await;
+    let other = setup
+        .request("db-migrator", "VACUUM FULL", pb::Risk::Medium)
+        .await;
+    let page = page_showing(
+        &setup,
+        &format!("/approvals/{}", drop.id),
+        &cookie,
+        &drop.id,
+    )
+    .await;
+    let csrf = csrf_of(&page);
+    let decide = format!("{}/approvals/{}/decide", setup.web.url, drop.id);
+    let reason = "NO - this would destroy prod";
+    for (form, error) in [
+        (
+            vec![("csrf", csrf.as_str()), ("verdict", ""), ("reason", reason)],
+            "Enter does not decide",
+        ),
+        (
+            vec![("csrf", csrf.as_str()), ("reason", reason)],
+            "Enter does not decide",
+        ),
+        (
+            vec![
+                ("csrf", csrf.as_str()),
+                ("verdict", "reject"),
+                ("reason", " "),
+            ],
+            "needs a reason",
+        ),
+    ] {
+        let response = post(&decide, &cookie, &form).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{form:?}");
+        let body = response.text().await.unwrap();
+        assert!(body.contains("id=\"decide\""), "the form again: {body}");
+        assert!(body.contains("id=\"form-error\""), "{body}");
+        assert!(body.contains(error), "{error}: {body}");
+        if form.iter().any(|(_, value)| *value == reason) {
+            assert!(
+                body.contains(&format!("value=\"{reason}\"")),
+                "reason kept: {body}"
+            );
+        }
+    }
+    // The form's first submit button names no verdict: that is the one Enter uses.
+    let first_button = &page[page.find("id=\"decide\"").unwrap()..];
+    let first_button = &first_button[first_button.find("<button").unwrap()..];
+    assert!(
+        first_button.starts_with("<button type=\"submit\" name=\"verdict\" value=\"\""),
+        "{first_button}"
+    );
+
+    // The batch page, likewise.
+    let ids = [drop.id.as_str(), other.id.as_str()];
+    let batch = format!("{}/batch/decide", setup.web.url);
+    let mut form: Vec<(&str, &str)> = vec![("csrf", &csrf), ("verdict", ""), ("reason", "no")];
+    form.extend(ids.iter().map(|id| ("id", *id)));
+    let response = post(&batch, &cookie, &form).await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body = response.text().await.unwrap();
+    assert!(body.contains("id=\"batch-decide\""), "{body}");
+    assert!(body.contains("Enter does not decide"), "{body}");
+    for id in ids {
+        assert!(body.contains(&format!("id=\"item-{id}\"")), "{body}");
+    }
+    for approval in [&drop, &other] {
+        let now = setup.agent.get_approval(&approval.id).await.unwrap();
+        assert_eq!(now.state(), pb::ApprovalState::Pending);
+        assert!(now.decisions.is_empty(), "{:?}", now.decisions);
+    }
+
+    // Review selected with nothing ticked: the inbox again, saying what to do.
+    let response = post(
+        &format!("{}/batch", setup.web.url),
+        &cookie,
+        &[("csrf", csrf.as_str())],
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body = response.text().await.unwrap();
+    assert!(body.contains("id=\"inbox\""), "{body}");
+    assert!(body.contains("Tick at least one approval"), "{body}");
+
+    // The browser's favicon request is answered.
+    let favicon = http()
+        .get(format!("{}/favicon.ico", setup.web.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(favicon.status(), StatusCode::OK);
+    assert_eq!(favicon.headers()["content-type"], "image/x-icon");
+    assert!(favicon.bytes().await.unwrap().starts_with(&[0, 0, 1, 0]));
+    setup.web.stop().await;
+}

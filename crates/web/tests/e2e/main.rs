@@ -2,6 +2,7 @@
 //! `countersign-web` binary, the SDK on the agent side, and headless Chromium through
 //! chromedriver for the browser tests.
 
+mod approver;
 mod browser;
 mod chromium;
 mod common;

@@ -533,6 +533,26 @@ class VerifyAuditResponse(_message.Message):
     problem: str
     def __init__(self, intact: _Optional[bool] = ..., events_checked: _Optional[int] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., broken_seq: _Optional[int] = ..., problem: _Optional[str] = ...) -> None: ...
 
+class BackupDatabaseRequest(_message.Message):
+    __slots__ = ("file_name",)
+    FILE_NAME_FIELD_NUMBER: _ClassVar[int]
+    file_name: str
+    def __init__(self, file_name: _Optional[str] = ...) -> None: ...
+
+class BackupDatabaseResponse(_message.Message):
+    __slots__ = ("path", "bytes", "events_checked", "first_seq", "newest_seq")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_CHECKED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    bytes: int
+    events_checked: int
+    first_seq: int
+    newest_seq: int
+    def __init__(self, path: _Optional[str] = ..., bytes: _Optional[int] = ..., events_checked: _Optional[int] = ..., first_seq: _Optional[int] = ..., newest_seq: _Optional[int] = ...) -> None: ...
+
 class Grant(_message.Message):
     __slots__ = ("id", "agent_id", "session_id", "tool_name", "approval_id", "granted_by", "created_at", "expires_at", "revoked_at", "active")
     ID_FIELD_NUMBER: _ClassVar[int]

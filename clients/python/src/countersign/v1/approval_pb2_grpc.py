@@ -497,6 +497,11 @@ class AdminServiceStub:
                 request_serializer=countersign_dot_v1_dot_approval__pb2.ListApproversRequest.SerializeToString,
                 response_deserializer=countersign_dot_v1_dot_approval__pb2.ListApproversResponse.FromString,
                 _registered_method=True)
+        self.BackupDatabase = channel.unary_unary(
+                '/countersign.v1.AdminService/BackupDatabase',
+                request_serializer=countersign_dot_v1_dot_approval__pb2.BackupDatabaseRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_approval__pb2.BackupDatabaseResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -558,6 +563,17 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BackupDatabase(self, request, context):
+        """Writes an online, consistent copy of the SQLite database (VACUUM INTO) to a new file in
+        the server's backup directory while it keeps serving, then verifies the copy's audit
+        chain (issue 27). ALREADY_EXISTS when the file exists (it is never overwritten);
+        FAILED_PRECONDITION when the chain does not verify (no copy is kept) or the database is
+        PostgreSQL (back it up with pg_dump).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -600,6 +616,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListApprovers,
                     request_deserializer=countersign_dot_v1_dot_approval__pb2.ListApproversRequest.FromString,
                     response_serializer=countersign_dot_v1_dot_approval__pb2.ListApproversResponse.SerializeToString,
+            ),
+            'BackupDatabase': grpc.unary_unary_rpc_method_handler(
+                    servicer.BackupDatabase,
+                    request_deserializer=countersign_dot_v1_dot_approval__pb2.BackupDatabaseRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_approval__pb2.BackupDatabaseResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -819,6 +840,33 @@ class AdminService:
             '/countersign.v1.AdminService/ListApprovers',
             countersign_dot_v1_dot_approval__pb2.ListApproversRequest.SerializeToString,
             countersign_dot_v1_dot_approval__pb2.ListApproversResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BackupDatabase(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.AdminService/BackupDatabase',
+            countersign_dot_v1_dot_approval__pb2.BackupDatabaseRequest.SerializeToString,
+            countersign_dot_v1_dot_approval__pb2.BackupDatabaseResponse.FromString,
             options,
             channel_credentials,
             insecure,

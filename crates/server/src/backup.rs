@@ -1,0 +1,147 @@
+//! Online backups of the SQLite store: a consistent copy while the server keeps serving
+//! (`VACUUM INTO`, one read transaction, so the events, the approvals and the audit anchor
+//! are of one moment), flushed to disk, then verified with the same audit verification as
+//! `VerifyAudit`. A file that exists is never touched, and a copy whose chain does not verify
+//! is removed and reported instead of kept. PostgreSQL is backed up with pg_dump.
+
+use std::path::{Path, PathBuf};
+
+use sqlx::{Connection, SqliteConnection};
+use thiserror::Error;
+
+use crate::audit::AuditReport;
+use crate::config::Database;
+use crate::integrity::AuditSql;
+use crate::store::{sqlite, StoreError};
+
+/// A verified copy.
+#[derive(Debug, Clone)]
+pub struct Backup {
+    pub path: PathBuf,
+    pub bytes: u64,
+    /// The copy's audit chain, intact.
+    pub report: AuditReport,
+}
+
+#[derive(Debug, Error)]
+pub enum BackupError {
+    #[error("{0} already exists; a backup never overwrites a file: name a new one")]
+    Exists(PathBuf),
+    #[error("the database is PostgreSQL: back it up with pg_dump (it holds the approvals, the event log and the audit anchor); see docs/deployment.md")]
+    Postgres,
+    #[error("file_name {0:?} is not a plain file name: use letters, digits, '.', '_' and '-', not starting with '.'")]
+    FileName(String),
+    #[error("there is no SQLite database at {0}")]
+    NoDatabase(PathBuf),
+    #[error("the audit chain does not verify at seq {seq}: {problem}; no backup was kept. Look at the database (VerifyAudit, `countersign verify-audit`) before backing it up")]
+    Broken { seq: i64, problem: String },
+    #[error("cannot write the backup {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The longest file name `file_in` accepts.
+const MAX_FILE_NAME_CHARS: usize = 200;
+
+/// The path of the new backup `file_name` in `directory`. Only a plain name is accepted, so a
+/// caller of the RPC can create files in that one directory and nowhere else.
+pub fn file_in(directory: &Path, file_name: &str) -> Result<PathBuf, BackupError> {
+    let plain = !file_name.is_empty()
+        && file_name.len() <= MAX_FILE_NAME_CHARS
+        && !file_name.starts_with('.')
+        && file_name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if !plain {
+        return Err(BackupError::FileName(file_name.to_owned()));
+    }
+    Ok(directory.join(file_name))
+}
+
+/// The directory backups of `database` go to when `storage.backup_dir` is not set: the
+/// database file's own. None for PostgreSQL.
+pub fn default_directory(database: &Path) -> Option<PathBuf> {
+    match Database::of(database) {
+        Database::Postgres(_) => None,
+        Database::Sqlite(path) => Some(match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+            _ => PathBuf::from("."),
+        }),
+    }
+}
+
+/// `countersign-server backup FILE`: a verified copy of the database the configuration names,
+/// made beside a server that may be running (a read-only connection of its own).
+pub async fn backup_database(database: &Path, into: &Path) -> Result<Backup, BackupError> {
+    let path = match Database::of(database) {
+        Database::Postgres(_) => return Err(BackupError::Postgres),
+        Database::Sqlite(path) => path,
+    };
+    if !path.is_file() {
+        return Err(BackupError::NoDatabase(path.to_path_buf()));
+    }
+    let mut conn = sqlite::open_existing(path, true).await?;
+    copy(&mut conn, into).await
+}
+
+/// Copies the database `source` reads to the new file `into`, flushes it to disk and verifies
+/// it; a copy that does not verify is removed.
+pub(crate) async fn copy(
+    source: &mut SqliteConnection,
+    into: &Path,
+) -> Result<Backup, BackupError> {
+    let write_error = |source: std::io::Error| BackupError::Write {
+        path: into.to_path_buf(),
+        source,
+    };
+    // Created empty first, atomically, so that an existing file (or one that appears
+    // meanwhile) is never touched, and the file is ours to remove on any failure. SQLite
+    // writes into an empty file; the copy holds every approval, so only the owner reads it.
+    let mut new_file = std::fs::OpenOptions::new();
+    new_file.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut new_file, 0o600);
+    match new_file.open(into) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(BackupError::Exists(into.to_path_buf()))
+        }
+        Err(e) => return Err(write_error(e)),
+    }
+    let verified = async {
+        sqlite::vacuum_into(source, into).await?;
+        // SQLite does not flush what VACUUM INTO wrote.
+        let bytes = flush(into).map_err(write_error)?;
+        let mut copy = sqlite::open_existing(into, false).await?;
+        let report = copy.verify().await?;
+        copy.close().await.map_err(StoreError::from)?;
+        match report.broken.clone() {
+            Some((seq, problem)) => Err(BackupError::Broken { seq, problem }),
+            None => Ok(Backup {
+                path: into.to_path_buf(),
+                bytes,
+                report,
+            }),
+        }
+    }
+    .await;
+    if verified.is_err() {
+        let _ = std::fs::remove_file(into);
+    }
+    verified
+}
+
+/// Flushes the file and its directory entry to disk; the file's size.
+fn flush(path: &Path) -> std::io::Result<u64> {
+    let file = std::fs::File::open(path)?;
+    file.sync_all()?;
+    let bytes = file.metadata()?.len();
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::File::open(parent)?.sync_all()?;
+    }
+    Ok(bytes)
+}
