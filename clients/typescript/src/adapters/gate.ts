@@ -54,11 +54,16 @@ export type GateVerdict =
 /** The default request retry window: a server that does not answer within it is a "no". */
 export const REQUEST_RETRY_MS = 5_000;
 
-const ACTION_MAX_CHARS = 300;
+/** How much of a call's arguments an action line quotes (as the hooks' and the Python
+ * adapters' action lines do). */
+const MAX_QUOTED_CHARS = 300;
 
+/** The one-line action an approver reads on a phone: the tool and its arguments as compact
+ * JSON, cut to MAX_QUOTED_CHARS (e.g. `send_email {"to":"a@b","subject":"Hi"}`). */
 function defaultAction(toolName: string, input: Arguments): string {
-  const text = `${toolName} ${JSON.stringify(input)}`;
-  return text.length > ACTION_MAX_CHARS ? `${text.slice(0, ACTION_MAX_CHARS - 1)}…` : text;
+  const text = JSON.stringify(input);
+  const quoted = text.length > MAX_QUOTED_CHARS ? `${text.slice(0, MAX_QUOTED_CHARS - 1)}…` : text;
+  return `${toolName} ${quoted}`;
 }
 
 /** What a model is told when its tool call may not run: the outcome and the reason. */
