@@ -90,6 +90,13 @@ describe("Claude Agent SDK adapter", () => {
     ]);
   });
 
+  test("nobody decided before the expiry: deny, saying so", async () => {
+    const canUseTool = countersignCanUseTool(shared.client, { agentId: agentId(), ttlSeconds: 1 });
+    const result = await ask(canUseTool, "toolu_x", { command: "make" });
+    assert.equal(result.behavior, "deny");
+    assert.match(result.behavior === "deny" ? result.message : "", /not approved \(expired/);
+  });
+
   test("the server lost, before the request or while waiting: deny", async () => {
     const lost = await Server.start();
     const agent = agentId();
