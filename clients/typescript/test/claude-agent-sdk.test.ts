@@ -3,7 +3,15 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import type { CanUseTool, PermissionResult } from "@anthropic-ai/claude-agent-sdk";
 import { countersignCanUseTool } from "../src/adapters/claude-agent-sdk.js";
-import { agentId, decideNext, firstPending, Server, sharedServer } from "./support.js";
+import {
+  agentId,
+  decideNext,
+  firstPending,
+  Server,
+  sharedServer,
+  TOKEN_ENV,
+  TOKENS,
+} from "./support.js";
 
 /** One permission prompt, with the options the SDK passes. */
 function ask(
@@ -95,6 +103,19 @@ describe("Claude Agent SDK adapter", () => {
     const result = await ask(canUseTool, "toolu_x", { command: "make" });
     assert.equal(result.behavior, "deny");
     assert.match(result.behavior === "deny" ? result.message : "", /not approved \(expired/);
+  });
+
+  test("a token the server refuses: deny", async () => {
+    const guarded = await Server.start(TOKENS, TOKEN_ENV);
+    try {
+      const refused = guarded.client({ token: "wrong-token-0123456789" });
+      const canUseTool = countersignCanUseTool(refused, { agentId: "coder-1" });
+      const result = await ask(canUseTool, "toolu_t", { command: "make" });
+      assert.equal(result.behavior, "deny");
+      assert.match(result.behavior === "deny" ? result.message : "", /Unauthenticated/);
+    } finally {
+      await guarded.kill();
+    }
   });
 
   test("the server lost, before the request or while waiting: deny", async () => {

@@ -6,31 +6,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { PermissionDenied, Unauthenticated, Unavailable } from "../src/index.js";
-import { ALICE, Server } from "./support.js";
-
-const AGENT_TOKEN = "agent-token-0123456789";
-const WORKER_TOKEN = "worker-token-0123456789";
-const TOKENS = `
-[[tokens]]
-name = "coder"
-role = "agent"
-agents = ["coder-1"]
-value_env = "TEST_AGENT_TOKEN"
-
-[[tokens]]
-name = "worker"
-role = "worker"
-channels = ["*"]
-value_env = "TEST_WORKER_TOKEN"
-`;
+import { AGENT_TOKEN, ALICE, Server, TOKEN_ENV, TOKENS, WORKER_TOKEN } from "./support.js";
 
 describe("tokens", () => {
   let server: Server;
   before(async () => {
-    server = await Server.start(TOKENS, {
-      TEST_AGENT_TOKEN: AGENT_TOKEN,
-      TEST_WORKER_TOKEN: WORKER_TOKEN,
-    });
+    server = await Server.start(TOKENS, TOKEN_ENV);
   });
   after(() => server.kill());
 

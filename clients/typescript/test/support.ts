@@ -117,6 +117,25 @@ export class Server {
   }
 }
 
+export const AGENT_TOKEN = "agent-token-0123456789";
+export const WORKER_TOKEN = "worker-token-0123456789";
+/** An agent token for coder-1 and a worker token, from the environment. */
+export const TOKENS = `
+[[tokens]]
+name = "coder"
+role = "agent"
+agents = ["coder-1"]
+value_env = "TEST_AGENT_TOKEN"
+
+[[tokens]]
+name = "worker"
+role = "worker"
+channels = ["*"]
+value_env = "TEST_WORKER_TOKEN"
+`;
+
+export const TOKEN_ENV = { TEST_AGENT_TOKEN: AGENT_TOKEN, TEST_WORKER_TOKEN: WORKER_TOKEN };
+
 let agents = 0;
 /** An agent id of this test only, so tests sharing a server never see each other's approvals. */
 export function agentId(): string {
