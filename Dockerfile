@@ -7,11 +7,11 @@ WORKDIR /src
 COPY . .
 RUN cargo build --release --locked \
         -p countersign-server -p countersign-telegram -p countersign-github -p countersign-cli \
-        -p countersign-webhook \
+        -p countersign-webhook -p countersign-ntfy \
  && mkdir /out \
  && cp target/release/countersign-server target/release/countersign-telegram \
        target/release/countersign-github target/release/countersign \
-       target/release/countersign-webhook /out/
+       target/release/countersign-webhook target/release/countersign-ntfy /out/
 
 FROM debian:bookworm-slim
 # CA roots for the Telegram and GitHub APIs; a system user owning the database volume.
@@ -23,6 +23,6 @@ COPY --from=build /out/ /usr/local/bin/
 USER countersign
 WORKDIR /var/lib/countersign
 VOLUME ["/var/lib/countersign"]
-# gRPC, Prometheus metrics, GitHub webhooks, webhook decision links.
-EXPOSE 50051 9090 8080 8787
+# gRPC, Prometheus metrics, GitHub webhooks, webhook and ntfy decision links.
+EXPOSE 50051 9090 8080 8787 8788
 CMD ["countersign-server", "--help"]

@@ -332,3 +332,271 @@ async fn redaction_removes_argument_values_after_resolution_but_keeps_the_digest
         assert!(report.intact, "redact {redact}: {report:?}");
     }
 }
+
+/// The events docs/security.md says `situation` writes: the backticked kinds of the row whose
+/// first cell is `situation` in the table of its "Audit trail" section.
+fn documented(situation: &str) -> Vec<pb::EventKind> {
+    let row = documented_rows()
+        .into_iter()
+        .find(|(first, _)| first == situation)
+        .unwrap_or_else(|| panic!("docs/security.md has no audit row {situation:?}"));
+    row.1
+}
+
+/// The table of what is written when, in docs/security.md: each row's situation and events.
+fn documented_rows() -> Vec<(String, Vec<pb::EventKind>)> {
+    let doc = include_str!("../docs/security.md");
+    let section = doc
+        .split("## Audit trail")
+        .nth(1)
+        .expect("docs/security.md has an \"Audit trail\" section");
+    section
+        .lines()
+        .skip_while(|line| !line.starts_with("| what happens |"))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let kinds = cells[2]
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(|name| {
+                    pb::EventKind::from_str_name(&format!("EVENT_KIND_{name}"))
+                        .unwrap_or_else(|| panic!("{name:?} is not an event kind: {line}"))
+                })
+                .collect();
+            (cells[1].to_string(), kinds)
+        })
+        .collect()
+}
+
+/// The kinds of the events written for `approval_id` after the first `seen` of them.
+async fn new_events(
+    admin: &mut AdminClient,
+    approval_id: &str,
+    seen: &mut usize,
+) -> Vec<pb::AuditEvent> {
+    let events = all_events(
+        admin,
+        pb::ListEventsRequest {
+            approval_id: approval_id.into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let new = events[*seen..].to_vec();
+    *seen = events.len();
+    new
+}
+
+fn kinds_of(events: &[pb::AuditEvent]) -> Vec<pb::EventKind> {
+    events.iter().map(event_kind).collect()
+}
+
+/// An approval's life step by step (request, a delivery, a refused decision, a decision of a
+/// quorum of two, the same decision again, the decision that resolves it, a late one,
+/// consumption; a rule's decision; a cancellation; an expiry) writes exactly the events the
+/// table in docs/security.md lists, and that table names every kind of event there is.
+#[tokio::test]
+async fn every_step_writes_the_events_the_security_guide_lists() {
+    let server = TestServer::start_with_toml(
+        r#"
+[[approvers]]
+id = "alice"
+max_risk = "critical"
+identities = { telegram = ["42"] }
+
+[[approvers]]
+id = "bob"
+max_risk = "critical"
+identities = { telegram = ["77"] }
+
+[[rules]]
+name = "read-only"
+action = "allow"
+[rules.match]
+tool = "read_file"
+"#,
+    )
+    .await;
+    let mut client = connect(&server).await;
+    let mut admin = admin(&channel(&server).await, None);
+
+    let mut documented_kinds: Vec<&str> = documented_rows()
+        .iter()
+        .flat_map(|(_, kinds)| kinds.iter().map(|k| k.as_str_name()))
+        .collect();
+    documented_kinds.sort_unstable();
+    documented_kinds.dedup();
+    let mut written_kinds: Vec<String> = countersign_core::EventKind::ALL
+        .iter()
+        .map(|k| format!("EVENT_KIND_{}", k.as_str()))
+        .collect();
+    written_kinds.sort_unstable();
+    assert_eq!(documented_kinds, written_kinds, "every kind is documented");
+
+    // One life: requested by carol (not an approver), approved by two, consumed.
+    let approval = create(
+        &mut client,
+        pb::RequestApprovalRequest {
+            requester: "carol".into(),
+            required_approvals: 2,
+            ..request("agent-a", "life")
+        },
+    )
+    .await;
+    let id = approval.id.clone();
+    let mut seen = 0;
+    assert_eq!(
+        kinds_of(&new_events(&mut admin, &id, &mut seen).await),
+        documented("a request that waits for people")
+    );
+
+    client
+        .record_delivery(pb::RecordDeliveryRequest {
+            approval_id: id.clone(),
+            channel: "telegram".into(),
+            target: "-100".into(),
+            message_ref: "7".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        kinds_of(&new_events(&mut admin, &id, &mut seen).await),
+        documented("a worker records the message it posted")
+    );
+
+    let stranger = client
+        .decide(decide(&id, pb::Verdict::Approve, "13", "stranger"))
+        .await
+        .unwrap_err();
+    assert_eq!(stranger.code(), tonic::Code::PermissionDenied);
+    let refused = new_events(&mut admin, &id, &mut seen).await;
+    assert_eq!(
+        kinds_of(&refused),
+        documented("a decision the server refuses")
+    );
+    assert!(
+        refused[0].detail.contains("not a registered approver"),
+        "{refused:?}"
+    );
+
+    client
+        .decide(decide(&id, pb::Verdict::Approve, "42", "alice-1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        kinds_of(&new_events(&mut admin, &id, &mut seen).await),
+        documented("a decision that leaves the approval pending")
+    );
+
+    let again = client
+        .decide(decide(&id, pb::Verdict::Approve, "42", "alice-2"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.outcome(), pb::DecideOutcome::Duplicate);
+    assert_eq!(
+        kinds_of(&new_events(&mut admin, &id, &mut seen).await),
+        documented("a decision that changes nothing")
+    );
+
+    let resolving = client
+        .decide(decide(&id, pb::Verdict::Approve, "77", "bob-1"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(resolving.outcome(), pb::DecideOutcome::Resolved);
+    let resolved = new_events(&mut admin, &id, &mut seen).await;
+    assert_eq!(
+        kinds_of(&resolved),
+        documented("the decision that resolves the approval")
+    );
+    let carried = resolved[0].event.as_ref().unwrap().decision.as_ref();
+    assert_eq!(
+        carried.map(|d| d.approver.as_str()),
+        Some("bob"),
+        "the RESOLVED event carries the resolving decision"
+    );
+
+    let late = client
+        .decide(decide(&id, pb::Verdict::Reject, "42", "alice-late"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(late.outcome(), pb::DecideOutcome::AlreadyResolved);
+    assert_eq!(
+        kinds_of(&new_events(&mut admin, &id, &mut seen).await),
+        documented("a decision that changes nothing")
+    );
+
+    client
+        .consume(pb::ConsumeRequest {
+            approval_id: id.clone(),
+            outcome: pb::ConsumeOutcome::Succeeded as i32,
+            detail: "done".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        kinds_of(&new_events(&mut admin, &id, &mut seen).await),
+        documented("the runtime reports the call ran")
+    );
+
+    // Decided by a rule at once.
+    let read = create(
+        &mut client,
+        pb::RequestApprovalRequest {
+            tool_name: "read_file".into(),
+            risk: pb::Risk::Low as i32,
+            ..request("agent-a", "read")
+        },
+    )
+    .await;
+    assert_eq!(
+        kinds_of(&new_events(&mut admin, &read.id, &mut 0).await),
+        documented("a request a rule or a session grant decides at once")
+    );
+
+    // Cancelled by the runtime.
+    let cancelled = create(&mut client, request("agent-a", "cancel")).await;
+    client
+        .cancel_approval(pb::CancelApprovalRequest {
+            approval_id: cancelled.id.clone(),
+            reason: "not needed".into(),
+        })
+        .await
+        .unwrap();
+    let mut cancelled_seen = 1;
+    assert_eq!(
+        kinds_of(&new_events(&mut admin, &cancelled.id, &mut cancelled_seen).await),
+        documented("the runtime cancels the approval")
+    );
+
+    // Nobody decides before the deadline.
+    let expiring = create(
+        &mut client,
+        pb::RequestApprovalRequest {
+            ttl_seconds: 1,
+            ..request("agent-a", "expire")
+        },
+    )
+    .await;
+    let done = client
+        .wait_for_decision(pb::WaitForDecisionRequest {
+            approval_id: expiring.id.clone(),
+            timeout_ms: 5000,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state(&done), pb::ApprovalState::Expired);
+    let mut expiring_seen = 1;
+    assert_eq!(
+        kinds_of(&new_events(&mut admin, &expiring.id, &mut expiring_seen).await),
+        documented("the deadline passes without a resolution")
+    );
+    assert!(verify(&mut admin).await.intact);
+}

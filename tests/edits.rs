@@ -625,3 +625,95 @@ async fn an_edit_out_of_a_separation_of_duties_exemption_cannot_be_approved_by_t
     assert_eq!(state(&after), pb::ApprovalState::Pending);
     assert_eq!(after.decisions.len(), 1);
 }
+
+/// Groups for the test below, beside the approvers and rules of [`CONFIG`].
+const GROUPS: &str = r#"
+[[groups]]
+name = "dev"
+members = ["alice", "carol"]
+
+[[groups]]
+name = "ops"
+members = ["carol"]
+
+[[rules]]
+name = "production-releases-need-ops"
+action = "require"
+approver_groups = [{ group = "ops", required = 1 }]
+[rules.match]
+tool = "release"
+arguments = [{ pointer = "/target", glob = "prod*" }]
+"#;
+
+/// An edit that a rule would send to a group the approval does not ask (its deciders were
+/// chosen for the call as requested) is refused, recorded as refused, and changes nothing;
+/// an edit the approval's own groups cover is approved.
+#[tokio::test]
+async fn an_edit_a_rule_would_send_to_other_groups_is_refused() {
+    let server = TestServer::start_with(|c| {
+        let parsed = Config::parse(&format!("{CONFIG}{GROUPS}")).unwrap();
+        c.approvers = parsed.approvers;
+        c.groups = parsed.groups;
+        c.rules = parsed.rules;
+    })
+    .await;
+    let mut client = connect(&server).await;
+    let release = |key: &str| pb::RequestApprovalRequest {
+        approver_groups: vec![pb::GroupQuorum {
+            group: "dev".into(),
+            required: 1,
+            ..Default::default()
+        }],
+        ..call(key, "release", r#"{"target": "staging"}"#, 1)
+    };
+    let approval = create(&mut client, release("g1")).await;
+    let before = get(&mut client, &approval.id).await;
+
+    let status = refused(
+        &mut client,
+        approve(
+            &approval.id,
+            "1001",
+            "to-prod",
+            "",
+            r#"{"target": "production"}"#,
+        ),
+    )
+    .await;
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("need approval from 1 of ops, which this approval does not ask for"),
+        "{status:?}"
+    );
+    let after = get(&mut client, &approval.id).await;
+    assert_eq!(state(&after), pb::ApprovalState::Pending);
+    assert!(after.decisions.is_empty() && after.edited_arguments_json.is_empty());
+    assert_eq!(after.args_digest, before.args_digest);
+    let refusals = all_events(
+        &mut admin(&channel(&server).await, None),
+        pb::ListEventsRequest {
+            approval_id: approval.id.clone(),
+            ..Default::default()
+        },
+    )
+    .await
+    .into_iter()
+    .filter(|e| event_kind(e) == pb::EventKind::DecisionRefused)
+    .count();
+    assert_eq!(refusals, 1);
+
+    let within = client
+        .decide(approve(
+            &approval.id,
+            "1001",
+            "to-staging-2",
+            "",
+            r#"{"target": "staging-2"}"#,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(within.outcome(), pb::DecideOutcome::Resolved);
+}

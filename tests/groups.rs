@@ -265,11 +265,13 @@ async fn a_delegate_decides_on_behalf_of_a_member_until_it_ends() {
     let server = server_with(|_| {}).await;
     let mut client = connect(&server).await;
     let mut admin = admin(&channel(&server).await, None);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
+    // From the time of the call: the short delegation below is made seconds into the test.
     let in_secs = |secs: u64| countersign_proto::Timestamp {
-        seconds: (now.as_secs() + secs) as i64,
+        seconds: (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + secs) as i64,
         nanos: 0,
     };
     let delegation = admin
@@ -695,4 +697,143 @@ fn groups_a_rule_cannot_satisfy_stop_the_start_naming_the_rule() {
             .to_string();
         assert!(error.contains(expected), "{error}");
     }
+}
+
+/// carol is in db and in security: her approval meets both groups of a migration. Asking for
+/// two people (required_approvals = 2) makes her approval 1 of 2.
+#[tokio::test]
+async fn one_member_of_two_groups_meets_both_and_required_approvals_asks_for_two_people() {
+    let server = server_with(|_| {}).await;
+    let mut client = connect(&server).await;
+    let alone = create(&mut client, migration("both-1")).await;
+    let carol = decide_as(&mut client, &alone.id, pb::Verdict::Approve, "1003")
+        .await
+        .unwrap();
+    assert_eq!(carol.outcome(), pb::DecideOutcome::Resolved);
+    let approved = carol.approval.unwrap();
+    assert_eq!(state(&approved), pb::ApprovalState::Approved);
+    assert_eq!(
+        progress(&approved),
+        [("db".to_string(), 1, 1), ("security".to_string(), 1, 1)]
+    );
+
+    let two_people = create(
+        &mut client,
+        pb::RequestApprovalRequest {
+            required_approvals: 2,
+            ..migration("both-2")
+        },
+    )
+    .await;
+    let carol = decide_as(&mut client, &two_people.id, pb::Verdict::Approve, "1003")
+        .await
+        .unwrap();
+    assert_eq!(carol.outcome(), pb::DecideOutcome::Recorded);
+    let pending = carol.approval.unwrap();
+    assert_eq!(state(&pending), pb::ApprovalState::Pending);
+    assert_eq!(
+        progress(&pending),
+        [("db".to_string(), 1, 1), ("security".to_string(), 1, 1)]
+    );
+    let bob = decide_as(&mut client, &two_people.id, pb::Verdict::Approve, "1002")
+        .await
+        .unwrap();
+    assert_eq!(bob.outcome(), pb::DecideOutcome::Resolved);
+}
+
+/// After alice's approval of "2 of security" the reminder and the expiry say what is missing,
+/// not "no decision from security".
+#[tokio::test]
+async fn a_reminder_after_one_of_two_approvals_says_what_is_missing() {
+    let server = server_with(|c| {
+        let critical = c
+            .rules
+            .iter_mut()
+            .find(|r| r.name == "critical-needs-security")
+            .expect("the example's critical rule");
+        critical.remind_after_seconds = Some(1);
+    })
+    .await;
+    let mut client = connect(&server).await;
+    let approval = create(
+        &mut client,
+        pb::RequestApprovalRequest {
+            ttl_seconds: 3,
+            ..critical("half", "someone-else")
+        },
+    )
+    .await;
+    let alice = decide_as(&mut client, &approval.id, pb::Verdict::Approve, "1001")
+        .await
+        .unwrap();
+    assert_eq!(alice.outcome(), pb::DecideOutcome::Recorded);
+
+    let expired = until(&mut client, &approval.id, Duration::from_secs(8), |a| {
+        state(a) != pb::ApprovalState::Pending
+    })
+    .await;
+    assert_eq!(state(&expired), pb::ApprovalState::Expired);
+    assert_eq!(
+        expired.resolution.unwrap().reason,
+        "only 1 of 2 approvals from security within 3s"
+    );
+    let reminders: Vec<String> = events_of(&server, &approval.id)
+        .await
+        .into_iter()
+        .filter(|e| event_kind(e) == pb::EventKind::Reminded)
+        .map(|e| e.detail)
+        .collect();
+    assert_eq!(reminders.len(), 1, "{reminders:?}");
+    assert!(
+        reminders[0].starts_with("reminder: only 1 of 2 approvals from security after "),
+        "{reminders:?}"
+    );
+}
+
+/// erin holds alice's delegation; alice approved herself. erin's approval for alice is the
+/// same vote again: DUPLICATE, nothing recorded and no refusal on the trail.
+#[tokio::test]
+async fn a_delegate_voting_after_the_delegator_gets_a_duplicate() {
+    let server = server_with(|_| {}).await;
+    let mut client = connect(&server).await;
+    let mut admin = admin(&channel(&server).await, None);
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    admin
+        .create_delegation(pb::CreateDelegationRequest {
+            delegator: "alice".into(),
+            delegate: "erin".into(),
+            until: Some(countersign_proto::Timestamp {
+                seconds: until as i64,
+                nanos: 0,
+            }),
+            reason: "holiday".into(),
+        })
+        .await
+        .unwrap();
+    let approval = create(&mut client, critical("late-delegate", "someone-else")).await;
+    let alice = decide_as(&mut client, &approval.id, pb::Verdict::Approve, "1001")
+        .await
+        .unwrap();
+    assert_eq!(alice.outcome(), pb::DecideOutcome::Recorded);
+
+    let erin = decide_as(&mut client, &approval.id, pb::Verdict::Approve, "1005")
+        .await
+        .expect("the same vote again, not a refusal");
+    assert_eq!(erin.outcome(), pb::DecideOutcome::Duplicate);
+    let unchanged = erin.approval.unwrap();
+    assert_eq!(unchanged.decisions.len(), 1);
+    assert_eq!(progress(&unchanged), [("security".to_string(), 1, 2)]);
+    let kinds: Vec<pb::EventKind> = events_of(&server, &approval.id)
+        .await
+        .iter()
+        .map(event_kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        [pb::EventKind::Requested, pb::EventKind::DecisionRecorded]
+    );
 }

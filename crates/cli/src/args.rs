@@ -29,7 +29,8 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "countersign", version, after_help = EXIT_CODES)]
 pub struct Cli {
-    /// Server URL (http:// or https://) [default: http://127.0.0.1:50051]
+    /// Server URL (http:// or https://) [default: the local instance `countersign up` started,
+    /// with its token; else http://127.0.0.1:50051]
     #[arg(
         long,
         global = true,
@@ -48,6 +49,15 @@ pub struct Cli {
         value_name = "TOKEN"
     )]
     pub token: Option<String>,
+    /// File holding the bearer token (read when no --token is given)
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "COUNTERSIGN_TOKEN_FILE",
+        value_name = "PATH"
+    )]
+    pub token_file: Option<PathBuf>,
     /// PEM file of the CA that signed the server's certificate (https)
     #[arg(
         long,
@@ -57,7 +67,8 @@ pub struct Cli {
         value_name = "PATH"
     )]
     pub ca_cert: Option<PathBuf>,
-    /// TOML config file with defaults for server, token, ca_cert, agent_id and user
+    /// TOML config file with defaults for server, token, ca_cert, agent_id and user; for `up`
+    /// and `setup`: the local instance's file [default: $XDG_CONFIG_HOME/countersign/countersign.toml]
     #[arg(
         long,
         global = true,
@@ -172,12 +183,53 @@ pub enum Command {
     Mcp(McpArgs),
     /// Add the countersign hook to a coding agent's settings (merging, with a backup)
     Install(InstallArgs),
-    /// Check the server, the token and the installed hooks
+    /// Run countersign on this machine: the server and every configured channel in one process
+    ///
+    /// The approval server on SQLite in $XDG_DATA_HOME/countersign (~/.local/share/countersign),
+    /// plus the channel workers the config file sets up ($XDG_CONFIG_HOME/countersign/
+    /// countersign.toml, or --config; written by `countersign setup`). The tokens the pieces
+    /// use are generated on first start into files only you can read. Ctrl-C stops it.
+    Up(UpArgs),
+    /// Connect a channel to the local instance (`countersign up`)
+    #[command(subcommand)]
+    Setup(SetupCommand),
+    /// Check the local instance, the server, the token and the installed hooks; say how to fix
+    /// what is missing
     Doctor {
         /// Only this host's hook [default: every host; at least one must be installed]
         #[arg(value_enum)]
         host: Option<Host>,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// gRPC listen address [default: the config file's listen, else 127.0.0.1:50051]
+    #[arg(long, env = "COUNTERSIGN_LISTEN", value_name = "ADDRESS")]
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SetupCommand {
+    /// Pair Telegram: check the bot token, then register whoever sends the bot `/start <code>`
+    ///
+    /// The bot token comes from TELEGRAM_BOT_TOKEN or is asked for (create a bot with
+    /// @BotFather). The sender of the code becomes an approver, their chat the default target
+    /// of approvals. Codes are single-use and expire. Restart `countersign up` afterwards.
+    Telegram(SetupTelegramArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SetupTelegramArgs {
+    /// Pair one more approver with the bot already set up (the default chat stays)
+    #[arg(long)]
+    pub add: bool,
+    /// How long the pairing code is valid
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub code_ttl: Duration,
+    /// The Bot API server (a self-hosted one) [default: https://api.telegram.org]
+    #[arg(long, env = "TELEGRAM_API_URL", value_name = "URL")]
+    pub api_url: Option<String>,
 }
 
 /// A coding agent that runs countersign as its hook.
@@ -253,6 +305,10 @@ pub struct McpArgs {
     /// How often a waiting tool call reports progress (when the client asked for it)
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub progress_interval: Duration,
+    /// Also be a Claude Code channel that relays its permission prompts to the approvers
+    /// (Claude Code 2.1.81+, research preview; see docs/integrations.md)
+    #[arg(long)]
+    pub channel: bool,
 }
 
 #[derive(Debug, Args)]
@@ -278,6 +334,11 @@ pub struct InstallArgs {
     /// Show the settings snippet instead of writing it
     #[arg(long)]
     pub print: bool,
+    /// Claude Code: instead of the hook, add `countersign mcp --channel` to the project's
+    /// .mcp.json, relaying permission prompts (a research preview; it says how to start Claude
+    /// Code)
+    #[arg(long, conflicts_with = "user")]
+    pub channel: bool,
 }
 
 #[derive(Debug, Args)]

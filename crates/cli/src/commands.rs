@@ -8,9 +8,10 @@ use serde_json::Value;
 
 use crate::args::{
     ApproveArgs, CallArgs, Cli, Command, DecideArgs, DelegationsCommand, EventsArgs, GrantsCommand,
-    GrantsListArgs, ListArgs, Output, RequestArgs, WatchArgs,
+    GrantsListArgs, ListArgs, Output, RequestArgs, SetupCommand, WatchArgs,
 };
 use crate::exit::{CliError, Exit};
+use crate::instance::Instance;
 use crate::render;
 use crate::settings::{local_user, Settings};
 
@@ -29,10 +30,30 @@ const MAX_ADMIN_PAGE_SIZE: usize = 1000;
 
 /// Runs the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> i32 {
+    // `up` and `setup` read the local instance's file, not the client's config file.
+    if let Command::Up(_) | Command::Setup(_) = cli.command {
+        let done = match Instance::locate(cli.config.as_deref()) {
+            Ok(instance) => match cli.command {
+                Command::Setup(SetupCommand::Telegram(args)) => {
+                    crate::setup::telegram(&instance, args).await
+                }
+                Command::Up(args) => crate::up::up(&instance, args).await,
+                _ => Err(CliError::Failure(
+                    "not a command of the local instance".into(),
+                )),
+            },
+            Err(error) => Err(error),
+        };
+        return match done {
+            Ok(exit) => exit.code(),
+            Err(error) => fail(&error),
+        };
+    }
     let settings = Settings::resolve(&cli);
     let install_flags = InstallFlags {
         config: cli.config.clone(),
         server: cli.server.clone(),
+        token_file: cli.token_file.clone(),
     };
     let command = match cli.command {
         // A hook answers the host on stdout whatever goes wrong, bad settings included.
@@ -57,10 +78,11 @@ pub async fn run(cli: Cli) -> i32 {
 }
 
 /// The global flags an installed hook command repeats, so that it talks to the same server
-/// with the same config (never the token: settings files are often shared).
+/// with the same config (never the token: settings files are often shared; its file, yes).
 pub struct InstallFlags {
     pub config: Option<std::path::PathBuf>,
     pub server: Option<String>,
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 fn fail(error: &CliError) -> i32 {
@@ -181,6 +203,11 @@ async fn dispatch(
         Command::Mcp(args) => crate::mcp::serve(client, settings, args).await?,
         Command::Install(args) => crate::install::install(install_flags, args)?,
         Command::Doctor { host } => crate::install::doctor(&client, host).await,
+        Command::Up(_) | Command::Setup(_) => {
+            return Err(CliError::Failure(
+                "up and setup run before the client settings".into(),
+            ))
+        }
     };
     Ok(exit.code())
 }

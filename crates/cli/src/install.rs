@@ -11,6 +11,10 @@ use crate::args::{HookEvent, Host, InstallArgs};
 use crate::commands::InstallFlags;
 use crate::exit::{CliError, Exit};
 use crate::hook::{default_timeout, event_name};
+use crate::instance::{open_to_others, Instance, Secret, Token};
+use crate::settings::DEFAULT_SERVER;
+use crate::up::local_url;
+use countersign_telegram::config::BOT_TOKEN_ENV;
 
 /// How much longer than countersign's wait the host's hook timeout is set, so that countersign
 /// always answers first.
@@ -67,20 +71,14 @@ fn host_word(host: Host) -> &'static str {
     }
 }
 
-/// The shell command the host runs.
-fn hook_command(flags: &InstallFlags, args: &InstallArgs) -> Result<String, CliError> {
+/// The countersign command line an installed hook or MCP server runs: the executable, `words`,
+/// then the global flags that pick the server.
+fn countersign_command(flags: &InstallFlags, words: &[&str]) -> Result<Vec<String>, CliError> {
     let exe = std::env::current_exe().map_err(|error| {
         CliError::Failure(format!("cannot find the countersign executable: {error}"))
     })?;
-    let mut argv = vec![
-        exe.to_string_lossy().into_owned(),
-        "hook".into(),
-        host_word(args.host).into(),
-    ];
-    if args.event == HookEvent::PermissionRequest {
-        argv.extend(["--event".into(), "permission-request".into()]);
-    }
-    argv.extend(["--timeout".into(), format!("{}s", args.timeout.as_secs())]);
+    let mut argv = vec![exe.to_string_lossy().into_owned()];
+    argv.extend(words.iter().map(|word| (*word).to_owned()));
     if let Some(config) = &flags.config {
         let config = std::path::absolute(config).unwrap_or_else(|_| config.clone());
         argv.extend(["--config".into(), config.to_string_lossy().into_owned()]);
@@ -88,7 +86,47 @@ fn hook_command(flags: &InstallFlags, args: &InstallArgs) -> Result<String, CliE
     if let Some(server) = &flags.server {
         argv.extend(["--server".into(), server.clone()]);
     }
-    Ok(crate::exec::shell_join(&argv))
+    if let Some(token_file) = &flags.token_file {
+        let token_file = std::path::absolute(token_file).unwrap_or_else(|_| token_file.clone());
+        argv.extend([
+            "--token-file".into(),
+            token_file.to_string_lossy().into_owned(),
+        ]);
+    }
+    Ok(argv)
+}
+
+/// The shell command the host runs.
+fn hook_command(flags: &InstallFlags, args: &InstallArgs) -> Result<String, CliError> {
+    let timeout = format!("{}s", args.timeout.as_secs());
+    let mut words = vec!["hook", host_word(args.host)];
+    if args.event == HookEvent::PermissionRequest {
+        words.extend(["--event", "permission-request"]);
+    }
+    words.extend(["--timeout", timeout.as_str()]);
+    Ok(crate::exec::shell_join(&countersign_command(
+        flags, &words,
+    )?))
+}
+
+/// Without flags naming a server, the hook talks to the local instance (`countersign up`):
+/// its address, and the file of its agent token (generated here when `up` never ran yet).
+fn local_instance_flags(flags: &InstallFlags) -> Result<Option<InstallFlags>, CliError> {
+    if flags.server.is_some() || flags.config.is_some() || flags.token_file.is_some() {
+        return Ok(None);
+    }
+    let instance = Instance::locate(None)?;
+    let server = match instance.server_url() {
+        Some(url) => url,
+        None if instance.config_file.exists() => local_url(instance.load_config()?.server.listen),
+        None => return Ok(None),
+    };
+    instance.ensure_token(Token::Agent)?;
+    Ok(Some(InstallFlags {
+        config: None,
+        server: Some(server),
+        token_file: Some(instance.secret_path(Secret::Token(Token::Agent))),
+    }))
 }
 
 /// The matcher group to add under the host's event.
@@ -160,15 +198,89 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
     if args.timeout < Duration::from_secs(1) {
         return Err(CliError::Usage("--timeout must be at least 1s".into()));
     }
+    if args.channel {
+        return install_channel(flags, &args);
+    }
     let event = event_name(args.host, args.event);
-    let group = hook_group(args.host, &args, hook_command(flags, &args)?);
+    let local = local_instance_flags(flags)?;
+    let group = hook_group(
+        args.host,
+        &args,
+        hook_command(local.as_ref().unwrap_or(flags), &args)?,
+    );
     if args.print {
         let snippet = json!({"hooks": {event: [group]}});
         println!("{}", pretty(&snippet)?);
         return Ok(Exit::Success);
     }
     let path = settings_path(args.host, args.user)?;
-    let existing = match std::fs::read_to_string(&path) {
+    let (existing, mut settings) = read_json_object(&path)?;
+    merge(&mut settings, event, args.host, group).map_err(|problem| {
+        CliError::Failure(format!("{}: {problem}; not changing it", path.display()))
+    })?;
+    write_json_object(&path, settings, existing)?;
+    println!(
+        "installed the countersign {event} hook in {}",
+        path.display()
+    );
+    if let Some(server) = local.and_then(|local| local.server) {
+        println!("the hook asks the local countersign instance at {server} (countersign up)");
+    }
+    Ok(Exit::Success)
+}
+
+/// `install claude-code --channel`: `countersign mcp --channel` as the project's MCP server
+/// `countersign` (in `.mcp.json`), relaying Claude Code's permission prompts.
+fn install_channel(flags: &InstallFlags, args: &InstallArgs) -> Result<Exit, CliError> {
+    if args.host != Host::ClaudeCode || args.user || args.event != HookEvent::PreToolUse {
+        return Err(CliError::Usage(
+            "--channel is for Claude Code, in the project's .mcp.json (no --user, no --event)"
+                .into(),
+        ));
+    }
+    let local = local_instance_flags(flags)?;
+    let mut argv = countersign_command(local.as_ref().unwrap_or(flags), &["mcp", "--channel"])?;
+    let command = argv.remove(0);
+    let server = json!({"command": command, "args": argv});
+    if args.print {
+        println!(
+            "{}",
+            pretty(&json!({"mcpServers": {CHANNEL_SERVER: server}}))?
+        );
+        return Ok(Exit::Success);
+    }
+    let path = std::env::current_dir()
+        .map_err(|error| {
+            CliError::Failure(format!("cannot determine the working directory: {error}"))
+        })?
+        .join(".mcp.json");
+    let (existing, mut settings) = read_json_object(&path)?;
+    settings
+        .entry("mcpServers")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or_else(|| {
+            CliError::Failure(format!(
+                "{}: \"mcpServers\" is not a JSON object; not changing it",
+                path.display()
+            ))
+        })?
+        .insert(CHANNEL_SERVER.to_owned(), server);
+    write_json_object(&path, settings, existing)?;
+    println!(
+        "installed countersign as the MCP server {CHANNEL_SERVER:?} in {}",
+        path.display()
+    );
+    println!("Claude Code channels are a research preview (Claude Code 2.1.81 or later); start it with:\n    claude --dangerously-load-development-channels server:{CHANNEL_SERVER}\nIts permission prompts then also reach your approvers; the first answer, terminal or phone, wins.");
+    Ok(Exit::Success)
+}
+
+/// The name of the channel's MCP server in `.mcp.json`.
+const CHANNEL_SERVER: &str = "countersign";
+
+/// The file's text (`None`: no file) and the JSON object it holds (empty for an empty file).
+fn read_json_object(path: &Path) -> Result<(Option<String>, Map<String, Value>), CliError> {
+    let existing = match std::fs::read_to_string(path) {
         Ok(text) => Some(text),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
         Err(error) => {
@@ -178,10 +290,10 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
             )))
         }
     };
-    let mut settings = match existing.as_deref().map(str::trim) {
+    let object = match existing.as_deref().map(str::trim) {
         None | Some("") => Map::new(),
         Some(text) => match serde_json::from_str::<Value>(text) {
-            Ok(Value::Object(settings)) => settings,
+            Ok(Value::Object(object)) => object,
             Ok(_) => {
                 return Err(CliError::Failure(format!(
                     "{} does not hold a JSON object; not changing it",
@@ -196,15 +308,21 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
             }
         },
     };
-    merge(&mut settings, event, args.host, group).map_err(|problem| {
-        CliError::Failure(format!("{}: {problem}; not changing it", path.display()))
-    })?;
-    let text = pretty(&Value::Object(settings))?;
+    Ok((existing, object))
+}
+
+/// Replaces the file with `object`, keeping `existing` (its former text) as a backup.
+fn write_json_object(
+    path: &Path,
+    object: Map<String, Value>,
+    existing: Option<String>,
+) -> Result<(), CliError> {
+    let text = pretty(&Value::Object(object))?;
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|error| write_error(parent, &error))?;
     }
     if let Some(original) = existing {
-        let backup = backup_path(&path);
+        let backup = backup_path(path);
         std::fs::write(&backup, original).map_err(|error| write_error(&backup, &error))?;
         eprintln!(
             "countersign: saved the previous settings as {}",
@@ -214,12 +332,7 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
     // Written next to the file and renamed over it, so the host never reads half a file.
     let partial = path.with_extension("json.countersign-partial");
     std::fs::write(&partial, format!("{text}\n")).map_err(|error| write_error(&partial, &error))?;
-    std::fs::rename(&partial, &path).map_err(|error| write_error(&path, &error))?;
-    println!(
-        "installed the countersign {event} hook in {}",
-        path.display()
-    );
-    Ok(Exit::Success)
+    std::fs::rename(&partial, path).map_err(|error| write_error(path, &error))
 }
 
 fn pretty(value: &Value) -> Result<String, CliError> {
@@ -243,7 +356,8 @@ fn backup_path(path: &Path) -> PathBuf {
     backup
 }
 
-/// Checks the server and the installed hooks; prints one line per check.
+/// Checks the local instance (when there is one), the server and the installed hooks; prints
+/// one line per check, and with each failure the command that fixes it. Never a secret.
 pub async fn doctor(client: &Client, only: Option<Host>) -> Exit {
     let mut exit = Exit::Success;
     let mut fail = |line: String, code: Exit| {
@@ -251,6 +365,21 @@ pub async fn doctor(client: &Client, only: Option<Host>) -> Exit {
         if exit == Exit::Success {
             exit = code;
         }
+    };
+    // The local instance is checked when doctor talks to it (not to a team's server).
+    let instance = Instance::locate(None).ok().filter(|instance| {
+        let url = instance.server_url();
+        (instance.config_file.exists() || url.is_some())
+            && url.as_deref().unwrap_or(DEFAULT_SERVER) == client.url()
+    });
+    let start_hint = match &instance {
+        Some(instance) => {
+            for problem in check_instance(instance) {
+                fail(problem, Exit::Failure);
+            }
+            "start the local instance: countersign up"
+        }
+        None => "set COUNTERSIGN_SERVER, or run countersign on this machine: countersign setup telegram, then countersign up",
     };
     // Any answer about a made-up approval proves the server is there and took the token.
     match client
@@ -272,7 +401,7 @@ pub async fn doctor(client: &Client, only: Option<Host>) -> Exit {
             Exit::Denied,
         ),
         Err(error @ ClientError::Unavailable(_)) => fail(
-            format!("server {}: {error}", client.url()),
+            format!("server {}: {error} ({start_hint})", client.url()),
             Exit::Unavailable,
         ),
         Err(error) => fail(format!("server {}: {error}", client.url()), Exit::Failure),
@@ -315,11 +444,66 @@ pub async fn doctor(client: &Client, only: Option<Host>) -> Exit {
     if installed == 0 {
         let which = only.map_or("any host".to_owned(), |host| host_word(host).to_owned());
         fail(
-            format!("no countersign hook is installed for {which} (run countersign install)"),
+            format!("no countersign hook is installed for {which} (run countersign install claude-code, or codex, gemini)"),
             Exit::Failure,
         );
     }
     exit
+}
+
+/// What the local instance lacks, each with the command that fixes it; prints what is fine.
+fn check_instance(instance: &Instance) -> Vec<String> {
+    let mut problems = Vec::new();
+    let setup = "run countersign setup telegram";
+    match instance.load_config() {
+        Err(error) => problems.push(format!("{error}")),
+        Ok(config) if !config.exists => problems.push(format!(
+            "no config file {}: no channel asks anyone ({setup})",
+            instance.config_file.display()
+        )),
+        Ok(config) => {
+            println!("ok    config file {}", instance.config_file.display());
+            match &config.telegram {
+                None => problems.push(format!("Telegram is not set up ({setup})")),
+                Some(telegram) => {
+                    let token_set = std::env::var(BOT_TOKEN_ENV).is_ok_and(|t| !t.is_empty())
+                        || matches!(instance.read_secret(Secret::TelegramBotToken), Ok(Some(_)))
+                        || telegram.bot_token.is_some();
+                    if !token_set {
+                        problems.push(format!("no Telegram bot token ({setup})"));
+                    }
+                    match telegram.default_chat_id {
+                        Some(chat) => println!("ok    Telegram: approvals go to chat {chat}"),
+                        None => problems.push(format!("Telegram has no default chat ({setup})")),
+                    }
+                }
+            }
+            match config.server.approvers.len() {
+                0 => problems.push(format!(
+                    "no approvers: any decider a worker sends is accepted ({setup})"
+                )),
+                approvers => println!("ok    {approvers} approver(s) registered"),
+            }
+        }
+    }
+    let secrets = Token::ALL
+        .into_iter()
+        .map(Secret::Token)
+        .chain([Secret::TelegramBotToken]);
+    for secret in secrets {
+        let path = instance.secret_path(secret);
+        if open_to_others(&path) == Some(true) {
+            problems.push(format!(
+                "{} can be read by other users (chmod 600 {})",
+                path.display(),
+                path.display()
+            ));
+        }
+    }
+    if instance.server_url().is_none() {
+        problems.push("countersign up never started (run countersign up)".to_owned());
+    }
+    problems
 }
 
 /// The countersign hooks of `host` in a settings file, with their event names.

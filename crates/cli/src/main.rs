@@ -7,9 +7,12 @@ mod exec;
 mod exit;
 mod hook;
 mod install;
+mod instance;
 mod mcp;
 mod render;
 mod settings;
+mod setup;
+mod up;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -38,14 +41,17 @@ fn main() -> ExitCode {
             return exit_code(code);
         }
     };
-    // Diagnostics (reconnects, retries) go to stderr; RUST_LOG adjusts them.
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
-        )
-        .init();
+    // Diagnostics (reconnects, retries) go to stderr; RUST_LOG adjusts them. `up` logs as the
+    // server does, with the format and level of its config file.
+    if !matches!(cli.command, args::Command::Up(_)) {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_env_filter(
+                EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+            )
+            .init();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -71,9 +77,10 @@ const HOOK_BLOCK: i32 = 2;
 /// True when the command line runs `hook`: its first word that is not an option or an
 /// option's value.
 fn is_hook(args: impl Iterator<Item = String>) -> bool {
-    const GLOBALS_WITH_VALUES: [&str; 6] = [
+    const GLOBALS_WITH_VALUES: [&str; 7] = [
         "--server",
         "--token",
+        "--token-file",
         "--ca-cert",
         "--config",
         "--output",

@@ -6,6 +6,14 @@
 //! Tool calls run concurrently; a waiting call reports progress when the client sent a
 //! progressToken, and ends (withdrawing its approval) on `notifications/cancelled` or when
 //! stdin closes.
+//!
+//! With `--channel` it is also a Claude Code channel relaying permission prompts: each
+//! `notifications/claude/channel/permission_request` becomes an approval, and its verdict goes
+//! back as `notifications/claude/channel/permission` with the same `request_id`. The terminal's
+//! dialog stays live and the first answer wins; Claude Code does not tell a channel when the
+//! terminal answered, so a relayed approval still pending is withdrawn as superseded when the
+//! session's next permission request arrives (Claude Code shows, and relays, one dialog at a
+//! time, so the earlier one was answered) or when the session ends.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -166,7 +174,9 @@ fn handle(
     };
     let params = message.get("params").cloned().unwrap_or(Value::Null);
     let Some(id) = message.get("id").filter(|id| !id.is_null()).cloned() else {
-        if method == "notifications/cancelled" {
+        if method == PERMISSION_REQUEST && tools.args.channel {
+            relay_permission_request(params, tools, in_flight, calls);
+        } else if method == "notifications/cancelled" {
             let key = params.get("requestId").map(Value::to_string);
             if let Some(cancel) = key.and_then(|key| in_flight.remove(&key)) {
                 let why = params
@@ -190,7 +200,7 @@ fn handle(
                 &id,
                 json!({
                     "protocolVersion": version,
-                    "capabilities": {"tools": {"listChanged": false}},
+                    "capabilities": capabilities(tools.args.channel),
                     "serverInfo": {"name": "countersign", "version": env!("CARGO_PKG_VERSION")},
                     "instructions": "Ask a human before risky actions: request_approval, then act only when the status is approved.",
                 }),
@@ -236,6 +246,73 @@ fn handle(
             &format!("method not found: {other}"),
         )),
     }
+}
+
+/// Claude Code's notification of a permission dialog it shows.
+const PERMISSION_REQUEST: &str = "notifications/claude/channel/permission_request";
+/// The channel's answer to one.
+const PERMISSION_VERDICT: &str = "notifications/claude/channel/permission";
+/// The `in_flight` keys of relayed permission prompts start with this.
+const RELAY_KEY_PREFIX: &str = "relay:";
+
+fn capabilities(channel: bool) -> Value {
+    let mut capabilities = json!({"tools": {"listChanged": false}});
+    if channel {
+        capabilities["experimental"] =
+            json!({"claude/channel": {}, "claude/channel/permission": {}});
+    }
+    capabilities
+}
+
+/// Starts relaying a permission prompt; the prompts of the session still waiting are
+/// superseded (withdrawn, no verdict sent).
+fn relay_permission_request(
+    params: Value,
+    tools: &Arc<Tools>,
+    in_flight: &mut HashMap<String, oneshot::Sender<String>>,
+    calls: &mut JoinSet<String>,
+) {
+    let text = |key: &str| params.get(key).and_then(Value::as_str).unwrap_or_default();
+    let request_id = text("request_id").to_owned();
+    if request_id.is_empty() {
+        tracing::warn!("ignoring a permission request without request_id");
+        return;
+    }
+    let earlier: Vec<String> = in_flight
+        .keys()
+        .filter(|key| key.starts_with(RELAY_KEY_PREFIX))
+        .cloned()
+        .collect();
+    for key in earlier {
+        if let Some(cancel) = in_flight.remove(&key) {
+            let _ = cancel.send(
+                "superseded: Claude Code moved on to its next permission prompt (answered in the terminal)"
+                    .into(),
+            );
+        }
+    }
+    let prompt = PermissionPrompt {
+        request_id,
+        tool_name: text("tool_name").to_owned(),
+        description: text("description").to_owned(),
+        input_preview: text("input_preview").to_owned(),
+    };
+    let key = format!("{RELAY_KEY_PREFIX}{}", prompt.request_id);
+    let (cancel, cancelled) = oneshot::channel();
+    in_flight.insert(key.clone(), cancel);
+    let tools = Arc::clone(tools);
+    calls.spawn(async move {
+        tools.relay(prompt, cancelled).await;
+        key
+    });
+}
+
+/// A permission dialog Claude Code relays.
+struct PermissionPrompt {
+    request_id: String,
+    tool_name: String,
+    description: String,
+    input_preview: String,
 }
 
 fn result_reply(id: &Value, result: Value) -> Value {
@@ -363,6 +440,38 @@ impl Tools {
         };
         let answer = json!({"behavior": "deny", "message": verdict.explanation()});
         Some(text_result(answer.to_string(), false))
+    }
+
+    /// Asks about a relayed permission prompt and sends the verdict back; sends nothing when
+    /// the prompt was superseded (its approval is withdrawn).
+    async fn relay(&self, prompt: PermissionPrompt, cancelled: oneshot::Receiver<String>) {
+        let tool_name = if prompt.tool_name.is_empty() {
+            "unknown tool".to_owned()
+        } else {
+            prompt.tool_name
+        };
+        // The call id makes a resent prompt the same approval; the session keeps it apart from
+        // another Claude Code session's prompt of the same id.
+        let call = Call::new(
+            self.session_id.clone(),
+            tool_name,
+            json!({"input_preview": prompt.input_preview}),
+            Some(format!("{}:{}", self.session_id, prompt.request_id)),
+        );
+        let mut request = call.request(&self.settings, &self.args.gate, APPROVE_AGENT);
+        if !prompt.description.trim().is_empty() {
+            request.reason = prompt.description;
+        }
+        let Some(verdict) = self.gate(request, false, None, cancelled).await else {
+            tracing::info!(request_id = %prompt.request_id, "permission prompt superseded");
+            return;
+        };
+        let behavior = if verdict.is_allow() { "allow" } else { "deny" };
+        let _ = self.out.send(json!({
+            "jsonrpc": "2.0",
+            "method": PERMISSION_VERDICT,
+            "params": {"request_id": prompt.request_id, "behavior": behavior},
+        }));
     }
 
     async fn request_approval(

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use countersign_client::{pb, ClientConfig};
 use serde::Deserialize;
 
-use crate::args::{Cli, Risk};
+use crate::args::{Cli, Command, Risk};
 use crate::exit::CliError;
+use crate::instance::{Instance, Secret, Token};
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:50051";
 pub const DEFAULT_AGENT_ID: &str = "countersign-cli";
@@ -62,17 +63,18 @@ impl Settings {
             Some(path) => FileConfig::load(path)?,
             None => FileConfig::default(),
         };
-        let server = cli
-            .server
-            .clone()
-            .or(file.server)
-            .unwrap_or_else(|| DEFAULT_SERVER.to_owned());
+        let token = match (cli.token.clone().or(file.token), &cli.token_file) {
+            (Some(token), _) => Some(token),
+            (None, Some(path)) => Some(read_token_file(path)?),
+            (None, None) => None,
+        };
+        let (server, token) = match cli.server.clone().or(file.server) {
+            Some(server) => (server, token),
+            None => local_instance(&cli.command, token)
+                .unwrap_or_else(|token| (DEFAULT_SERVER.to_owned(), token)),
+        };
         let mut client = ClientConfig::new(server);
-        client.token = cli
-            .token
-            .clone()
-            .or(file.token)
-            .filter(|token| !token.is_empty());
+        client.token = token.filter(|token| !token.is_empty());
         if let Some(path) = cli.ca_cert.clone().or(file.ca_cert) {
             let pem = std::fs::read(&path).map_err(|error| {
                 CliError::Usage(format!(
@@ -128,6 +130,39 @@ impl Settings {
                 )
             })
     }
+}
+
+/// The server of the local instance (`countersign up`) and, unless one is given, its token
+/// for this command: the agent token for the surfaces agents use (hook, mcp), the admin
+/// token for the rest. `Err` gives the token back when no instance ever started.
+fn local_instance(
+    command: &Command,
+    token: Option<String>,
+) -> Result<(String, Option<String>), Option<String>> {
+    let Some((instance, url)) = Instance::locate(None)
+        .ok()
+        .and_then(|instance| instance.server_url().map(|url| (instance, url)))
+    else {
+        return Err(token);
+    };
+    let role = match command {
+        Command::Hook(_) | Command::Mcp(_) => Token::Agent,
+        _ => Token::Admin,
+    };
+    let token = token.or_else(|| instance.read_secret(Secret::Token(role)).ok().flatten());
+    Ok((url, token))
+}
+
+/// The token in a file (surrounding whitespace ignored).
+pub fn read_token_file(path: &Path) -> Result<String, CliError> {
+    std::fs::read_to_string(path)
+        .map(|token| token.trim().to_owned())
+        .map_err(|error| {
+            CliError::Usage(format!(
+                "cannot read token file {}: {error}",
+                path.display()
+            ))
+        })
 }
 
 /// The local login name, recorded as the requester of CLI requests: `$USER`, else the name of

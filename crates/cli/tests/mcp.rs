@@ -55,12 +55,7 @@ impl McpClient {
     }
 
     async fn next(&mut self) -> Value {
-        let line = tokio::time::timeout(STEP, self.stdout.next_line())
-            .await
-            .expect("a message in time")
-            .unwrap()
-            .expect("stdout closed");
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+        next_json_line(&mut self.stdout).await
     }
 
     /// Sends a request and returns its response (no notifications expected in between).

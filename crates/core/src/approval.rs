@@ -642,20 +642,52 @@ impl Approval {
             .collect()
     }
 
-    /// The groups whose quorum is not met yet, for messages: `security and db`.
-    fn waiting_for(&self) -> String {
-        let waiting: Vec<&str> = self
+    /// What the approval still lacks, for the reminder, escalation and expiry messages. While
+    /// nobody has approved the current version: who it waits for (`no decision from db or
+    /// security`; the escalation group too once escalated). After an approval, what is
+    /// missing, group by group: `only 1 of 2 approvals from security` where members approved,
+    /// `no decision from db` where none did, `… or oncall` once escalated (its members count
+    /// for every group), and `only 1 of 2 approvals (in all)` when `required_approvals` asks
+    /// for more people than the groups still need. Never "no decision" from a group a member
+    /// of which approved.
+    fn shortfall(&self) -> String {
+        let escalation = self.escalation_group().map(|g| g.group.as_str());
+        let unmet: Vec<(&GroupQuorum, usize)> = self
             .group_progress()
             .into_iter()
             .filter(|(g, n)| *n < g.required as usize)
-            .map(|(g, _)| g.group.as_str())
-            .chain(self.escalation_group().map(|g| g.group.as_str()))
             .collect();
-        match waiting.as_slice() {
-            [] => "an approver".to_string(),
-            [one] => (*one).to_string(),
-            [init @ .., last] => format!("{} or {last}", init.join(", ")),
+        let approved = self.approvals_so_far();
+        if approved == 0 {
+            let waited: Vec<&str> = unmet
+                .iter()
+                .map(|(g, _)| g.group.as_str())
+                .chain(escalation)
+                .collect();
+            return format!("no decision from {}", either_of(&waited, "an approver"));
         }
+        let counted = |group: &str| match escalation {
+            Some(escalation) => format!("{group} or {escalation}"),
+            None => group.to_owned(),
+        };
+        let mut missing: Vec<String> = unmet
+            .iter()
+            .map(|(g, n)| match n {
+                0 => format!("no decision from {}", counted(&g.group)),
+                n => format!(
+                    "only {n} of {} approvals from {}",
+                    g.required,
+                    counted(&g.group)
+                ),
+            })
+            .collect();
+        let required = self.effective_required_approvals() as usize;
+        let groups_still_need: usize = unmet.iter().map(|(g, n)| g.required as usize - n).sum();
+        if approved + groups_still_need < required {
+            let in_all = if missing.is_empty() { "" } else { " in all" };
+            missing.push(format!("only {approved} of {required} approvals{in_all}"));
+        }
+        missing.join(" and ")
     }
 
     /// When the approval next needs the sweeper: its deadline, or an earlier reminder or
@@ -695,7 +727,7 @@ impl Approval {
             return Some((EventKind::Expired, reason.unwrap_or_default()));
         }
         let waited = human_duration(now - self.created_at);
-        let waiting_for = self.waiting_for();
+        let shortfall = self.shortfall();
         let ttl = self.expires_at - self.created_at;
         let follow_up = self.follow_up.as_mut()?;
         let escalation_due = follow_up.escalated_at.is_none()
@@ -718,16 +750,13 @@ impl Approval {
             }
             return Some((
                 EventKind::Escalated,
-                format!(
-                    "escalated to {} after {waited}: no decision from {waiting_for}",
-                    target.group
-                ),
+                format!("escalated to {} after {waited}: {shortfall}", target.group),
             ));
         }
         follow_up.reminded_at = Some(now);
         Some((
             EventKind::Reminded,
-            format!("reminder: no decision from {waiting_for} after {waited}"),
+            format!("reminder: {shortfall} after {waited}"),
         ))
     }
 
@@ -752,12 +781,15 @@ impl Approval {
         if !self.is_pending() || now < self.expires_at || self.escalates_on_timeout() {
             return false;
         }
-        let reason = if self.approver_groups.is_empty() && self.follow_up.is_none() {
+        let reason = if self.approver_groups.is_empty()
+            && self.follow_up.is_none()
+            && self.approvals_so_far() == 0
+        {
             "no decision before the approval expired".to_string()
         } else {
             format!(
-                "no decision from {} within {}",
-                self.waiting_for(),
+                "{} within {}",
+                self.shortfall(),
                 human_duration(self.expires_at - self.created_at)
             )
         };
@@ -1042,6 +1074,15 @@ impl Approval {
     }
 }
 
+/// `db`, `db or security`, `db, security or oncall`; `none` when there are no names.
+fn either_of(names: &[&str], none: &str) -> String {
+    match names {
+        [] => none.to_owned(),
+        [one] => (*one).to_owned(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1295,7 +1336,9 @@ mod tests {
         let (kind, _) = a.follow_up_if_due(20_000).unwrap();
         assert_eq!(kind, EventKind::Escalated);
         assert!(a.is_decider("telegram:u9"));
-        // Already escalated: the deadline expires it, naming who was waited for.
+        // Escalated before the deadline: on_timeout = escalate gives no second deadline; the
+        // deadline expires it, naming who was waited for.
+        assert_eq!(a.expires_at, 60_000);
         assert_eq!(a.next_due(), 60_000);
         let (kind, reason) = a.follow_up_if_due(60_000).unwrap();
         assert_eq!(kind, EventKind::Expired);
@@ -1324,6 +1367,110 @@ mod tests {
         d.approver = "telegram:u9".into();
         assert_eq!(
             b.decide(d, None, 61_000).unwrap().outcome,
+            DecideOutcome::Resolved
+        );
+    }
+
+    fn quorum(name: &str, required: u32, members: &[&str]) -> GroupQuorum {
+        GroupQuorum {
+            group: name.into(),
+            required,
+            members: members.iter().map(|m| format!("telegram:{m}")).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn after_one_of_two_approvals_the_follow_up_says_what_is_missing() {
+        let mut req = request(1);
+        req.approver_groups = vec![quorum("security", 2, &["u1", "u2", "u3"])];
+        req.follow_up = Some(FollowUp {
+            remind_after_seconds: 10,
+            escalate_after_seconds: 20,
+            escalate_to: Some(quorum("oncall", 1, &["u9"])),
+            ..Default::default()
+        });
+        let mut a = Approval::new("a1".into(), req, 60, Disposition::RequireHuman, 0);
+        a.decide(decision("u1", Verdict::Approve, "k1"), None, 1)
+            .unwrap();
+        assert_eq!(
+            a.follow_up_if_due(10_000).unwrap().1,
+            "reminder: only 1 of 2 approvals from security after 10s"
+        );
+        assert_eq!(
+            a.follow_up_if_due(20_000).unwrap().1,
+            "escalated to oncall after 20s: only 1 of 2 approvals from security"
+        );
+        // Escalated: on-call members count for security too.
+        assert_eq!(
+            a.follow_up_if_due(60_000).unwrap(),
+            (
+                EventKind::Expired,
+                "only 1 of 2 approvals from security or oncall within 1m".to_string()
+            )
+        );
+
+        // Two groups: "no decision" from the one nobody of which approved, and the overall
+        // quorum where it asks for more people than the groups do.
+        let mut req = request(4);
+        req.approver_groups = vec![
+            quorum("db", 1, &["u4", "u3"]),
+            quorum("security", 2, &["u1", "u2", "u3"]),
+        ];
+        let mut b = Approval::new("b1".into(), req, 60, Disposition::RequireHuman, 0);
+        b.decide(decision("u1", Verdict::Approve, "k1"), None, 1)
+            .unwrap();
+        let mut first = b.clone();
+        first.expire_if_due(60_000);
+        assert_eq!(
+            first.resolution.unwrap().reason,
+            "no decision from db and only 1 of 2 approvals from security and only 1 of 4 approvals in all within 1m"
+        );
+        b.decide(decision("u3", Verdict::Approve, "k3"), None, 2)
+            .unwrap();
+        b.expire_if_due(60_000);
+        assert_eq!(
+            b.resolution.unwrap().reason,
+            "only 2 of 4 approvals within 1m"
+        );
+
+        // No groups, no plan: the quorum that was not reached.
+        let mut c = pending(2);
+        c.decide(decision("u1", Verdict::Approve, "k1"), None, 1)
+            .unwrap();
+        c.expire_if_due(60_000);
+        assert_eq!(
+            c.resolution.unwrap().reason,
+            "only 1 of 2 approvals within 1m"
+        );
+    }
+
+    #[test]
+    fn one_member_of_two_groups_counts_for_both() {
+        let mut req = request(1);
+        req.approver_groups = vec![
+            quorum("db", 1, &["u4", "u3"]),
+            quorum("security", 1, &["u1", "u3"]),
+        ];
+        let mut a = Approval::new("a1".into(), req.clone(), 60, Disposition::RequireHuman, 0);
+        let effect = a
+            .decide(decision("u3", Verdict::Approve, "k3"), None, 1)
+            .unwrap();
+        assert_eq!(effect.outcome, DecideOutcome::Resolved);
+        let counted: Vec<usize> = a.group_progress().into_iter().map(|(_, n)| n).collect();
+        assert_eq!(counted, [1, 1]);
+
+        // Two people wanted: required_approvals says so.
+        req.required_approvals = 2;
+        let mut b = Approval::new("b1".into(), req, 60, Disposition::RequireHuman, 0);
+        let effect = b
+            .decide(decision("u3", Verdict::Approve, "k3"), None, 1)
+            .unwrap();
+        assert_eq!(effect.outcome, DecideOutcome::Recorded);
+        assert_eq!(
+            b.decide(decision("u1", Verdict::Approve, "k1"), None, 2)
+                .unwrap()
+                .outcome,
             DecideOutcome::Resolved
         );
     }

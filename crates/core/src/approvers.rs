@@ -212,7 +212,9 @@ impl ApproverRegistry {
     /// delegator only where the delegate does not count as themself (not a member of a
     /// deciding group); both must be within their risk ceiling and neither may be the
     /// requester, so a delegation never creates a self-approval. One person's decisions count
-    /// once per version: a delegation never lets one person fill two places of a quorum.
+    /// once per version: a delegation never lets one person fill two places of a quorum. A
+    /// delegate whose delegators all cast this vote already casts it for the first of them
+    /// again, which the approval answers as a duplicate (not a refusal naming no member).
     pub fn authorize(
         &self,
         decider: &Decider,
@@ -256,14 +258,21 @@ impl ApproverRegistry {
                 .any(|d| d.approver == id && d.verdict == verdict && approval.is_current(d))
         };
         let own = approval.is_decider(&acting.id).then_some(&acting.id);
-        let mut delegators = delegations
+        let delegators: Vec<&Approver> = delegations
             .iter()
             .filter(|d| identity_key(&d.delegate) == acting.names[0])
             .filter_map(|d| self.approvers.iter().find(|a| a.id == d.delegator))
-            .filter(|a| a.id != acting.id && approval.is_decider(&a.id));
+            .filter(|a| a.id != acting.id && approval.is_decider(&a.id))
+            .collect();
         let delegator = match own {
             Some(id) if !voted(id) => None,
-            _ => delegators.find(|a| !voted(&a.id)),
+            // A delegate whose every delegator already decided so decides for the first of
+            // them again: the same decision twice, a duplicate, not a stranger's refusal.
+            _ => delegators
+                .iter()
+                .find(|a| !voted(&a.id))
+                .or_else(|| delegators.first().filter(|_| own.is_none()))
+                .copied(),
         };
         match (own, delegator) {
             (_, Some(delegator)) => {
@@ -680,6 +689,77 @@ mod tests {
         assert!(
             refused.to_string().contains("separation of duties"),
             "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_delegate_deciding_after_the_delegator_casts_the_same_vote_again() {
+        use crate::groups::{Delegation, GroupQuorum};
+        use crate::{DecideOutcome, Decision, Scope};
+        let registry = ApproverRegistry::compile(&[
+            spec("alice", "critical", &[("cli", &["alice"])]),
+            spec("bob", "critical", &[("cli", &["bob"])]),
+            spec("erin", "critical", &[("cli", &["erin"])]),
+        ])
+        .unwrap();
+        let mut approval = approval(Risk::High, "carol");
+        approval.approver_groups = vec![GroupQuorum {
+            group: "security".into(),
+            required: 2,
+            members: vec!["alice".into(), "bob".into()],
+            ..Default::default()
+        }];
+        let delegations = [Delegation {
+            id: "d1".into(),
+            delegator: "alice".into(),
+            delegate: "erin".into(),
+            created_at: 0,
+            until: 10,
+            revoked_at: None,
+            reason: String::new(),
+            created_by: "admin".into(),
+        }];
+        let vote = |who: &Decider, verdict: Verdict, approval: &Approval, key: &str| {
+            let authorized = registry
+                .authorize(who, verdict, approval, &delegations)
+                .unwrap();
+            Decision {
+                verdict,
+                scope: Scope::Once,
+                reason: String::new(),
+                decider: who.clone(),
+                idempotency_key: key.into(),
+                decided_at: 1,
+                approver: authorized.approver,
+                args_digest: String::new(),
+                edited_arguments_json: String::new(),
+                restarts_count: false,
+                delegate: authorized.delegate,
+            }
+        };
+        let alice = decider("cli", "alice", "alice");
+        let erin = decider("cli", "erin", "erin");
+        let own = vote(&alice, Verdict::Approve, &approval, "k1");
+        assert_eq!(
+            approval.decide(own, None, 1).unwrap().outcome,
+            DecideOutcome::Recorded
+        );
+        // erin approves for alice, who approved already: the same vote again.
+        let again = vote(&erin, Verdict::Approve, &approval, "k2");
+        assert_eq!(
+            (again.approver.as_str(), again.delegate.as_deref()),
+            ("alice", Some("erin"))
+        );
+        assert_eq!(
+            approval.decide(again, None, 2).unwrap().outcome,
+            DecideOutcome::Duplicate
+        );
+        assert_eq!(approval.approvals_so_far(), 1);
+        // A rejection for alice is another decision: it rejects.
+        let reject = vote(&erin, Verdict::Reject, &approval, "k3");
+        assert_eq!(
+            approval.decide(reject, None, 3).unwrap().outcome,
+            DecideOutcome::Resolved
         );
     }
 }

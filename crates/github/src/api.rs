@@ -239,6 +239,14 @@ pub struct GitHubApi {
     blocked_until: std::sync::Mutex<Option<Instant>>,
 }
 
+/// What the worker put in place on GitHub: found by its marker (an earlier attempt or run
+/// created it, so comments may have been written after it unseen) or created now.
+#[derive(Debug)]
+pub struct Placed<T> {
+    pub item: T,
+    pub found: bool,
+}
+
 impl GitHubApi {
     pub fn new(settings: GitHubSettings) -> Result<GitHubApi, ApiError> {
         let builder = Octocrab::builder()
@@ -476,14 +484,14 @@ impl GitHubApi {
         approval_id: &str,
         not_before: OffsetDateTime,
         body: &str,
-    ) -> Result<IssueComment, ApiError> {
+    ) -> Result<Placed<IssueComment>, ApiError> {
         self.find_or_create(
             &format!("request comment for approval {approval_id} on {issue}"),
             || self.find_marked_comment(issue, approval_id, not_before),
             || self.create_comment(issue, body),
         )
         .await
-        .inspect(|comment| tracing::debug!(%issue, approval_id, comment_id = comment.id, "request comment in place"))
+        .inspect(|placed| tracing::debug!(%issue, approval_id, comment_id = placed.item.id, found = placed.found, "request comment in place"))
     }
 
     async fn find_marked_comment(
@@ -513,7 +521,7 @@ impl GitHubApi {
         not_before: OffsetDateTime,
         title: &str,
         body: &str,
-    ) -> Result<IssueSummary, ApiError> {
+    ) -> Result<Placed<IssueSummary>, ApiError> {
         self.find_or_create(
             &format!("issue for approval {approval_id} in {repo}"),
             || self.find_marked_issue(repo, approval_id, not_before),
@@ -530,22 +538,23 @@ impl GitHubApi {
         subject: &str,
         find: impl Fn() -> Found,
         create: impl Fn() -> Created,
-    ) -> Result<T, ApiError>
+    ) -> Result<Placed<T>, ApiError>
     where
         Found: std::future::Future<Output = Result<Option<T>, ApiError>>,
         Created: std::future::Future<Output = Result<T, ApiError>>,
     {
-        if let Some(found) = find().await? {
-            return Ok(found);
+        let found = |item| Placed { item, found: true };
+        if let Some(item) = find().await? {
+            return Ok(found(item));
         }
         let mut attempt = 1;
         loop {
             match create().await {
-                Ok(created) => return Ok(created),
+                Ok(item) => return Ok(Placed { item, found: false }),
                 Err(error) if error.is_transient() && attempt < self.settings.max_attempts => {
-                    if let Some(found) = find().await? {
+                    if let Some(item) = find().await? {
                         tracing::info!(subject, "created although the answer was lost; using it");
-                        return Ok(found);
+                        return Ok(found(item));
                     }
                     tracing::warn!(subject, attempt, %error, "creating on GitHub failed; trying again");
                     tokio::time::sleep(backoff(attempt)).await;

@@ -9,6 +9,7 @@ use countersign_github::config::{
     ENV_WORKER_TOKEN,
 };
 use countersign_github::Worker;
+use countersign_worker::config::WORKER_TOKEN_NEEDED;
 use countersign_worker::logging::{self, LogFormat};
 
 /// Posts countersign approval requests as GitHub issue comments and turns `/approve` and
@@ -35,8 +36,8 @@ struct Cli {
 
 fn secrets_help() -> String {
     format!(
-        "Secrets may come from the environment instead of the file: {ENV_WORKER_TOKEN} (server \
-         token), {ENV_GITHUB_TOKEN} (personal access token), {ENV_APP_PRIVATE_KEY} (GitHub App \
+        "Secrets may come from the environment instead of the file: {ENV_WORKER_TOKEN} (a worker \
+         token for channel \"github\", {WORKER_TOKEN_NEEDED}), {ENV_GITHUB_TOKEN} (personal access token), {ENV_APP_PRIVATE_KEY} (GitHub App \
          key, PEM), {ENV_WEBHOOK_SECRET} (webhook secret)."
     )
 }

@@ -67,7 +67,15 @@ pub struct Delivered {
     approval_id: String,
     target: Target,
     /// `Ok(None)`: the approval was resolved before its request was posted; nothing was.
-    result: Result<Option<Message>, CommandError>,
+    result: Result<Option<Posted>, CommandError>,
+}
+
+/// A request message in place on a target.
+pub struct Posted {
+    message: Message,
+    /// Found from an earlier attempt or run rather than posted now: commands may have been
+    /// written under it while no one was listening.
+    found: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -434,11 +442,16 @@ impl Relay {
                 .or_insert(message.created_at);
         }
         for (issue, since) in since {
-            match self.api.list_comments(&issue, Some(since)).await {
-                Ok(comments) => self.handle_comments(unedited(&issue, comments)).await,
-                Err(error) => {
-                    tracing::warn!(%issue, %error, "cannot list the comments written while away")
-                }
+            self.catch_up_on(&issue, since).await;
+        }
+    }
+
+    /// Lists the comments written on `issue` since `since` and handles them.
+    async fn catch_up_on(&mut self, issue: &IssueRef, since: OffsetDateTime) {
+        match self.api.list_comments(issue, Some(since)).await {
+            Ok(comments) => self.handle_comments(unedited(issue, comments)).await,
+            Err(error) => {
+                tracing::warn!(%issue, %error, "cannot list the comments written while away")
             }
         }
     }
@@ -690,8 +703,12 @@ impl Relay {
             return;
         };
         tracked.in_flight.retain(|t| t != &target);
+        let mut catch_up = None;
         match result {
-            Ok(Some(message)) => {
+            Ok(Some(Posted { message, found })) => {
+                if found && tracked.approval.state() == pb::ApprovalState::Pending {
+                    catch_up = Some((message.issue.clone(), message.created_at));
+                }
                 self.poll(&message, &tracked.approval);
                 tracked.messages.push(message);
                 self.sync_messages(&mut tracked);
@@ -712,6 +729,12 @@ impl Relay {
         self.release_if_written(&approval_id);
         for incoming in std::mem::take(&mut self.parked) {
             self.handle_comment(incoming, 0).await;
+        }
+        // A request an earlier run posted and did not record: the catch-up after the
+        // snapshot could not know its issue, and a command written under it while the worker
+        // was down reaches no webhook again.
+        if let Some((issue, since)) = catch_up {
+            self.catch_up_on(&issue, since).await;
         }
     }
 
@@ -1089,15 +1112,15 @@ async fn deliver_to(
     client: &Client,
     approval: &pb::Approval,
     target: &Target,
-) -> Result<Message, CommandError> {
+) -> Result<Posted, CommandError> {
     let body = render::request_body(approval);
     let not_before = created_at(approval);
-    let (issue, kind, current, message_created_at) = match target {
+    let (issue, kind, current, message_created_at, found) = match target {
         Target::Issue(issue) => {
             let posted = api
                 .find_or_post_comment(issue, &approval.id, not_before, &body)
                 .await;
-            let comment = match posted {
+            let placed = match posted {
                 Err(error) if error.status() == Some(422) => {
                     tracing::warn!(approval_id = %approval.id, %issue, %error, "GitHub refused the request comment (422); posting it once more without the arguments");
                     let minimal = render::minimal_request_body(approval);
@@ -1106,17 +1129,19 @@ async fn deliver_to(
                 }
                 other => other?,
             };
+            let comment = placed.item;
             let current = comment.text().to_string();
             (
                 issue.clone(),
                 MessageKind::Comment(comment.id),
                 current,
                 comment.created_at,
+                placed.found,
             )
         }
         Target::Repo(repo) => {
             let title = render::issue_title(approval);
-            let opened = match api
+            let placed = match api
                 .find_or_open_issue(repo, &approval.id, not_before, &title, &body)
                 .await
             {
@@ -1128,6 +1153,7 @@ async fn deliver_to(
                 }
                 other => other?,
             };
+            let opened = placed.item;
             let issue = IssueRef {
                 repo: repo.clone(),
                 number: opened.number,
@@ -1137,6 +1163,7 @@ async fn deliver_to(
                 MessageKind::IssueBody,
                 opened.body.unwrap_or_default(),
                 opened.created_at,
+                placed.found,
             )
         }
     };
@@ -1161,7 +1188,7 @@ async fn deliver_to(
     if message.rendered != body {
         write_message(api, &mut message, body).await;
     }
-    Ok(message)
+    Ok(Posted { message, found })
 }
 
 /// Rewrites one message; when GitHub refuses the body (422) it is retried once without

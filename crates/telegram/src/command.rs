@@ -10,10 +10,10 @@ pub struct Command {
     pub reason: String,
 }
 
-/// Parses the first word of `text` as `/approve` or `/reject` (optionally addressed as
-/// `/reject@<bot_username>`, as Telegram clients do in groups); the rest is the reason.
-/// Anything else, including commands addressed to another bot, is not a command.
-pub fn parse_command(text: &str, bot_username: &str) -> Option<Command> {
+/// Splits a bot command into its name (without the `/` and the `@<bot_username>` Telegram
+/// clients add in groups) and the rest of the text, trimmed. `None` when `text` does not start
+/// with a command, or with one addressed to another bot.
+pub fn split_command<'a>(text: &'a str, bot_username: &str) -> Option<(&'a str, &'a str)> {
     let text = text.trim_start();
     let word_end = text.find(char::is_whitespace).unwrap_or(text.len());
     let (word, rest) = text.split_at(word_end);
@@ -23,6 +23,14 @@ pub fn parse_command(text: &str, bot_username: &str) -> Option<Command> {
         Some(_) => return None,
         None => name,
     };
+    Some((name, rest.trim()))
+}
+
+/// Parses the first word of `text` as `/approve` or `/reject` (optionally addressed as
+/// `/reject@<bot_username>`, as Telegram clients do in groups); the rest is the reason.
+/// Anything else, including commands addressed to another bot, is not a command.
+pub fn parse_command(text: &str, bot_username: &str) -> Option<Command> {
+    let (name, rest) = split_command(text, bot_username)?;
     let verdict = if name.eq_ignore_ascii_case("approve") {
         Verdict::Approve
     } else if name.eq_ignore_ascii_case("reject") {
@@ -32,7 +40,7 @@ pub fn parse_command(text: &str, bot_username: &str) -> Option<Command> {
     };
     Some(Command {
         verdict,
-        reason: rest.trim().to_owned(),
+        reason: rest.to_owned(),
     })
 }
 

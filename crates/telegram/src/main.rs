@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use countersign_telegram::config::{BOT_TOKEN_ENV, WORKER_TOKEN_ENV};
+use countersign_telegram::config::{BOT_TOKEN_ENV, WORKER_TOKEN_ENV, WORKER_TOKEN_NEEDED};
 use countersign_telegram::Settings;
 use countersign_worker::logging::{self, LogFormat};
 
@@ -24,7 +24,7 @@ struct Cli {
 fn secrets_help() -> String {
     format!(
         "Secrets come from the environment: {BOT_TOKEN_ENV} (the bot token) and \
-         {WORKER_TOKEN_ENV} (the worker token for the countersign server). \
+         {WORKER_TOKEN_ENV} (a worker token for channel \"telegram\", {WORKER_TOKEN_NEEDED}). \
          Log levels: RUST_LOG (default info)."
     )
 }

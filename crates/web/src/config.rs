@@ -35,7 +35,7 @@ use serde::Deserialize;
 
 /// The environment variable holding the worker token (channel `web`): the same name in every
 /// channel worker.
-pub use countersign_worker::config::WORKER_TOKEN_ENV;
+pub use countersign_worker::config::{WORKER_TOKEN_ENV, WORKER_TOKEN_NEEDED};
 /// A name docs/web.md once gave the web worker token: still read when the canonical one is
 /// not set, with a warning.
 pub const OLD_WORKER_TOKEN_ENV: &str = "COUNTERSIGN_WEB_WORKER_TOKEN";

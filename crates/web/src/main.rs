@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use countersign_web::config::{ADMIN_TOKEN_ENV, WORKER_TOKEN_ENV};
+use countersign_web::config::{ADMIN_TOKEN_ENV, WORKER_TOKEN_ENV, WORKER_TOKEN_NEEDED};
 use countersign_web::sessions::{Approver, Sessions};
 use countersign_web::Settings;
 use countersign_worker::logging::{self, LogFormat};
@@ -48,7 +48,7 @@ enum Command {
 fn secrets_help() -> String {
     format!(
         "Secrets come from the environment: {WORKER_TOKEN_ENV} (a worker token for channel \
-         \"web\") and, optionally, {ADMIN_TOKEN_ENV} (an admin token: audit timeline and \
+         \"web\", {WORKER_TOKEN_NEEDED}) and, optionally, {ADMIN_TOKEN_ENV} (an admin token: audit timeline and \
          grants). Log levels: RUST_LOG (default info)."
     )
 }

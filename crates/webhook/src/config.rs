@@ -31,7 +31,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use countersign_worker::config::read_toml;
-pub use countersign_worker::config::{ConfigError, ServerSection, WORKER_TOKEN_ENV};
+pub use countersign_worker::config::{
+    ConfigError, ServerSection, WORKER_TOKEN_ENV, WORKER_TOKEN_NEEDED,
+};
 use serde::Deserialize;
 
 use crate::signature::Secret;

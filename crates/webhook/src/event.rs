@@ -3,17 +3,14 @@
 //! The webhook-id names the approval and the event, so that a replayed event, a snapshot
 //! after a restart and a re-delivery all carry the same id.
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
 use countersign_client::pb;
-use rand::RngCore;
+use countersign_links::store::NewLink;
+use countersign_links::{expires_ms, LinkVerdict};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use crate::config::Endpoint;
-use crate::store::NewLink;
 
 pub const REQUESTED: &str = "approval.requested";
 pub const RESOLVED: &str = "approval.resolved";
@@ -22,22 +19,6 @@ pub const RESOLVED: &str = "approval.resolved";
 pub fn webhook_id(approval_id: &str, event_type: &str) -> String {
     let suffix = event_type.trim_start_matches("approval.");
     format!("msg_{approval_id}_{suffix}")
-}
-
-/// A fresh link token: 256 random bits, URL-safe.
-pub fn new_token() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut bytes);
-    URL_SAFE_NO_PAD.encode(bytes)
-}
-
-/// What is stored of a token.
-pub fn token_hash(token: &str) -> String {
-    hex::encode(Sha256::digest(token.as_bytes()))
-}
-
-fn timestamp_ms(timestamp: Option<&countersign_client::Timestamp>) -> Option<i64> {
-    timestamp.map(|t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000)
 }
 
 fn rfc3339(timestamp: Option<&countersign_client::Timestamp>) -> Value {
@@ -77,23 +58,17 @@ pub fn requested(
 ) -> (String, Vec<NewLink>) {
     let arguments = serde_json::from_str::<Value>(&approval.arguments_json)
         .unwrap_or_else(|_| Value::String(approval.arguments_json.clone()));
-    let expires_ms = timestamp_ms(approval.expires_at.as_ref()).unwrap_or(i64::MAX);
     let mut links = Vec::new();
     let mut decision_links = Value::Null;
     if endpoint.decision_links {
         let mut urls = serde_json::Map::new();
-        for verdict in ["approve", "reject"] {
-            let token = new_token();
+        for verdict in [LinkVerdict::Approve, LinkVerdict::Reject] {
+            let (token, link) = NewLink::mint(verdict, &endpoint.approver, expires_ms(approval));
             urls.insert(
-                verdict.to_owned(),
+                verdict.as_str().to_owned(),
                 Value::String(format!("{public_url}/decide/{token}")),
             );
-            links.push(NewLink {
-                token_hash: token_hash(&token),
-                verdict: verdict.to_owned(),
-                approver: endpoint.approver.clone(),
-                expires_ms,
-            });
+            links.push(link);
         }
         urls.insert(
             "approver".to_owned(),
@@ -180,15 +155,6 @@ pub fn is_resolved(approval: &pb::Approval) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tokens_are_long_random_and_stored_hashed() {
-        let (a, b) = (new_token(), new_token());
-        assert_ne!(a, b);
-        assert_eq!(URL_SAFE_NO_PAD.decode(&a).unwrap().len(), 32);
-        assert_eq!(token_hash(&a).len(), 64);
-        assert_ne!(token_hash(&a), a);
-    }
 
     #[test]
     fn webhook_ids_are_stable_per_approval_and_event() {

@@ -14,7 +14,6 @@
 pub mod config;
 pub mod deliver;
 pub mod event;
-pub mod links;
 pub mod signature;
 pub mod store;
 
@@ -22,13 +21,12 @@ use std::future::Future;
 use std::sync::Arc;
 
 use countersign_client::{Client, ClientConfig, ClientError};
+use countersign_links::pages::Pages;
 use countersign_worker::lanes::Lanes;
-use rand::RngCore;
 
 pub use crate::config::Settings;
 use crate::deliver::Deliveries;
 pub use crate::deliver::CHANNEL;
-use crate::links::Pages;
 use crate::store::{Store, StoreError};
 
 /// Why the worker stopped.
@@ -67,21 +65,14 @@ pub async fn run(
         ca_cert_pem: settings.ca_cert_pem.clone(),
         connect_timeout: settings.connect_timeout,
     })?;
-    let form_key = store
-        .meta_or_insert("form_key", || {
-            let mut key = [0u8; 32];
-            rand::rngs::OsRng.fill_bytes(&mut key);
-            hex::encode(key)
-        })
-        .await?;
-    let form_key = hex::decode(form_key).unwrap_or_default();
+    let form_key = store.links().form_key().await.map_err(StoreError::from)?;
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .map_err(|source| WorkerError::Listen {
             addr: settings.listen,
             source,
         })?;
-    let pages = Pages::new(client.clone(), store.clone(), form_key).router();
+    let pages = Pages::new(client.clone(), store.links().clone(), form_key, CHANNEL).router();
     let lanes = Lanes::new();
     // The lanes' jobs hold the deliveries; dropping this future (a kill in tests) stops them.
     let _stop_lanes = lanes.abort_on_drop();

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use countersign_webhook::config::WORKER_TOKEN_ENV;
+use countersign_webhook::config::{WORKER_TOKEN_ENV, WORKER_TOKEN_NEEDED};
 use countersign_webhook::Settings;
 use countersign_worker::logging::{self, LogFormat};
 
@@ -50,8 +50,8 @@ enum DeadLetterAction {
 
 fn secrets_help() -> String {
     format!(
-        "Secrets come from the environment: {WORKER_TOKEN_ENV} (the worker token for the \
-         countersign server) and, per endpoint, the variable its `secret_env` names (whsec_… \
+        "Secrets come from the environment: {WORKER_TOKEN_ENV} (a worker token for channel \
+         \"webhook\", {WORKER_TOKEN_NEEDED}) and, per endpoint, the variable its `secret_env` names (whsec_… \
          secrets, space-separated while rotating; COUNTERSIGN_WEBHOOK_SECRET_OPS in the example \
          configuration). Log levels: RUST_LOG (default info)."
     )
@@ -128,7 +128,8 @@ async fn operate(settings: &Settings, command: Command) -> Result<(), String> {
         }
         Command::RevokeLinks { approval_id } => {
             let revoked = store
-                .revoke_links(&approval_id)
+                .links()
+                .revoke(&approval_id)
                 .await
                 .map_err(|e| e.to_string())?;
             println!("revoked {revoked} decision link(s) of {approval_id}");

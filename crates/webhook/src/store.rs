@@ -1,6 +1,7 @@
 //! The worker's durable local state (SQLite in `state_dir`): the deliveries (pending, done,
-//! dead letters) and the decision links. The `dead-letters` and `revoke-links` commands open
-//! the same database while the worker runs (WAL, busy timeout).
+//! dead letters) and, beside them, the decision links (`countersign-links`). The
+//! `dead-letters` and `revoke-links` commands open the same database while the worker runs
+//! (WAL, busy timeout).
 //!
 //! A delivery row is written once per (endpoint, webhook-id) — a replayed or re-snapshotted
 //! event finds it there and adds nothing — and is marked delivered only after the endpoint's
@@ -8,22 +9,20 @@
 //! row's body (it holds the plaintext decision links) is erased.
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+pub use countersign_links::store::now_ms;
+use countersign_links::store::{open_database, LinkStore, LinkStoreError, NewLink};
 use sqlx::{Row, SqlitePool};
 
 use crate::event::{REQUESTED, RESOLVED};
 
 #[derive(Debug, thiserror::Error)]
-#[error("webhook state database: {0}")]
-pub struct StoreError(#[from] sqlx::Error);
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_millis() as i64)
+pub enum StoreError {
+    #[error("webhook state database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    Links(#[from] LinkStoreError),
 }
 
 const SCHEMA: &[&str] = &[
@@ -42,17 +41,6 @@ const SCHEMA: &[&str] = &[
         UNIQUE (endpoint, webhook_id))",
     "CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_attempt_ms)",
     "CREATE INDEX IF NOT EXISTS deliveries_approval ON deliveries (approval_id, endpoint, state)",
-    "CREATE TABLE IF NOT EXISTS links (
-        token_hash TEXT PRIMARY KEY,
-        approval_id TEXT NOT NULL,
-        endpoint TEXT NOT NULL,
-        verdict TEXT NOT NULL,
-        approver TEXT NOT NULL,
-        expires_ms INTEGER NOT NULL,
-        used_ms INTEGER,
-        revoked_ms INTEGER)",
-    "CREATE INDEX IF NOT EXISTS links_approval ON links (approval_id)",
-    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
 ];
 
 /// A delivery to attempt, or a dead letter to show.
@@ -79,71 +67,22 @@ pub struct NewDelivery<'a> {
     pub links: Vec<NewLink>,
 }
 
-pub struct NewLink {
-    pub token_hash: String,
-    pub verdict: String,
-    pub approver: String,
-    pub expires_ms: i64,
-}
-
-/// A decision link as stored.
-#[derive(Clone, Debug)]
-pub struct Link {
-    pub approval_id: String,
-    pub endpoint: String,
-    pub verdict: String,
-    pub approver: String,
-    pub expires_ms: i64,
-    pub used_ms: Option<i64>,
-    pub revoked_ms: Option<i64>,
-}
-
-/// Why a link cannot be used (now).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LinkState {
-    Usable,
-    Used,
-    Revoked,
-    Expired,
-}
-
-impl Link {
-    pub fn state(&self, now_ms: i64) -> LinkState {
-        if self.revoked_ms.is_some() {
-            LinkState::Revoked
-        } else if self.used_ms.is_some() {
-            LinkState::Used
-        } else if self.expires_ms <= now_ms {
-            LinkState::Expired
-        } else {
-            LinkState::Usable
-        }
-    }
-}
-
 #[derive(Clone)]
 pub struct Store {
     pool: SqlitePool,
+    links: LinkStore,
 }
 
 impl Store {
     pub async fn open(path: &Path) -> Result<Store, StoreError> {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|error| StoreError(sqlx::Error::Io(error)))?;
-        }
-        let options = SqliteConnectOptions::new()
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(Duration::from_secs(5));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(options)
-            .await?;
-        for statement in SCHEMA {
-            sqlx::query(statement).execute(&pool).await?;
-        }
-        Ok(Store { pool })
+        let pool = open_database(path, SCHEMA).await?;
+        let links = LinkStore::attach(pool.clone()).await?;
+        Ok(Store { pool, links })
+    }
+
+    /// The decision links, in the same database.
+    pub fn links(&self) -> &LinkStore {
+        &self.links
     }
 
     /// Writes a delivery and its links, unless the endpoint already has this webhook-id.
@@ -167,17 +106,7 @@ impl Store {
         .rows_affected()
             == 1;
         if inserted {
-            for link in new.links {
-                sqlx::query("INSERT INTO links (token_hash, approval_id, endpoint, verdict, approver, expires_ms) VALUES (?, ?, ?, ?, ?, ?)")
-                    .bind(link.token_hash)
-                    .bind(new.approval_id)
-                    .bind(new.endpoint)
-                    .bind(link.verdict)
-                    .bind(link.approver)
-                    .bind(link.expires_ms)
-                    .execute(&mut *tx)
-                    .await?;
-            }
+            LinkStore::insert(&mut tx, new.approval_id, new.endpoint, new.links).await?;
         }
         tx.commit().await?;
         Ok(inserted)
@@ -321,93 +250,7 @@ impl Store {
         rows.iter()
             .map(|row| Ok((row.try_get("webhook_id")?, row.try_get("state")?)))
             .collect::<Result<_, sqlx::Error>>()
-            .map_err(StoreError)
-    }
-
-    pub async fn link(&self, token_hash: &str) -> Result<Option<Link>, StoreError> {
-        let row = sqlx::query("SELECT * FROM links WHERE token_hash = ?")
-            .bind(token_hash)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|row| {
-            Ok(Link {
-                approval_id: row.try_get("approval_id")?,
-                endpoint: row.try_get("endpoint")?,
-                verdict: row.try_get("verdict")?,
-                approver: row.try_get("approver")?,
-                expires_ms: row.try_get("expires_ms")?,
-                used_ms: row.try_get("used_ms")?,
-                revoked_ms: row.try_get("revoked_ms")?,
-            })
-        })
-        .transpose()
-        .map_err(StoreError)
-    }
-
-    /// Takes a usable link, and with it its siblings (the other verdicts sent to the same
-    /// endpoint for the same approval): only one of them can ever decide. Returns false when
-    /// the link was not usable any more (used, revoked or expired meanwhile).
-    pub async fn claim_link(&self, token_hash: &str, link: &Link) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let now = now_ms();
-        let claimed = sqlx::query("UPDATE links SET used_ms = ? WHERE token_hash = ? AND used_ms IS NULL AND revoked_ms IS NULL AND expires_ms > ?")
-            .bind(now)
-            .bind(token_hash)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
-            == 1;
-        if claimed {
-            sqlx::query("UPDATE links SET used_ms = ? WHERE approval_id = ? AND endpoint = ? AND used_ms IS NULL")
-                .bind(now)
-                .bind(&link.approval_id)
-                .bind(&link.endpoint)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(claimed)
-    }
-
-    /// Gives back a claimed link and its siblings (the decision could not be recorded).
-    pub async fn release_link(&self, link: &Link, claimed_ms: i64) -> Result<(), StoreError> {
-        sqlx::query("UPDATE links SET used_ms = NULL WHERE approval_id = ? AND endpoint = ? AND used_ms >= ?")
-            .bind(&link.approval_id)
-            .bind(&link.endpoint)
-            .bind(claimed_ms)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    /// Revokes every unused link of an approval; returns how many.
-    pub async fn revoke_links(&self, approval_id: &str) -> Result<u64, StoreError> {
-        let revoked = sqlx::query("UPDATE links SET revoked_ms = ? WHERE approval_id = ? AND used_ms IS NULL AND revoked_ms IS NULL")
-            .bind(now_ms())
-            .bind(approval_id)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(revoked)
-    }
-
-    /// A value kept across restarts, made by `make` the first time.
-    pub async fn meta_or_insert(
-        &self,
-        key: &str,
-        make: impl FnOnce() -> String,
-    ) -> Result<String, StoreError> {
-        sqlx::query("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)")
-            .bind(key)
-            .bind(make())
-            .execute(&self.pool)
-            .await?;
-        let row = sqlx::query("SELECT value FROM meta WHERE key = ?")
-            .bind(key)
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(row.try_get(0)?)
+            .map_err(StoreError::from)
     }
 }
 

@@ -818,7 +818,13 @@ async fn expired_revoked_and_unknown_links_are_refused_with_a_clear_page() {
     let short_body = harness.receiver.accepted(&requested_id(&short)).await;
     let long_body = harness.receiver.accepted(&requested_id(&long)).await;
 
-    let revoked = harness.store().await.revoke_links(&long.id).await.unwrap();
+    let revoked = harness
+        .store()
+        .await
+        .links()
+        .revoke(&long.id)
+        .await
+        .unwrap();
     assert_eq!(revoked, 2);
     let (status, page) = harness.get(&link(&long_body, "approve")).await;
     assert_eq!(status, 410, "{page}");
@@ -872,10 +878,24 @@ fn binary_config(server: &TestServer, hook_url: &str, dir: &std::path::Path) -> 
 }
 
 fn spawn_binary(config: &std::path::Path) -> tokio::process::Child {
-    tokio::process::Command::new(BINARY)
+    spawn_binary_with(config, None)
+}
+
+/// The binary with `worker_token` in COUNTERSIGN_WORKER_TOKEN; `None`: without any.
+fn spawn_binary_with(
+    config: &std::path::Path,
+    worker_token: Option<&str>,
+) -> tokio::process::Child {
+    let mut command = tokio::process::Command::new(BINARY);
+    command
         .arg("--config")
         .arg(config)
         .env(SECRET_ENV, SECRET)
+        .env_remove(countersign_webhook::config::WORKER_TOKEN_ENV);
+    if let Some(token) = worker_token {
+        command.env(countersign_webhook::config::WORKER_TOKEN_ENV, token);
+    }
+    command
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -1031,6 +1051,47 @@ async fn every_approval_resolved_while_the_worker_was_down_gets_its_resolution()
     worker.kill().await.unwrap();
 }
 
+/// The worker token is needed when the server has `[[tokens]]` (docs/webhooks.md): the binary
+/// delivers with none from a server without tokens, and with its worker token from a server
+/// that has tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_needs_its_worker_token_only_when_the_server_has_tokens() {
+    const WORKER_TOKEN: &str = "webhook-worker-token-0123456789";
+    const AGENT_TOKEN: &str = "agent-token-for-webhook-tests-0123";
+    let hash = |token: &str| format!("{:x}", <Sha256 as sha2::Digest>::digest(token));
+    let tokens = format!(
+        "\n[[tokens]]\nname = \"webhook-worker\"\nrole = \"worker\"\nchannels = [\"webhook\"]\nsha256 = \"{}\"\n\
+         \n[[tokens]]\nname = \"agent\"\nrole = \"agent\"\nagents = [\"*\"]\nsha256 = \"{}\"\n",
+        hash(WORKER_TOKEN),
+        hash(AGENT_TOKEN)
+    );
+    for with_tokens in [false, true] {
+        let server_toml = if with_tokens {
+            format!("{APPROVERS}{tokens}")
+        } else {
+            APPROVERS.to_string()
+        };
+        let server = TestServer::start_with_toml(&server_toml).await;
+        let (receiver, hook_url) = Receiver::start().await;
+        let state = tempfile::tempdir().unwrap();
+        let config = binary_config(&server, &hook_url, state.path());
+        let mut worker = spawn_binary_with(&config, with_tokens.then_some(WORKER_TOKEN));
+        let agent = Client::connect(ClientConfig {
+            token: with_tokens.then(|| AGENT_TOKEN.to_string()),
+            ..ClientConfig::new(server.url())
+        })
+        .unwrap();
+        let approval = agent
+            .request_approval(request_message("token", 0))
+            .await
+            .unwrap()
+            .approval
+            .unwrap();
+        receiver.accepted(&requested_id(&approval)).await;
+        worker.kill().await.unwrap();
+    }
+}
+
 #[test]
 fn the_binary_has_help_and_names_a_bad_config() {
     let output = std::process::Command::new(BINARY)
@@ -1044,6 +1105,7 @@ fn the_binary_has_help_and_names_a_bad_config() {
         "dead-letters",
         "revoke-links",
         "COUNTERSIGN_WORKER_TOKEN",
+        "needed when the countersign server has [[tokens]]",
         "secret_env",
     ] {
         assert!(help.contains(expected), "{expected}: {help}");

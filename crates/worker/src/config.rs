@@ -9,6 +9,11 @@ use serde::Deserialize;
 /// The environment variable holding the worker's token for the countersign server.
 pub const WORKER_TOKEN_ENV: &str = "COUNTERSIGN_WORKER_TOKEN";
 
+/// When a worker needs its token, as every worker's `--help` says it: the server asks for
+/// one only when it has `[[tokens]]`.
+pub const WORKER_TOKEN_NEEDED: &str = "needed when the countersign server has [[tokens]]; a \
+     server without tokens (which serves loopback only) takes a worker without one";
+
 /// Why the configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -105,6 +110,35 @@ impl ServerSection {
     }
 }
 
+/// The server section resolved: how to connect, and how the watch behaves. (No `Debug`: it
+/// holds the token.)
+#[derive(Clone)]
+pub struct ServerSettings {
+    pub client: countersign_client::ClientConfig,
+    /// A watch silent for this long is reconnected.
+    pub heartbeat_timeout: std::time::Duration,
+    /// The longest pause between reconnection attempts.
+    pub max_backoff: std::time::Duration,
+}
+
+impl ServerSection {
+    /// Resolves the section: the CA file read, `worker_token_env` (the value of
+    /// [`WORKER_TOKEN_ENV`]) winning over the file's token.
+    pub fn resolve(self, worker_token_env: Option<String>) -> Result<ServerSettings, ConfigError> {
+        let ca_cert_pem = self.ca_cert_pem()?;
+        Ok(ServerSettings {
+            client: countersign_client::ClientConfig {
+                url: self.url,
+                token: worker_token_env.or(self.token),
+                ca_cert_pem,
+                connect_timeout: std::time::Duration::from_secs(self.connect_timeout_secs),
+            },
+            heartbeat_timeout: std::time::Duration::from_secs(self.heartbeat_timeout_secs),
+            max_backoff: std::time::Duration::from_secs(self.max_backoff_secs),
+        })
+    }
+}
+
 fn default_connect_timeout_secs() -> u64 {
     5
 }
@@ -148,5 +182,13 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("server.url"));
+        let resolved = ServerSection {
+            url: "http://127.0.0.1:1".into(),
+            token: Some("file".into()),
+            ..ServerSection::default()
+        }
+        .resolve(Some("env".into()))
+        .unwrap();
+        assert_eq!(resolved.client.token.as_deref(), Some("env"));
     }
 }

@@ -39,6 +39,9 @@ struct Shared {
     state: Mutex<State>,
     /// The newest safe seq, for the writer.
     safe: watch::Sender<u64>,
+    /// The seq last written. Writes take turns under it and never go back: the writer's
+    /// write may still be running when a shutdown flushes (both use the same temporary file).
+    written: Mutex<u64>,
 }
 
 #[derive(Default)]
@@ -79,6 +82,7 @@ impl Cursor {
                     ..State::default()
                 }),
                 safe,
+                written: Mutex::new(0),
             }),
         };
         (cursor, saved)
@@ -166,10 +170,21 @@ impl Cursor {
     }
 
     async fn write(&self, seq: u64) -> Result<(), CursorError> {
-        let path = self.shared.path.clone();
-        let written = tokio::task::spawn_blocking(move || write_atomically(&path, seq))
-            .await
-            .unwrap_or_else(|joined| Err(std::io::Error::other(joined.to_string())));
+        let shared = self.shared.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            let mut written = shared
+                .written
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if seq < *written {
+                return Ok(());
+            }
+            write_atomically(&shared.path, seq)?;
+            *written = seq;
+            Ok(())
+        })
+        .await
+        .unwrap_or_else(|joined| Err(std::io::Error::other(joined.to_string())));
         written.map_err(|source| CursorError {
             path: self.shared.path.clone(),
             source,
@@ -272,6 +287,25 @@ mod tests {
         assert_eq!(cursor.safe(), 9);
         cursor.flush().await.unwrap();
         assert_eq!(Cursor::open(&path).1, Some(9));
+    }
+
+    /// A flush at shutdown may meet the writer's last write: neither fails, and the file
+    /// keeps the newest seq.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_writes_take_turns_and_keep_the_newest_seq() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cursor");
+        let (cursor, _) = Cursor::open(&path);
+        let writes: Vec<_> = (1..=200u64)
+            .map(|seq| {
+                let cursor = cursor.clone();
+                tokio::spawn(async move { cursor.write(seq).await })
+            })
+            .collect();
+        for write in writes {
+            write.await.unwrap().unwrap();
+        }
+        assert_eq!(Cursor::open(&path).1, Some(200));
     }
 
     #[tokio::test]

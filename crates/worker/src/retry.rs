@@ -270,6 +270,36 @@ mod tests {
         );
     }
 
+    /// The range the worker docs give: each pause is 0.75 to 1.0 of the doubled interval
+    /// (capped), and the jitter uses all of it.
+    #[test]
+    fn each_pause_is_three_quarters_to_all_of_the_doubled_interval() {
+        let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        for (failures, doubled_ms) in [
+            (1, 100),
+            (2, 200),
+            (3, 400),
+            (4, 800),
+            (5, 1000),
+            (30, 1000),
+        ] {
+            let doubled = Duration::from_millis(doubled_ms);
+            let pauses: Vec<Duration> = (0..2000).map(|_| backoff.delay(failures)).collect();
+            let shortest = pauses.iter().min().copied().unwrap_or_default();
+            let longest = pauses.iter().max().copied().unwrap_or_default();
+            assert!(
+                shortest >= doubled.mul_f64(0.75) && longest <= doubled,
+                "failure {failures}: {shortest:?}..{longest:?} outside 0.75..1.0 of {doubled:?}"
+            );
+            // 2000 draws from the whole range come within 2.5% of both ends (a miss has a
+            // chance below 1e-20).
+            assert!(
+                shortest < doubled.mul_f64(0.775) && longest > doubled.mul_f64(0.975),
+                "failure {failures}: {shortest:?}..{longest:?} does not span 0.75..1.0 of {doubled:?}"
+            );
+        }
+    }
+
     #[tokio::test]
     async fn the_schedule_hands_out_keys_when_due_and_never_before_retry_after() {
         let schedule = RetrySchedule::new(Backoff::new(

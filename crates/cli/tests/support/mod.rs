@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use countersign_client::{pb, Client, ClientConfig, Watch, WatchItem, WatchOptions};
 use serde_json::Value;
-use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
+use tokio::io::{AsyncWriteExt, BufReader, Lines};
+use tokio::process::{ChildStdout, Command};
 
 /// Generous bound on any single step, so that a bug fails the test instead of hanging it.
 pub const STEP: Duration = Duration::from_secs(30);
@@ -195,4 +195,14 @@ pub fn fixture(path: &str) -> Value {
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
     serde_json::from_str(&text).expect("fixture JSON")
+}
+
+/// The next line a child wrote to stdout, as JSON (an MCP message); fails after [`STEP`].
+pub async fn next_json_line(stdout: &mut Lines<BufReader<ChildStdout>>) -> Value {
+    let line = tokio::time::timeout(STEP, stdout.next_line())
+        .await
+        .expect("a message in time")
+        .unwrap()
+        .expect("stdout closed");
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
 }

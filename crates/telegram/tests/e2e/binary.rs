@@ -43,6 +43,25 @@ fn is_request(request: &RecordedRequest) -> bool {
     request.method == "sendMessage" && !request.callback_data().is_empty()
 }
 
+/// Runs the binary until Telegram made the request message of a new approval and kills it
+/// with SIGKILL before the answer reached it (so before its outbox or the server heard of the
+/// message); returns the configuration to restart with, the approval and the message's id.
+async fn killed_right_after_send_message(
+    harness: &Harness,
+    dir: &Path,
+) -> (std::path::PathBuf, countersign_client::pb::Approval, i64) {
+    let config = write_config(harness, dir, "");
+    harness
+        .telegram
+        .hold_answers("sendMessage", Duration::from_secs(3600));
+    let mut worker = spawn_worker(&config);
+    let approval = harness.request("call-1", "{}").await;
+    let message = harness.first_request_id().await;
+    worker.kill().await.unwrap(); // SIGKILL, the answer still held
+    harness.telegram.hold_answers("sendMessage", Duration::ZERO);
+    (config, approval, message)
+}
+
 /// README: "a crash after Telegram accepted a message but before its answer reached the
 /// outbox makes the restarted worker send the request again, once", marking the orphan
 /// replaced; one live message remains, the recorded one.
@@ -50,15 +69,7 @@ fn is_request(request: &RecordedRequest) -> bool {
 async fn sigkill_before_the_answer_reached_the_outbox_leaves_one_live_message() {
     let harness = Harness::without_worker().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(&harness, dir.path(), "");
-    harness
-        .telegram
-        .hold_answers("sendMessage", Duration::from_secs(3600));
-    let mut worker = spawn_worker(&config);
-    let approval = harness.request("call-1", "{}").await;
-    let orphan = harness.first_request_id().await;
-    worker.kill().await.unwrap(); // SIGKILL, the answer still held
-    harness.telegram.hold_answers("sendMessage", Duration::ZERO);
+    let (config, approval, orphan) = killed_right_after_send_message(&harness, dir.path()).await;
 
     let mut worker = spawn_worker(&config);
     harness
@@ -181,4 +192,31 @@ fn the_binary_has_help() {
     assert!(help.contains("--config"), "{help}");
     assert!(help.contains("TELEGRAM_BOT_TOKEN"), "{help}");
     assert!(help.contains("COUNTERSIGN_WORKER_TOKEN"), "{help}");
+}
+
+/// Issue 26: the binary is killed with SIGKILL right after Telegram made the request message
+/// (before the worker wrote its id down or recorded it); after the restart a Reject tap on
+/// that first message decides, and it shows the outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_sigkill_right_after_send_message_a_tap_on_the_first_message_decides() {
+    let harness = Harness::without_worker().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (config, approval, first) = killed_right_after_send_message(&harness, dir.path()).await;
+    let reject = crate::common::button(&harness.telegram.message(CHAT, first).unwrap(), "Reject");
+
+    let mut worker = spawn_worker(&config);
+    harness.wait_for_delivery(&approval.id).await;
+    harness.telegram.tap_button(&alice(), CHAT, first, &reject);
+    let resolved = harness.agent_waits(&approval.id).await;
+    assert_eq!(
+        resolved.state(),
+        countersign_client::pb::ApprovalState::Rejected
+    );
+    harness
+        .telegram
+        .wait_for_message("the first message shows the outcome", CHAT, first, |m| {
+            m.text.starts_with("❌ Rejected")
+        })
+        .await;
+    worker.kill().await.unwrap();
 }

@@ -1,9 +1,10 @@
 //! The decision-link pages. `GET /decide/{token}` only shows the approval and a confirmation
 //! form (mail systems' link scanners prefetch links: a GET never decides); the form's POST,
-//! carrying a token bound to the link, decides as the link's approver through `Decide`
-//! (channel `webhook`). A link is single-use (and takes its sibling with it), expires with
-//! the approval and can be revoked; a used, expired, revoked or unknown link gets a page
-//! saying so (409, 410, 410, 404). Every agent-written text is HTML-escaped.
+//! carrying a token bound to the link, decides as the link's approver through `Decide` (on
+//! the channel the pages serve). A link is single-use (and takes its siblings with it),
+//! expires with the approval and can be revoked; a used, expired, revoked or unknown link gets
+//! a page saying so (409, 410, 410, 404). A reject link's form asks for a reason. Every
+//! agent-written text is HTML-escaped.
 
 use std::sync::Arc;
 
@@ -18,19 +19,23 @@ use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use sha2::Sha256;
 
-use crate::deliver::CHANNEL;
-use crate::event::token_hash;
-use crate::store::{now_ms, Link, LinkState, Store};
+use crate::store::{now_ms, Link, LinkState, LinkStore};
+use crate::{token_hash, LinkVerdict};
 
 /// How much of the arguments a page shows.
 const ARGUMENTS_SHOWN: usize = 4000;
 
+/// The longest reason a reject form takes.
+const MAX_REASON_CHARS: usize = 1000;
+
 #[derive(Clone)]
 pub struct Pages {
     client: Client,
-    store: Store,
+    store: LinkStore,
     /// Keys the form tokens; kept in the store so that a restart keeps open pages working.
     form_key: Arc<Vec<u8>>,
+    /// The channel decisions are made on (`webhook`, `ntfy`).
+    channel: &'static str,
 }
 
 #[derive(Deserialize)]
@@ -41,14 +46,25 @@ pub struct Confirmation {
     /// edited since.
     #[serde(default)]
     args_digest: String,
+    /// Why (a reject link's form asks).
+    #[serde(default)]
+    reason: String,
 }
 
 impl Pages {
-    pub fn new(client: Client, store: Store, form_key: Vec<u8>) -> Pages {
+    /// The pages of the links in `store`, deciding on `channel`; `form_key` from
+    /// [`LinkStore::form_key`].
+    pub fn new(
+        client: Client,
+        store: LinkStore,
+        form_key: Vec<u8>,
+        channel: &'static str,
+    ) -> Pages {
         Pages {
             client,
             store,
             form_key: Arc::new(form_key),
+            channel,
         }
     }
 
@@ -58,7 +74,13 @@ impl Pages {
             .with_state(self)
     }
 
-    fn form_token(&self, hash: &str) -> Hmac<Sha256> {
+    /// The form token of the link with `token`: what its confirmation page's form carries.
+    /// A channel whose buttons decide without a page (ntfy's `http` actions) sends it itself.
+    pub fn form_token(&self, token: &str) -> String {
+        hex::encode(self.form_mac(&token_hash(token)).finalize().into_bytes())
+    }
+
+    fn form_mac(&self, hash: &str) -> Hmac<Sha256> {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.form_key)
             .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
         mac.update(hash.as_bytes());
@@ -144,20 +166,13 @@ fn unavailable() -> Response {
     )
 }
 
-fn verdict_word(verdict: &str) -> &'static str {
-    if verdict == "approve" {
-        "Approve"
-    } else {
-        "Reject"
-    }
-}
-
 /// Looks the link up; the page to show instead when it is not usable.
-async fn usable_link(pages: &Pages, hash: &str) -> Result<Link, Response> {
+async fn usable_link(pages: &Pages, hash: &str) -> Result<(Link, LinkVerdict), Response> {
     match pages.store.link(hash).await {
-        Ok(Some(link)) => match link.state(now_ms()) {
-            LinkState::Usable => Ok(link),
-            state => Err(refused(state)),
+        Ok(Some(link)) => match (link.state(now_ms()), LinkVerdict::parse(&link.verdict)) {
+            (LinkState::Usable, Some(verdict)) => Ok((link, verdict)),
+            (LinkState::Usable, None) => Err(unknown()),
+            (state, _) => Err(refused(state)),
         },
         Ok(None) => Err(unknown()),
         Err(error) => {
@@ -169,8 +184,8 @@ async fn usable_link(pages: &Pages, hash: &str) -> Result<Link, Response> {
 
 async fn show(State(pages): State<Pages>, Path(token): Path<String>) -> Response {
     let hash = token_hash(&token);
-    let link = match usable_link(&pages, &hash).await {
-        Ok(link) => link,
+    let (link, verdict) = match usable_link(&pages, &hash).await {
+        Ok(found) => found,
         Err(page) => return page,
     };
     let approval = match pages.client.get_approval(&link.approval_id).await {
@@ -184,8 +199,13 @@ async fn show(State(pages): State<Pages>, Path(token): Path<String>) -> Response
     if approval.state() != pb::ApprovalState::Pending {
         return already_resolved(&approval);
     }
-    let form_token = hex::encode(pages.form_token(&hash).finalize().into_bytes());
-    let word = verdict_word(&link.verdict);
+    let form_token = hex::encode(pages.form_mac(&hash).finalize().into_bytes());
+    let word = verdict.label();
+    let reason_field = if verdict == LinkVerdict::Reject {
+        format!("<p><label>Reason (optional)<br><textarea name=\"reason\" rows=\"3\" cols=\"40\" maxlength=\"{MAX_REASON_CHARS}\"></textarea></label></p>")
+    } else {
+        String::new()
+    };
     // The version to decide on: the edited arguments when an approver edited them.
     let (shown, digest, edited) = match &approval.editor {
         Some(editor) if !approval.edited_args_digest.is_empty() => (
@@ -207,7 +227,7 @@ async fn show(State(pages): State<Pages>, Path(token): Path<String>) -> Response
         "<p>{word} this request as <strong>{approver}</strong>?</p>\
          <p>Agent: {agent}<br>Tool: {tool}<br>Action: {action}<br>Reason: {reason}<br>Risk: {risk}</p>\
          <p>Arguments{edited} (digest {digest}):</p><pre>{arguments}</pre>\
-         <form method=\"post\"><input type=\"hidden\" name=\"form_token\" value=\"{form_token}\"><input type=\"hidden\" name=\"args_digest\" value=\"{digest}\"><button type=\"submit\">{word}</button></form>\
+         <form method=\"post\"><input type=\"hidden\" name=\"form_token\" value=\"{form_token}\"><input type=\"hidden\" name=\"args_digest\" value=\"{digest}\">{reason_field}<button type=\"submit\">{word}</button></form>\
          <p>Nothing is decided until you press the button.</p>",
         approver = escape(&link.approver),
         agent = escape(&agent_text::one_line(&approval.agent_id, 200)),
@@ -252,12 +272,12 @@ async fn decide(
     Form(confirmation): Form<Confirmation>,
 ) -> Response {
     let hash = token_hash(&token);
-    let link = match usable_link(&pages, &hash).await {
-        Ok(link) => link,
+    let (link, link_verdict) = match usable_link(&pages, &hash).await {
+        Ok(found) => found,
         Err(page) => return page,
     };
     let form_ok = hex::decode(confirmation.form_token.trim())
-        .is_ok_and(|given| pages.form_token(&hash).verify_slice(&given).is_ok());
+        .is_ok_and(|given| pages.form_mac(&hash).verify_slice(&given).is_ok());
     if !form_ok {
         return page(
             StatusCode::FORBIDDEN,
@@ -265,8 +285,9 @@ async fn decide(
             "<p>This form did not come from the confirmation page of this link. Nothing was changed; open the link again.</p>",
         );
     }
+    let reason = agent_text::cap(confirmation.reason.trim(), MAX_REASON_CHARS);
     let claimed_ms = now_ms();
-    match pages.store.claim_link(&hash, &link).await {
+    match pages.store.claim(&hash, &link).await {
         Ok(true) => {}
         Ok(false) => {
             return match pages.store.link(&hash).await {
@@ -279,22 +300,22 @@ async fn decide(
             return unavailable();
         }
     }
-    let verdict = if link.verdict == "approve" {
-        pb::Verdict::Approve
-    } else {
-        pb::Verdict::Reject
+    let (verdict, scope) = match link_verdict {
+        LinkVerdict::Approve => (pb::Verdict::Approve, pb::Scope::Once),
+        LinkVerdict::Reject => (pb::Verdict::Reject, pb::Scope::Once),
+        LinkVerdict::AllowSession => (pb::Verdict::Approve, pb::Scope::Session),
     };
     let request = pb::DecideRequest {
         approval_id: link.approval_id.clone(),
         verdict: verdict.into(),
-        scope: pb::Scope::Once.into(),
-        reason: String::new(),
+        scope: scope.into(),
+        reason,
         decider: Some(pb::Decider {
-            channel: CHANNEL.to_owned(),
+            channel: pages.channel.to_owned(),
             user_id: link.approver.clone(),
             display_name: link.approver.clone(),
         }),
-        idempotency_key: format!("webhook:link:{hash}"),
+        idempotency_key: format!("{}:link:{hash}", pages.channel),
         expected_args_digest: confirmation.args_digest.trim().to_owned(),
         ..Default::default()
     };
@@ -340,7 +361,7 @@ async fn decide(
             // Edited since the page was shown: the link stays usable, to decide on what it
             // shows now.
             tracing::info!(approval_id = %link.approval_id, approver = %link.approver, %reason, "the arguments changed since the confirmation page");
-            if let Err(error) = pages.store.release_link(&link, claimed_ms).await {
+            if let Err(error) = pages.store.release(&link, claimed_ms).await {
                 tracing::error!(%error, "cannot give a decision link back");
             }
             page(
@@ -354,7 +375,7 @@ async fn decide(
         }
         Err(error) => {
             tracing::warn!(approval_id = %link.approval_id, %error, "Decide failed; giving the link back");
-            if let Err(error) = pages.store.release_link(&link, claimed_ms).await {
+            if let Err(error) = pages.store.release(&link, claimed_ms).await {
                 tracing::error!(%error, "cannot give a decision link back");
             }
             unavailable()

@@ -1,0 +1,300 @@
+//! The local instance that `countersign up` runs: where its configuration, its data and its
+//! generated secrets live, and how the other commands find it.
+//!
+//! - configuration: `$XDG_CONFIG_HOME/countersign/countersign.toml` (`~/.config/...`), or the
+//!   file `--config` names; no secret is ever written into it;
+//! - data: `$XDG_DATA_HOME/countersign` (`~/.local/share/countersign`): the SQLite database,
+//!   the workers' state, the address of the last `up` (`server-url`) and, under `secrets/`
+//!   (mode 0700), one file per secret (mode 0600): the tokens the pieces use to talk to each
+//!   other, generated on first start, and the bot token `setup telegram` was given.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use countersign_server::config::Config as ServerConfig;
+use countersign_telegram::config::TelegramSection;
+use rand::RngCore;
+
+use crate::exit::CliError;
+
+/// The config file's name in the configuration directory.
+const CONFIG_FILE: &str = "countersign.toml";
+
+/// A token `up` generates for the pieces to talk to each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Token {
+    /// The in-process channel workers' (role worker).
+    Worker,
+    /// Installed hooks' and `countersign mcp`'s (role agent).
+    Agent,
+    /// The local command line's (role admin: list, approve, reject, doctor...).
+    Admin,
+}
+
+impl Token {
+    pub const ALL: [Token; 3] = [Token::Worker, Token::Agent, Token::Admin];
+
+    /// The name the server gives the token in its logs and audit trail.
+    pub fn name(self) -> &'static str {
+        match self {
+            Token::Worker => "up-workers",
+            Token::Agent => "up-agents",
+            Token::Admin => "up-cli",
+        }
+    }
+}
+
+/// A secret of the local instance, kept in a file only its owner can read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Secret {
+    Token(Token),
+    /// The Telegram bot token `setup telegram` was given.
+    TelegramBotToken,
+}
+
+impl Secret {
+    fn file_name(self) -> &'static str {
+        match self {
+            Secret::Token(Token::Worker) => "worker-token",
+            Secret::Token(Token::Agent) => "agent-token",
+            Secret::Token(Token::Admin) => "admin-token",
+            Secret::TelegramBotToken => "telegram-bot-token",
+        }
+    }
+}
+
+/// Where the local instance keeps its files.
+#[derive(Debug, Clone)]
+pub struct Instance {
+    pub config_file: PathBuf,
+    pub data_dir: PathBuf,
+}
+
+impl Instance {
+    /// The instance of this user: `config` or the default config file, and the data directory.
+    pub fn locate(config: Option<&Path>) -> Result<Instance, CliError> {
+        let config_file = match config {
+            Some(path) => std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
+            None => xdg_dir("XDG_CONFIG_HOME", ".config")?
+                .join("countersign")
+                .join(CONFIG_FILE),
+        };
+        let data_dir = xdg_dir("XDG_DATA_HOME", ".local/share")?.join("countersign");
+        Ok(Instance {
+            config_file,
+            data_dir,
+        })
+    }
+
+    pub fn secret_path(&self, secret: Secret) -> PathBuf {
+        self.data_dir.join("secrets").join(secret.file_name())
+    }
+
+    /// The file in which `up` records the URL its server listens on.
+    fn server_url_path(&self) -> PathBuf {
+        self.data_dir.join("server-url")
+    }
+
+    /// The URL of the server the last `up` started, if one ever started.
+    pub fn server_url(&self) -> Option<String> {
+        std::fs::read_to_string(self.server_url_path())
+            .ok()
+            .map(|url| url.trim().to_owned())
+            .filter(|url| !url.is_empty())
+    }
+
+    pub fn record_server_url(&self, url: &str) -> Result<(), CliError> {
+        std::fs::create_dir_all(&self.data_dir)
+            .map_err(|error| write_error(&self.data_dir, &error))?;
+        replace_file(&self.server_url_path(), format!("{url}\n").as_bytes(), None)
+    }
+
+    /// The secret's value; `None` when its file does not exist.
+    pub fn read_secret(&self, secret: Secret) -> Result<Option<String>, CliError> {
+        let path = self.secret_path(secret);
+        match std::fs::read_to_string(&path) {
+            Ok(value) => Ok(Some(value.trim().to_owned()).filter(|value| !value.is_empty())),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(CliError::Failure(format!(
+                "cannot read {}: {error}",
+                path.display()
+            ))),
+        }
+    }
+
+    /// The secret, generated (32 random bytes, hex) when its file does not exist yet.
+    pub fn ensure_token(&self, token: Token) -> Result<String, CliError> {
+        let secret = Secret::Token(token);
+        if let Some(token) = self.read_secret(secret)? {
+            return Ok(token);
+        }
+        let mut bytes = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut bytes);
+        let token = hex::encode(bytes);
+        self.write_secret(secret, &token)?;
+        Ok(token)
+    }
+
+    /// Writes the secret's file (mode 0600, in a directory of mode 0700), replacing it whole.
+    pub fn write_secret(&self, secret: Secret, value: &str) -> Result<(), CliError> {
+        let path = self.secret_path(secret);
+        let dir = path.parent().unwrap_or(&self.data_dir);
+        create_private_dir(dir)?;
+        replace_file(&path, format!("{value}\n").as_bytes(), Some(0o600))
+    }
+}
+
+/// The config file of the local instance: the top-level keys are countersign-server's
+/// (docs/configuration.md), beside one section per channel worker (`[telegram]`, as in the
+/// worker's own file).
+pub struct InstanceConfig {
+    pub server: ServerConfig,
+    /// The `[telegram]` section, when there is one.
+    pub telegram: Option<TelegramSection>,
+    /// False when the file does not exist (the defaults apply).
+    pub exists: bool,
+}
+
+impl Instance {
+    /// Reads the config file; a missing file gives the defaults. Relative to the data
+    /// directory: the database (unless `database` is set) and the workers' state.
+    pub fn load_config(&self) -> Result<InstanceConfig, CliError> {
+        let path = &self.config_file;
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => Some(text),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+            Err(error) => {
+                return Err(CliError::Usage(format!(
+                    "cannot read config file {}: {error}",
+                    path.display()
+                )))
+            }
+        };
+        let invalid =
+            |message: String| CliError::Usage(format!("config file {}: {message}", path.display()));
+        let mut table: toml::Table = match &text {
+            Some(text) => toml::from_str(text).map_err(|error| invalid(error.to_string()))?,
+            None => toml::Table::new(),
+        };
+        let telegram = match table.remove("telegram") {
+            None => None,
+            Some(toml::Value::Table(mut section)) => {
+                section.entry("state_dir").or_insert_with(|| {
+                    toml::Value::String(
+                        self.data_dir
+                            .join("telegram")
+                            .to_string_lossy()
+                            .into_owned(),
+                    )
+                });
+                let section: TelegramSection = toml::Value::Table(section)
+                    .try_into()
+                    .map_err(|error| invalid(format!("[telegram]: {error}")))?;
+                Some(section)
+            }
+            Some(_) => return Err(invalid("telegram is not a table".into())),
+        };
+        let database_set = table.contains_key("database");
+        let mut server = ServerConfig::parse(&table.to_string()).map_err(invalid)?;
+        if !database_set {
+            server.database = self.data_dir.join("countersign.db");
+        }
+        Ok(InstanceConfig {
+            server,
+            telegram,
+            exists: text.is_some(),
+        })
+    }
+}
+
+/// `$<variable>`, else `$HOME/<fallback>`.
+fn xdg_dir(variable: &str, fallback: &str) -> Result<PathBuf, CliError> {
+    if let Some(dir) = std::env::var_os(variable).filter(|dir| !dir.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    std::env::var_os("HOME")
+        .filter(|home| !home.is_empty())
+        .map(|home| PathBuf::from(home).join(fallback))
+        .ok_or_else(|| {
+            CliError::Usage(format!(
+                "neither ${variable} nor $HOME is set: cannot tell where the local instance lives"
+            ))
+        })
+}
+
+pub fn create_private_dir(dir: &Path) -> Result<(), CliError> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder
+        .create(dir)
+        .map_err(|error| write_error(dir, &error))
+}
+
+/// Writes `contents` next to `path` and renames it over `path`, so that no reader sees half a
+/// file; `mode` is set on creation (a secret is never readable by others, not even briefly).
+pub fn replace_file(path: &Path, contents: &[u8], mode: Option<u32>) -> Result<(), CliError> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let partial = path.with_file_name(format!(".{name}.partial"));
+    let _ = std::fs::remove_file(&partial);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    if let Some(mode) = mode {
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
+    let written = options.open(&partial).and_then(|mut file| {
+        file.write_all(contents)?;
+        file.sync_all()
+    });
+    written.map_err(|error| write_error(&partial, &error))?;
+    std::fs::rename(&partial, path).map_err(|error| write_error(path, &error))
+}
+
+fn write_error(path: &Path, error: &std::io::Error) -> CliError {
+    CliError::Failure(format!("cannot write {}: {error}", path.display()))
+}
+
+/// The permission bits others have on `path` (group and world), when it exists.
+#[cfg(unix)]
+pub fn open_to_others(path: &Path) -> Option<bool> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .ok()
+        .map(|metadata| metadata.permissions().mode() & 0o077 != 0)
+}
+
+#[cfg(not(unix))]
+pub fn open_to_others(path: &Path) -> Option<bool> {
+    path.exists().then_some(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_tokens_are_kept_private_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let instance = Instance {
+            config_file: dir.path().join("countersign.toml"),
+            data_dir: dir.path().join("data"),
+        };
+        let token = instance.ensure_token(Token::Agent).unwrap();
+        assert_eq!(token.len(), 64);
+        assert_eq!(instance.ensure_token(Token::Agent).unwrap(), token);
+        assert_ne!(instance.ensure_token(Token::Worker).unwrap(), token);
+        let path = instance.secret_path(Secret::Token(Token::Agent));
+        assert_eq!(open_to_others(&path), Some(false));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode(&path), 0o600);
+            assert_eq!(mode(path.parent().unwrap()), 0o700);
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! countersign's ntfy worker.
+//!
+//! It watches the `ntfy` channel of a countersign server through the client SDK and publishes
+//! each pending approval to its topics on an ntfy server (self-hosted or public, with an
+//! access token) as a notification whose priority follows the risk, with three buttons:
+//! Approve and Allow for session (`http` actions that decide at once) and Reject… (opens a
+//! page that asks for a reason). The buttons decide through one-time decision links
+//! (`countersign-links`, the webhook channel's links): a link decides once, expires with the
+//! approval, and a forged or altered one decides nothing. The notification is updated in
+//! place (same sequence id) when the approval is decided, also elsewhere, expires or is
+//! cancelled. It runs on the shared worker runtime (`countersign-worker`): one lane per
+//! approval, retries honouring `Retry-After`, graceful shutdown.
+//!
+//! [`run`] is the entry point of the `countersign-ntfy` binary, of tests, and of anything
+//! that runs the worker in its own process.
+
+pub mod api;
+pub mod config;
+pub mod render;
+pub mod store;
+mod worker;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use countersign_client::{Client, ClientError};
+use countersign_links::pages::Pages;
+use countersign_worker::lanes::Lanes;
+
+use crate::api::{NtfyApi, NtfyError};
+pub use crate::config::Settings;
+use crate::store::{Store, StoreError};
+use crate::worker::Worker;
+pub use crate::worker::CHANNEL;
+
+/// Why the worker stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("countersign server: {0}")]
+    Server(#[from] ClientError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Ntfy(#[from] NtfyError),
+    #[error("cannot serve the decision links on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Runs the worker until `shutdown` completes (the publishes in flight are then finished,
+/// within the grace period, and it returns `Ok`) or an error that retrying cannot fix occurs.
+pub async fn run(
+    settings: Settings,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), WorkerError> {
+    let store = Store::open(&settings.database_path()).await?;
+    let client = Client::connect(settings.server.client.clone())?;
+    let api = NtfyApi::new(
+        &settings.ntfy_url,
+        settings.access_token.clone(),
+        settings.request_timeout,
+    )?;
+    let form_key = store.links().form_key().await.map_err(StoreError::from)?;
+    let pages = Pages::new(client.clone(), store.links().clone(), form_key, CHANNEL);
+    let listen = settings.listen;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|source| WorkerError::Listen {
+            addr: listen,
+            source,
+        })?;
+    let lanes = Lanes::new();
+    // The lanes' jobs hold the worker; dropping this future (a kill in tests) stops them.
+    let _stop_lanes = lanes.abort_on_drop();
+    let grace = settings.shutdown_grace;
+    tracing::info!(
+        server = %settings.server.client.url,
+        ntfy = %settings.ntfy_url,
+        topics = settings.topics.len(),
+        %listen,
+        "ntfy worker started"
+    );
+    let router = pages.clone().router();
+    let worker = Arc::new(Worker::new(
+        client,
+        api,
+        store,
+        pages,
+        settings,
+        lanes.clone(),
+    ));
+    let serve = async {
+        axum::serve(listener, router)
+            .await
+            .map_err(|source| WorkerError::Listen {
+                addr: listen,
+                source,
+            })
+    };
+    tokio::select! {
+        result = worker.follow_approvals() => result,
+        result = worker.retry_failed() => result,
+        result = serve => result,
+        () = shutdown => {
+            tracing::info!(in_flight = lanes.busy(), "shutting down; finishing the publishes in flight");
+            lanes.shutdown(grace).await;
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! What a notification shows. ntfy shows plain text (no Markdown is asked for), so nothing
+//! an agent writes is markup; its words (tool, action, reason, identifiers) stand on one line
+//! each with hidden characters made visible ([`agent_text::one_line`]), the action and reason
+//! together under "The agent says", so they cannot pass for the worker's own lines.
+
+use countersign_client::{pb, version};
+use countersign_worker::agent_text;
+use pb::{ApprovalState, Risk};
+use time::OffsetDateTime;
+
+use crate::api::{Action, Publish};
+
+const TOOL_LIMIT: usize = 80;
+const LINE_LIMIT: usize = 300;
+const IDENTITY_LIMIT: usize = 80;
+/// ntfy keeps messages up to 4,096 bytes as text; the arguments get what is left.
+const MESSAGE_LIMIT_BYTES: usize = 4000;
+
+/// The sequence id of an approval's notification: every message about the approval updates
+/// the same notification, also one published again after a crash.
+pub fn sequence_id(approval_id: &str) -> String {
+    format!("countersign-{approval_id}")
+}
+
+/// Where the buttons of a pending notification lead.
+pub struct Buttons {
+    /// `http` action: POSTs the approve link's confirmation form.
+    pub approve: Action,
+    /// `view` action: opens the reject link's page, which asks for a reason.
+    pub reject: Action,
+    /// `http` action: POSTs the allow-for-session link's confirmation form.
+    pub allow_session: Action,
+}
+
+/// An `http` button that decides at once: the request the link's confirmation form sends.
+pub fn deciding_button(label: &'static str, url: String, form_token: &str, digest: &str) -> Action {
+    Action {
+        action: "http",
+        label,
+        url,
+        method: Some("POST"),
+        headers: vec![("Content-Type", "application/x-www-form-urlencoded")],
+        body: Some(format!("form_token={form_token}&args_digest={digest}")),
+        clear: true,
+    }
+}
+
+/// A `view` button: opens the link's page in the browser.
+pub fn page_button(label: &'static str, url: String) -> Action {
+    Action {
+        action: "view",
+        label,
+        url,
+        method: None,
+        headers: Vec::new(),
+        body: None,
+        clear: false,
+    }
+}
+
+/// The notification of a pending approval, with its buttons.
+pub fn request(approval: &pb::Approval, topic: &str, buttons: Buttons) -> Publish {
+    let risk = approval.risk();
+    Publish {
+        topic: topic.to_owned(),
+        sequence_id: sequence_id(&approval.id),
+        title: format!(
+            "{}Approve {}?",
+            if is_high(risk) { "⚠️ " } else { "" },
+            agent_text::one_line(&approval.tool_name, TOOL_LIMIT)
+        ),
+        message: body(approval),
+        priority: priority(risk),
+        tags: vec!["countersign".to_owned(), risk_tag(risk).to_owned()],
+        actions: vec![buttons.approve, buttons.reject, buttons.allow_session],
+    }
+}
+
+/// The notification of a resolved approval: the outcome, no buttons, low priority (an
+/// update should not ring again).
+pub fn outcome(approval: &pb::Approval, topic: &str) -> Publish {
+    Publish {
+        topic: topic.to_owned(),
+        sequence_id: sequence_id(&approval.id),
+        title: format!(
+            "{}: {}",
+            outcome_word(approval.state()),
+            agent_text::one_line(&approval.tool_name, TOOL_LIMIT)
+        ),
+        message: format!("{}\n{}", resolution_line(approval), body(approval)),
+        priority: 2,
+        tags: vec!["countersign".to_owned()],
+        actions: Vec::new(),
+    }
+}
+
+/// ntfy's priority from the approval's risk: low is default, medium high, high and critical
+/// max (a pop-over that rings even in do-not-disturb where the phone allows it).
+pub fn priority(risk: Risk) -> u8 {
+    match risk {
+        Risk::Low => 3,
+        Risk::Medium | Risk::Unspecified => 4,
+        Risk::High | Risk::Critical => 5,
+    }
+}
+
+fn is_high(risk: Risk) -> bool {
+    matches!(risk, Risk::High | Risk::Critical)
+}
+
+fn risk_tag(risk: Risk) -> &'static str {
+    match risk {
+        Risk::Low => "risk-low",
+        Risk::Medium | Risk::Unspecified => "risk-medium",
+        Risk::High => "risk-high",
+        Risk::Critical => "risk-critical",
+    }
+}
+
+fn outcome_word(state: ApprovalState) -> &'static str {
+    match state {
+        ApprovalState::Approved => "✅ Approved",
+        ApprovalState::Consumed => "▶️ Approved and executed",
+        ApprovalState::Rejected => "❌ Rejected",
+        ApprovalState::Expired => "⌛ Expired",
+        ApprovalState::Cancelled => "🚫 Cancelled",
+        ApprovalState::Pending | ApprovalState::Unspecified => "Pending",
+    }
+}
+
+/// Who decided and why, in the worker's words (the decider's name and reason quoted).
+fn resolution_line(approval: &pb::Approval) -> String {
+    let Some(decision) = approval.decisions.last() else {
+        return match approval.state() {
+            ApprovalState::Expired => "No one decided in time.".to_owned(),
+            ApprovalState::Cancelled => "The request was withdrawn.".to_owned(),
+            _ => "Decided by policy or a session grant.".to_owned(),
+        };
+    };
+    let decider = decision
+        .decider
+        .as_ref()
+        .map(|d| {
+            let name = if d.display_name.is_empty() {
+                &d.user_id
+            } else {
+                &d.display_name
+            };
+            format!(
+                "{} ({})",
+                agent_text::one_line(name, IDENTITY_LIMIT),
+                agent_text::one_line(&d.channel, IDENTITY_LIMIT)
+            )
+        })
+        .unwrap_or_else(|| "someone".to_owned());
+    let mut line = format!("By {decider}");
+    if !decision.reason.is_empty() && decision.reason != approval.reason {
+        line.push_str(&format!(
+            ": “{}”",
+            agent_text::one_line(&decision.reason, LINE_LIMIT)
+        ));
+    }
+    line
+}
+
+fn body(approval: &pb::Approval) -> String {
+    let risk = approval
+        .risk()
+        .as_str_name()
+        .trim_start_matches("RISK_")
+        .to_lowercase();
+    let mut head = format!(
+        "Tool: {}\nRisk: {risk}\nAgent: {} · session {}\n",
+        agent_text::one_line(&approval.tool_name, TOOL_LIMIT),
+        agent_text::one_line(or_dash(&approval.agent_id), IDENTITY_LIMIT),
+        agent_text::one_line(or_dash(&approval.session_id), IDENTITY_LIMIT),
+    );
+    if !approval.action.is_empty() || !approval.reason.is_empty() {
+        head.push_str("The agent says:\n");
+        if !approval.action.is_empty() {
+            head.push_str(&format!(
+                "│ Action: {}\n",
+                agent_text::one_line(&approval.action, LINE_LIMIT)
+            ));
+        }
+        if !approval.reason.is_empty() {
+            head.push_str(&format!(
+                "│ Reason: {}\n",
+                agent_text::one_line(&approval.reason, LINE_LIMIT)
+            ));
+        }
+    }
+    let (arguments, digest) = version::current_arguments(approval);
+    let mut tail = format!("SHA-256 {}\n", short(digest, 16));
+    if let Some(expires_at) = &approval.expires_at {
+        tail.push_str(&format!("Expires: {}\n", format_time(expires_at.seconds)));
+    }
+    tail.push_str(&format!("ID: …{}", short_id(&approval.id)));
+    let budget =
+        MESSAGE_LIMIT_BYTES.saturating_sub(head.len() + tail.len() + "Arguments:\n\n".len()) / 4;
+    let shown = agent_text::cap(&agent_text::visible(arguments), budget.max(16));
+    format!("{head}Arguments:\n{shown}\n{tail}")
+}
+
+fn or_dash(text: &str) -> &str {
+    if text.is_empty() {
+        "-"
+    } else {
+        text
+    }
+}
+
+fn short(text: &str, chars: usize) -> &str {
+    text.char_indices()
+        .nth(chars)
+        .map_or(text, |(at, _)| &text[..at])
+}
+
+/// The last 8 characters of the id, as every channel shows it.
+fn short_id(id: &str) -> &str {
+    let start = id.char_indices().rev().nth(7).map_or(0, |(at, _)| at);
+    &id[start..]
+}
+
+fn format_time(seconds: i64) -> String {
+    OffsetDateTime::from_unix_timestamp(seconds)
+        .ok()
+        .and_then(|time| {
+            time.format(time::macros::format_description!(
+                "[year]-[month]-[day] [hour]:[minute] UTC"
+            ))
+            .ok()
+        })
+        .unwrap_or_else(|| seconds.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn approval() -> pb::Approval {
+        pb::Approval {
+            id: "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b".into(),
+            tool_name: "bash".into(),
+            action: "tidy up\nRisk: low\u{202E}".into(),
+            reason: "needed".into(),
+            arguments_json: "{\"command\":\"rm -rf build\"}".into(),
+            args_digest: "ab".repeat(32),
+            risk: Risk::High.into(),
+            state: ApprovalState::Pending.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn agent_text_cannot_draw_its_own_lines() {
+        let rendered = body(&approval());
+        assert!(
+            rendered.contains("│ Action: tidy up ⏎ Risk: low⟨U+202E⟩"),
+            "{rendered}"
+        );
+        assert_eq!(
+            rendered.lines().filter(|l| l.starts_with("Risk:")).count(),
+            1
+        );
+        assert!(rendered.ends_with("ID: …2e3f4a5b"), "{rendered}");
+    }
+
+    #[test]
+    fn risk_sets_the_priority_and_outcomes_drop_the_buttons() {
+        assert_eq!(priority(Risk::Low), 3);
+        assert_eq!(priority(Risk::Medium), 4);
+        assert_eq!(priority(Risk::Critical), 5);
+        let mut rejected = approval();
+        rejected.state = ApprovalState::Rejected.into();
+        rejected.decisions.push(pb::Decision {
+            reason: "not today".into(),
+            decider: Some(pb::Decider {
+                channel: "ntfy".into(),
+                user_id: "alice".into(),
+                display_name: "alice".into(),
+            }),
+            ..Default::default()
+        });
+        let shown = outcome(&rejected, "ops");
+        assert!(shown.actions.is_empty());
+        assert_eq!(shown.title, "❌ Rejected: bash");
+        assert!(
+            shown.message.starts_with("By alice (ntfy): “not today”"),
+            "{}",
+            shown.message
+        );
+        assert_eq!(shown.sequence_id, sequence_id(&rejected.id));
+    }
+
+    #[test]
+    fn long_arguments_are_cut_to_fit_a_message() {
+        let mut long = approval();
+        long.arguments_json = format!("{{\"blob\":\"{}\"}}", "x".repeat(20_000));
+        assert!(body(&long).len() <= MESSAGE_LIMIT_BYTES);
+    }
+}
