@@ -91,6 +91,27 @@ async fn events_of(server: &TestServer, approval_id: &str) -> Vec<pb::AuditEvent
     .await
 }
 
+/// Lets `delegate` decide for `delegator` for the next hour.
+async fn delegate_for_an_hour(admin: &mut AdminClient, delegator: &str, delegate: &str) {
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    admin
+        .create_delegation(pb::CreateDelegationRequest {
+            delegator: delegator.into(),
+            delegate: delegate.into(),
+            until: Some(countersign_proto::Timestamp {
+                seconds: until as i64,
+                nanos: 0,
+            }),
+            reason: "holiday".into(),
+        })
+        .await
+        .unwrap();
+}
+
 async fn get(client: &mut Client, id: &str) -> pb::Approval {
     client
         .get_approval(pb::GetApprovalRequest {
@@ -399,23 +420,7 @@ async fn the_history_by_approver_id_finds_a_delegate_s_decisions_and_refusals() 
     let server = server_with(|_| {}).await;
     let mut client = connect(&server).await;
     let mut admin = admin(&channel(&server).await, None);
-    let until = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 3600;
-    admin
-        .create_delegation(pb::CreateDelegationRequest {
-            delegator: "alice".into(),
-            delegate: "erin".into(),
-            until: Some(countersign_proto::Timestamp {
-                seconds: until as i64,
-                nanos: 0,
-            }),
-            reason: "holiday".into(),
-        })
-        .await
-        .unwrap();
+    delegate_for_an_hour(&mut admin, "alice", "erin").await;
     let for_alice = create(&mut client, critical("h1", "someone-else")).await;
     decide_as(&mut client, &for_alice.id, pb::Verdict::Approve, "1005")
         .await
@@ -462,23 +467,7 @@ async fn a_delegation_never_lets_one_person_fill_two_places_of_a_quorum() {
     let server = server_with(|_| {}).await;
     let mut client = connect(&server).await;
     let mut admin = admin(&channel(&server).await, None);
-    let until = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 3600;
-    admin
-        .create_delegation(pb::CreateDelegationRequest {
-            delegator: "alice".into(),
-            delegate: "bob".into(),
-            until: Some(countersign_proto::Timestamp {
-                seconds: until as i64,
-                nanos: 0,
-            }),
-            reason: "holiday".into(),
-        })
-        .await
-        .unwrap();
+    delegate_for_an_hour(&mut admin, "alice", "bob").await;
     let approval = create(&mut client, critical("q1", "someone-else")).await;
     for attempt in ["first", "second"] {
         let answer = client
@@ -797,23 +786,7 @@ async fn a_delegate_voting_after_the_delegator_gets_a_duplicate() {
     let server = server_with(|_| {}).await;
     let mut client = connect(&server).await;
     let mut admin = admin(&channel(&server).await, None);
-    let until = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 3600;
-    admin
-        .create_delegation(pb::CreateDelegationRequest {
-            delegator: "alice".into(),
-            delegate: "erin".into(),
-            until: Some(countersign_proto::Timestamp {
-                seconds: until as i64,
-                nanos: 0,
-            }),
-            reason: "holiday".into(),
-        })
-        .await
-        .unwrap();
+    delegate_for_an_hour(&mut admin, "alice", "erin").await;
     let approval = create(&mut client, critical("late-delegate", "someone-else")).await;
     let alice = decide_as(&mut client, &approval.id, pb::Verdict::Approve, "1001")
         .await

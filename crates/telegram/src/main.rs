@@ -33,18 +33,10 @@ fn secrets_help() -> String {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     logging::init(cli.log_format);
-    let settings = match Settings::load(&cli.config) {
-        Ok(settings) => settings,
-        Err(error) => {
-            tracing::error!(%error, "cannot start");
-            return ExitCode::FAILURE;
-        }
-    };
-    match countersign_telegram::run(settings, countersign_worker::shutdown::signal()).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!(%error, "the Telegram worker stopped");
-            ExitCode::FAILURE
-        }
-    }
+    countersign_worker::shutdown::run_until_signal(
+        "Telegram worker",
+        Settings::load(&cli.config),
+        countersign_telegram::run,
+    )
+    .await
 }

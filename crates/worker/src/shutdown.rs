@@ -27,3 +27,32 @@ pub async fn signal() {
         () = terminate => {}
     }
 }
+
+/// The body of a worker binary's `main`: `settings` (or why they were refused, logged as
+/// "cannot start"), then `run` with them until Ctrl-C or SIGTERM; failure is logged as
+/// "the `worker` stopped". The process's exit code.
+pub async fn run_until_signal<S, E, F, R>(
+    worker: &str,
+    settings: Result<S, E>,
+    run: impl FnOnce(S, std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>) -> F,
+) -> std::process::ExitCode
+where
+    E: std::fmt::Display,
+    F: std::future::Future<Output = Result<(), R>>,
+    R: std::fmt::Display,
+{
+    let settings = match settings {
+        Ok(settings) => settings,
+        Err(error) => {
+            tracing::error!(%error, "cannot start");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match run(settings, Box::pin(signal())).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "the {worker} stopped");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
