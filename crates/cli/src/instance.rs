@@ -11,6 +11,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use countersign_ntfy::config::{NtfySection, TopicSection};
 use countersign_server::config::Config as ServerConfig;
 use countersign_telegram::config::TelegramSection;
 use rand::RngCore;
@@ -145,12 +146,14 @@ impl Instance {
 }
 
 /// The config file of the local instance: the top-level keys are countersign-server's
-/// (docs/configuration.md), beside one section per channel worker (`[telegram]`, as in the
-/// worker's own file).
+/// (docs/configuration.md), beside one section per channel worker (`[telegram]` and `[ntfy]`,
+/// as in the workers' own files; `[ntfy]` holds its `topics` as a list).
 pub struct InstanceConfig {
     pub server: ServerConfig,
     /// The `[telegram]` section, when there is one.
     pub telegram: Option<TelegramSection>,
+    /// The `[ntfy]` section and its topics, when there is one.
+    pub ntfy: Option<(NtfySection, Vec<TopicSection>)>,
     /// False when the file does not exist (the defaults apply).
     pub exists: bool,
 }
@@ -176,23 +179,28 @@ impl Instance {
             Some(text) => toml::from_str(text).map_err(|error| invalid(error.to_string()))?,
             None => toml::Table::new(),
         };
-        let telegram = match table.remove("telegram") {
+        let telegram = match self.worker_section(&mut table, "telegram", &invalid)? {
             None => None,
-            Some(toml::Value::Table(mut section)) => {
-                section.entry("state_dir").or_insert_with(|| {
-                    toml::Value::String(
-                        self.data_dir
-                            .join("telegram")
-                            .to_string_lossy()
-                            .into_owned(),
-                    )
-                });
-                let section: TelegramSection = toml::Value::Table(section)
-                    .try_into()
-                    .map_err(|error| invalid(format!("[telegram]: {error}")))?;
-                Some(section)
+            Some(section) => Some(
+                toml::Value::Table(section)
+                    .try_into::<TelegramSection>()
+                    .map_err(|error| invalid(format!("[telegram]: {error}")))?,
+            ),
+        };
+        let ntfy = match self.worker_section(&mut table, "ntfy", &invalid)? {
+            None => None,
+            Some(mut section) => {
+                let topics = match section.remove("topics") {
+                    None => Vec::new(),
+                    Some(topics) => topics
+                        .try_into::<Vec<TopicSection>>()
+                        .map_err(|error| invalid(format!("[ntfy] topics: {error}")))?,
+                };
+                let section = toml::Value::Table(section)
+                    .try_into::<NtfySection>()
+                    .map_err(|error| invalid(format!("[ntfy]: {error}")))?;
+                Some((section, topics))
             }
-            Some(_) => return Err(invalid("telegram is not a table".into())),
         };
         let database_set = table.contains_key("database");
         let mut server = ServerConfig::parse(&table.to_string()).map_err(invalid)?;
@@ -202,8 +210,29 @@ impl Instance {
         Ok(InstanceConfig {
             server,
             telegram,
+            ntfy,
             exists: text.is_some(),
         })
+    }
+
+    /// A channel worker's section of the config file, taken out of `table`, its `state_dir`
+    /// under the data directory unless set.
+    fn worker_section(
+        &self,
+        table: &mut toml::Table,
+        name: &str,
+        invalid: &impl Fn(String) -> CliError,
+    ) -> Result<Option<toml::Table>, CliError> {
+        match table.remove(name) {
+            None => Ok(None),
+            Some(toml::Value::Table(mut section)) => {
+                section.entry("state_dir").or_insert_with(|| {
+                    toml::Value::String(self.data_dir.join(name).to_string_lossy().into_owned())
+                });
+                Ok(Some(section))
+            }
+            Some(_) => Err(invalid(format!("{name} is not a table"))),
+        }
     }
 }
 

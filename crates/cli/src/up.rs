@@ -1,11 +1,13 @@
 //! `up`: the whole of countersign for one machine in one process — the approval server on the
 //! embedded SQLite, and every channel worker the config file sets up — running the same code
-//! as the separate binaries (`countersign_server::serve`, `countersign_telegram::run`).
+//! as the separate binaries (`countersign_server::serve`, `countersign_telegram::run`,
+//! `countersign_ntfy::run`).
 //!
 //! The tokens the pieces use to talk to each other are generated on first start into files
 //! only the user can read; the server knows them by their SHA-256 only. Ctrl-C or SIGTERM
 //! stops every piece gracefully; a piece that stops on its own error stops the others.
 
+use std::future::Future;
 use std::net::SocketAddr;
 
 use countersign_server::config::{Role, TokenConfig};
@@ -71,18 +73,49 @@ pub async fn up(instance: &Instance, args: UpArgs) -> Result<Exit, CliError> {
                 },
                 telegram: section,
             };
-            let settings =
-                countersign_telegram::Settings::from_file(file, Some(worker_token), bot_token)
-                    .map_err(|error| {
-                        CliError::Usage(format!(
-                            "config file {}: {error} (run countersign setup telegram)",
-                            instance.config_file.display()
-                        ))
-                    })?;
+            let settings = countersign_telegram::Settings::from_file(
+                file,
+                Some(worker_token.clone()),
+                bot_token,
+            )
+            .map_err(|error| {
+                CliError::Usage(format!(
+                    "config file {}: {error} (run countersign setup telegram)",
+                    instance.config_file.display()
+                ))
+            })?;
             // The worker keeps its outbox and watch cursor there; it does not create it.
             if let Some(dir) = settings.cursor_path.parent() {
                 create_private_dir(dir)?;
             }
+            Some(settings)
+        }
+    };
+
+    let ntfy = match loaded.ntfy {
+        None => None,
+        Some((section, topics)) => {
+            let file = countersign_ntfy::config::FileConfig {
+                server: ServerSection {
+                    url: url.clone(),
+                    ..ServerSection::default()
+                },
+                ntfy: section,
+                topics,
+            };
+            let settings = countersign_ntfy::Settings::from_file(file, |name| {
+                if name == countersign_ntfy::config::WORKER_TOKEN_ENV {
+                    return Some(worker_token.clone());
+                }
+                std::env::var(name).ok().filter(|value| !value.is_empty())
+            })
+            .map_err(|error| {
+                CliError::Usage(format!(
+                    "config file {}: {error} (see docs/quickstart.md, ntfy)",
+                    instance.config_file.display()
+                ))
+            })?;
+            create_private_dir(&settings.state_dir)?;
             Some(settings)
         }
     };
@@ -93,15 +126,25 @@ pub async fn up(instance: &Instance, args: UpArgs) -> Result<Exit, CliError> {
         config = %instance.config_file.display(),
         "countersign up: the approval server listens on {url}"
     );
-    match &telegram {
-        Some(settings) => tracing::info!(
+    if let Some(settings) = &telegram {
+        tracing::info!(
             default_chat_id = ?settings.default_chat_id,
             approvers = server.approvers.len(),
             "countersign up: the Telegram worker sends approvals to your chat"
-        ),
-        None => tracing::warn!(
-            "countersign up: no channel is configured, so nobody is asked: run `countersign setup telegram`, then start `countersign up` again"
-        ),
+        );
+    }
+    if let Some(settings) = &ntfy {
+        tracing::info!(
+            ntfy = %settings.ntfy_url,
+            topics = settings.topics.len(),
+            decision_links = %settings.public_url,
+            "countersign up: the ntfy worker publishes approvals to your topics"
+        );
+    }
+    if telegram.is_none() && ntfy.is_none() {
+        tracing::warn!(
+            "countersign up: no channel is configured, so nobody is asked: run `countersign setup telegram` (or add an [ntfy] section), then start `countersign up` again"
+        );
     }
     tracing::info!(
         "next: run `countersign install claude-code` in your project (--user for every project); `countersign doctor` checks everything; Ctrl-C stops"
@@ -130,18 +173,21 @@ pub async fn up(instance: &Instance, args: UpArgs) -> Result<Exit, CliError> {
             served.map_err(|error| format!("the approval server stopped: {error}"))
         }
     };
-    let telegram_worker = {
-        let shutdown = until_stopped(stopped);
-        async move {
-            let Some(settings) = telegram else {
-                return Ok(());
-            };
-            let ran = countersign_telegram::run(settings, shutdown).await;
-            let _ = stop.send(true);
-            ran.map_err(|error| format!("the Telegram worker stopped: {error}"))
-        }
-    };
-    let ((), served, worked) = tokio::join!(signals, serving, telegram_worker);
+    let mut workers: Vec<std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>>> =
+        Vec::new();
+    if let Some(settings) = telegram {
+        let ran = countersign_telegram::run(settings, until_stopped(stopped.clone()));
+        workers.push(Box::pin(stopping_all("Telegram worker", ran, stop.clone())));
+    }
+    if let Some(settings) = ntfy {
+        let ran = countersign_ntfy::run(settings, until_stopped(stopped.clone()));
+        workers.push(Box::pin(stopping_all("ntfy worker", ran, stop.clone())));
+    }
+    let ((), served, worked) = tokio::join!(signals, serving, futures::future::join_all(workers));
+    let worked = worked
+        .into_iter()
+        .collect::<Result<Vec<()>, String>>()
+        .map(drop);
     match served.and(worked) {
         Ok(()) => Ok(Exit::Success),
         Err(error) => {
@@ -149,6 +195,17 @@ pub async fn up(instance: &Instance, args: UpArgs) -> Result<Exit, CliError> {
             Err(CliError::Failure(error))
         }
     }
+}
+
+/// Runs a channel worker; when it ends, for whatever reason, every other piece stops too.
+async fn stopping_all<E: std::fmt::Display>(
+    worker: &str,
+    ran: impl Future<Output = Result<(), E>>,
+    stop: watch::Sender<bool>,
+) -> Result<(), String> {
+    let ran = ran.await;
+    let _ = stop.send(true);
+    ran.map_err(|error| format!("the {worker} stopped: {error}"))
 }
 
 /// Completes once `stop` is set (or its sender is gone).

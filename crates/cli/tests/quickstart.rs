@@ -926,3 +926,57 @@ async fn the_permission_relay_answers_from_the_phone_and_supersedes_stale_prompt
     );
     terminate(&home, &mut up).await;
 }
+
+/// `up` runs the ntfy worker its config file sets up, beside the server: a hook's request is
+/// published to the topic, and the notification's Approve button (tapped as the ntfy app
+/// does) lets the hook allow the call.
+#[tokio::test]
+async fn up_runs_the_ntfy_worker_of_its_config_and_its_button_decides() {
+    use countersign_testkit::ntfy::{tap, FakeNtfy};
+
+    let telegram = FakeTelegram::start(BOT_TOKEN).await;
+    let ntfy = FakeNtfy::start().await;
+    let home = Home::new(&telegram);
+    let links = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    std::fs::create_dir_all(home.config_file().parent().unwrap()).unwrap();
+    std::fs::write(
+        home.config_file(),
+        format!(
+            "[[approvers]]\nid = \"alice\"\nmax_risk = \"critical\"\nidentities = {{ ntfy = [\"alice\"] }}\n\n\
+             [ntfy]\nserver_url = \"{}\"\ndefault_topic = \"alice-phone\"\nlisten = \"{links}\"\n\
+             public_url = \"http://{links}\"\ntopics = [{{ name = \"alice-phone\", approver = \"alice\" }}]\n",
+            ntfy.url()
+        ),
+    )
+    .unwrap();
+    let mut up = home.up().await;
+    assert!(
+        home.up_log()
+            .contains("the ntfy worker publishes approvals"),
+        "{}",
+        home.up_log()
+    );
+    let installed = home.run(&["install", "claude-code"]).await;
+    assert!(installed.status.success(), "{}", text(&installed));
+
+    let hook = spawn_hook(&home, &installed_hook(&home), "toolu_ntfy_1", "git push");
+    let shown = ntfy
+        .wait_for("the request's notification", |ntfy| {
+            ntfy.notifications("alice-phone")
+                .into_iter()
+                .find(|m| m.action("Approve").is_some())
+        })
+        .await;
+    assert!(shown.message.contains("git push"), "{}", shown.message);
+    let (status, page) = tap(shown.action("Approve").unwrap()).await;
+    assert_eq!(status, 200, "{page}");
+    let answer = hook_answer(hook).await;
+    assert_eq!(
+        answer["hookSpecificOutput"]["permissionDecision"], "allow",
+        "{answer}"
+    );
+    terminate(&home, &mut up).await;
+}
