@@ -173,8 +173,7 @@ pub async fn up(instance: &Instance, args: UpArgs) -> Result<Exit, CliError> {
             served.map_err(|error| format!("the approval server stopped: {error}"))
         }
     };
-    let mut workers: Vec<std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>>> =
-        Vec::new();
+    let mut workers: Vec<WorkerRun> = Vec::new();
     if let Some(settings) = telegram {
         let ran = countersign_telegram::run(settings, until_stopped(stopped.clone()));
         workers.push(Box::pin(stopping_all("Telegram worker", ran, stop.clone())));
@@ -196,6 +195,9 @@ pub async fn up(instance: &Instance, args: UpArgs) -> Result<Exit, CliError> {
         }
     }
 }
+
+/// A channel worker running in this process; its error says which one stopped.
+type WorkerRun = std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
 /// Runs a channel worker; when it ends, for whatever reason, every other piece stops too.
 async fn stopping_all<E: std::fmt::Display>(
