@@ -563,13 +563,14 @@ async fn unusable_input_is_denied_without_asking_anyone() {
 
 #[tokio::test]
 async fn the_hook_answers_before_the_host_times_it_out_and_withdraws_the_request() {
-    // The host would kill the hook (and run the tool) after this long.
+    // The host would kill the hook (and run the tool) after this long. The hook's 4 s leave
+    // 0.8 s to withdraw the request (a fifth of the budget), which a loaded machine needs.
     const HOST_TIMEOUT: Duration = Duration::from_secs(10);
     let server = TestServer::start().await;
     let client = client(&server.url());
     for surface in SURFACES {
         let session = session_of(surface, "deadline");
-        let mut child = surface.command(&server.url(), &["--timeout", "2s"]);
+        let mut child = surface.command(&server.url(), &["--timeout", "4s"]);
         child
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -589,7 +590,7 @@ async fn the_hook_answers_before_the_host_times_it_out_and_withdraws_the_request
             surface,
             &output,
             surface.denied(&format!(
-                "countersign: no decision within 2s; approval {} was withdrawn",
+                "countersign: no decision within 4s; approval {} was withdrawn",
                 approval.id
             )),
         );
@@ -598,10 +599,10 @@ async fn the_hook_answers_before_the_host_times_it_out_and_withdraws_the_request
         // with the server's default TTL of an hour.
         let lifetime = approval.expires_at.unwrap().seconds - approval.created_at.unwrap().seconds;
         assert!(
-            lifetime <= 4,
+            lifetime <= 6,
             "{surface:?}: the approval outlives the wait by {lifetime} s"
         );
-        assert_eq!(approval.resolution.unwrap().reason, "no decision within 2s");
+        assert_eq!(approval.resolution.unwrap().reason, "no decision within 4s");
     }
 }
 
