@@ -34,29 +34,16 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use countersign_worker::config::{read_toml, WORKER_TOKEN_ENV};
+pub use countersign_worker::config::{ConfigError, ServerSection, ServerSettings};
+
 use crate::api::{GitHubAuth, GitHubSettings};
 use crate::target::Target;
 
-pub const ENV_WORKER_TOKEN: &str = "COUNTERSIGN_WORKER_TOKEN";
+pub const ENV_WORKER_TOKEN: &str = WORKER_TOKEN_ENV;
 pub const ENV_GITHUB_TOKEN: &str = "COUNTERSIGN_GITHUB_TOKEN";
 pub const ENV_APP_PRIVATE_KEY: &str = "COUNTERSIGN_GITHUB_APP_PRIVATE_KEY";
 pub const ENV_WEBHOOK_SECRET: &str = "COUNTERSIGN_GITHUB_WEBHOOK_SECRET";
-
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("invalid configuration file {path}: {source}")]
-    Parse {
-        path: PathBuf,
-        source: toml::de::Error,
-    },
-    #[error("invalid configuration: {0}")]
-    Invalid(String),
-}
 
 /// The file as written. (No `Debug`: it holds secrets.)
 #[derive(Default, Deserialize)]
@@ -66,15 +53,6 @@ pub struct FileConfig {
     pub github: GitHubSection,
     pub webhook: Option<WebhookSection>,
     pub polling: Option<PollingSection>,
-}
-
-#[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServerSection {
-    pub url: String,
-    pub token: Option<String>,
-    pub ca_cert: Option<PathBuf>,
-    pub connect_timeout_ms: Option<u64>,
 }
 
 #[derive(Default, Deserialize)]
@@ -113,7 +91,8 @@ pub struct PollingSection {
 /// The validated configuration the worker runs with.
 #[derive(Clone)]
 pub struct Config {
-    pub server: countersign_client::ClientConfig,
+    /// How to reach the server, and how the watch behaves.
+    pub server: ServerSettings,
     pub github: GitHubSettings,
     pub default_target: Option<Target>,
     pub webhook: Option<WebhookSettings>,
@@ -126,10 +105,10 @@ pub struct Config {
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
-            .field("server_url", &self.server.url)
+            .field("server_url", &self.server.client.url)
             .field(
                 "server_token",
-                &self.server.token.as_ref().map(|_| "<redacted>"),
+                &self.server.client.token.as_ref().map(|_| "<redacted>"),
             )
             .field("github", &self.github)
             .field("default_target", &self.default_target)
@@ -177,33 +156,13 @@ impl Environment for ProcessEnvironment {
 impl Config {
     /// Reads and validates the file at `path`, taking secrets from `env` first.
     pub fn load(path: &Path, env: &dyn Environment) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let file: FileConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let file: FileConfig = read_toml(path)?;
         Config::from_file(file, env)
     }
 
     pub fn from_file(file: FileConfig, env: &dyn Environment) -> Result<Config, ConfigError> {
         let invalid = |message: String| ConfigError::Invalid(message);
-        if file.server.url.trim().is_empty() {
-            return Err(invalid("server.url is required".to_string()));
-        }
-        let mut server = countersign_client::ClientConfig::new(file.server.url.trim());
-        server.token = env.get(ENV_WORKER_TOKEN).or(file.server.token);
-        if let Some(path) = &file.server.ca_cert {
-            server.ca_cert_pem = Some(std::fs::read(path).map_err(|source| ConfigError::Read {
-                path: path.clone(),
-                source,
-            })?);
-        }
-        if let Some(ms) = file.server.connect_timeout_ms {
-            server.connect_timeout = Duration::from_millis(ms);
-        }
+        let server = file.server.resolve(env.get(ENV_WORKER_TOKEN))?;
 
         let github = file.github;
         let bot_login = github.bot_login.trim().to_string();
@@ -370,7 +329,30 @@ mod tests {
         assert_eq!(config.default_target.unwrap().to_string(), "acme/ops#42");
         assert_eq!(config.polling.unwrap().interval, Duration::from_secs(30));
         assert!(config.webhook.is_none());
-        assert_eq!(config.server.token, None);
+        assert_eq!(config.server.client.token, None);
+    }
+
+    #[test]
+    fn the_server_section_is_the_one_every_worker_reads() {
+        let with = |line: &str| MINIMAL.replace("[github]", &format!("{line}\n        [github]"));
+        let config = parse(
+            &with("connect_timeout_secs = 7\nheartbeat_timeout_secs = 9"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(config.server.client.connect_timeout, Duration::from_secs(7));
+        assert_eq!(config.server.heartbeat_timeout, Duration::from_secs(9));
+        // The name this worker used before is still read.
+        let old_name = parse(&with("connect_timeout_ms = 2500"), &[]).unwrap();
+        assert_eq!(
+            old_name.server.client.connect_timeout,
+            Duration::from_millis(2500)
+        );
+        assert!(parse(
+            &with("connect_timeout_secs = 1\nconnect_timeout_ms = 1"),
+            &[]
+        )
+        .is_err());
     }
 
     #[test]
@@ -390,7 +372,7 @@ mod tests {
             config.webhook.as_ref().map(|w| w.secret.as_str()),
             Some("envsecret")
         );
-        assert_eq!(config.server.token.as_deref(), Some("worker"));
+        assert_eq!(config.server.client.token.as_deref(), Some("worker"));
         let printed = format!("{config:?}");
         assert!(!printed.contains("worker\"") && !printed.contains("envsecret"));
         assert!(!printed.contains("ghp_fromenv"));

@@ -72,7 +72,7 @@ impl Worker {
     /// and starts watching, polling and serving.
     pub async fn start(config: Config) -> Result<Worker, WorkerError> {
         let api = Arc::new(GitHubApi::new(config.github.clone())?);
-        let client = Client::connect(config.server.clone())?;
+        let client = Client::connect(config.server.client.clone())?;
         let (inputs, inputs_rx) = mpsc::channel(INPUT_QUEUE);
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut other_tasks = Vec::new();
@@ -166,8 +166,14 @@ impl Worker {
         }));
 
         let mut stop = shutdown_rx;
+        let (heartbeat_timeout, max_backoff) =
+            (config.server.heartbeat_timeout, config.server.max_backoff);
         let watch_task = tokio::spawn(async move {
-            let options = WatchOptions::channel(CHANNEL).resume_after(resume_after);
+            let options = WatchOptions {
+                heartbeat_timeout,
+                max_backoff,
+                ..WatchOptions::channel(CHANNEL).resume_after(resume_after)
+            };
             let mut stream = client.watch(options);
             let persisted = async {
                 match &cursor {

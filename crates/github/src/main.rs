@@ -54,7 +54,7 @@ async fn main() -> ExitCode {
         }
     };
     tracing::info!(
-        server = %config.server.url,
+        server = %config.server.client.url,
         github = %config.github.api_url,
         bot = %config.github.bot_login,
         webhook = config.webhook.is_some(),

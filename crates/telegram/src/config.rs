@@ -186,6 +186,7 @@ impl Settings {
     ) -> Result<Settings, ConfigError> {
         let FileConfig { server, telegram } = file;
         let ca_cert_pem = server.ca_cert_pem()?;
+        let connect_timeout = server.connect_timeout()?;
         let bot_token = bot_token_env.or(telegram.bot_token).ok_or_else(|| {
             ConfigError::Invalid(format!(
                 "no bot token: set {BOT_TOKEN_ENV} (or telegram.bot_token)"
@@ -211,7 +212,7 @@ impl Settings {
             server_url: server.url,
             worker_token: worker_token_env.or(server.token),
             ca_cert_pem,
-            connect_timeout: Duration::from_secs(server.connect_timeout_secs),
+            connect_timeout,
             heartbeat_timeout: Duration::from_secs(server.heartbeat_timeout_secs),
             max_backoff: Duration::from_secs(server.max_backoff_secs),
             bot_token,

@@ -196,6 +196,7 @@ impl Settings {
             endpoints,
         } = file;
         let ca_cert_pem = server.ca_cert_pem()?;
+        let connect_timeout = server.connect_timeout()?;
         let mut names = HashSet::new();
         let mut resolved = Vec::new();
         for endpoint in endpoints {
@@ -256,7 +257,7 @@ impl Settings {
             server_url: server.url,
             worker_token: env(WORKER_TOKEN_ENV).or(server.token),
             ca_cert_pem,
-            connect_timeout: Duration::from_secs(server.connect_timeout_secs),
+            connect_timeout,
             heartbeat_timeout: Duration::from_secs(server.heartbeat_timeout_secs),
             max_backoff: Duration::from_secs(server.max_backoff_secs),
             state_dir: webhook.state_dir,

@@ -55,8 +55,11 @@ pub struct ServerSection {
     pub token: Option<String>,
     /// PEM file of the CA that signs the server's certificate.
     pub ca_cert: Option<PathBuf>,
-    #[serde(default = "default_connect_timeout_secs")]
-    pub connect_timeout_secs: u64,
+    /// The limit on connecting to the server, in seconds (default 5).
+    pub connect_timeout_secs: Option<u64>,
+    /// The GitHub worker's old name for the same limit, in milliseconds: still read, with a
+    /// warning naming the new one.
+    pub connect_timeout_ms: Option<u64>,
     /// A watch silent (not even heartbeats) for this long is reconnected.
     #[serde(default = "default_heartbeat_timeout_secs")]
     pub heartbeat_timeout_secs: u64,
@@ -71,7 +74,8 @@ impl Default for ServerSection {
             url: String::new(),
             token: None,
             ca_cert: None,
-            connect_timeout_secs: default_connect_timeout_secs(),
+            connect_timeout_secs: None,
+            connect_timeout_ms: None,
             heartbeat_timeout_secs: default_heartbeat_timeout_secs(),
             max_backoff_secs: default_max_backoff_secs(),
         }
@@ -86,6 +90,7 @@ impl std::fmt::Debug for ServerSection {
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("ca_cert", &self.ca_cert)
             .field("connect_timeout_secs", &self.connect_timeout_secs)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("heartbeat_timeout_secs", &self.heartbeat_timeout_secs)
             .field("max_backoff_secs", &self.max_backoff_secs)
             .finish()
@@ -93,6 +98,28 @@ impl std::fmt::Debug for ServerSection {
 }
 
 impl ServerSection {
+    /// The limit on connecting to the server, from `connect_timeout_secs` or, with a warning,
+    /// from its old name `connect_timeout_ms`; both at once are refused.
+    pub fn connect_timeout(&self) -> Result<std::time::Duration, ConfigError> {
+        match (self.connect_timeout_secs, self.connect_timeout_ms) {
+            (Some(_), Some(_)) => Err(ConfigError::Invalid(
+                "server.connect_timeout_ms is the old name of server.connect_timeout_secs: \
+                 keep only connect_timeout_secs"
+                    .to_owned(),
+            )),
+            (Some(secs), None) => Ok(std::time::Duration::from_secs(secs)),
+            (None, Some(ms)) => {
+                tracing::warn!(
+                    connect_timeout_ms = ms,
+                    "server.connect_timeout_ms is an old name, still read: write \
+                     connect_timeout_secs (in seconds) instead"
+                );
+                Ok(std::time::Duration::from_millis(ms))
+            }
+            (None, None) => Ok(DEFAULT_CONNECT_TIMEOUT),
+        }
+    }
+
     /// Checks that the URL is set and reads the CA file, if any.
     pub fn ca_cert_pem(&self) -> Result<Option<Vec<u8>>, ConfigError> {
         if self.url.is_empty() {
@@ -126,12 +153,13 @@ impl ServerSection {
     /// [`WORKER_TOKEN_ENV`]) winning over the file's token.
     pub fn resolve(self, worker_token_env: Option<String>) -> Result<ServerSettings, ConfigError> {
         let ca_cert_pem = self.ca_cert_pem()?;
+        let connect_timeout = self.connect_timeout()?;
         Ok(ServerSettings {
             client: countersign_client::ClientConfig {
                 url: self.url,
                 token: worker_token_env.or(self.token),
                 ca_cert_pem,
-                connect_timeout: std::time::Duration::from_secs(self.connect_timeout_secs),
+                connect_timeout,
             },
             heartbeat_timeout: std::time::Duration::from_secs(self.heartbeat_timeout_secs),
             max_backoff: std::time::Duration::from_secs(self.max_backoff_secs),
@@ -139,9 +167,7 @@ impl ServerSection {
     }
 }
 
-fn default_connect_timeout_secs() -> u64 {
-    5
-}
+const DEFAULT_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 fn default_heartbeat_timeout_secs() -> u64 {
     30
 }
@@ -190,5 +216,27 @@ mod tests {
         .resolve(Some("env".into()))
         .unwrap();
         assert_eq!(resolved.client.token.as_deref(), Some("env"));
+    }
+
+    #[test]
+    fn the_connect_timeout_has_one_name_and_the_old_one_is_still_read() {
+        let parse = |text: &str| toml::from_str::<ServerSection>(text).unwrap();
+        let limit = |text: &str| parse(text).connect_timeout();
+        assert_eq!(
+            limit("url = \"http://x\"").unwrap(),
+            std::time::Duration::from_secs(5)
+        );
+        assert_eq!(
+            limit("url = \"http://x\"\nconnect_timeout_secs = 7").unwrap(),
+            std::time::Duration::from_secs(7)
+        );
+        assert_eq!(
+            limit("url = \"http://x\"\nconnect_timeout_ms = 2500").unwrap(),
+            std::time::Duration::from_millis(2500)
+        );
+        let both = limit("url = \"http://x\"\nconnect_timeout_secs = 7\nconnect_timeout_ms = 1")
+            .unwrap_err()
+            .to_string();
+        assert!(both.contains("keep only connect_timeout_secs"), "{both}");
     }
 }

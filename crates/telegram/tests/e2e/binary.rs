@@ -203,8 +203,7 @@ async fn after_a_sigkill_right_after_send_message_a_tap_on_the_first_message_dec
     for round in 0..10 {
         let harness = Harness::without_worker().await;
         let dir = tempfile::tempdir().unwrap();
-        let (config, approval, first) =
-            killed_right_after_send_message(&harness, dir.path()).await;
+        let (config, approval, first) = killed_right_after_send_message(&harness, dir.path()).await;
         let reject =
             crate::common::button(&harness.telegram.message(CHAT, first).unwrap(), "Reject");
 
