@@ -409,11 +409,16 @@ async fn quickstart_from_an_empty_home_to_a_phone_approval_and_a_rejection() {
     let asking = spawn_hook(&home, &hook, "toolu_01", "rm -rf build");
     let message = request_message(&telegram, alice.id, 0).await;
     assert!(message.text.contains("rm -rf build"), "{}", message.text);
-    eprintln!(
-        "the phone shows:\n{}\n{:?}",
-        message.text,
-        message.button_texts()
-    );
+    // The picture in docs/quickstart.md (docs/quickstart-telegram.png) is this one.
+    let picture = countersign_testkit::phone::screenshot(
+        &message,
+        "SomeBot",
+        &std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("phone-screenshots"),
+        "quickstart-request",
+    )
+    .await
+    .unwrap();
+    eprintln!("the phone shows {}", picture.display());
     telegram.tap_button(
         &alice,
         alice.id,

@@ -1,9 +1,10 @@
-//! Test support for countersign: fakes of the platforms (Telegram, GitHub, ntfy) on loopback, the test server, and a
-//! private PostgreSQL cluster.
+//! Test support for countersign: fakes of the platforms (Telegram, GitHub, ntfy) on loopback, a picture of a fake
+//! Telegram message as a phone shows it, the test server, and a private PostgreSQL cluster.
 
 pub mod docs;
 pub mod github;
 pub mod ntfy;
+pub mod phone;
 pub mod postgres;
 pub mod server;
 pub mod telegram;
