@@ -9,11 +9,14 @@
 //!   other, generated on first start, and the bot token `setup telegram` was given.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use countersign_github::config::FileConfig as GitHubFile;
 use countersign_ntfy::config::{NtfySection, TopicSection};
 use countersign_server::config::Config as ServerConfig;
 use countersign_telegram::config::TelegramSection;
+use countersign_webhook::config::FileConfig as WebhookFile;
 use rand::RngCore;
 
 use crate::exit::CliError;
@@ -51,6 +54,8 @@ pub enum Secret {
     Token(Token),
     /// The Telegram bot token `setup telegram` was given.
     TelegramBotToken,
+    /// The GitHub token `setup github` was given.
+    GitHubToken,
 }
 
 impl Secret {
@@ -60,6 +65,7 @@ impl Secret {
             Secret::Token(Token::Agent) => "agent-token",
             Secret::Token(Token::Admin) => "admin-token",
             Secret::TelegramBotToken => "telegram-bot-token",
+            Secret::GitHubToken => "github-token",
         }
     }
 }
@@ -146,14 +152,22 @@ impl Instance {
 }
 
 /// The config file of the local instance: the top-level keys are countersign-server's
-/// (docs/configuration.md), beside one section per channel worker (`[telegram]` and `[ntfy]`,
-/// as in the workers' own files; `[ntfy]` holds its `topics` as a list).
+/// (docs/configuration.md), beside one section per channel worker, as in the workers' own
+/// files: `[telegram]`, `[ntfy]` (its `topics` a list in it), `[github]` (its `[webhook]` and
+/// `[polling]` as `[github.webhook]` and `[github.polling]`), `[webhook]` (its `[[endpoints]]`
+/// as `[[webhook.endpoints]]`) and `[web]` (the web inbox's top-level keys and `[sign_in]`).
 pub struct InstanceConfig {
     pub server: ServerConfig,
     /// The `[telegram]` section, when there is one.
     pub telegram: Option<TelegramSection>,
     /// The `[ntfy]` section and its topics, when there is one.
     pub ntfy: Option<(NtfySection, Vec<TopicSection>)>,
+    /// The GitHub worker's file, from `[github]`; its `server` is left for `up` to fill in.
+    pub github: Option<GitHubFile>,
+    /// The webhook worker's file, from `[webhook]`; its `server` is left for `up` to fill in.
+    pub webhook: Option<WebhookFile>,
+    /// The `[web]` section; it becomes the web inbox's file once `up` adds the server.
+    pub web: Option<toml::Table>,
     /// False when the file does not exist (the defaults apply).
     pub exists: bool,
 }
@@ -202,6 +216,42 @@ impl Instance {
                 Some((section, topics))
             }
         };
+        let github = match self.worker_section(&mut table, "github", &invalid)? {
+            None => None,
+            Some(mut section) => {
+                let webhook = take_part(&mut section, "github", "webhook", &invalid)?;
+                let polling = take_part(&mut section, "github", "polling", &invalid)?;
+                let github = toml::Value::Table(section)
+                    .try_into()
+                    .map_err(|error| invalid(format!("[github]: {error}")))?;
+                Some(GitHubFile {
+                    server: Default::default(),
+                    github,
+                    webhook,
+                    polling,
+                })
+            }
+        };
+        let webhook = match self.worker_section(&mut table, "webhook", &invalid)? {
+            None => None,
+            Some(mut section) => {
+                let endpoints = match section.remove("endpoints") {
+                    None => Vec::new(),
+                    Some(endpoints) => endpoints
+                        .try_into()
+                        .map_err(|error| invalid(format!("[[webhook.endpoints]]: {error}")))?,
+                };
+                let webhook = toml::Value::Table(section)
+                    .try_into()
+                    .map_err(|error| invalid(format!("[webhook]: {error}")))?;
+                Some(WebhookFile {
+                    server: Default::default(),
+                    webhook,
+                    endpoints,
+                })
+            }
+        };
+        let web = self.worker_section(&mut table, "web", &invalid)?;
         let database_set = table.contains_key("database");
         let mut server = ServerConfig::parse(&table.to_string()).map_err(invalid)?;
         if !database_set {
@@ -211,6 +261,9 @@ impl Instance {
             server,
             telegram,
             ntfy,
+            github,
+            webhook,
+            web,
             exists: text.is_some(),
         })
     }
@@ -234,6 +287,35 @@ impl Instance {
             Some(_) => Err(invalid(format!("{name} is not a table"))),
         }
     }
+}
+
+/// The URL this machine's clients reach a listener at (loopback for a wildcard address).
+pub fn local_url(listen: SocketAddr) -> String {
+    let mut address = listen;
+    if address.ip().is_unspecified() {
+        address.set_ip(match address {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    format!("http://{address}")
+}
+
+/// The sub-table `[<section>.<name>]`, taken out of its section.
+fn take_part<T: serde::de::DeserializeOwned>(
+    section: &mut toml::Table,
+    section_name: &str,
+    name: &str,
+    invalid: &impl Fn(String) -> CliError,
+) -> Result<Option<T>, CliError> {
+    section
+        .remove(name)
+        .map(|value| {
+            value
+                .try_into()
+                .map_err(|error| invalid(format!("[{section_name}.{name}]: {error}")))
+        })
+        .transpose()
 }
 
 /// `$<variable>`, else `$HOME/<fallback>`.
