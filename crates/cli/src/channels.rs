@@ -149,6 +149,17 @@ pub async fn until_stopped(mut stopped: watch::Receiver<bool>) {
     let _ = stopped.wait_for(|stop| *stop).await;
 }
 
+impl Pieces<'_> {
+    /// A secret a worker reads from the environment: the generated worker token under the
+    /// name every worker reads it from, the others from the process environment.
+    fn secret(&self, name: &str) -> Option<String> {
+        if name == countersign_worker::config::WORKER_TOKEN_ENV {
+            return Some(self.worker_token.clone());
+        }
+        env_var(name)
+    }
+}
+
 /// A config file mistake in a worker's section, with where to look.
 fn invalid(instance: &Instance, error: impl std::fmt::Display, fix: &str) -> CliError {
     CliError::Usage(format!(
@@ -204,13 +215,8 @@ fn ntfy(
         ntfy: section,
         topics,
     };
-    let settings = countersign_ntfy::Settings::from_file(file, |name| {
-        if name == countersign_ntfy::config::WORKER_TOKEN_ENV {
-            return Some(pieces.worker_token.clone());
-        }
-        env_var(name)
-    })
-    .map_err(|error| invalid(pieces.instance, error, "see docs/quickstart.md, ntfy"))?;
+    let settings = countersign_ntfy::Settings::from_file(file, |name| pieces.secret(name))
+        .map_err(|error| invalid(pieces.instance, error, "see docs/quickstart.md, ntfy"))?;
     create_private_dir(&settings.state_dir)?;
     Ok(Prepared::Ntfy(settings))
 }
@@ -225,9 +231,8 @@ struct GitHubEnvironment<'a> {
 impl countersign_github::config::Environment for GitHubEnvironment<'_> {
     fn get(&self, name: &str) -> Option<String> {
         match name {
-            countersign_github::config::ENV_WORKER_TOKEN => Some(self.pieces.worker_token.clone()),
             countersign_github::config::ENV_GITHUB_TOKEN => self.github_token.clone(),
-            _ => env_var(name),
+            _ => self.pieces.secret(name),
         }
     }
 }
@@ -264,13 +269,8 @@ fn webhook(
     if file.webhook.public_url.is_empty() {
         file.webhook.public_url = format!("http://{}", file.webhook.listen);
     }
-    let settings = countersign_webhook::Settings::from_file(file, |name| {
-        if name == countersign_webhook::config::WORKER_TOKEN_ENV {
-            return Some(pieces.worker_token.clone());
-        }
-        env_var(name)
-    })
-    .map_err(|error| invalid(pieces.instance, error, "see docs/quickstart.md, webhooks"))?;
+    let settings = countersign_webhook::Settings::from_file(file, |name| pieces.secret(name))
+        .map_err(|error| invalid(pieces.instance, error, "see docs/quickstart.md, webhooks"))?;
     create_private_dir(&settings.state_dir)?;
     Ok(Prepared::Webhook(settings))
 }

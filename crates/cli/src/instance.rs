@@ -195,61 +195,35 @@ impl Instance {
         };
         let telegram = match self.worker_section(&mut table, "telegram", &invalid)? {
             None => None,
-            Some(section) => Some(
-                toml::Value::Table(section)
-                    .try_into::<TelegramSection>()
-                    .map_err(|error| invalid(format!("[telegram]: {error}")))?,
-            ),
+            Some(section) => Some(section_as(section, "telegram", &invalid)?),
         };
         let ntfy = match self.worker_section(&mut table, "ntfy", &invalid)? {
             None => None,
             Some(mut section) => {
-                let topics = match section.remove("topics") {
-                    None => Vec::new(),
-                    Some(topics) => topics
-                        .try_into::<Vec<TopicSection>>()
-                        .map_err(|error| invalid(format!("[ntfy] topics: {error}")))?,
-                };
-                let section = toml::Value::Table(section)
-                    .try_into::<NtfySection>()
-                    .map_err(|error| invalid(format!("[ntfy]: {error}")))?;
-                Some((section, topics))
+                let topics = take_part(&mut section, "ntfy", "topics", &invalid)?;
+                Some((
+                    section_as(section, "ntfy", &invalid)?,
+                    topics.unwrap_or_default(),
+                ))
             }
         };
         let github = match self.worker_section(&mut table, "github", &invalid)? {
             None => None,
-            Some(mut section) => {
-                let webhook = take_part(&mut section, "github", "webhook", &invalid)?;
-                let polling = take_part(&mut section, "github", "polling", &invalid)?;
-                let github = toml::Value::Table(section)
-                    .try_into()
-                    .map_err(|error| invalid(format!("[github]: {error}")))?;
-                Some(GitHubFile {
-                    server: Default::default(),
-                    github,
-                    webhook,
-                    polling,
-                })
-            }
+            Some(mut section) => Some(GitHubFile {
+                server: Default::default(),
+                webhook: take_part(&mut section, "github", "webhook", &invalid)?,
+                polling: take_part(&mut section, "github", "polling", &invalid)?,
+                github: section_as(section, "github", &invalid)?,
+            }),
         };
         let webhook = match self.worker_section(&mut table, "webhook", &invalid)? {
             None => None,
-            Some(mut section) => {
-                let endpoints = match section.remove("endpoints") {
-                    None => Vec::new(),
-                    Some(endpoints) => endpoints
-                        .try_into()
-                        .map_err(|error| invalid(format!("[[webhook.endpoints]]: {error}")))?,
-                };
-                let webhook = toml::Value::Table(section)
-                    .try_into()
-                    .map_err(|error| invalid(format!("[webhook]: {error}")))?;
-                Some(WebhookFile {
-                    server: Default::default(),
-                    webhook,
-                    endpoints,
-                })
-            }
+            Some(mut section) => Some(WebhookFile {
+                server: Default::default(),
+                endpoints: take_part(&mut section, "webhook", "endpoints", &invalid)?
+                    .unwrap_or_default(),
+                webhook: section_as(section, "webhook", &invalid)?,
+            }),
         };
         let web = self.worker_section(&mut table, "web", &invalid)?;
         let database_set = table.contains_key("database");
@@ -301,7 +275,18 @@ pub fn local_url(listen: SocketAddr) -> String {
     format!("http://{address}")
 }
 
-/// The sub-table `[<section>.<name>]`, taken out of its section.
+/// A worker's section as the type its own file has for it.
+fn section_as<T: serde::de::DeserializeOwned>(
+    section: toml::Table,
+    name: &str,
+    invalid: &impl Fn(String) -> CliError,
+) -> Result<T, CliError> {
+    toml::Value::Table(section)
+        .try_into()
+        .map_err(|error| invalid(format!("[{name}]: {error}")))
+}
+
+/// The part `<name>` of a worker's section (a sub-table or a list), taken out of it.
 fn take_part<T: serde::de::DeserializeOwned>(
     section: &mut toml::Table,
     section_name: &str,
@@ -313,7 +298,7 @@ fn take_part<T: serde::de::DeserializeOwned>(
         .map(|value| {
             value
                 .try_into()
-                .map_err(|error| invalid(format!("[{section_name}.{name}]: {error}")))
+                .map_err(|error| invalid(format!("[{section_name}] {name}: {error}")))
         })
         .transpose()
 }

@@ -7,6 +7,7 @@ mod support;
 use std::path::Path;
 
 use countersign_testkit::github::{FakeGitHub, PermissionShape, Role, UserKind, DEFAULT_TOKEN};
+use support::github::GitHubRepo;
 use tokio::process::Command;
 
 use support::home::{hook_answer, installed_hook, spawn_hook, terminate, text, Home};
@@ -29,19 +30,12 @@ fn mode(path: &Path) -> u32 {
 /// `up` posts a hook's request on the issue and the approver's `/approve` comment decides.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setup_github_checks_what_it_is_given_then_up_asks_on_the_issue() {
-    let github = FakeGitHub::start().await;
-    let issue = github.add_issue("acme/widgets", "Approvals");
-    let alice = github.add_user("alice", UserKind::User);
-    github.set_permission(
-        "acme/widgets",
-        "alice",
-        Role::Write,
-        PermissionShape::Modern,
-    );
+    let repo = GitHubRepo::start().await;
+    let (github, issue) = (&repo.fake, repo.issue);
     let home = Home::new("http://127.0.0.1:9");
 
     let typed = format!("{DEFAULT_TOKEN}\nAcme/Widgets\n{issue}\nalice\n");
-    let output = run_with_input(setup_github(&home, &github, &[]), typed.as_bytes()).await;
+    let output = run_with_input(setup_github(&home, github, &[]), typed.as_bytes()).await;
     let shown = text(&output);
     assert_eq!(output.status.code(), Some(0), "{shown}");
     assert!(
@@ -90,7 +84,7 @@ async fn setup_github_checks_what_it_is_given_then_up_asks_on_the_issue() {
     // alice is not registered twice.
     let typed = format!("{DEFAULT_TOKEN}\n\n\n");
     let again = run_with_input(
-        setup_github(&home, &github, &["--approver", "alice"]),
+        setup_github(&home, github, &["--approver", "alice"]),
         typed.as_bytes(),
     )
     .await;
@@ -114,22 +108,8 @@ async fn setup_github_checks_what_it_is_given_then_up_asks_on_the_issue() {
     let installed = home.run(&["install", "claude-code"]).await;
     assert!(installed.status.success(), "{}", text(&installed));
     let hook = spawn_hook(&home, &installed_hook(&home), "toolu_setup_gh", "git push");
-    github
-        .wait_for("the request comment", STEP, |github| {
-            github
-                .comments("acme/widgets", issue)
-                .into_iter()
-                .find(|comment| comment.body.contains("git push"))
-        })
-        .await;
-    github.add_comment("acme/widgets", issue, &alice, "/approve");
-    let answer = hook_answer(hook).await;
-    assert_eq!(
-        answer["hookSpecificOutput"]["permissionDecision"],
-        "allow",
-        "{answer}\n{}",
-        home.up_log()
-    );
+    repo.request_comment("git push").await;
+    repo.approve(&home, hook).await;
     terminate(&home, &mut up).await;
     assert!(!home.up_log().contains(DEFAULT_TOKEN));
 }
@@ -138,15 +118,8 @@ async fn setup_github_checks_what_it_is_given_then_up_asks_on_the_issue() {
 /// token's own account: each is named with what to do, and nothing is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setup_github_refuses_what_does_not_check_out_and_changes_nothing() {
-    let github = FakeGitHub::start().await;
-    let issue = github.add_issue("acme/widgets", "Approvals");
-    github.add_user("alice", UserKind::User);
-    github.set_permission(
-        "acme/widgets",
-        "alice",
-        Role::Write,
-        PermissionShape::Modern,
-    );
+    let repo = GitHubRepo::start().await;
+    let (github, issue) = (&repo.fake, repo.issue);
     github.add_user("bob", UserKind::User);
     github.set_permission("acme/widgets", "bob", Role::Read, PermissionShape::Modern);
     let home = Home::new("http://127.0.0.1:9");
@@ -187,7 +160,7 @@ async fn setup_github_refuses_what_does_not_check_out_and_changes_nothing() {
         ),
     ];
     for (args, typed, expected) in cases {
-        let output = run_with_input(setup_github(&home, &github, args), typed.as_bytes()).await;
+        let output = run_with_input(setup_github(&home, github, args), typed.as_bytes()).await;
         let shown = text(&output);
         assert_eq!(output.status.code(), Some(64), "{expected}: {shown}");
         assert!(shown.contains(expected), "{expected:?} missing: {shown}");
@@ -203,7 +176,7 @@ async fn setup_github_refuses_what_does_not_check_out_and_changes_nothing() {
     // The token from the environment instead of the prompt.
     let mut command = setup_github(
         &home,
-        &github,
+        github,
         &["--repo", "acme/widgets", "--approver", "alice"],
     );
     command.env("GITHUB_TOKEN", DEFAULT_TOKEN);
@@ -315,14 +288,19 @@ async fn setup_web_prints_a_one_time_link_that_signs_the_approver_in() {
     let signed_in = login(token.clone()).await.unwrap();
     assert_eq!(signed_in.status(), 303);
     let cookie = set_cookie(&signed_in).expect("a session cookie");
-    let inbox = http
-        .get(format!("http://{web}/"))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(inbox.status(), 200);
-    assert!(inbox.text().await.unwrap().contains("Alice (@alice)"));
+    // A page of the inbox, as the signed-in browser asks for it: its status and text.
+    let signed_get = |path: String| {
+        let request = http
+            .get(format!("http://{web}{path}"))
+            .header("cookie", &cookie);
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status(), response.text().await.unwrap())
+        }
+    };
+    let (status, inbox) = signed_get("/".into()).await;
+    assert_eq!(status, 200);
+    assert!(inbox.contains("Alice (@alice)"), "{inbox}");
 
     // The same link again: refused, no session.
     let reused = login(token).await.unwrap();
@@ -336,13 +314,7 @@ async fn setup_web_prints_a_one_time_link_that_signs_the_approver_in() {
     let hook = spawn_hook(&home, &installed_hook(&home), "toolu_web_1", "git push");
     let approval = tokio::time::timeout(STEP, async {
         loop {
-            let inbox = http
-                .get(format!("http://{web}/"))
-                .header("cookie", &cookie)
-                .send()
-                .await
-                .unwrap();
-            let inbox = inbox.text().await.unwrap();
+            let (_, inbox) = signed_get("/".into()).await;
             if let Some(start) = inbox.find("/approvals/") {
                 let id: String = inbox[start + "/approvals/".len()..]
                     .chars()
@@ -355,15 +327,7 @@ async fn setup_web_prints_a_one_time_link_that_signs_the_approver_in() {
     })
     .await
     .expect("the request in the inbox");
-    let page = http
-        .get(format!("http://{web}/approvals/{approval}"))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let (_, page) = signed_get(format!("/approvals/{approval}")).await;
     let form = format!(
         "csrf={}&args_digest={}&scope=once&verdict=approve",
         form_field(&page, "csrf"),
@@ -386,51 +350,45 @@ async fn setup_web_prints_a_one_time_link_that_signs_the_approver_in() {
     terminate(&home, &mut up).await;
 }
 
+/// Writes `config`, runs `doctor`, and checks that it shows each of `lines`; returns all it
+/// showed.
+async fn doctor_with(home: &Home, config: &str, lines: &[&str]) -> String {
+    std::fs::create_dir_all(home.config_file().parent().unwrap()).unwrap();
+    std::fs::write(home.config_file(), config).unwrap();
+    let shown = text(&home.run(&["doctor"]).await);
+    for line in lines {
+        assert!(shown.contains(line), "{line:?} missing: {shown}");
+    }
+    shown
+}
+
 /// `doctor` names the channels that are not set up and the command for each, and what a
 /// channel that is set up still lacks.
 #[tokio::test]
 async fn doctor_names_missing_channels_and_their_setup_commands() {
     let home = Home::new("http://127.0.0.1:9");
-    std::fs::create_dir_all(home.config_file().parent().unwrap()).unwrap();
     let approver = "[[approvers]]\nid = \"telegram:1001\"\nmax_risk = \"critical\"\nidentities = { telegram = [\"1001\"] }\n";
-    std::fs::write(
-        home.config_file(),
-        format!("{approver}[telegram]\ndefault_chat_id = 1001\n"),
+    let shown = doctor_with(
+        &home,
+        &format!("{approver}[telegram]\ndefault_chat_id = 1001\n"),
+        &[
+            "--    GitHub is not set up (run countersign setup github)",
+            "--    the web inbox is off (run countersign setup web)",
+        ],
     )
-    .unwrap();
-    let shown = text(&home.run(&["doctor"]).await);
-    assert!(
-        shown.contains("--    GitHub is not set up (run countersign setup github)"),
-        "{shown}"
-    );
-    assert!(
-        shown.contains("--    the web inbox is off (run countersign setup web)"),
-        "{shown}"
-    );
+    .await;
     assert!(!shown.contains("FAIL  GitHub"), "{shown}");
 
     // Set up but incomplete: a GitHub section without a token, an inbox nobody can sign in to.
-    std::fs::write(
-        home.config_file(),
-        format!("{approver}[github]\nbot_login = \"countersign-bot\"\ndefault_target = \"acme/widgets#1\"\n[github.polling]\n[web]\n"),
+    doctor_with(
+        &home,
+        &format!("{approver}[github]\nbot_login = \"countersign-bot\"\ndefault_target = \"acme/widgets#1\"\n[github.polling]\n[web]\n"),
+        &[
+            "FAIL  no GitHub token (run countersign setup github)",
+            "ok    GitHub: approvals go to acme/widgets#1",
+            "FAIL  no approver can sign in to the web inbox (run countersign setup web)",
+            "--    Telegram is not set up (run countersign setup telegram)",
+        ],
     )
-    .unwrap();
-    let shown = text(&home.run(&["doctor"]).await);
-    assert!(
-        shown.contains("FAIL  no GitHub token (run countersign setup github)"),
-        "{shown}"
-    );
-    assert!(
-        shown.contains("ok    GitHub: approvals go to acme/widgets#1"),
-        "{shown}"
-    );
-    assert!(
-        shown
-            .contains("FAIL  no approver can sign in to the web inbox (run countersign setup web)"),
-        "{shown}"
-    );
-    assert!(
-        shown.contains("--    Telegram is not set up (run countersign setup telegram)"),
-        "{shown}"
-    );
+    .await;
 }

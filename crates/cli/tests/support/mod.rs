@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod github;
 pub mod home;
 
 use std::path::{Path, PathBuf};
