@@ -267,7 +267,7 @@ fn webhook(
     file.server = server_section(pieces);
     // On one machine the decision-link pages are where they listen.
     if file.webhook.public_url.is_empty() {
-        file.webhook.public_url = format!("http://{}", file.webhook.listen);
+        file.webhook.public_url = local_url(file.webhook.listen);
     }
     let settings = countersign_webhook::Settings::from_file(file, |name| pieces.secret(name))
         .map_err(|error| invalid(pieces.instance, error, "see docs/quickstart.md, webhooks"))?;
