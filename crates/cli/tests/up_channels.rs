@@ -14,7 +14,7 @@ use countersign_testkit::github::DEFAULT_TOKEN;
 use serde_json::Value;
 
 use support::github::GitHubRepo;
-use support::home::{installed_hook, spawn_hook, terminate, text, Home};
+use support::home::{installed_hook, interrupt, spawn_hook, text, Home};
 use support::STEP;
 
 /// A signing secret of the Standard Webhooks form.
@@ -151,7 +151,14 @@ async fn up_runs_github_webhook_and_web_inbox_and_a_github_comment_decides() {
     // The webhook endpoint learns the outcome and who decided.
     let resolved = receiver.event("approval.resolved").await;
     assert_eq!(resolved["data"]["state"], "approved", "{resolved}");
-    terminate(&home, &mut up).await;
+    // Ctrl-C stops every piece: the process ends cleanly, nothing listens any more.
+    interrupt(&home, &mut up).await;
+    for address in [&links, &web, &home.listen] {
+        assert!(
+            std::net::TcpStream::connect(address).is_err(),
+            "{address} still listens"
+        );
+    }
     let log = home.up_log();
     assert!(!log.contains(DEFAULT_TOKEN), "{log}");
 }

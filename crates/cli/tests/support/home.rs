@@ -221,17 +221,27 @@ pub fn text(output: &Output) -> String {
     )
 }
 
+/// SIGTERM to `up`; it must stop cleanly.
 pub async fn terminate(home: &Home, child: &mut Child) {
+    stop(home, child, "TERM").await;
+}
+
+/// SIGINT (Ctrl-C) to `up`; it must stop cleanly.
+pub async fn interrupt(home: &Home, child: &mut Child) {
+    stop(home, child, "INT").await;
+}
+
+async fn stop(home: &Home, child: &mut Child, signal: &str) {
     let pid = child.id().unwrap();
     let sent = std::process::Command::new("kill")
-        .arg("-TERM")
+        .arg(format!("-{signal}"))
         .arg(pid.to_string())
         .status()
         .unwrap();
     assert!(sent.success());
     let status = tokio::time::timeout(STEP, child.wait())
         .await
-        .expect("up did not stop on SIGTERM")
+        .unwrap_or_else(|_| panic!("up did not stop on SIG{signal}"))
         .unwrap();
     assert!(status.success(), "{status}:\n{}", home.up_log());
 }
