@@ -186,9 +186,11 @@ pub enum Command {
     /// Run countersign on this machine: the server and every configured channel in one process
     ///
     /// The approval server on SQLite in $XDG_DATA_HOME/countersign (~/.local/share/countersign),
-    /// plus the channel workers the config file sets up ($XDG_CONFIG_HOME/countersign/
-    /// countersign.toml, or --config; written by `countersign setup`). The tokens the pieces
-    /// use are generated on first start into files only you can read. Ctrl-C stops it.
+    /// plus the channel workers the config file sets up — Telegram, GitHub, the web inbox, ntfy,
+    /// webhooks ($XDG_CONFIG_HOME/countersign/countersign.toml, or --config; written by
+    /// `countersign setup`). The tokens the pieces use are generated on first start into files
+    /// only you can read. The log says what listens where. A worker that stops stops them all;
+    /// Ctrl-C stops it.
     Up(UpArgs),
     /// Connect a channel to the local instance (`countersign up`)
     #[command(subcommand)]
@@ -217,6 +219,47 @@ pub enum SetupCommand {
     /// @BotFather). The sender of the code becomes an approver, their chat the default target
     /// of approvals. Codes are single-use and expire. Restart `countersign up` afterwards.
     Telegram(SetupTelegramArgs),
+    /// Connect GitHub: check the token, the repository (and issue), and the approver
+    ///
+    /// The token comes from GITHUB_TOKEN or is asked for; it must belong to the account
+    /// countersign comments as (a machine user, or any account other than the approver's), with
+    /// read and write access to issues. Approvals are posted on the issue (or a new issue each),
+    /// and the approver decides with `/approve` or `/reject <reason>` comments, which needs write
+    /// access to the repository. Nothing is written unless every check passes; the token goes
+    /// to a file only you can read. Restart `countersign up` afterwards.
+    Github(SetupGitHubArgs),
+    /// Enable the web inbox and print a one-time sign-in link for an approver
+    ///
+    /// The inbox is served by `countersign up` (listen in [web], default 127.0.0.1:8080). The
+    /// link signs one browser in as the approver (the first registered one unless --approver
+    /// names another); it works once and expires. Run it again for another browser.
+    Web(SetupWebArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SetupWebArgs {
+    /// The approver to sign in, by id (as in [[approvers]]) [default: the first one]
+    #[arg(long, value_name = "ID")]
+    pub approver: Option<String>,
+    /// Where the inbox listens [default: listen in [web], else 127.0.0.1:8080]
+    #[arg(long, value_name = "ADDRESS")]
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+#[derive(Debug, Args)]
+pub struct SetupGitHubArgs {
+    /// The repository approvals go to, OWNER/REPO [default: asked]
+    #[arg(long, value_name = "OWNER/REPO")]
+    pub repo: Option<String>,
+    /// The issue or pull request to comment on [default: asked; none opens an issue per approval]
+    #[arg(long, value_name = "NUMBER", value_parser = clap::value_parser!(u64).range(1..))]
+    pub issue: Option<u64>,
+    /// The GitHub login of the approver [default: asked]
+    #[arg(long, value_name = "LOGIN")]
+    pub approver: Option<String>,
+    /// The GitHub API (GitHub Enterprise Server: https://HOST/api/v3) [default: https://api.github.com]
+    #[arg(long, env = "GITHUB_API_URL", value_name = "URL")]
+    pub api_url: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -37,6 +37,12 @@ pub async fn run(cli: Cli) -> i32 {
                 Command::Setup(SetupCommand::Telegram(args)) => {
                     crate::setup::telegram(&instance, args).await
                 }
+                Command::Setup(SetupCommand::Github(args)) => {
+                    crate::setup_github::github(&instance, args).await
+                }
+                Command::Setup(SetupCommand::Web(args)) => {
+                    crate::setup_web::web(&instance, args).await
+                }
                 Command::Up(args) => crate::up::up(&instance, args).await,
                 _ => Err(CliError::Failure(
                     "not a command of the local instance".into(),

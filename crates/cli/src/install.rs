@@ -11,10 +11,10 @@ use crate::args::{HookEvent, Host, InstallArgs};
 use crate::commands::InstallFlags;
 use crate::exit::{CliError, Exit};
 use crate::hook::{default_timeout, event_name};
-use crate::instance::{open_to_others, Instance, Secret, Token};
+use crate::instance::local_url;
+use crate::instance::{Instance, Secret, Token};
+use crate::instance_check::check_instance;
 use crate::settings::DEFAULT_SERVER;
-use crate::up::local_url;
-use countersign_telegram::config::BOT_TOKEN_ENV;
 
 /// How much longer than countersign's wait the host's hook timeout is set, so that countersign
 /// always answers first.
@@ -379,7 +379,7 @@ pub async fn doctor(client: &Client, only: Option<Host>) -> Exit {
             }
             "start the local instance: countersign up"
         }
-        None => "set COUNTERSIGN_SERVER, or run countersign on this machine: countersign setup telegram, then countersign up",
+        None => "set COUNTERSIGN_SERVER, or run countersign on this machine: countersign setup telegram (or github, web), then countersign up",
     };
     // Any answer about a made-up approval proves the server is there and took the token.
     match client
@@ -449,61 +449,6 @@ pub async fn doctor(client: &Client, only: Option<Host>) -> Exit {
         );
     }
     exit
-}
-
-/// What the local instance lacks, each with the command that fixes it; prints what is fine.
-fn check_instance(instance: &Instance) -> Vec<String> {
-    let mut problems = Vec::new();
-    let setup = "run countersign setup telegram";
-    match instance.load_config() {
-        Err(error) => problems.push(format!("{error}")),
-        Ok(config) if !config.exists => problems.push(format!(
-            "no config file {}: no channel asks anyone ({setup})",
-            instance.config_file.display()
-        )),
-        Ok(config) => {
-            println!("ok    config file {}", instance.config_file.display());
-            match &config.telegram {
-                None => problems.push(format!("Telegram is not set up ({setup})")),
-                Some(telegram) => {
-                    let token_set = std::env::var(BOT_TOKEN_ENV).is_ok_and(|t| !t.is_empty())
-                        || matches!(instance.read_secret(Secret::TelegramBotToken), Ok(Some(_)))
-                        || telegram.bot_token.is_some();
-                    if !token_set {
-                        problems.push(format!("no Telegram bot token ({setup})"));
-                    }
-                    match telegram.default_chat_id {
-                        Some(chat) => println!("ok    Telegram: approvals go to chat {chat}"),
-                        None => problems.push(format!("Telegram has no default chat ({setup})")),
-                    }
-                }
-            }
-            match config.server.approvers.len() {
-                0 => problems.push(format!(
-                    "no approvers: any decider a worker sends is accepted ({setup})"
-                )),
-                approvers => println!("ok    {approvers} approver(s) registered"),
-            }
-        }
-    }
-    let secrets = Token::ALL
-        .into_iter()
-        .map(Secret::Token)
-        .chain([Secret::TelegramBotToken]);
-    for secret in secrets {
-        let path = instance.secret_path(secret);
-        if open_to_others(&path) == Some(true) {
-            problems.push(format!(
-                "{} can be read by other users (chmod 600 {})",
-                path.display(),
-                path.display()
-            ));
-        }
-    }
-    if instance.server_url().is_none() {
-        problems.push("countersign up never started (run countersign up)".to_owned());
-    }
-    problems
 }
 
 /// The countersign hooks of `host` in a settings file, with their event names.

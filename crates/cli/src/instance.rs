@@ -9,11 +9,14 @@
 //!   other, generated on first start, and the bot token `setup telegram` was given.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use countersign_github::config::FileConfig as GitHubFile;
 use countersign_ntfy::config::{NtfySection, TopicSection};
 use countersign_server::config::Config as ServerConfig;
 use countersign_telegram::config::TelegramSection;
+use countersign_webhook::config::FileConfig as WebhookFile;
 use rand::RngCore;
 
 use crate::exit::CliError;
@@ -51,6 +54,8 @@ pub enum Secret {
     Token(Token),
     /// The Telegram bot token `setup telegram` was given.
     TelegramBotToken,
+    /// The GitHub token `setup github` was given.
+    GitHubToken,
 }
 
 impl Secret {
@@ -60,6 +65,7 @@ impl Secret {
             Secret::Token(Token::Agent) => "agent-token",
             Secret::Token(Token::Admin) => "admin-token",
             Secret::TelegramBotToken => "telegram-bot-token",
+            Secret::GitHubToken => "github-token",
         }
     }
 }
@@ -146,14 +152,22 @@ impl Instance {
 }
 
 /// The config file of the local instance: the top-level keys are countersign-server's
-/// (docs/configuration.md), beside one section per channel worker (`[telegram]` and `[ntfy]`,
-/// as in the workers' own files; `[ntfy]` holds its `topics` as a list).
+/// (docs/configuration.md), beside one section per channel worker, as in the workers' own
+/// files: `[telegram]`, `[ntfy]` (its `topics` a list in it), `[github]` (its `[webhook]` and
+/// `[polling]` as `[github.webhook]` and `[github.polling]`), `[webhook]` (its `[[endpoints]]`
+/// as `[[webhook.endpoints]]`) and `[web]` (the web inbox's top-level keys and `[sign_in]`).
 pub struct InstanceConfig {
     pub server: ServerConfig,
     /// The `[telegram]` section, when there is one.
     pub telegram: Option<TelegramSection>,
     /// The `[ntfy]` section and its topics, when there is one.
     pub ntfy: Option<(NtfySection, Vec<TopicSection>)>,
+    /// The GitHub worker's file, from `[github]`; its `server` is left for `up` to fill in.
+    pub github: Option<GitHubFile>,
+    /// The webhook worker's file, from `[webhook]`; its `server` is left for `up` to fill in.
+    pub webhook: Option<WebhookFile>,
+    /// The `[web]` section; it becomes the web inbox's file once `up` adds the server.
+    pub web: Option<toml::Table>,
     /// False when the file does not exist (the defaults apply).
     pub exists: bool,
 }
@@ -181,27 +195,37 @@ impl Instance {
         };
         let telegram = match self.worker_section(&mut table, "telegram", &invalid)? {
             None => None,
-            Some(section) => Some(
-                toml::Value::Table(section)
-                    .try_into::<TelegramSection>()
-                    .map_err(|error| invalid(format!("[telegram]: {error}")))?,
-            ),
+            Some(section) => Some(section_as(section, "telegram", &invalid)?),
         };
         let ntfy = match self.worker_section(&mut table, "ntfy", &invalid)? {
             None => None,
             Some(mut section) => {
-                let topics = match section.remove("topics") {
-                    None => Vec::new(),
-                    Some(topics) => topics
-                        .try_into::<Vec<TopicSection>>()
-                        .map_err(|error| invalid(format!("[ntfy] topics: {error}")))?,
-                };
-                let section = toml::Value::Table(section)
-                    .try_into::<NtfySection>()
-                    .map_err(|error| invalid(format!("[ntfy]: {error}")))?;
-                Some((section, topics))
+                let topics = take_part(&mut section, "ntfy", "topics", &invalid)?;
+                Some((
+                    section_as(section, "ntfy", &invalid)?,
+                    topics.unwrap_or_default(),
+                ))
             }
         };
+        let github = match self.worker_section(&mut table, "github", &invalid)? {
+            None => None,
+            Some(mut section) => Some(GitHubFile {
+                server: Default::default(),
+                webhook: take_part(&mut section, "github", "webhook", &invalid)?,
+                polling: take_part(&mut section, "github", "polling", &invalid)?,
+                github: section_as(section, "github", &invalid)?,
+            }),
+        };
+        let webhook = match self.worker_section(&mut table, "webhook", &invalid)? {
+            None => None,
+            Some(mut section) => Some(WebhookFile {
+                server: Default::default(),
+                endpoints: take_part(&mut section, "webhook", "endpoints", &invalid)?
+                    .unwrap_or_default(),
+                webhook: section_as(section, "webhook", &invalid)?,
+            }),
+        };
+        let web = self.worker_section(&mut table, "web", &invalid)?;
         let database_set = table.contains_key("database");
         let mut server = ServerConfig::parse(&table.to_string()).map_err(invalid)?;
         if !database_set {
@@ -211,6 +235,9 @@ impl Instance {
             server,
             telegram,
             ntfy,
+            github,
+            webhook,
+            web,
             exists: text.is_some(),
         })
     }
@@ -234,6 +261,46 @@ impl Instance {
             Some(_) => Err(invalid(format!("{name} is not a table"))),
         }
     }
+}
+
+/// The URL this machine's clients reach a listener at (loopback for a wildcard address).
+pub fn local_url(listen: SocketAddr) -> String {
+    let mut address = listen;
+    if address.ip().is_unspecified() {
+        address.set_ip(match address {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    format!("http://{address}")
+}
+
+/// A worker's section as the type its own file has for it.
+fn section_as<T: serde::de::DeserializeOwned>(
+    section: toml::Table,
+    name: &str,
+    invalid: &impl Fn(String) -> CliError,
+) -> Result<T, CliError> {
+    toml::Value::Table(section)
+        .try_into()
+        .map_err(|error| invalid(format!("[{name}]: {error}")))
+}
+
+/// The part `<name>` of a worker's section (a sub-table or a list), taken out of it.
+fn take_part<T: serde::de::DeserializeOwned>(
+    section: &mut toml::Table,
+    section_name: &str,
+    name: &str,
+    invalid: &impl Fn(String) -> CliError,
+) -> Result<Option<T>, CliError> {
+    section
+        .remove(name)
+        .map(|value| {
+            value
+                .try_into()
+                .map_err(|error| invalid(format!("[{section_name}] {name}: {error}")))
+        })
+        .transpose()
 }
 
 /// `$<variable>`, else `$HOME/<fallback>`.

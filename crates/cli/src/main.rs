@@ -1,17 +1,22 @@
 //! `countersign`: the command-line client of a countersign server.
 
 mod args;
+mod channels;
 mod commands;
+mod config_file;
 mod edit;
 mod exec;
 mod exit;
 mod hook;
 mod install;
 mod instance;
+mod instance_check;
 mod mcp;
 mod render;
 mod settings;
 mod setup;
+mod setup_github;
+mod setup_web;
 mod up;
 
 use std::io::IsTerminal;

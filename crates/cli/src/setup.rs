@@ -18,9 +18,10 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use teloxide::types::{Message, UpdateKind};
-use toml_edit::{value, Array, ArrayOfTables, DocumentMut, InlineTable, Item, Table};
+use toml_edit::{value, Array, DocumentMut, Item};
 
 use crate::args::SetupTelegramArgs;
+use crate::config_file::{self, NewApprover};
 use crate::exit::{CliError, Exit};
 use crate::instance::{replace_file, Instance, Secret};
 
@@ -33,15 +34,8 @@ const CODE_LENGTH: usize = 10;
 /// The longest single getUpdates long poll.
 const POLL_SECONDS: u64 = 10;
 
-/// What a config file created by `setup` starts with.
-const NEW_CONFIG_HEADER: &str = "\
-# The local countersign instance (`countersign up`). Top-level keys are countersign-server's
-# options (docs/configuration.md); [telegram] is the Telegram worker's. No secret is kept here:
-# the generated tokens and the bot token are files under $XDG_DATA_HOME/countersign/secrets.
-";
-
 pub async fn telegram(instance: &Instance, args: SetupTelegramArgs) -> Result<Exit, CliError> {
-    let existing = read_config(instance)?;
+    let existing = config_file::read(instance)?;
     let configured_api_url = existing
         .get("telegram")
         .and_then(|telegram| telegram.get("api_url"))
@@ -121,20 +115,27 @@ fn bot_token(instance: &Instance, add: bool) -> Result<String, CliError> {
             return Ok(token);
         }
     }
-    eprint!("Telegram bot token (from @BotFather): ");
-    let _ = std::io::stderr().flush();
-    let mut line = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut line)
-        .map_err(|error| CliError::Failure(format!("cannot read the bot token: {error}")))?;
-    let token = line.trim().to_owned();
+    let token = prompt("Telegram bot token (from @BotFather)")?;
     if token.is_empty() {
         return Err(CliError::Usage(format!(
             "no bot token: type it at the prompt or set {BOT_TOKEN_ENV} (create a bot with @BotFather)"
         )));
     }
     Ok(token)
+}
+
+/// Asks on stderr and reads one line of the answer from stdin (trimmed; empty at its end).
+pub fn prompt(question: &str) -> Result<String, CliError> {
+    eprint!("{question}: ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|error| {
+            CliError::Failure(format!("cannot read the answer to {question:?}: {error}"))
+        })?;
+    Ok(line.trim().to_owned())
 }
 
 fn telegram_error(error: BotApiError) -> CliError {
@@ -371,22 +372,6 @@ impl Codes {
     }
 }
 
-fn read_config(instance: &Instance) -> Result<DocumentMut, CliError> {
-    let path = &instance.config_file;
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => NEW_CONFIG_HEADER.to_owned(),
-        Err(error) => {
-            return Err(CliError::Usage(format!(
-                "cannot read config file {}: {error}",
-                path.display()
-            )))
-        }
-    };
-    text.parse()
-        .map_err(|error| CliError::Usage(format!("config file {}: {error}", path.display())))
-}
-
 /// Writes the paired approver into the config file: an `[[approvers]]` entry, the user on the
 /// Telegram worker's allowlist, and (unless adding one more) the chat as the default target.
 /// Returns false when the user was an approver already (nothing is written).
@@ -397,45 +382,17 @@ fn register(
     api_url: &str,
     add: bool,
 ) -> Result<bool, CliError> {
-    let invalid = |what: &str| {
-        CliError::Usage(format!(
-            "config file {}: {what}; not changing it",
-            instance.config_file.display()
-        ))
-    };
-    let approver_id = format!("telegram:{}", paired.user_id);
     let user_id = paired.user_id.to_string();
-    let approvers = doc
-        .entry("approvers")
-        .or_insert(Item::ArrayOfTables(ArrayOfTables::new()))
-        .as_array_of_tables_mut()
-        .ok_or_else(|| invalid("approvers is not an array of tables"))?;
-    let is_paired = |table: &Table| {
-        table
-            .get("identities")
-            .and_then(|identities| identities.get("telegram"))
-            .and_then(Item::as_array)
-            .is_some_and(|ids| ids.iter().any(|id| id.as_str() == Some(&user_id)))
+    let approver = NewApprover {
+        id: format!("telegram:{user_id}"),
+        name: &paired.name,
+        channel: "telegram",
+        identity: &user_id,
     };
-    if approvers.iter().any(is_paired) {
+    if !config_file::add_approver(&mut doc, instance, &approver)? {
         return Ok(false);
     }
-    // No `cli` identity for the terminal's user: hooks name that user as the requester, and
-    // with separation of duties (the default) an approver cannot approve their own request.
-    let mut identities = InlineTable::new();
-    identities.insert("telegram", Array::from_iter([user_id.as_str()]).into());
-    let mut approver = Table::new();
-    approver["id"] = value(approver_id);
-    approver["name"] = value(paired.name.as_str());
-    approver["max_risk"] = value("critical");
-    approver["identities"] = value(identities);
-    approvers.push(approver);
-
-    let telegram = doc
-        .entry("telegram")
-        .or_insert(Item::Table(Table::new()))
-        .as_table_mut()
-        .ok_or_else(|| invalid("telegram is not a table"))?;
+    let telegram = config_file::table(&mut doc, instance, "telegram")?;
     if !add || !telegram.contains_key("default_chat_id") {
         telegram["default_chat_id"] = value(paired.chat_id);
     }
@@ -443,20 +400,18 @@ fn register(
         .entry("allowed_user_ids")
         .or_insert(value(Array::new()))
         .as_array_mut()
-        .ok_or_else(|| invalid("telegram.allowed_user_ids is not an array"))?;
-    let user = i64::try_from(paired.user_id).map_err(|_| invalid("user id out of range"))?;
+        .ok_or_else(|| {
+            config_file::invalid(instance, "telegram.allowed_user_ids is not an array")
+        })?;
+    let user = i64::try_from(paired.user_id)
+        .map_err(|_| config_file::invalid(instance, "user id out of range"))?;
     if !allowed.iter().any(|id| id.as_integer() == Some(user)) {
         allowed.push(user);
     }
     if api_url != DEFAULT_API_URL {
         telegram["api_url"] = value(api_url);
     }
-    if let Some(dir) = instance.config_file.parent() {
-        std::fs::create_dir_all(dir).map_err(|error| {
-            CliError::Failure(format!("cannot create {}: {error}", dir.display()))
-        })?;
-    }
-    replace_file(&instance.config_file, doc.to_string().as_bytes(), None)?;
+    config_file::write(instance, &doc)?;
     Ok(true)
 }
 

@@ -9,153 +9,22 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use countersign_client::{pb, Client, ClientConfig, ClientError};
+use countersign_client::{pb, ClientError};
 use countersign_testkit::telegram::{ChatMessage, FakeTelegram, RecordedRequest, TestUser};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::{Child, ChildStdout};
 
+use support::home::{hook_answer, installed_hook, spawn_hook, terminate, text, Home};
 use support::STEP;
 
 const BOT_TOKEN: &str = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw";
-
-/// An empty home directory, and the `countersign` binary run in it as a new user would.
-struct Home {
-    dir: tempfile::TempDir,
-    listen: String,
-    api_url: String,
-}
-
-impl Home {
-    fn new(telegram: &FakeTelegram) -> Home {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("project")).unwrap();
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        Home {
-            listen: probe.local_addr().unwrap().to_string(),
-            dir,
-            api_url: telegram.api_url(),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn data(&self) -> PathBuf {
-        self.path().join(".local/share/countersign")
-    }
-
-    fn config_file(&self) -> PathBuf {
-        self.path().join(".config/countersign/countersign.toml")
-    }
-
-    fn secret(&self, name: &str) -> String {
-        std::fs::read_to_string(self.data().join("secrets").join(name))
-            .unwrap()
-            .trim()
-            .to_owned()
-    }
-
-    /// `countersign <args>` in the project directory. The test's plumbing (where the fake Bot
-    /// API and a free port are) comes from the environment; the user types nothing of it.
-    fn countersign(&self, args: &[&str]) -> Command {
-        self.command(env!("CARGO_BIN_EXE_countersign"), args)
-    }
-
-    /// `program <args>` in the project directory, with the user's environment.
-    fn command(&self, program: &str, args: &[&str]) -> Command {
-        let mut command = Command::new(program);
-        command
-            .args(args)
-            .current_dir(self.path().join("project"))
-            .env("HOME", self.path())
-            .env("USER", "tester")
-            .env("TELEGRAM_API_URL", &self.api_url)
-            .env("COUNTERSIGN_LISTEN", &self.listen);
-        for variable in [
-            "XDG_CONFIG_HOME",
-            "XDG_DATA_HOME",
-            "COUNTERSIGN_SERVER",
-            "COUNTERSIGN_TOKEN",
-            "COUNTERSIGN_TOKEN_FILE",
-            "COUNTERSIGN_CONFIG",
-            "COUNTERSIGN_CA_CERT",
-            "COUNTERSIGN_AGENT_ID",
-            "TELEGRAM_BOT_TOKEN",
-            "RUST_LOG",
-        ] {
-            command.env_remove(variable);
-        }
-        command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        command
-    }
-
-    async fn run(&self, args: &[&str]) -> Output {
-        tokio::time::timeout(STEP, self.countersign(args).output())
-            .await
-            .expect("countersign did not exit")
-            .unwrap()
-    }
-
-    /// `countersign up`, its log in a file; returns once its server answers.
-    async fn up(&self) -> Child {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.path().join("up.log"))
-            .unwrap();
-        let mut child = self
-            .countersign(&["up"])
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let deadline = tokio::time::Instant::now() + STEP;
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("countersign up exited ({status}):\n{}", self.up_log());
-            }
-            if let Ok(token) = std::fs::read_to_string(self.data().join("secrets/admin-token")) {
-                let client = self.client(token.trim());
-                match client
-                    .get_approval("00000000-0000-7000-8000-000000000000")
-                    .await
-                {
-                    Err(ClientError::NotFound(_)) => return child,
-                    Err(ClientError::Unavailable(_)) => {}
-                    other => panic!("unexpected answer: {other:?}"),
-                }
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "up did not serve in time:\n{}",
-                self.up_log()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn up_log(&self) -> String {
-        std::fs::read_to_string(self.path().join("up.log")).unwrap_or_default()
-    }
-
-    fn client(&self, token: &str) -> Client {
-        let mut config = ClientConfig::new(format!("http://{}", self.listen));
-        config.token = Some(token.to_owned());
-        Client::connect(config).unwrap()
-    }
-}
 
 /// A running `setup telegram`, past the line that shows the pairing code.
 struct Setup {
@@ -280,72 +149,6 @@ fn button(message: &ChatMessage, label: &str) -> String {
     message.callback_data()[index].clone()
 }
 
-/// The hook command `install` wrote into the project's Claude Code settings.
-fn installed_hook(home: &Home) -> String {
-    let settings: Value = serde_json::from_str(
-        &std::fs::read_to_string(home.path().join("project/.claude/settings.json")).unwrap(),
-    )
-    .unwrap();
-    settings["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
-/// Runs the installed hook command line as Claude Code does: through the shell, the
-/// PreToolUse payload on stdin.
-fn spawn_hook(home: &Home, command_line: &str, tool_use_id: &str, shell: &str) -> Child {
-    let payload = json!({
-        "session_id": "quickstart-session",
-        "transcript_path": home.path().join("transcript.jsonl"),
-        "cwd": home.path().join("project"),
-        "hook_event_name": "PreToolUse",
-        "tool_name": "Bash",
-        "tool_input": {"command": shell, "description": "clean the build"},
-        "tool_use_id": tool_use_id,
-    });
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(command_line)
-        .current_dir(home.path().join("project"))
-        .env("HOME", home.path())
-        .env_remove("XDG_CONFIG_HOME")
-        .env_remove("XDG_DATA_HOME")
-        .env_remove("COUNTERSIGN_SERVER")
-        .env_remove("COUNTERSIGN_TOKEN")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    tokio::spawn(async move {
-        stdin
-            .write_all(payload.to_string().as_bytes())
-            .await
-            .unwrap();
-    });
-    child
-}
-
-async fn hook_answer(child: Child) -> Value {
-    let output = tokio::time::timeout(STEP, child.wait_with_output())
-        .await
-        .expect("the hook did not answer")
-        .unwrap();
-    assert_eq!(output.status.code(), Some(0), "{output:?}");
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| panic!("{error}: {output:?}"))
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
 fn assert_no_secret(home: &Home, shown: &str, what: &str) {
     for name in ["worker-token", "agent-token", "admin-token"] {
         let secret = home.secret(name);
@@ -371,7 +174,7 @@ async fn quickstart_from_an_empty_home_to_a_phone_approval_and_a_rejection() {
         ]
     );
     let telegram = FakeTelegram::start(BOT_TOKEN).await;
-    let home = Home::new(&telegram);
+    let home = Home::new(&telegram.api_url());
     let alice = alice();
 
     // 1. countersign setup telegram: the token typed at the prompt, the code sent by phone.
@@ -486,25 +289,10 @@ fn assert_no_secret_but_bot_token_is_private(home: &Home) {
     assert!(!config.contains(BOT_TOKEN), "{config}");
 }
 
-async fn terminate(home: &Home, child: &mut Child) {
-    let pid = child.id().unwrap();
-    let sent = std::process::Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(sent.success());
-    let status = tokio::time::timeout(STEP, child.wait())
-        .await
-        .expect("up did not stop on SIGTERM")
-        .unwrap();
-    assert!(status.success(), "{status}:\n{}", home.up_log());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pairing_refuses_wrong_reused_and_expired_codes_and_registers_nothing() {
     let telegram = FakeTelegram::start(BOT_TOKEN).await;
-    let home = Home::new(&telegram);
+    let home = Home::new(&telegram.api_url());
     let alice = alice();
     let mallory = TestUser::new(6666, "Mallory", Some("mallory"));
     let bob = TestUser::new(1002, "Bob", None);
@@ -576,7 +364,7 @@ async fn pairing_refuses_wrong_reused_and_expired_codes_and_registers_nothing() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_on_an_empty_home_names_what_is_missing_and_the_fix() {
     let telegram = FakeTelegram::start(BOT_TOKEN).await;
-    let home = Home::new(&telegram);
+    let home = Home::new(&telegram.api_url());
     let doctor = home.run(&["doctor"]).await;
     let shown = text(&doctor);
     assert_ne!(doctor.status.code(), Some(0), "{shown}");
@@ -646,7 +434,7 @@ where
 async fn up_loses_and_duplicates_nothing_acknowledged_across_sigkill() {
     use rand::Rng;
     let telegram = FakeTelegram::start(BOT_TOKEN).await;
-    let home = Home::new(&telegram);
+    let home = Home::new(&telegram.api_url());
     let mut up = home.up().await;
     let agent = home.client(&home.secret("agent-token"));
     let admin = home.client(&home.secret("admin-token"));
@@ -863,7 +651,7 @@ impl Channel {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_permission_relay_answers_from_the_phone_and_supersedes_stale_prompts() {
     let telegram = FakeTelegram::start(BOT_TOKEN).await;
-    let home = Home::new(&telegram);
+    let home = Home::new(&telegram.api_url());
     let alice = alice();
     let mut up = paired_and_up(&home, &telegram).await;
     let mut channel = Channel::start(&home).await;
@@ -941,7 +729,7 @@ async fn up_runs_the_ntfy_worker_of_its_config_and_its_button_decides() {
 
     let telegram = FakeTelegram::start(BOT_TOKEN).await;
     let ntfy = FakeNtfy::start().await;
-    let home = Home::new(&telegram);
+    let home = Home::new(&telegram.api_url());
     let links = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

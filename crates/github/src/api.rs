@@ -405,6 +405,27 @@ impl GitHubApi {
         Ok(())
     }
 
+    /// The login of the account the token belongs to (`GET /user`): the one the worker
+    /// comments as.
+    pub async fn authenticated_login(&self) -> Result<String, ApiError> {
+        #[derive(Deserialize)]
+        struct Account {
+            login: String,
+        }
+        let account: Account = self.get_json("/user").await?;
+        Ok(account.login)
+    }
+
+    /// Whether `repo` exists and the token can see it (`GET /repos/{owner}/{repo}`).
+    pub async fn repository_exists(&self, repo: &RepoName) -> Result<bool, ApiError> {
+        let path = format!("/repos/{}/{}", repo.owner(), repo.name());
+        match self.get_json::<Value>(&path).await {
+            Ok(_) => Ok(true),
+            Err(error) if error.status() == Some(404) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
     /// `login`'s permission on `repo`; a user GitHub does not know there has none.
     pub async fn permission(&self, repo: &RepoName, login: &str) -> Result<Permission, ApiError> {
         let path = format!(

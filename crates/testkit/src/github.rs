@@ -203,6 +203,10 @@ pub enum Endpoint {
     UpdateIssue,
     /// `POST /app/installations/{id}/access_tokens`
     CreateInstallationToken,
+    /// `GET /user`: the account the token belongs to.
+    GetAuthenticatedUser,
+    /// `GET /repos/{owner}/{repo}`
+    GetRepository,
 }
 
 /// An error answer injected for the next call(s) of an endpoint.
@@ -696,6 +700,8 @@ enum Route {
     GetIssue { repo: String, number: u64 },
     UpdateIssue { repo: String, number: u64 },
     CreateInstallationToken,
+    GetAuthenticatedUser,
+    GetRepository { repo: String },
 }
 
 impl Route {
@@ -712,6 +718,8 @@ impl Route {
             Route::GetIssue { .. } => Endpoint::GetIssue,
             Route::UpdateIssue { .. } => Endpoint::UpdateIssue,
             Route::CreateInstallationToken => Endpoint::CreateInstallationToken,
+            Route::GetAuthenticatedUser => Endpoint::GetAuthenticatedUser,
+            Route::GetRepository { .. } => Endpoint::GetRepository,
         }
     }
 
@@ -723,6 +731,8 @@ impl Route {
                 | Route::GetPermission { .. }
                 | Route::ListIssues { .. }
                 | Route::GetIssue { .. }
+                | Route::GetAuthenticatedUser
+                | Route::GetRepository { .. }
         )
     }
 
@@ -735,9 +745,11 @@ impl Route {
             ["app", "installations", _, "access_tokens"] if post => {
                 Some(Route::CreateInstallationToken)
             }
+            ["user"] if get => Some(Route::GetAuthenticatedUser),
             ["repos", owner, repo, rest @ ..] => {
                 let repo = format!("{owner}/{repo}");
                 match rest {
+                    [] if get => Some(Route::GetRepository { repo }),
                     ["issues"] if post => Some(Route::CreateIssue { repo }),
                     ["issues"] if get => Some(Route::ListIssues { repo }),
                     ["issues", "comments", id] if patch => Some(Route::UpdateComment {
@@ -1124,6 +1136,13 @@ fn serve(
 ) -> Answer {
     let base_url = state.base_url.clone();
     match route {
+        Route::GetAuthenticatedUser => Answer::json(StatusCode::OK, user_json(&caller)),
+        Route::GetRepository { repo } => {
+            if !state.repo_exists(&repo) {
+                return Answer::not_found();
+            }
+            repository_json(&base_url, &repo)
+        }
         Route::ListComments { repo, number } => {
             if state.issue(&repo, number).is_none() {
                 return Answer::not_found();
@@ -1378,6 +1397,23 @@ fn replace_in_strings(value: &mut Value, from: &str, to: &str) {
 }
 
 /// A user object in the shape of the recorded ones, for `user`.
+/// The fields of `GET /repos/{owner}/{repo}` that clients read.
+fn repository_json(base_url: &str, repo: &str) -> Answer {
+    let (owner, name) = repo.split_once('/').unwrap_or((repo, repo));
+    Answer::json(
+        StatusCode::OK,
+        json!({
+            "id": 1_296_269,
+            "name": name,
+            "full_name": repo,
+            "owner": {"login": owner, "type": "Organization"},
+            "private": false,
+            "url": format!("{base_url}/repos/{repo}"),
+            "has_issues": true,
+        }),
+    )
+}
+
 pub fn user_json(user: &User) -> Value {
     let template: Value = serde_json::from_str(COMMENT_JSON).expect("comment fixture");
     let mut json = template["user"].clone();

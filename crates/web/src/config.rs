@@ -48,9 +48,11 @@ pub const CHANNEL: &str = "web";
 
 pub use countersign_worker::config::ConfigError;
 
+/// The file as written (also the `[web]` section of `countersign up`'s config file, with the
+/// server filled in).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct FileConfig {
+pub struct FileConfig {
     #[serde(default = "default_listen")]
     listen: SocketAddr,
     public_url: Option<String>,
@@ -184,7 +186,8 @@ impl Settings {
         self.public_url.starts_with("https://")
     }
 
-    fn from_file(
+    /// Validates a parsed file; `env` looks up the tokens' environment variables.
+    pub fn from_file(
         file: FileConfig,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Settings, ConfigError> {

@@ -4,6 +4,9 @@
 
 #![allow(dead_code)]
 
+pub mod github;
+pub mod home;
+
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::Duration;

@@ -1,0 +1,156 @@
+//! `doctor`'s checks of the local instance: the config file, each channel it sets up (and
+//! the ones it could), the approvers and the secret files. Prints what is fine and what is
+//! optional; returns what is missing, each with the command that fixes it. Never a secret.
+
+use crate::instance::{open_to_others, Instance, InstanceConfig, Secret, Token};
+use countersign_telegram::config::BOT_TOKEN_ENV;
+
+const SETUP_TELEGRAM: &str = "run countersign setup telegram";
+const SETUP_GITHUB: &str = "run countersign setup github";
+const SETUP_WEB: &str = "run countersign setup web";
+
+/// What the local instance lacks, each with the command that fixes it.
+pub fn check_instance(instance: &Instance) -> Vec<String> {
+    let mut problems = Vec::new();
+    match instance.load_config() {
+        Err(error) => problems.push(format!("{error}")),
+        Ok(config) if !config.exists => problems.push(format!(
+            "no config file {}: no channel asks anyone ({SETUP_TELEGRAM}, countersign setup github or countersign setup web)",
+            instance.config_file.display()
+        )),
+        Ok(config) => {
+            println!("ok    config file {}", instance.config_file.display());
+            check_channels(instance, &config, &mut problems);
+            match config.server.approvers.len() {
+                0 => problems.push(format!(
+                    "no approvers: any decider a worker sends is accepted ({SETUP_TELEGRAM}, or countersign setup github)"
+                )),
+                approvers => println!("ok    {approvers} approver(s) registered"),
+            }
+        }
+    }
+    let secrets = Token::ALL
+        .into_iter()
+        .map(Secret::Token)
+        .chain([Secret::TelegramBotToken, Secret::GitHubToken]);
+    for secret in secrets {
+        let path = instance.secret_path(secret);
+        if open_to_others(&path) == Some(true) {
+            problems.push(format!(
+                "{} can be read by other users (chmod 600 {})",
+                path.display(),
+                path.display()
+            ));
+        }
+    }
+    if instance.server_url().is_none() {
+        problems.push("countersign up never started (run countersign up)".to_owned());
+    }
+    problems
+}
+
+/// A secret is set: in its environment variable, its file, or the config file.
+fn secret_set(instance: &Instance, env: &str, secret: Secret, in_file: bool) -> bool {
+    std::env::var(env).is_ok_and(|value| !value.is_empty())
+        || matches!(instance.read_secret(secret), Ok(Some(_)))
+        || in_file
+}
+
+fn check_channels(instance: &Instance, config: &InstanceConfig, problems: &mut Vec<String>) {
+    let mut configured = 0;
+    let mut optional = Vec::new();
+    match &config.telegram {
+        None => optional.push(format!("Telegram is not set up ({SETUP_TELEGRAM})")),
+        Some(telegram) => {
+            configured += 1;
+            let token = secret_set(
+                instance,
+                BOT_TOKEN_ENV,
+                Secret::TelegramBotToken,
+                telegram.bot_token.is_some(),
+            );
+            if !token {
+                problems.push(format!("no Telegram bot token ({SETUP_TELEGRAM})"));
+            }
+            match telegram.default_chat_id {
+                Some(chat) => println!("ok    Telegram: approvals go to chat {chat}"),
+                None => problems.push(format!("Telegram has no default chat ({SETUP_TELEGRAM})")),
+            }
+        }
+    }
+    match &config.github {
+        None => optional.push(format!("GitHub is not set up ({SETUP_GITHUB})")),
+        Some(file) => {
+            configured += 1;
+            let github = &file.github;
+            let token = secret_set(
+                instance,
+                countersign_github::config::ENV_GITHUB_TOKEN,
+                Secret::GitHubToken,
+                github.token.is_some() || github.app_id.is_some(),
+            );
+            if !token {
+                problems.push(format!("no GitHub token ({SETUP_GITHUB})"));
+            }
+            if file.polling.is_none() && file.webhook.is_none() {
+                problems.push(format!(
+                    "GitHub: neither [github.polling] nor [github.webhook], so no comment is read ({SETUP_GITHUB})"
+                ));
+            }
+            match &github.default_target {
+                Some(target) => println!(
+                    "ok    GitHub: approvals go to {target}, commented as {}",
+                    github.bot_login
+                ),
+                None => problems.push(format!("GitHub has no default target ({SETUP_GITHUB})")),
+            }
+        }
+    }
+    match &config.web {
+        None => optional.push(format!("the web inbox is off ({SETUP_WEB})")),
+        Some(_) => {
+            configured += 1;
+            let can_sign_in = config.server.approvers.iter().any(|approver| {
+                approver
+                    .identities
+                    .get(countersign_web::config::CHANNEL)
+                    .is_some_and(|ids| !ids.is_empty())
+            });
+            if can_sign_in {
+                println!(
+                    "ok    web inbox: a sign-in link for another browser: countersign setup web"
+                );
+            } else {
+                problems.push(format!(
+                    "no approver can sign in to the web inbox ({SETUP_WEB})"
+                ));
+            }
+        }
+    }
+    if let Some((_, topics)) = &config.ntfy {
+        configured += 1;
+        println!("ok    ntfy: {} topic(s)", topics.len());
+    }
+    if let Some(file) = &config.webhook {
+        configured += 1;
+        println!("ok    webhook: {} endpoint(s)", file.endpoints.len());
+        for endpoint in &file.endpoints {
+            // `up` may well run with another environment than this shell's: a note, no failure.
+            if !std::env::var(&endpoint.secret_env).is_ok_and(|value| !value.is_empty()) {
+                optional.push(format!(
+                    "webhook endpoint {}: its signing secret comes from {}, not set here (countersign up needs it)",
+                    endpoint.name, endpoint.secret_env
+                ));
+            }
+        }
+    }
+    if configured == 0 {
+        problems.push(format!(
+            "no channel is set up, so nobody is asked ({SETUP_TELEGRAM}, countersign setup github or countersign setup web)"
+        ));
+    } else {
+        for line in optional {
+            println!("--    {line}");
+        }
+    }
+}
