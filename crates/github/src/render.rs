@@ -12,6 +12,7 @@
 
 use countersign_client::{groups, pb, version};
 use countersign_worker::agent_text;
+use countersign_worker::approval::reminder_detail;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
@@ -116,7 +117,7 @@ pub fn reminder(approval: &pb::Approval, detail: &str) -> String {
         .collect();
     let mut body = format!(
         "⏰ **Reminder**: {} · approval `{}` ({})",
-        inline(detail, 500),
+        inline(reminder_detail(detail), 500),
         short_id(&approval.id),
         inline(&approval.tool_name, 200)
     );

@@ -1404,7 +1404,7 @@ async fn group_progress_refusals_and_a_reminder_that_mentions_the_group() {
     assert!(
         reminder
             .body
-            .contains("only 1 of 2 approvals from security after "),
+            .contains("**Reminder**: only 1 of 2 approvals from security after "),
         "{}",
         reminder.body
     );

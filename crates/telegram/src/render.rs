@@ -10,6 +10,7 @@ use pb::{ApprovalState, ResolvedBy, Risk, Scope, Verdict};
 use time::OffsetDateTime;
 
 use countersign_worker::agent_text;
+use countersign_worker::approval::reminder_detail;
 
 use crate::callback::{ButtonAction, CallbackData};
 
@@ -179,7 +180,7 @@ fn who_decides_html(approval: &pb::Approval) -> String {
 pub fn reminder_html(approval: &pb::Approval, detail: &str) -> String {
     let mut html = format!(
         "⏰ <b>Reminder</b>: {}\n<b>Tool:</b> <code>{}</code> · <b>ID:</b> <code>{}</code>",
-        escape_within(detail, RESOLUTION_REASON_LIMIT),
+        escape_within(reminder_detail(detail), RESOLUTION_REASON_LIMIT),
         agent_html(&approval.tool_name, TOOL_LIMIT),
         escape(short_id(&approval.id))
     );

@@ -14,6 +14,12 @@ pub fn is_granted(approval: &pb::Approval) -> bool {
             .is_some_and(|resolution| resolution.resolved_by() == pb::ResolvedBy::Grant)
 }
 
+/// The server's reminder text without its own "reminder: " lead, for a message whose heading
+/// already says it is a reminder (not "Reminder: reminder: …").
+pub fn reminder_detail(detail: &str) -> &str {
+    detail.strip_prefix("reminder: ").unwrap_or(detail)
+}
+
 /// Every pending approval routed to `channel`, read page by page, as a snapshot would bring
 /// them (for a worker that resumes its watch after a persisted cursor). Transient failures are
 /// retried with backoff up to `max_backoff`: nothing can be shown before the server answers.

@@ -122,7 +122,11 @@ async fn a_group_approval_is_routed_reminded_escalated_and_decided_by_members() 
     } else {
         "no decision from security"
     };
-    assert!(reminder.text.contains(missing), "{}", reminder.text);
+    assert!(
+        reminder.text.contains(&format!("Reminder: {missing}")),
+        "{}",
+        reminder.text
+    );
 
     // Escalated: the on-call chat gets the request, and erin may now decide there.
     let oncall = harness.request_message_in(ONCALL_CHAT, 0).await;
