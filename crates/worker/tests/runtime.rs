@@ -404,17 +404,18 @@ async fn a_restart_resumes_after_the_cursor_and_replays_what_came_after() {
         .recorder
         .until_shown("while-away", ApprovalState::Pending)
         .await;
-    let record = harness.recorder.lock();
-    assert_eq!(record.snapshots, 1, "only the first start took a snapshot");
-    let replayed: Vec<(&str, ApprovalState)> = record.calls[before_restart..]
-        .iter()
-        .map(|call| (call.key.as_str(), call.state))
-        .collect();
-    assert!(
-        !replayed.contains(&("shown", ApprovalState::Pending)),
-        "the request handled before the restart was shown again: {replayed:?}"
-    );
-    drop(record);
+    {
+        let record = harness.recorder.lock();
+        assert_eq!(record.snapshots, 1, "only the first start took a snapshot");
+        let replayed: Vec<(&str, ApprovalState)> = record.calls[before_restart..]
+            .iter()
+            .map(|call| (call.key.as_str(), call.state))
+            .collect();
+        assert!(
+            !replayed.contains(&("shown", ApprovalState::Pending)),
+            "the request handled before the restart was shown again: {replayed:?}"
+        );
+    }
     running.shut_down().await;
 }
 
@@ -449,14 +450,15 @@ async fn a_kill_mid_flight_loses_nothing_and_duplicates_nothing() {
         .recorder
         .until_shown("after", ApprovalState::Pending)
         .await;
-    let record = harness.recorder.lock();
-    let after_restart: Vec<&str> = record.calls[before_restart..]
-        .iter()
-        .map(|call| call.key.as_str())
-        .collect();
-    assert_eq!(after_restart, vec!["in-flight", "after"]);
-    assert_eq!(record.snapshots, 1, "the restart resumed after the cursor");
-    drop(record);
+    {
+        let record = harness.recorder.lock();
+        let after_restart: Vec<&str> = record.calls[before_restart..]
+            .iter()
+            .map(|call| call.key.as_str())
+            .collect();
+        assert_eq!(after_restart, vec!["in-flight", "after"]);
+        assert_eq!(record.snapshots, 1, "the restart resumed after the cursor");
+    }
     running.shut_down().await;
 }
 
@@ -498,16 +500,17 @@ async fn a_shutdown_finishes_work_within_the_grace_period_and_flushes_the_cursor
         .recorder
         .until_shown("after", ApprovalState::Pending)
         .await;
-    let record = harness.recorder.lock();
-    let after_restart: Vec<&str> = record.calls[before_restart..]
-        .iter()
-        .map(|call| call.key.as_str())
-        .collect();
-    assert_eq!(
-        after_restart,
-        vec!["outlasting", "after"],
-        "cursor saved at {saved}"
-    );
-    drop(record);
+    {
+        let record = harness.recorder.lock();
+        let after_restart: Vec<&str> = record.calls[before_restart..]
+            .iter()
+            .map(|call| call.key.as_str())
+            .collect();
+        assert_eq!(
+            after_restart,
+            vec!["outlasting", "after"],
+            "cursor saved at {saved}"
+        );
+    }
     running.shut_down().await;
 }
