@@ -284,6 +284,28 @@ impl Harness {
             .unwrap();
     }
 
+    /// Requests an approval and waits until it is shown pending.
+    async fn request_shown(&self, key: &str) -> pb::Approval {
+        let approval = self.request(key).await;
+        self.recorder.until_shown(key, ApprovalState::Pending).await;
+        approval
+    }
+
+    /// Restarts the runtime and waits until `key` is shown pending, then until a request
+    /// made after that is: every call of the restarted runtime for what came before it has
+    /// then been made. Returns the runtime and the keys of its calls, in order.
+    async fn restart_until_shown(&self, key: &str) -> (Running, Vec<String>) {
+        let before_restart = self.recorder.lock().calls.len();
+        let running = self.start(GRACE);
+        self.recorder.until_shown(key, ApprovalState::Pending).await;
+        self.request_shown("after").await;
+        let keys = self.recorder.lock().calls[before_restart..]
+            .iter()
+            .map(|call| call.key.clone())
+            .collect();
+        (running, keys)
+    }
+
     fn saved_cursor(&self) -> Option<u64> {
         saved_cursor(self.cursor.as_deref()?)
     }
@@ -384,11 +406,7 @@ async fn a_retry_waits_for_the_platform_s_retry_after_and_shows_the_latest_state
 async fn a_restart_resumes_after_the_cursor_and_replays_what_came_after() {
     let harness = Harness::new(true).await;
     let running = harness.start(GRACE);
-    let shown = harness.request("shown").await;
-    harness
-        .recorder
-        .until_shown("shown", ApprovalState::Pending)
-        .await;
+    let shown = harness.request_shown("shown").await;
     running.shut_down().await;
     assert!(harness.saved_cursor().is_some_and(|seq| seq > 0));
 
@@ -425,11 +443,7 @@ async fn a_restart_resumes_after_the_cursor_and_replays_what_came_after() {
 async fn a_kill_mid_flight_loses_nothing_and_duplicates_nothing() {
     let harness = Harness::new(true).await;
     let running = harness.start(GRACE);
-    harness.request("handled").await;
-    harness
-        .recorder
-        .until_shown("handled", ApprovalState::Pending)
-        .await;
+    harness.request_shown("handled").await;
     harness.until_cursor(1).await;
     let (_never_released, held) = oneshot::channel();
     harness.recorder.script("in-flight", Step::Hold(held));
@@ -438,27 +452,13 @@ async fn a_kill_mid_flight_loses_nothing_and_duplicates_nothing() {
     running.kill().await;
     assert!(harness.recorder.shown_states("in-flight").is_empty());
 
-    let before_restart = harness.recorder.lock().calls.len();
-    let running = harness.start(GRACE);
-    harness
-        .recorder
-        .until_shown("in-flight", ApprovalState::Pending)
-        .await;
-    // Something after it, so that anything still to be replayed came before.
-    harness.request("after").await;
-    harness
-        .recorder
-        .until_shown("after", ApprovalState::Pending)
-        .await;
-    {
-        let record = harness.recorder.lock();
-        let after_restart: Vec<&str> = record.calls[before_restart..]
-            .iter()
-            .map(|call| call.key.as_str())
-            .collect();
-        assert_eq!(after_restart, vec!["in-flight", "after"]);
-        assert_eq!(record.snapshots, 1, "the restart resumed after the cursor");
-    }
+    let (running, after_restart) = harness.restart_until_shown("in-flight").await;
+    assert_eq!(after_restart, vec!["in-flight", "after"]);
+    assert_eq!(
+        harness.recorder.lock().snapshots,
+        1,
+        "the restart resumed after the cursor"
+    );
     running.shut_down().await;
 }
 
@@ -489,28 +489,61 @@ async fn a_shutdown_finishes_work_within_the_grace_period_and_flushes_the_cursor
     // the work that finished during the grace period.
     let saved = harness.saved_cursor().unwrap_or(0);
 
-    let before_restart = harness.recorder.lock().calls.len();
+    let (running, after_restart) = harness.restart_until_shown("outlasting").await;
+    assert_eq!(
+        after_restart,
+        vec!["outlasting", "after"],
+        "cursor saved at {saved}"
+    );
+    running.shut_down().await;
+}
+
+/// An approval waiting for its retry at a shutdown keeps its event ahead of the cursor: the
+/// restarted runtime shows it, and nothing the first run finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_waiting_for_its_retry_is_shown_after_a_restart() {
+    let harness = Harness::new(true).await;
+    let running = harness.start(GRACE);
+    harness.request_shown("handled").await;
+    harness
+        .recorder
+        .script("waiting", Step::Fail(Some(Duration::from_secs(600))));
+    harness.request("waiting").await;
+    harness.recorder.until_called("waiting").await;
+    harness.request_shown("handled-later").await;
+    running.shut_down().await;
+    assert!(harness.recorder.shown_states("waiting").is_empty());
+
+    let (running, after_restart) = harness.restart_until_shown("waiting").await;
+    // The later request is replayed too (the cursor cannot pass the waiting one); showing
+    // it again is what an idempotent channel makes harmless. Lanes run concurrently, so the
+    // two replayed calls may start in either order.
+    let mut replayed = after_restart;
+    replayed.sort();
+    assert_eq!(replayed, vec!["after", "handled-later", "waiting"]);
+    running.shut_down().await;
+}
+
+/// Without a cursor every start takes a snapshot; an approval the channel still showed
+/// pending and that was resolved while the runtime was stopped is shown as it is now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_corrects_what_was_resolved_while_stopped() {
+    let harness = Harness::new(false).await;
+    let running = harness.start(GRACE);
+    let resolved = harness.request_shown("resolved-while-away").await;
+    harness.request_shown("still-pending").await;
+    running.shut_down().await;
+    harness.cancel(&resolved).await;
+
     let running = harness.start(GRACE);
     harness
         .recorder
-        .until_shown("outlasting", ApprovalState::Pending)
+        .until_shown("resolved-while-away", ApprovalState::Cancelled)
         .await;
-    harness.request("after").await;
-    harness
-        .recorder
-        .until_shown("after", ApprovalState::Pending)
-        .await;
-    {
-        let record = harness.recorder.lock();
-        let after_restart: Vec<&str> = record.calls[before_restart..]
-            .iter()
-            .map(|call| call.key.as_str())
-            .collect();
-        assert_eq!(
-            after_restart,
-            vec!["outlasting", "after"],
-            "cursor saved at {saved}"
-        );
-    }
+    assert_eq!(
+        harness.recorder.shown_states("resolved-while-away"),
+        vec![ApprovalState::Pending, ApprovalState::Cancelled]
+    );
+    assert_eq!(harness.recorder.lock().snapshots, 2);
     running.shut_down().await;
 }
