@@ -8,8 +8,9 @@
 //! (`countersign-links`, the webhook channel's links): a link decides once, expires with the
 //! approval, and a forged or altered one decides nothing. The notification is updated in
 //! place (same sequence id) when the approval is decided, also elsewhere, expires or is
-//! cancelled. It runs on the shared worker runtime (`countersign-worker`): one lane per
-//! approval, retries honouring `Retry-After`, graceful shutdown.
+//! cancelled. It is a `Channel` of the shared worker runtime (`countersign_worker::runtime`),
+//! which owns the loop: one lane per approval, retries honouring `Retry-After`, graceful
+//! shutdown.
 //!
 //! [`run`] is the entry point of the `countersign-ntfy` binary, of tests, and of anything
 //! that runs the worker in its own process.
@@ -21,16 +22,16 @@ pub mod store;
 mod worker;
 
 use std::future::Future;
-use std::sync::Arc;
 
 use countersign_client::{Client, ClientError};
 use countersign_links::pages::Pages;
-use countersign_worker::lanes::Lanes;
+use countersign_worker::retry::Backoff;
+use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions};
 
 use crate::api::{NtfyApi, NtfyError};
 pub use crate::config::Settings;
 use crate::store::{Store, StoreError};
-use crate::worker::Worker;
+use crate::worker::NtfyChannel;
 pub use crate::worker::CHANNEL;
 
 /// Why the worker stopped.
@@ -38,6 +39,8 @@ pub use crate::worker::CHANNEL;
 pub enum WorkerError {
     #[error("countersign server: {0}")]
     Server(#[from] ClientError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -72,10 +75,6 @@ pub async fn run(
             addr: listen,
             source,
         })?;
-    let lanes = Lanes::new();
-    // The lanes' jobs hold the worker; dropping this future (a kill in tests) stops them.
-    let _stop_lanes = lanes.abort_on_drop();
-    let grace = settings.shutdown_grace;
     tracing::info!(
         server = %settings.server.client.url,
         ntfy = %settings.ntfy_url,
@@ -83,15 +82,16 @@ pub async fn run(
         %listen,
         "ntfy worker started"
     );
+    let options = RuntimeOptions {
+        heartbeat_timeout: settings.server.heartbeat_timeout,
+        max_backoff: settings.server.max_backoff,
+        retry: Backoff::new(settings.retry_interval, settings.max_retry_wait),
+        shutdown_grace: settings.shutdown_grace,
+        // Every start reconciles with a snapshot; the store knows what was shown.
+        cursor_path: None,
+    };
     let router = pages.clone().router();
-    let worker = Arc::new(Worker::new(
-        client,
-        api,
-        store,
-        pages,
-        settings,
-        lanes.clone(),
-    ));
+    let channel = NtfyChannel::new(client.clone(), api, store, pages, settings);
     let serve = async {
         axum::serve(listener, router)
             .await
@@ -101,13 +101,7 @@ pub async fn run(
             })
     };
     tokio::select! {
-        result = worker.follow_approvals() => result,
-        result = worker.retry_failed() => result,
+        result = runtime::run(client, channel, options, shutdown) => Ok(result?),
         result = serve => result,
-        () = shutdown => {
-            tracing::info!(in_flight = lanes.busy(), "shutting down; finishing the publishes in flight");
-            lanes.shutdown(grace).await;
-            Ok(())
-        }
     }
 }

@@ -1,31 +1,29 @@
-//! The worker: each pending approval of the `ntfy` channel becomes a notification on its
-//! topics, with Approve / Reject… / Allow for session buttons that decide through one-time
-//! links; the notification is updated in place (same sequence id) to the outcome when the
-//! approval is decided (there or elsewhere), expires or is cancelled.
+//! The ntfy channel: each pending approval of the `ntfy` channel becomes a notification on
+//! its topics, with Approve / Reject… / Allow for session buttons that decide through
+//! one-time links; the notification is updated in place (same sequence id) to the outcome
+//! when the approval is decided (there or elsewhere), expires or is cancelled.
 //!
-//! Everything for one approval runs in its lane; a publish that fails for a reason that may
-//! pass (429, 5xx, no answer) is retried on the approval's schedule, never before ntfy's
-//! `Retry-After`. Every start reconciles: a snapshot of the pending approvals, then every
-//! approval whose notification does not show a final state yet (from the local store), so an
-//! approval resolved while the worker was down is corrected however long it was down.
+//! The loop around it (watch, lanes, retries on the approval's schedule never before ntfy's
+//! `Retry-After`, shutdown) is the shared runtime's (`countersign_worker::runtime`). Every
+//! start reconciles: a snapshot of the pending approvals, then every approval whose
+//! notification does not show a final state yet (from the local store), so an approval
+//! resolved while the worker was down is corrected however long it was down.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use countersign_client::{pb, version, Client, WatchItem, WatchOptions};
+use countersign_client::{pb, version, Client};
 use countersign_links::pages::Pages;
 use countersign_links::store::NewLink;
 use countersign_links::{expires_ms, LinkVerdict};
 use countersign_worker::approval::route_targets;
-use countersign_worker::lanes::Lanes;
-use countersign_worker::retry::{Backoff, RetrySchedule};
-use pb::{ApprovalState, EventKind};
+use countersign_worker::channel::Channel;
+use countersign_worker::retry::{Classify, Verdict};
+use pb::ApprovalState;
 
 use crate::api::{NtfyApi, NtfyError};
 use crate::config::{Settings, Topic};
 use crate::render::{self, Buttons};
 use crate::store::{Store, StoreError};
-use crate::WorkerError;
 
 /// The channel name this worker serves.
 pub const CHANNEL: &str = "ntfy";
@@ -35,160 +33,82 @@ const CLOCK_SKEW_SECS: i64 = 5;
 
 /// Why one notification could not be brought up to date.
 #[derive(Debug, thiserror::Error)]
-enum ShowError {
+pub enum ShowError {
     #[error(transparent)]
     Ntfy(#[from] NtfyError),
-    #[error(transparent)]
+    #[error("cannot write the state database, so not publishing: {0}")]
     Store(#[from] StoreError),
 }
 
-pub struct Worker {
+impl Classify for ShowError {
+    fn verdict(&self) -> Verdict {
+        match self {
+            ShowError::Ntfy(error) => error.verdict(),
+            // Without the intent on disk a crash could lose track of the publish.
+            ShowError::Store(_) => Verdict::Retry { after: None },
+        }
+    }
+}
+
+pub struct NtfyChannel {
     client: Client,
     api: NtfyApi,
     store: Store,
     pages: Pages,
     settings: Settings,
-    lanes: Lanes,
-    retries: RetrySchedule,
 }
 
-impl Worker {
+impl Channel for NtfyChannel {
+    type Error = ShowError;
+
+    fn name(&self) -> &str {
+        CHANNEL
+    }
+
+    /// Brings every notification of the approval in line with its state. A topic refused
+    /// for good is logged and the others go on; when any failed for a reason that may pass,
+    /// the error with the longest retry-after is returned (the retry shows every topic again,
+    /// which costs nothing where the notification is up to date).
+    async fn show(&self, approval: &pb::Approval) -> Result<(), ShowError> {
+        let mut retry: Option<(Option<Duration>, ShowError)> = None;
+        for topic in self.topics_of(approval) {
+            let Err(error) = self.show_on(approval, topic).await else {
+                continue;
+            };
+            match error.verdict() {
+                Verdict::Retry { after } => {
+                    tracing::warn!(approval_id = %approval.id, topic = %topic.name, %error, "cannot publish now; will retry");
+                    if retry.as_ref().is_none_or(|(longest, _)| after > *longest) {
+                        retry = Some((after, error));
+                    }
+                }
+                Verdict::Final => {
+                    tracing::error!(approval_id = %approval.id, topic = %topic.name, %error, "ntfy refused the notification");
+                }
+            }
+        }
+        retry.map_or(Ok(()), |(_, error)| Err(error))
+    }
+
+    async fn unfinished(&self) -> Result<Vec<String>, ShowError> {
+        Ok(self.store.unfinished().await?)
+    }
+}
+
+impl NtfyChannel {
     pub fn new(
         client: Client,
         api: NtfyApi,
         store: Store,
         pages: Pages,
         settings: Settings,
-        lanes: Lanes,
-    ) -> Worker {
-        let retries = RetrySchedule::new(Backoff::new(
-            settings.retry_interval,
-            settings.max_retry_wait,
-        ));
-        Worker {
+    ) -> NtfyChannel {
+        NtfyChannel {
             client,
             api,
             store,
             pages,
             settings,
-            lanes,
-            retries,
-        }
-    }
-
-    /// Follows the `ntfy` channel: a snapshot at every (re)connection, then its events.
-    pub async fn follow_approvals(self: &Arc<Self>) -> Result<(), WorkerError> {
-        let mut watch = self.client.watch(WatchOptions {
-            channel: CHANNEL.to_owned(),
-            heartbeat_timeout: self.settings.server.heartbeat_timeout,
-            max_backoff: self.settings.server.max_backoff,
-            // Every start reconciles with a snapshot; the store knows what was shown.
-            resume_after: None,
-        });
-        loop {
-            match watch.next().await? {
-                WatchItem::Snapshot(pending) => {
-                    tracing::info!(pending = pending.len(), "snapshot of pending approvals");
-                    for approval_id in self.store.unfinished().await? {
-                        if !pending.iter().any(|approval| approval.id == approval_id) {
-                            self.enqueue_refresh(approval_id);
-                        }
-                    }
-                    for approval in pending {
-                        self.enqueue_show(approval);
-                    }
-                }
-                WatchItem::Event(event) => {
-                    let kind = event.kind();
-                    let Some(approval) = event.approval else {
-                        continue;
-                    };
-                    match kind {
-                        EventKind::Requested
-                        | EventKind::Resolved
-                        | EventKind::Expired
-                        | EventKind::Cancelled
-                        | EventKind::Consumed
-                        | EventKind::DecisionRecorded
-                        | EventKind::Escalated => {
-                            tracing::debug!(approval_id = %approval.id, seq = event.seq, ?kind, "approval event");
-                            self.enqueue_show(approval);
-                        }
-                        _ => {}
-                    }
-                }
-            }
-        }
-    }
-
-    /// Tries again the approvals whose notifications failed for a reason that may pass.
-    pub async fn retry_failed(self: &Arc<Self>) -> Result<(), WorkerError> {
-        loop {
-            for approval_id in self.retries.next_due().await {
-                self.enqueue_refresh(approval_id);
-            }
-        }
-    }
-
-    fn enqueue_show(self: &Arc<Self>, approval: pb::Approval) {
-        let worker = self.clone();
-        let key = approval.id.clone();
-        self.lanes
-            .push(&key, async move { worker.show(&approval).await });
-    }
-
-    /// Shows the approval as the server has it now.
-    fn enqueue_refresh(self: &Arc<Self>, approval_id: String) {
-        let worker = self.clone();
-        let key = approval_id.clone();
-        self.lanes.push(&key, async move {
-            match worker.client.get_approval(&approval_id).await {
-                Ok(approval) => worker.show(&approval).await,
-                Err(error) if error.is_transient() => {
-                    tracing::warn!(approval_id, %error, "cannot read an approval to update its notification; will retry");
-                    worker.retries.failed(&approval_id, None);
-                }
-                Err(error) => {
-                    tracing::warn!(approval_id, %error, "giving up on an approval's notification");
-                    worker.retries.succeeded(&approval_id);
-                }
-            }
-        });
-    }
-
-    /// Brings every notification of the approval in line with its state; a failure that may
-    /// pass schedules a retry of the whole approval.
-    async fn show(&self, approval: &pb::Approval) {
-        if let Some(wait) = self.retries.holds(&approval.id) {
-            // ntfy asked for a pause; the scheduled retry shows the latest state after it.
-            tracing::debug!(approval_id = %approval.id, wait_ms = wait.as_millis() as u64, "rate limited; leaving the update to the scheduled retry");
-            return;
-        }
-        let mut failed = false;
-        let mut retry_after: Option<Duration> = None;
-        for topic in self.topics_of(approval) {
-            match self.show_on(approval, topic).await {
-                Ok(()) => {}
-                Err(ShowError::Ntfy(error)) if error.is_transient() => {
-                    tracing::warn!(approval_id = %approval.id, topic = %topic.name, %error, "cannot publish now; will retry");
-                    failed = true;
-                    retry_after = retry_after.max(error.retry_after());
-                }
-                Err(ShowError::Ntfy(error)) => {
-                    tracing::error!(approval_id = %approval.id, topic = %topic.name, %error, "ntfy refused the notification");
-                }
-                Err(ShowError::Store(error)) => {
-                    // Without the intent on disk a crash could lose track of the publish.
-                    tracing::error!(approval_id = %approval.id, topic = %topic.name, %error, "cannot write the state database; not publishing, will retry");
-                    failed = true;
-                }
-            }
-        }
-        if failed {
-            let wait = self.retries.failed(&approval.id, retry_after);
-            tracing::debug!(approval_id = %approval.id, retry_in_ms = wait.as_millis() as u64, "notification scheduled for a retry");
-        } else {
-            self.retries.succeeded(&approval.id);
         }
     }
 

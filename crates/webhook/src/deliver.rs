@@ -1,17 +1,20 @@
-//! The deliveries: approval events from the watch become rows in the store, and each due row
-//! is POSTed to its endpoint in its approval's lane, signed, retried with backoff on what may
-//! pass (transport errors, timeouts, 408, 429, 5xx; never before a Retry-After) until the
-//! endpoint answers 2xx, refuses finally (other 4xx) or the retry window is over; then it is a
-//! dead letter.
+//! The deliveries: the runtime (`countersign_worker::runtime`) hands each approval's state to
+//! [`Queue`], which turns it into the event it calls for, a row in the store per endpoint;
+//! each due row is POSTed to its endpoint in its approval's lane, signed, retried with
+//! backoff on what may pass (transport errors, timeouts, 408, 429, 5xx; never before a
+//! Retry-After) until the endpoint answers 2xx, refuses finally (other 4xx) or the retry
+//! window is over; then it is a dead letter. Every event is delivered, not only the newest
+//! state, so the rows, not the runtime's per-approval retries, carry the delivery attempts.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use countersign_client::{pb, Client, WatchItem, WatchOptions};
+use countersign_client::pb;
 use countersign_worker::approval::route_targets;
+use countersign_worker::channel::Channel;
 use countersign_worker::lanes::Lanes;
-use countersign_worker::retry::{Backoff, Verdict};
+use countersign_worker::retry::{Backoff, Classify, Verdict};
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 
 use crate::config::{Endpoint, Settings};
@@ -27,6 +30,43 @@ pub const CHANNEL: &str = "webhook";
 /// back by the `dead-letters retry` command).
 const QUEUE_POLL: Duration = Duration::from_millis(500);
 
+/// The webhook channel as the runtime drives it: showing an approval is queueing the event
+/// its state calls for (a webhook-id already queued is not queued again).
+pub struct Queue(pub Arc<Deliveries>);
+
+impl Channel for Queue {
+    type Error = StoreError;
+
+    fn name(&self) -> &str {
+        CHANNEL
+    }
+
+    async fn show(&self, approval: &pb::Approval) -> Result<(), StoreError> {
+        self.0.queue(approval).await
+    }
+
+    /// Approvals this worker sent a request for and whose resolution event is not queued:
+    /// the ones resolved while it was away, however long, once no longer pending.
+    async fn unfinished(&self) -> Result<Vec<String>, StoreError> {
+        let endpoints: Vec<&str> = self
+            .0
+            .settings
+            .endpoints
+            .iter()
+            .map(|endpoint| endpoint.name.as_str())
+            .collect();
+        self.0.store.awaiting_resolution(&endpoints).await
+    }
+}
+
+/// The state database may come back (a locked or full disk); until the event is queued, the
+/// runtime keeps the approval on its retry schedule.
+impl Classify for StoreError {
+    fn verdict(&self) -> Verdict {
+        Verdict::Retry { after: None }
+    }
+}
+
 /// A failed attempt.
 #[derive(Debug)]
 struct AttemptError {
@@ -35,7 +75,6 @@ struct AttemptError {
 }
 
 pub struct Deliveries {
-    client: Client,
     store: Store,
     settings: Settings,
     http: reqwest::Client,
@@ -46,12 +85,7 @@ pub struct Deliveries {
 }
 
 impl Deliveries {
-    pub fn new(
-        client: Client,
-        store: Store,
-        settings: Settings,
-        lanes: Lanes,
-    ) -> Result<Deliveries, WorkerError> {
+    pub fn new(store: Store, settings: Settings, lanes: Lanes) -> Result<Deliveries, WorkerError> {
         let http = reqwest::Client::builder()
             .timeout(settings.request_timeout)
             .redirect(reqwest::redirect::Policy::none())
@@ -60,7 +94,6 @@ impl Deliveries {
             .map_err(|error| WorkerError::Http(error.to_string()))?;
         Ok(Deliveries {
             backoff: Backoff::new(settings.retry_interval, settings.max_retry_wait),
-            client,
             store,
             settings,
             http,
@@ -74,63 +107,6 @@ impl Deliveries {
         self.in_flight
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Follows the `webhook` channel and queues an event per endpoint for each approval.
-    pub async fn follow_approvals(&self) -> Result<(), WorkerError> {
-        let mut watch = self.client.watch(WatchOptions {
-            channel: CHANNEL.to_owned(),
-            heartbeat_timeout: self.settings.heartbeat_timeout,
-            max_backoff: self.settings.max_backoff,
-            // Every start reconciles with a snapshot; the SQLite queue keeps what was queued.
-            resume_after: None,
-        });
-        loop {
-            match watch.next().await? {
-                WatchItem::Snapshot(pending) => {
-                    tracing::info!(pending = pending.len(), "snapshot of pending approvals");
-                    for approval in &pending {
-                        self.queue(approval).await?;
-                    }
-                    self.catch_up_resolved(&pending).await?;
-                }
-                WatchItem::Event(event) => {
-                    if let Some(approval) = &event.approval {
-                        tracing::debug!(approval_id = %approval.id, seq = event.seq, kind = ?event.kind(), "approval event");
-                        self.queue(approval).await?;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Approvals this worker sent a request for and that were resolved while it was away:
-    /// every one whose resolution event is not queued yet and that the snapshot did not list
-    /// as pending, however long the worker was away.
-    async fn catch_up_resolved(&self, pending: &[pb::Approval]) -> Result<(), WorkerError> {
-        let endpoints: Vec<&str> = self
-            .settings
-            .endpoints
-            .iter()
-            .map(|endpoint| endpoint.name.as_str())
-            .collect();
-        for approval_id in self.store.awaiting_resolution(&endpoints).await? {
-            if pending.iter().any(|approval| approval.id == approval_id) {
-                continue;
-            }
-            match self.client.get_approval(&approval_id).await {
-                Ok(approval) => self.queue(&approval).await?,
-                Err(error) if error.is_transient() => {
-                    tracing::warn!(approval_id, %error, "cannot read an approval resolved while away; its resolution event waits for the next snapshot");
-                    return Ok(());
-                }
-                // Pruned from the server, or no longer ours to read: nothing to send.
-                Err(error) => {
-                    tracing::warn!(approval_id, %error, "cannot read an approval resolved while away; no resolution event for it");
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Queues the event the approval's state calls for, once per endpoint.

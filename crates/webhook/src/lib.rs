@@ -8,8 +8,10 @@
 //! at-least-once with a stable webhook-id, and end as dead letters the `dead-letters` command
 //! lists and re-queues. Request events carry one-time decision links served by the worker's
 //! own small HTTP endpoint: a confirmation page first, then `Decide` as the link's approver.
-//! It runs on the shared worker runtime (`countersign-worker`): one lane per approval, retry
-//! verdicts and backoff honouring Retry-After, graceful shutdown.
+//! It is a `Channel` of the shared worker runtime (`countersign_worker::runtime`), which owns
+//! the watch (a snapshot at every start, then reconciling against the queue), one lane per
+//! approval and graceful shutdown; the deliveries use its retry verdicts and backoff
+//! honouring Retry-After.
 
 pub mod config;
 pub mod deliver;
@@ -23,10 +25,12 @@ use std::sync::Arc;
 use countersign_client::{Client, ClientConfig, ClientError};
 use countersign_links::pages::Pages;
 use countersign_worker::lanes::Lanes;
+use countersign_worker::retry::Backoff;
+use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions};
 
 pub use crate::config::Settings;
-use crate::deliver::Deliveries;
 pub use crate::deliver::CHANNEL;
+use crate::deliver::{Deliveries, Queue};
 use crate::store::{Store, StoreError};
 
 /// Why the worker stopped.
@@ -34,6 +38,8 @@ use crate::store::{Store, StoreError};
 pub enum WorkerError {
     #[error("countersign server: {0}")]
     Server(#[from] ClientError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("HTTP client: {0}")]
@@ -83,7 +89,15 @@ pub async fn run(
         listen = %settings.listen,
         "webhook worker started"
     );
-    let deliveries = Arc::new(Deliveries::new(client, store, settings, lanes.clone())?);
+    let options = RuntimeOptions {
+        heartbeat_timeout: settings.heartbeat_timeout,
+        max_backoff: settings.max_backoff,
+        retry: Backoff::new(settings.retry_interval, settings.max_retry_wait),
+        shutdown_grace: grace,
+        // Every start reconciles with a snapshot; the SQLite queue keeps what was queued.
+        cursor_path: None,
+    };
+    let deliveries = Arc::new(Deliveries::new(store, settings, lanes.clone())?);
     let serve = async {
         axum::serve(listener, pages)
             .await
@@ -92,14 +106,15 @@ pub async fn run(
                 source,
             })
     };
+    let queue = Queue(deliveries.clone());
     tokio::select! {
-        result = deliveries.follow_approvals() => result,
-        result = deliveries.dispatch() => result,
-        result = serve => result,
-        () = shutdown => {
+        result = runtime::run(client, queue, options, shutdown) => {
+            result?;
             tracing::info!(in_flight = lanes.busy(), "shutting down; finishing the deliveries in flight");
             lanes.shutdown(grace).await;
             Ok(())
         }
+        result = deliveries.dispatch() => result,
+        result = serve => result,
     }
 }

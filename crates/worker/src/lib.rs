@@ -1,6 +1,11 @@
-//! The runtime every countersign channel worker (Telegram, GitHub, the web inbox) shares, so
-//! that each channel crate keeps only its platform's parts (rendering, parsing, API calls):
+//! The runtime every countersign channel worker (Telegram, GitHub, the web inbox, ntfy, the
+//! webhook channel) shares, so that each channel crate keeps only its platform's parts
+//! (rendering, parsing, API calls):
 //!
+//! - [`runtime::run`]: the loop itself — the watch with its persisted cursor (or a snapshot
+//!   and reconciliation), lanes, retries, graceful shutdown — driving a [`channel::Channel`],
+//!   which holds only platform operations. The pieces below are what it is built from; the
+//!   workers not yet moved onto it use them directly.
 //! - [`lanes::Lanes`]: one ordered queue per approval, many approvals in flight at once, so
 //!   that one slow or failing approval never delays another; graceful shutdown finishes the
 //!   writes in flight.
@@ -20,10 +25,12 @@
 
 pub mod agent_text;
 pub mod approval;
+pub mod channel;
 pub mod config;
 pub mod cursor;
 pub mod lanes;
 pub mod logging;
 pub mod outbox;
 pub mod retry;
+pub mod runtime;
 pub mod shutdown;

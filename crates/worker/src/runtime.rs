@@ -1,0 +1,293 @@
+//! The loop every channel worker runs, around a [`Channel`] that holds only platform
+//! operations:
+//!
+//! - **Watch** the channel's approvals. With a persisted [`Cursor`] a restarted worker resumes
+//!   right after the last event it fully handled (every later event is replayed, so an
+//!   approval resolved while it was down is corrected by its own events); without one, or when
+//!   the server no longer retains it, it starts with a snapshot and reconciles: every pending
+//!   approval is shown, and every one the channel still shows unfinished that is no longer
+//!   pending is shown as the server has it now.
+//! - **Lanes**: everything for one approval runs in its lane, in order; approvals run
+//!   concurrently.
+//! - **Retries**: a failure that may pass schedules the approval on its own backoff, never
+//!   before the platform's retry-after (and nothing else is tried for it meanwhile); the retry
+//!   shows the approval as the server has it then. The item that led to it stays in flight for
+//!   the cursor until the retry succeeds or the platform refuses for good.
+//! - **Shutdown**: when asked, the work in flight may finish within the grace period; then
+//!   the cursor is flushed. A worker dropped mid-flight (killed) keeps unfinished items ahead
+//!   of its cursor, so the restarted worker handles them again.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use countersign_client::{pb, Client, ClientError, WatchItem, WatchOptions};
+use pb::EventKind;
+
+use crate::channel::Channel;
+use crate::cursor::{Cursor, CursorError, Part};
+use crate::lanes::Lanes;
+use crate::retry::{retry_in_line, Backoff, Classify, RetrySchedule, Verdict};
+
+/// How many times listing the channel's unfinished approvals is tried after a snapshot.
+const UNFINISHED_ATTEMPTS: u32 = 5;
+
+/// How the runtime watches, retries and stops.
+#[derive(Clone, Debug)]
+pub struct RuntimeOptions {
+    /// See [`WatchOptions::heartbeat_timeout`].
+    pub heartbeat_timeout: Duration,
+    /// See [`WatchOptions::max_backoff`].
+    pub max_backoff: Duration,
+    /// The backoff of an approval's retries (never shorter than the platform's retry-after).
+    pub retry: Backoff,
+    /// How long the work in flight may take to finish once a shutdown is asked for.
+    pub shutdown_grace: Duration,
+    /// Where the watch cursor is kept (it must survive restarts); `None`: every start takes a
+    /// snapshot and reconciles.
+    pub cursor_path: Option<PathBuf>,
+}
+
+/// Why the runtime stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("countersign server: {0}")]
+    Server(#[from] ClientError),
+    #[error(transparent)]
+    Cursor(#[from] CursorError),
+    #[error("{channel} channel: cannot list the approvals it shows unfinished: {message}")]
+    Unfinished { channel: String, message: String },
+}
+
+/// Runs `channel` until `shutdown` completes (the work in flight then gets the grace period,
+/// the cursor is flushed and `Ok` is returned) or an error that retrying cannot fix occurs.
+/// Dropping the returned future stops everything at once, as a killed worker would.
+pub async fn run<C: Channel>(
+    client: Client,
+    channel: C,
+    options: RuntimeOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), RuntimeError> {
+    let (cursor, resume_after) = match &options.cursor_path {
+        Some(path) => {
+            let (cursor, saved) = Cursor::open(path);
+            (Some(cursor), saved)
+        }
+        None => (None, None),
+    };
+    let lanes = Lanes::new();
+    // The lanes' jobs hold the runtime; dropping this future stops them.
+    let _stop_lanes = lanes.abort_on_drop();
+    let runtime = Arc::new(Runtime {
+        retries: RetrySchedule::new(options.retry),
+        client,
+        channel,
+        lanes: lanes.clone(),
+        cursor: cursor.clone(),
+        options,
+    });
+    let persist = async {
+        match &cursor {
+            Some(cursor) => cursor.persist().await.map_err(RuntimeError::from),
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        result = runtime.follow(resume_after) => result,
+        () = runtime.retry_due() => Ok(()),
+        result = persist => result,
+        () = shutdown => {
+            tracing::info!(channel = runtime.channel.name(), in_flight = lanes.busy(), "shutting down; finishing the work in flight");
+            lanes.shutdown(runtime.options.shutdown_grace).await;
+            if let Some(cursor) = &cursor {
+                cursor.flush().await?;
+            }
+            Ok(())
+        }
+    }
+}
+
+struct Runtime<C> {
+    client: Client,
+    channel: C,
+    options: RuntimeOptions,
+    lanes: Lanes,
+    retries: RetrySchedule,
+    cursor: Option<Cursor>,
+}
+
+/// This share of a watch item's work is over.
+fn finish(part: Option<Part>) {
+    if let Some(part) = part {
+        part.done();
+    }
+}
+
+/// Whether an event changes what an approval's message shows.
+fn changes_message(kind: EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::Requested
+            | EventKind::DecisionRecorded
+            | EventKind::Resolved
+            | EventKind::Expired
+            | EventKind::Cancelled
+            | EventKind::Consumed
+            | EventKind::Escalated
+    )
+}
+
+impl<C: Channel> Runtime<C> {
+    async fn follow(self: &Arc<Self>, resume_after: Option<u64>) -> Result<(), RuntimeError> {
+        let name = self.channel.name().to_owned();
+        if let Some(after) = resume_after {
+            tracing::info!(channel = %name, after, "resuming the watch after the persisted cursor");
+        }
+        let mut watch = self.client.watch(WatchOptions {
+            channel: name,
+            heartbeat_timeout: self.options.heartbeat_timeout,
+            max_backoff: self.options.max_backoff,
+            resume_after,
+        });
+        loop {
+            match watch.next().await? {
+                WatchItem::Snapshot(pending) => {
+                    let part = self.begin(watch.cursor().unwrap_or(0));
+                    self.reconcile(pending, part.as_ref()).await?;
+                    finish(part);
+                }
+                WatchItem::Event(event) => {
+                    let part = self.begin(event.seq);
+                    let kind = event.kind();
+                    match event.approval {
+                        Some(approval) if changes_message(kind) => {
+                            tracing::debug!(approval_id = %approval.id, seq = event.seq, ?kind, "approval event");
+                            let share = part.as_ref().map(Part::share);
+                            self.enqueue_show(approval, share);
+                        }
+                        _ => {}
+                    }
+                    finish(part);
+                }
+            }
+        }
+    }
+
+    fn begin(&self, seq: u64) -> Option<Part> {
+        self.cursor.as_ref().map(|cursor| cursor.begin(seq))
+    }
+
+    /// After a snapshot: every pending approval is shown, and every one the channel shows
+    /// unfinished that is no longer pending is shown as it is now.
+    async fn reconcile(
+        self: &Arc<Self>,
+        pending: Vec<pb::Approval>,
+        part: Option<&Part>,
+    ) -> Result<(), RuntimeError> {
+        tracing::info!(
+            channel = self.channel.name(),
+            pending = pending.len(),
+            "snapshot of pending approvals"
+        );
+        let unfinished = retry_in_line(
+            self.options.retry,
+            UNFINISHED_ATTEMPTS,
+            self.options.retry.max,
+            "listing the unfinished approvals",
+            || self.channel.unfinished(),
+        )
+        .await
+        .map_err(|error| RuntimeError::Unfinished {
+            channel: self.channel.name().to_owned(),
+            message: error.to_string(),
+        })?;
+        for approval_id in unfinished {
+            if !pending.iter().any(|approval| approval.id == approval_id) {
+                self.enqueue_refresh(approval_id, part.map(Part::share));
+            }
+        }
+        for approval in pending {
+            self.enqueue_show(approval, part.map(Part::share));
+        }
+        Ok(())
+    }
+
+    /// Tries again the approvals whose last attempt failed for a reason that may pass.
+    async fn retry_due(self: &Arc<Self>) {
+        loop {
+            for approval_id in self.retries.next_due().await {
+                self.enqueue_refresh(approval_id, None);
+            }
+        }
+    }
+
+    fn enqueue_show(self: &Arc<Self>, approval: pb::Approval, part: Option<Part>) {
+        let runtime = self.clone();
+        let key = approval.id.clone();
+        self.lanes.push(&key, async move {
+            runtime.show(&approval).await;
+            runtime.job_over(&approval.id, part);
+        });
+    }
+
+    /// Shows the approval as the server has it now.
+    fn enqueue_refresh(self: &Arc<Self>, approval_id: String, part: Option<Part>) {
+        let runtime = self.clone();
+        let key = approval_id.clone();
+        self.lanes.push(&key, async move {
+            match runtime.client.get_approval(&approval_id).await {
+                Ok(approval) => runtime.show(&approval).await,
+                Err(error) if error.is_transient() => {
+                    tracing::warn!(approval_id, %error, "cannot read an approval to show it; will retry");
+                    runtime.retries.failed(&approval_id, None);
+                }
+                Err(error) => {
+                    tracing::warn!(approval_id, %error, "cannot read an approval; giving up on showing it");
+                    runtime.retries.succeeded(&approval_id);
+                }
+            }
+            runtime.job_over(&approval_id, part);
+        });
+    }
+
+    /// Shows the approval; a failure that may pass schedules a retry of it.
+    async fn show(&self, approval: &pb::Approval) {
+        if let Some(wait) = self.retries.holds(&approval.id) {
+            // The platform asked for a pause; the scheduled retry shows the latest state.
+            tracing::debug!(approval_id = %approval.id, wait_ms = wait.as_millis() as u64, "rate limited; leaving the update to the scheduled retry");
+            return;
+        }
+        let Err(error) = self.channel.show(approval).await else {
+            self.retries.succeeded(&approval.id);
+            return;
+        };
+        match error.verdict() {
+            Verdict::Retry { after } => {
+                let wait = self.retries.failed(&approval.id, after);
+                tracing::warn!(approval_id = %approval.id, %error, retry_in_ms = wait.as_millis() as u64, "cannot show the approval now; will retry");
+            }
+            Verdict::Final => {
+                tracing::error!(approval_id = %approval.id, %error, "the platform refused to show the approval");
+                self.retries.succeeded(&approval.id);
+            }
+        }
+    }
+
+    /// The end of a job of `approval_id` that was (`part`) part of handling a watch item:
+    /// while the approval waits for a retry the item stays in flight; otherwise it, and every
+    /// item that waited for this approval, is handled.
+    fn job_over(&self, approval_id: &str, part: Option<Part>) {
+        let Some(cursor) = &self.cursor else {
+            return;
+        };
+        if self.retries.is_scheduled(approval_id) {
+            if let Some(part) = part {
+                cursor.park(approval_id, part);
+            }
+        } else {
+            finish(part);
+            cursor.release(approval_id);
+        }
+    }
+}

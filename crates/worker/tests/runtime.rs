@@ -1,0 +1,549 @@
+//! The runtime against a real countersign server (in process, loopback gRPC) and a test
+//! channel that records every call: the "platform" holds one message per approval (so
+//! showing is idempotent), and each approval's next calls can be scripted, by the agent's
+//! idempotency key and before the request, to fail with a retry-after, to be held, or to
+//! take a while.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use countersign_client::{pb, Client, ClientConfig};
+use countersign_testkit::server::TestServer;
+use countersign_worker::channel::Channel;
+use countersign_worker::retry::{Backoff, Classify, Verdict};
+use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions};
+use pb::ApprovalState;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// What the next call for an approval does.
+enum Step {
+    /// Fails with a retryable error carrying this retry-after.
+    Fail(Option<Duration>),
+    /// Waits until the sender fires (or is dropped), then shows.
+    Hold(oneshot::Receiver<()>),
+    /// Takes this long, then shows.
+    Slow(Duration),
+}
+
+#[derive(Clone, Debug)]
+struct Call {
+    key: String,
+    state: ApprovalState,
+    started: Instant,
+    /// When the message was shown; `None`: the call failed or has not finished.
+    shown: Option<Instant>,
+}
+
+#[derive(Default)]
+struct Record {
+    calls: Vec<Call>,
+    /// The platform: the one message of each approval (by key): its id and what it shows.
+    messages: HashMap<String, (String, ApprovalState)>,
+    script: HashMap<String, VecDeque<Step>>,
+    /// Calls running now, per approval.
+    running: HashMap<String, usize>,
+    /// Two calls for one approval ran at once.
+    overlapped: bool,
+    /// How many snapshots were reconciled (each asks for the unfinished approvals).
+    snapshots: usize,
+}
+
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Record>>);
+
+impl Recorder {
+    fn lock(&self) -> MutexGuard<'_, Record> {
+        self.0.lock().unwrap()
+    }
+
+    fn script(&self, key: &str, step: Step) {
+        self.lock()
+            .script
+            .entry(key.to_owned())
+            .or_default()
+            .push_back(step);
+    }
+
+    fn calls_of(&self, key: &str) -> Vec<Call> {
+        self.lock()
+            .calls
+            .iter()
+            .filter(|call| call.key == key)
+            .cloned()
+            .collect()
+    }
+
+    /// The states shown for the approval, in order, each change once.
+    fn shown_states(&self, key: &str) -> Vec<ApprovalState> {
+        let mut states: Vec<ApprovalState> = self
+            .calls_of(key)
+            .iter()
+            .filter(|call| call.shown.is_some())
+            .map(|call| call.state)
+            .collect();
+        states.dedup();
+        states
+    }
+
+    /// Waits (at most 20 s) until `done` holds of the record.
+    async fn until(&self, what: &str, done: impl Fn(&Record) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done(&self.lock()) {
+            assert!(Instant::now() < deadline, "timed out waiting until {what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn until_shown(&self, key: &str, state: ApprovalState) {
+        self.until(&format!("{key} shows {state:?}"), |record| {
+            record.messages.get(key).map(|(_, shown)| *shown) == Some(state)
+        })
+        .await;
+    }
+
+    async fn until_called(&self, key: &str) {
+        self.until(&format!("{key} is being shown"), |record| {
+            record.calls.iter().any(|call| call.key == key)
+        })
+        .await;
+    }
+}
+
+#[derive(Debug)]
+struct Unavailable(Option<Duration>);
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the test platform is unavailable (retry after {:?})",
+            self.0
+        )
+    }
+}
+
+impl Classify for Unavailable {
+    fn verdict(&self) -> Verdict {
+        Verdict::Retry { after: self.0 }
+    }
+}
+
+struct TestChannel(Recorder);
+
+impl Channel for TestChannel {
+    type Error = Unavailable;
+
+    fn name(&self) -> &str {
+        "test"
+    }
+
+    async fn show(&self, approval: &pb::Approval) -> Result<(), Unavailable> {
+        let key = &approval.idempotency_key;
+        let (index, step) = {
+            let mut record = self.0.lock();
+            let running = record.running.entry(key.clone()).or_default();
+            *running += 1;
+            if *running > 1 {
+                record.overlapped = true;
+            }
+            record.calls.push(Call {
+                key: key.clone(),
+                state: approval.state(),
+                started: Instant::now(),
+                shown: None,
+            });
+            let step = record.script.get_mut(key).and_then(VecDeque::pop_front);
+            (record.calls.len() - 1, step)
+        };
+        let result = match step {
+            Some(Step::Fail(after)) => Err(Unavailable(after)),
+            Some(Step::Hold(release)) => {
+                let _ = release.await;
+                Ok(())
+            }
+            Some(Step::Slow(pause)) => {
+                tokio::time::sleep(pause).await;
+                Ok(())
+            }
+            None => Ok(()),
+        };
+        let mut record = self.0.lock();
+        if let Some(running) = record.running.get_mut(key) {
+            *running -= 1;
+        }
+        if result.is_ok() {
+            record.calls[index].shown = Some(Instant::now());
+            record
+                .messages
+                .insert(key.clone(), (approval.id.clone(), approval.state()));
+        }
+        result
+    }
+
+    async fn unfinished(&self) -> Result<Vec<String>, Unavailable> {
+        let mut record = self.0.lock();
+        record.snapshots += 1;
+        Ok(record
+            .messages
+            .values()
+            .filter(|(_, state)| *state == ApprovalState::Pending)
+            .map(|(id, _)| id.clone())
+            .collect())
+    }
+}
+
+struct Harness {
+    server: TestServer,
+    agent: Client,
+    recorder: Recorder,
+    cursor: Option<PathBuf>,
+    _state: tempfile::TempDir,
+}
+
+/// A running runtime and the trigger of its graceful shutdown.
+struct Running {
+    task: JoinHandle<Result<(), RuntimeError>>,
+    stop: oneshot::Sender<()>,
+}
+
+impl Running {
+    async fn shut_down(self) {
+        let _ = self.stop.send(());
+        self.task.await.unwrap().unwrap();
+    }
+
+    /// What a SIGKILL does to the runtime: everything stops where it is.
+    async fn kill(self) {
+        self.task.abort();
+        assert!(self.task.await.unwrap_err().is_cancelled());
+    }
+}
+
+impl Harness {
+    async fn new(with_cursor: bool) -> Harness {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let server = TestServer::start().await;
+        let agent = Client::connect(ClientConfig::new(server.url())).unwrap();
+        let state = tempfile::tempdir().unwrap();
+        Harness {
+            agent,
+            recorder: Recorder::default(),
+            cursor: with_cursor.then(|| state.path().join("state/watch-cursor")),
+            server,
+            _state: state,
+        }
+    }
+
+    fn start(&self, shutdown_grace: Duration) -> Running {
+        let client = Client::connect(ClientConfig::new(self.server.url())).unwrap();
+        let options = RuntimeOptions {
+            heartbeat_timeout: Duration::from_secs(5),
+            max_backoff: Duration::from_secs(1),
+            retry: Backoff::new(Duration::from_millis(50), Duration::from_secs(2)),
+            shutdown_grace,
+            cursor_path: self.cursor.clone(),
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let channel = TestChannel(self.recorder.clone());
+        let task = tokio::spawn(runtime::run(client, channel, options, async {
+            let _ = stopped.await;
+        }));
+        Running { task, stop }
+    }
+
+    async fn request(&self, key: &str) -> pb::Approval {
+        self.agent
+            .request_approval(pb::RequestApprovalRequest {
+                agent_id: "coder-1".into(),
+                session_id: "session-7".into(),
+                idempotency_key: key.into(),
+                tool_name: "bash".into(),
+                arguments_json: r#"{"command":"make"}"#.into(),
+                action: "build".into(),
+                risk: pb::Risk::Low.into(),
+                ttl_seconds: 600,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .approval
+            .unwrap()
+    }
+
+    async fn cancel(&self, approval: &pb::Approval) {
+        self.agent
+            .cancel_approval(&approval.id, "not needed")
+            .await
+            .unwrap();
+    }
+
+    /// Requests an approval and waits until it is shown pending.
+    async fn request_shown(&self, key: &str) -> pb::Approval {
+        let approval = self.request(key).await;
+        self.recorder.until_shown(key, ApprovalState::Pending).await;
+        approval
+    }
+
+    /// Restarts the runtime and waits until `key` is shown pending, then until a request
+    /// made after that is: every call of the restarted runtime for what came before it has
+    /// then been made. Returns the runtime and the keys of its calls, in order.
+    async fn restart_until_shown(&self, key: &str) -> (Running, Vec<String>) {
+        let before_restart = self.recorder.lock().calls.len();
+        let running = self.start(GRACE);
+        self.recorder.until_shown(key, ApprovalState::Pending).await;
+        self.request_shown("after").await;
+        let keys = self.recorder.lock().calls[before_restart..]
+            .iter()
+            .map(|call| call.key.clone())
+            .collect();
+        (running, keys)
+    }
+
+    fn saved_cursor(&self) -> Option<u64> {
+        saved_cursor(self.cursor.as_deref()?)
+    }
+
+    /// Waits until the persisted cursor is at least `seq`.
+    async fn until_cursor(&self, seq: u64) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.saved_cursor().is_none_or(|saved| saved < seq) {
+            assert!(Instant::now() < deadline, "the cursor never reached {seq}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn saved_cursor(path: &Path) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+const GRACE: Duration = Duration::from_secs(5);
+
+/// A held update of one approval holds up its later updates, which then come in order, and
+/// never another approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_s_updates_keep_their_order_and_never_hold_up_another() {
+    let harness = Harness::new(false).await;
+    let running = harness.start(GRACE);
+    harness
+        .recorder
+        .until("the first snapshot", |record| record.snapshots == 1)
+        .await;
+    let (release, held) = oneshot::channel();
+    harness.recorder.script("slow", Step::Hold(held));
+    let slow = harness.request("slow").await;
+    harness.recorder.until_called("slow").await;
+    harness.cancel(&slow).await;
+    harness.request("fast").await;
+    harness
+        .recorder
+        .until_shown("fast", ApprovalState::Pending)
+        .await;
+    assert!(
+        harness.recorder.shown_states("slow").is_empty(),
+        "the held call is still held"
+    );
+    release.send(()).unwrap();
+    harness
+        .recorder
+        .until_shown("slow", ApprovalState::Cancelled)
+        .await;
+    assert_eq!(
+        harness.recorder.shown_states("slow"),
+        vec![ApprovalState::Pending, ApprovalState::Cancelled]
+    );
+    assert!(
+        !harness.recorder.lock().overlapped,
+        "two calls for one approval ran at once"
+    );
+    running.shut_down().await;
+}
+
+/// A failure with a retry-after: nothing is tried for the approval before it passed (its
+/// cancellation meanwhile makes no call), then the retry shows the approval as it is now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_waits_for_the_platform_s_retry_after_and_shows_the_latest_state() {
+    let harness = Harness::new(false).await;
+    let running = harness.start(GRACE);
+    let retry_after = Duration::from_millis(1500);
+    harness
+        .recorder
+        .script("limited", Step::Fail(Some(retry_after)));
+    let limited = harness.request("limited").await;
+    harness.recorder.until_called("limited").await;
+    harness.cancel(&limited).await;
+    harness
+        .recorder
+        .until_shown("limited", ApprovalState::Cancelled)
+        .await;
+    let calls = harness.recorder.calls_of("limited");
+    let states: Vec<ApprovalState> = calls.iter().map(|call| call.state).collect();
+    assert_eq!(
+        states,
+        vec![ApprovalState::Pending, ApprovalState::Cancelled],
+        "one failed call, then the retry with the state as it is now"
+    );
+    assert!(calls[0].shown.is_none());
+    let waited = calls[1].started - calls[0].started;
+    assert!(
+        waited >= retry_after,
+        "retried after {waited:?}, before the retry-after of {retry_after:?}"
+    );
+    running.shut_down().await;
+}
+
+/// A restarted runtime resumes after its cursor: no snapshot, and what happened while it was
+/// stopped is replayed (the cancellation of an approval it showed, a new request), while
+/// what it had fully handled is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_resumes_after_the_cursor_and_replays_what_came_after() {
+    let harness = Harness::new(true).await;
+    let running = harness.start(GRACE);
+    let shown = harness.request_shown("shown").await;
+    running.shut_down().await;
+    assert!(harness.saved_cursor().is_some_and(|seq| seq > 0));
+
+    harness.cancel(&shown).await;
+    harness.request("while-away").await;
+    let before_restart = harness.recorder.lock().calls.len();
+    let running = harness.start(GRACE);
+    harness
+        .recorder
+        .until_shown("shown", ApprovalState::Cancelled)
+        .await;
+    harness
+        .recorder
+        .until_shown("while-away", ApprovalState::Pending)
+        .await;
+    {
+        let record = harness.recorder.lock();
+        assert_eq!(record.snapshots, 1, "only the first start took a snapshot");
+        let replayed: Vec<(&str, ApprovalState)> = record.calls[before_restart..]
+            .iter()
+            .map(|call| (call.key.as_str(), call.state))
+            .collect();
+        assert!(
+            !replayed.contains(&("shown", ApprovalState::Pending)),
+            "the request handled before the restart was shown again: {replayed:?}"
+        );
+    }
+    running.shut_down().await;
+}
+
+/// Killed while a call is in flight (after the platform was asked, before it answered), the
+/// restarted runtime shows that approval again and nothing it had fully handled before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_mid_flight_loses_nothing_and_duplicates_nothing() {
+    let harness = Harness::new(true).await;
+    let running = harness.start(GRACE);
+    harness.request_shown("handled").await;
+    harness.until_cursor(1).await;
+    let (_never_released, held) = oneshot::channel();
+    harness.recorder.script("in-flight", Step::Hold(held));
+    harness.request("in-flight").await;
+    harness.recorder.until_called("in-flight").await;
+    running.kill().await;
+    assert!(harness.recorder.shown_states("in-flight").is_empty());
+
+    let (running, after_restart) = harness.restart_until_shown("in-flight").await;
+    assert_eq!(after_restart, vec!["in-flight", "after"]);
+    assert_eq!(
+        harness.recorder.lock().snapshots,
+        1,
+        "the restart resumed after the cursor"
+    );
+    running.shut_down().await;
+}
+
+/// A graceful shutdown lets the work in flight finish within the grace period, stops what
+/// would outlast it, and flushes the cursor: the restarted runtime shows the stopped work
+/// again and not the finished work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_finishes_work_within_the_grace_period_and_flushes_the_cursor() {
+    let harness = Harness::new(true).await;
+    let running = harness.start(Duration::from_secs(2));
+    harness
+        .recorder
+        .script("finishing", Step::Slow(Duration::from_millis(500)));
+    harness.request("finishing").await;
+    let (_never_released, held) = oneshot::channel();
+    harness.recorder.script("outlasting", Step::Hold(held));
+    harness.request("outlasting").await;
+    harness.recorder.until_called("finishing").await;
+    harness.recorder.until_called("outlasting").await;
+    running.shut_down().await;
+    assert_eq!(
+        harness.recorder.shown_states("finishing"),
+        vec![ApprovalState::Pending],
+        "the call in flight finished"
+    );
+    assert!(harness.recorder.shown_states("outlasting").is_empty());
+    // The writer stopped with the shutdown; only the flush can have saved the cursor past
+    // the work that finished during the grace period.
+    let saved = harness.saved_cursor().unwrap_or(0);
+
+    let (running, after_restart) = harness.restart_until_shown("outlasting").await;
+    assert_eq!(
+        after_restart,
+        vec!["outlasting", "after"],
+        "cursor saved at {saved}"
+    );
+    running.shut_down().await;
+}
+
+/// An approval waiting for its retry at a shutdown keeps its event ahead of the cursor: the
+/// restarted runtime shows it, and nothing the first run finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_waiting_for_its_retry_is_shown_after_a_restart() {
+    let harness = Harness::new(true).await;
+    let running = harness.start(GRACE);
+    harness.request_shown("handled").await;
+    harness
+        .recorder
+        .script("waiting", Step::Fail(Some(Duration::from_secs(600))));
+    harness.request("waiting").await;
+    harness.recorder.until_called("waiting").await;
+    harness.request_shown("handled-later").await;
+    running.shut_down().await;
+    assert!(harness.recorder.shown_states("waiting").is_empty());
+
+    let (running, after_restart) = harness.restart_until_shown("waiting").await;
+    // The later request is replayed too (the cursor cannot pass the waiting one); showing
+    // it again is what an idempotent channel makes harmless. Lanes run concurrently, so the
+    // two replayed calls may start in either order.
+    let mut replayed = after_restart;
+    replayed.sort();
+    assert_eq!(replayed, vec!["after", "handled-later", "waiting"]);
+    running.shut_down().await;
+}
+
+/// Without a cursor every start takes a snapshot; an approval the channel still showed
+/// pending and that was resolved while the runtime was stopped is shown as it is now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_corrects_what_was_resolved_while_stopped() {
+    let harness = Harness::new(false).await;
+    let running = harness.start(GRACE);
+    let resolved = harness.request_shown("resolved-while-away").await;
+    harness.request_shown("still-pending").await;
+    running.shut_down().await;
+    harness.cancel(&resolved).await;
+
+    let running = harness.start(GRACE);
+    harness
+        .recorder
+        .until_shown("resolved-while-away", ApprovalState::Cancelled)
+        .await;
+    assert_eq!(
+        harness.recorder.shown_states("resolved-while-away"),
+        vec![ApprovalState::Pending, ApprovalState::Cancelled]
+    );
+    assert_eq!(harness.recorder.lock().snapshots, 2);
+    running.shut_down().await;
+}
