@@ -22,17 +22,16 @@ use sqlx::postgres::{
 use sqlx::{Connection, Executor, QueryBuilder, Row};
 use tokio::sync::{watch, Mutex, Notify};
 
+use super::audit_sql::{self, AuditSql, IntegrityError};
+use super::backend::{Backend, WriterConnection};
 use super::batch::{BatchKeys, BoundedGrant, Loaded, WriteSet, EXPIRY_SWEEP_LIMIT};
+use super::error::StoreError;
+use super::event::{AuditedEvent, EventBody, EventFilter, StoredEvent};
 use super::reads::readable_approvals;
-use super::{
-    channels_column, Backend, ChainHead, EventBody, Grant, ListFilter, Snapshot, StoreError,
-    StoredEvent, WriterConnection,
-};
+use super::records::{channels_column, ChainHead, Grant, GrantFilter, ListFilter, Snapshot};
 use crate::audit::AuditReport;
 use crate::backup::{Backup, BackupError};
 use crate::config::StorageConfig;
-use crate::history::{AuditedEvent, EventFilter, GrantFilter};
-use crate::integrity::{self, AuditSql, IntegrityError};
 
 /// How long a session may sit idle inside a transaction before PostgreSQL ends it.
 const IDLE_IN_TRANSACTION_TIMEOUT: &str = "10s";
@@ -424,13 +423,13 @@ impl Backend for PostgresBackend {
     async fn check_integrity(&self) -> Result<(), IntegrityError> {
         let mut tx = self.reads.begin().await.map_err(StoreError::from)?;
         sqlx::query(SNAPSHOT).execute(&mut *tx).await?;
-        integrity::check_at_start(&mut *tx).await?;
+        audit_sql::check_at_start(&mut *tx).await?;
         tx.commit().await?;
         Ok(())
     }
 
     async fn get(&self, approval_id: &str) -> Result<Approval, StoreError> {
-        integrity::load_verified(&mut *self.reads.acquire().await?, approval_id).await
+        audit_sql::load_verified(&mut *self.reads.acquire().await?, approval_id).await
     }
 
     async fn count_pending(&self) -> Result<i64, StoreError> {
@@ -570,7 +569,7 @@ impl Backend for PostgresBackend {
 
 super::reads::sql_reads!(Postgres, PgPool, PgRow);
 
-integrity::audit_sql!(PgConnection, Some(SNAPSHOT));
+audit_sql::audit_sql!(PgConnection, Some(SNAPSHOT));
 
 /// Connects and brings the schema up to date (for `audit` commands).
 pub(crate) async fn connect_migrated(url: &str) -> Result<PgConnection, StoreError> {
