@@ -13,6 +13,7 @@ mod render;
 mod settings;
 mod setup;
 mod up;
+mod waiting;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

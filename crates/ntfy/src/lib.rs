@@ -16,6 +16,7 @@
 
 pub mod api;
 pub mod config;
+mod error;
 pub mod render;
 pub mod store;
 mod worker;
@@ -23,32 +24,16 @@ mod worker;
 use std::future::Future;
 use std::sync::Arc;
 
-use countersign_client::{Client, ClientError};
+use countersign_client::Client;
 use countersign_links::pages::Pages;
 use countersign_worker::lanes::Lanes;
 
-use crate::api::{NtfyApi, NtfyError};
+use crate::api::NtfyApi;
 pub use crate::config::Settings;
+pub use crate::error::WorkerError;
 use crate::store::{Store, StoreError};
 use crate::worker::Worker;
 pub use crate::worker::CHANNEL;
-
-/// Why the worker stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    #[error("countersign server: {0}")]
-    Server(#[from] ClientError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Ntfy(#[from] NtfyError),
-    #[error("cannot serve the decision links on {addr}: {source}")]
-    Listen {
-        addr: std::net::SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// Runs the worker until `shutdown` completes (the publishes in flight are then finished,
 /// within the grace period, and it returns `Ok`) or an error that retrying cannot fix occurs.

@@ -23,9 +23,9 @@ use pb::{ApprovalState, EventKind};
 
 use crate::api::{NtfyApi, NtfyError};
 use crate::config::{Settings, Topic};
+use crate::error::WorkerError;
 use crate::render::{self, Buttons};
 use crate::store::{Store, StoreError};
-use crate::WorkerError;
 
 /// The channel name this worker serves.
 pub const CHANNEL: &str = "ntfy";
