@@ -38,42 +38,57 @@ pub trait WriterConnection: Send {
     async fn probe(&mut self, now: Millis) -> Result<(), StoreError>;
 }
 
-/// A storage backend: the writer's connections, and every read the services make.
+/// The reads both backends make with the same SQL, implemented once for both by
+/// `reads::sql_reads!`.
 #[async_trait]
-pub trait Backend: Send + Sync {
-    async fn connect_writer(&self) -> Result<Box<dyn WriterConnection>, StoreError>;
-    /// The checks before serving: the audit chain's anchor, and every approval against its
-    /// events.
-    async fn check_integrity(&self) -> Result<(), IntegrityError>;
-    async fn get(&self, approval_id: &str) -> Result<Approval, StoreError>;
+pub trait SharedReads: Send + Sync {
     /// How many approvals are waiting for a decision.
     async fn count_pending(&self) -> Result<i64, StoreError>;
     async fn list(&self, filter: &ListFilter) -> Result<Vec<Approval>, StoreError>;
-    /// The pending approvals routed to `channel` (all when empty) and the head seq, read in
-    /// one transaction so that a stream can continue exactly after the snapshot.
-    async fn snapshot(&self, channel: &str) -> Result<Snapshot, StoreError>;
     /// Stored events with seq greater than `after_seq`, oldest first, at most `limit`.
     async fn events_after(
         &self,
         after_seq: i64,
         limit: u32,
     ) -> Result<Vec<StoredEvent>, StoreError>;
-    /// The highest seq ever assigned (0 when none), and the lowest seq still stored (head + 1
-    /// when the log is empty).
-    async fn log_bounds(&self) -> Result<(i64, i64), StoreError>;
     async fn list_events(&self, filter: &EventFilter) -> Result<Vec<AuditedEvent>, StoreError>;
-    /// Walks the whole event log in seq order and checks the hash chain up to the first
-    /// broken row.
-    async fn verify_audit(&self) -> Result<AuditReport, StoreError>;
-    /// Writes a consistent copy of the database to the new file `into` while serving goes on,
-    /// and verifies the copy's audit chain; see [`crate::backup`].
-    async fn backup(&self, into: &Path) -> Result<Backup, BackupError>;
     /// Grants, newest first.
     async fn list_grants(
         &self,
         filter: &GrantFilter,
         now: Millis,
     ) -> Result<Vec<Grant>, StoreError>;
+    /// Delegations, newest first: to or from `approver` (everyone when empty), only those
+    /// active at `now` unless `include_inactive`.
+    async fn list_delegations(
+        &self,
+        approver: &str,
+        include_inactive: bool,
+        now: Millis,
+    ) -> Result<Vec<Delegation>, StoreError>;
+}
+
+/// A storage backend: the writer's connections, and every read the services make (those of
+/// [`SharedReads`] and the ones each database makes its own way).
+#[async_trait]
+pub trait Backend: SharedReads {
+    async fn connect_writer(&self) -> Result<Box<dyn WriterConnection>, StoreError>;
+    /// The checks before serving: the audit chain's anchor, and every approval against its
+    /// events.
+    async fn check_integrity(&self) -> Result<(), IntegrityError>;
+    async fn get(&self, approval_id: &str) -> Result<Approval, StoreError>;
+    /// The pending approvals routed to `channel` (all when empty) and the head seq, read in
+    /// one transaction so that a stream can continue exactly after the snapshot.
+    async fn snapshot(&self, channel: &str) -> Result<Snapshot, StoreError>;
+    /// The highest seq ever assigned (0 when none), and the lowest seq still stored (head + 1
+    /// when the log is empty).
+    async fn log_bounds(&self) -> Result<(i64, i64), StoreError>;
+    /// Walks the whole event log in seq order and checks the hash chain up to the first
+    /// broken row.
+    async fn verify_audit(&self) -> Result<AuditReport, StoreError>;
+    /// Writes a consistent copy of the database to the new file `into` while serving goes on,
+    /// and verifies the copy's audit chain; see [`crate::backup`].
+    async fn backup(&self, into: &Path) -> Result<Backup, BackupError>;
     /// Whether this server runs the background sweeps (expiry, pruning) now: always on a
     /// database of its own; on a shared one, only the server holding the sweep lock.
     async fn leads_sweeps(&self) -> bool {
@@ -91,12 +106,4 @@ pub trait Backend: Send + Sync {
     ) -> Result<Option<Result<(), Duration>>, StoreError> {
         Ok(None)
     }
-    /// Delegations, newest first: to or from `approver` (everyone when empty), only those
-    /// active at `now` unless `include_inactive`.
-    async fn list_delegations(
-        &self,
-        approver: &str,
-        include_inactive: bool,
-        now: Millis,
-    ) -> Result<Vec<Delegation>, StoreError>;
 }

@@ -23,7 +23,7 @@ use sqlx::{Connection, Executor, QueryBuilder, Row};
 use tokio::sync::{watch, Mutex, Notify};
 
 use super::audit_sql::{self, AuditSql, IntegrityError};
-use super::backend::{Backend, WriterConnection};
+use super::backend::{Backend, SharedReads, WriterConnection};
 use super::batch::{BatchKeys, BoundedGrant, Loaded, WriteSet, EXPIRY_SWEEP_LIMIT};
 use super::error::StoreError;
 use super::event::{AuditedEvent, EventBody, EventFilter, StoredEvent};
@@ -432,14 +432,6 @@ impl Backend for PostgresBackend {
         audit_sql::load_verified(&mut *self.reads.acquire().await?, approval_id).await
     }
 
-    async fn count_pending(&self) -> Result<i64, StoreError> {
-        count_pending(&self.reads).await
-    }
-
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<Approval>, StoreError> {
-        list(&self.reads, filter).await
-    }
-
     async fn snapshot(&self, channel: &str) -> Result<Snapshot, StoreError> {
         let mut tx = self.reads.begin().await?;
         sqlx::query(SNAPSHOT).execute(&mut *tx).await?;
@@ -456,14 +448,6 @@ impl Backend for PostgresBackend {
         Ok(Snapshot { head_seq, pending })
     }
 
-    async fn events_after(
-        &self,
-        after_seq: i64,
-        limit: u32,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
-        events_after(&self.reads, after_seq, limit).await
-    }
-
     async fn log_bounds(&self) -> Result<(i64, i64), StoreError> {
         let mut tx = self.reads.begin().await?;
         sqlx::query(SNAPSHOT).execute(&mut *tx).await?;
@@ -475,10 +459,6 @@ impl Backend for PostgresBackend {
         Ok((head, oldest.unwrap_or(head + 1)))
     }
 
-    async fn list_events(&self, filter: &EventFilter) -> Result<Vec<AuditedEvent>, StoreError> {
-        list_events(&self.reads, filter).await
-    }
-
     async fn verify_audit(&self) -> Result<AuditReport, StoreError> {
         self.reads.acquire().await?.verify().await
     }
@@ -486,23 +466,6 @@ impl Backend for PostgresBackend {
     /// PostgreSQL has its own tools for consistent online copies.
     async fn backup(&self, _into: &Path) -> Result<Backup, BackupError> {
         Err(BackupError::Postgres)
-    }
-
-    async fn list_grants(
-        &self,
-        filter: &GrantFilter,
-        now: Millis,
-    ) -> Result<Vec<Grant>, StoreError> {
-        list_grants(&self.reads, filter, now).await
-    }
-
-    async fn list_delegations(
-        &self,
-        approver: &str,
-        include_inactive: bool,
-        now: Millis,
-    ) -> Result<Vec<Delegation>, StoreError> {
-        list_delegations(&self.reads, approver, include_inactive, now).await
     }
 
     /// Takes (or keeps) the sweep lock on a connection of its own; a lost connection loses
@@ -567,7 +530,7 @@ impl Backend for PostgresBackend {
     }
 }
 
-super::reads::sql_reads!(Postgres, PgPool, PgRow);
+super::reads::sql_reads!(Postgres, PgPool, PgRow, PostgresBackend);
 
 audit_sql::audit_sql!(PgConnection, Some(SNAPSHOT));
 

@@ -20,7 +20,7 @@ use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteExecutor};
 use tokio::sync::{watch, Notify};
 
 use super::audit_sql::{self, AuditSql, IntegrityError};
-use super::backend::{Backend, WriterConnection};
+use super::backend::{Backend, SharedReads, WriterConnection};
 use super::batch::{BatchKeys, BoundedGrant, Loaded, WriteSet, EXPIRY_SWEEP_LIMIT};
 use super::error::StoreError;
 use super::event::{AuditedEvent, EventBody, EventFilter, StoredEvent};
@@ -410,14 +410,6 @@ impl Backend for SqliteBackend {
         audit_sql::check_at_start(&mut *conn).await
     }
 
-    async fn count_pending(&self) -> Result<i64, StoreError> {
-        count_pending(&self.reads).await
-    }
-
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<Approval>, StoreError> {
-        list(&self.reads, filter).await
-    }
-
     async fn snapshot(&self, channel: &str) -> Result<Snapshot, StoreError> {
         let mut tx = self.reads.begin().await?;
         let head_seq = head_seq(&mut *tx).await?;
@@ -433,14 +425,6 @@ impl Backend for SqliteBackend {
         Ok(Snapshot { head_seq, pending })
     }
 
-    async fn events_after(
-        &self,
-        after_seq: i64,
-        limit: u32,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
-        events_after(&self.reads, after_seq, limit).await
-    }
-
     async fn log_bounds(&self) -> Result<(i64, i64), StoreError> {
         let mut tx = self.reads.begin().await?;
         let head = head_seq(&mut *tx).await?;
@@ -451,10 +435,6 @@ impl Backend for SqliteBackend {
         Ok((head, oldest.unwrap_or(head + 1)))
     }
 
-    async fn list_events(&self, filter: &EventFilter) -> Result<Vec<AuditedEvent>, StoreError> {
-        list_events(&self.reads, filter).await
-    }
-
     async fn verify_audit(&self) -> Result<AuditReport, StoreError> {
         self.reads.acquire().await?.verify().await
     }
@@ -463,26 +443,9 @@ impl Backend for SqliteBackend {
         let mut conn = self.reads.acquire().await.map_err(StoreError::from)?;
         backup::copy(&mut conn, into).await
     }
-
-    async fn list_grants(
-        &self,
-        filter: &GrantFilter,
-        now: Millis,
-    ) -> Result<Vec<Grant>, StoreError> {
-        list_grants(&self.reads, filter, now).await
-    }
-
-    async fn list_delegations(
-        &self,
-        approver: &str,
-        include_inactive: bool,
-        now: Millis,
-    ) -> Result<Vec<Delegation>, StoreError> {
-        list_delegations(&self.reads, approver, include_inactive, now).await
-    }
 }
 
-super::reads::sql_reads!(Sqlite, SqlitePool, SqliteRow);
+super::reads::sql_reads!(Sqlite, SqlitePool, SqliteRow, SqliteBackend);
 
 // A deferred SQLite transaction reads one snapshot from its first read on.
 audit_sql::audit_sql!(SqliteConnection, None);
