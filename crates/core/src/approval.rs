@@ -396,7 +396,7 @@ pub enum Disposition {
 
 /// How many distinct members of a group must approve, with the group as it was when the
 /// approval was requested. A request or a rule names only `group` and `required`; the server
-/// fills in the rest from the configuration ([`Groups::resolve`]).
+/// fills in the rest from the configuration ([`crate::groups::Groups::resolve`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct GroupQuorum {

@@ -13,8 +13,7 @@ use countersign_client::{pb, ClientError};
 use crate::app::App;
 use crate::auth::{session_cookie, SignedForm, Viewer, SESSION_COOKIE};
 use crate::config::CHANNEL;
-use crate::http::{message_page, render};
-pub use crate::http::{FormFields, Refusal};
+use crate::http::{message_page, render, FormFields, Refusal};
 use crate::sessions::random_token;
 use crate::view::{self, Filters, Row, Status, TimelineEntry};
 

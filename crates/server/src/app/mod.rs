@@ -1,8 +1,11 @@
 //! The server's use cases, free of gRPC: request, decide, wait, cancel, consume, record a
-//! delivery, read and list; and the admin's (audit trail, backups, grants, delegations). Each takes domain inputs and the caller (a token's name, role and
-//! scope), checks what the caller may do, the limits and the domain's rules, has the store
-//! persist the change and returns domain values or an [`AppError`]. The gRPC services
+//! delivery, read and list; and the admin's (audit trail, backups, grants, delegations). Each
+//! takes domain inputs and the caller (a token's name, role and scope), checks what the caller
+//! may do, the limits and the domain's rules, has the store persist the change and returns
+//! domain values or an [`AppError`](crate::error::AppError). The gRPC services
 //! (`crate::service`) only convert wire types and map that one error to a status.
+//!
+//! This file only declares and re-exports; what the use cases share ([`App`]) is `shared.rs`.
 
 mod admin;
 mod decide;
