@@ -257,6 +257,10 @@ pub struct SetupGitHubArgs {
     /// The GitHub login of the approver [default: asked]
     #[arg(long, value_name = "LOGIN")]
     pub approver: Option<String>,
+    /// The configured approver this login belongs to (a new id registers another person)
+    /// [default: the only approver, when there is exactly one]
+    #[arg(long, value_name = "ID")]
+    pub approver_id: Option<String>,
     /// The GitHub API (GitHub Enterprise Server: https://HOST/api/v3) [default: https://api.github.com]
     #[arg(long, env = "GITHUB_API_URL", value_name = "URL")]
     pub api_url: Option<String>,
