@@ -238,7 +238,7 @@ pub enum SetupCommand {
 
 #[derive(Debug, Args)]
 pub struct SetupWebArgs {
-    /// The approver to sign in, by id (as in [[approvers]]) [default: the first one]
+    /// The approver to sign in, by id (as in [[approvers]]) [default: the only one; needed when there are several]
     #[arg(long, value_name = "ID")]
     pub approver: Option<String>,
     /// Where the inbox listens [default: listen in [web], else 127.0.0.1:8080]

@@ -301,6 +301,35 @@ fn form_field(page: &str, name: &str) -> String {
     page[start..].split('"').next().unwrap().to_owned()
 }
 
+/// With several approvers `setup web` asks who signs in, and an identity another approver
+/// has already is refused: the config file stays as it was (the server would refuse it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_web_refuses_an_ambiguous_or_taken_identity_and_changes_nothing() {
+    let home = Home::new("http://127.0.0.1:9");
+    std::fs::create_dir_all(home.config_file().parent().unwrap()).unwrap();
+    let before = "[[approvers]]\nid = \"a:b\"\nidentities = { telegram = [\"1\"] }\n[[approvers]]\nid = \"carol\"\nidentities = { web = [\"a-b\"] }\n";
+    std::fs::write(home.config_file(), before).unwrap();
+
+    let output = home.run(&["setup", "web"]).await;
+    assert_eq!(output.status.code(), Some(64), "{}", text(&output));
+    assert!(
+        text(&output)
+            .contains("approvers a:b, carol are configured: say who signs in with --approver ID"),
+        "{}",
+        text(&output)
+    );
+    let output = home.run(&["setup", "web", "--approver", "a:b"]).await;
+    assert_eq!(output.status.code(), Some(64), "{}", text(&output));
+    assert!(
+        text(&output).contains(
+            "approver a:b's web identity would be a-b, which another approver has already"
+        ),
+        "{}",
+        text(&output)
+    );
+    assert_eq!(std::fs::read_to_string(home.config_file()).unwrap(), before);
+}
+
 /// `setup web` enables the inbox and prints a one-time link for the paired approver; the link
 /// signs a browser-less client in (once: used again it is refused), and what that approver
 /// decides in the inbox counts as theirs: the hook allows.

@@ -90,11 +90,20 @@ pub async fn run(
             })
     };
     let queue = Queue(deliveries.clone());
+    // One grace period for the whole stop: the deliveries get what the runtime left of it.
+    let asked_to_stop = std::sync::OnceLock::new();
+    let shutdown = async {
+        shutdown.await;
+        let _ = asked_to_stop.set(tokio::time::Instant::now());
+    };
     tokio::select! {
         result = runtime::run(client, queue, options, shutdown) => {
             result?;
+            let left = asked_to_stop
+                .get()
+                .map_or(grace, |asked| grace.saturating_sub(asked.elapsed()));
             tracing::info!(in_flight = lanes.busy(), "shutting down; finishing the deliveries in flight");
-            lanes.shutdown(grace).await;
+            lanes.shutdown(left).await;
             Ok(())
         }
         result = deliveries.dispatch() => result,
