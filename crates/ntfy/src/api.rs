@@ -81,19 +81,6 @@ impl Classify for NtfyError {
     }
 }
 
-impl NtfyError {
-    pub fn is_transient(&self) -> bool {
-        self.verdict().is_retryable()
-    }
-
-    pub fn retry_after(&self) -> Option<Duration> {
-        match self.verdict() {
-            Verdict::Retry { after } => after,
-            Verdict::Final => None,
-        }
-    }
-}
-
 /// The ntfy server of one worker.
 #[derive(Clone)]
 pub struct NtfyApi {
@@ -232,14 +219,20 @@ mod tests {
             message: "limit reached: too many requests".into(),
             retry_after: Some(Duration::from_secs(3)),
         };
-        assert!(limited.is_transient());
-        assert_eq!(limited.retry_after(), Some(Duration::from_secs(3)));
+        assert_eq!(
+            limited.verdict(),
+            Verdict::Retry {
+                after: Some(Duration::from_secs(3))
+            }
+        );
         let refused = NtfyError::Status {
             status: 403,
             message: "forbidden".into(),
             retry_after: None,
         };
-        assert!(!refused.is_transient());
-        assert!(NtfyError::Transport("reset".into()).is_transient());
+        assert_eq!(refused.verdict(), Verdict::Final);
+        assert!(NtfyError::Transport("reset".into())
+            .verdict()
+            .is_retryable());
     }
 }

@@ -36,7 +36,9 @@ const CLOCK_SKEW_SECS: i64 = 5;
 pub enum ShowError {
     #[error(transparent)]
     Ntfy(#[from] NtfyError),
-    #[error("cannot write the state database, so not publishing: {0}")]
+    /// The state database failed (a read, or the intent written before a publish, without
+    /// which nothing is published): check its disk and permissions (`state_dir`).
+    #[error("{0} (check the disk and the permissions of state_dir)")]
     Store(#[from] StoreError),
 }
 

@@ -120,10 +120,24 @@ impl ServerSection {
         }
     }
 
-    /// Checks that the URL is set and reads the CA file, if any.
+    /// Checks that the URL is set and the limits are positive (a zero heartbeat timeout would
+    /// reconnect without end), and reads the CA file, if any.
     pub fn ca_cert_pem(&self) -> Result<Option<Vec<u8>>, ConfigError> {
-        if self.url.is_empty() {
+        if self.url.trim().is_empty() {
             return Err(ConfigError::Invalid("server.url is required".to_owned()));
+        }
+        let zero = [
+            ("connect_timeout_secs", self.connect_timeout_secs),
+            ("connect_timeout_ms", self.connect_timeout_ms),
+            ("heartbeat_timeout_secs", Some(self.heartbeat_timeout_secs)),
+            ("max_backoff_secs", Some(self.max_backoff_secs)),
+        ]
+        .into_iter()
+        .find(|(_, value)| *value == Some(0));
+        if let Some((name, _)) = zero {
+            return Err(ConfigError::Invalid(format!(
+                "server.{name} must be at least 1"
+            )));
         }
         match &self.ca_cert {
             Some(path) => std::fs::read(path)
@@ -156,7 +170,7 @@ impl ServerSection {
         let connect_timeout = self.connect_timeout()?;
         Ok(ServerSettings {
             client: countersign_client::ClientConfig {
-                url: self.url,
+                url: self.url.trim().to_owned(),
                 token: worker_token_env.or(self.token),
                 ca_cert_pem,
                 connect_timeout,
@@ -238,5 +252,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(both.contains("keep only connect_timeout_secs"), "{both}");
+        for zero in [
+            "connect_timeout_secs = 0",
+            "connect_timeout_ms = 0",
+            "heartbeat_timeout_secs = 0",
+            "max_backoff_secs = 0",
+        ] {
+            let error = parse(&format!("url = \"http://x\"\n{zero}"))
+                .ca_cert_pem()
+                .unwrap_err()
+                .to_string();
+            let name = zero.split(' ').next().unwrap();
+            assert!(
+                error.contains(&format!("server.{name} must be at least 1")),
+                "{error}"
+            );
+        }
     }
 }
