@@ -189,12 +189,9 @@ impl Worker {
                     written = &mut persisted => return written.map_err(WorkerError::from),
                     item = stream.next() => item?,
                 };
-                let part = cursor.as_ref().map(|cursor| {
-                    let seq = match &item {
-                        WatchItem::Snapshot(_) => stream.cursor().unwrap_or(0),
-                        WatchItem::Event(event) => event.seq,
-                    };
-                    cursor.begin(seq)
+                let part = cursor.as_ref().map(|cursor| match &item {
+                    WatchItem::Snapshot(_) => cursor.begin_snapshot(stream.cursor().unwrap_or(0)),
+                    WatchItem::Event(event) => cursor.begin(event.seq),
                 });
                 if inputs
                     .send(Input::Watch(Box::new(item), part))

@@ -394,7 +394,7 @@ impl Worker {
         loop {
             match watch.next().await? {
                 WatchItem::Snapshot(pending) => {
-                    let part = self.cursor.begin(watch.cursor().unwrap_or(0));
+                    let part = self.cursor.begin_snapshot(watch.cursor().unwrap_or(0));
                     self.reconcile(pending, &part).await;
                     // The correction pass finishes the snapshot.
                     if let Err(unsent) = self.snapshot_taken.send(part) {

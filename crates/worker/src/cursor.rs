@@ -46,6 +46,9 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
+    /// Which log the seqs belong to: a snapshot whose head is below the seqs seen means the
+    /// server's log started over (a new database, a restore), and begins a new epoch.
+    epoch: u64,
     /// Seqs begun and not over.
     in_flight: BTreeSet<u64>,
     /// The highest seq begun.
@@ -103,15 +106,46 @@ impl Cursor {
         let mut state = self.state();
         state.highest = state.highest.max(seq);
         state.in_flight.insert(seq);
+        let epoch = state.epoch;
         drop(state);
         Part {
             item: Arc::new(Item {
                 seq,
+                epoch,
                 cursor: self.clone(),
                 abandoned: AtomicBool::new(false),
             }),
             done: false,
         }
+    }
+
+    /// Like [`Cursor::begin`] for a snapshot's head. A head below the seqs seen (or the one
+    /// persisted) means the server's log started over below them (a new database, a restore):
+    /// what was in flight belongs to the old log and the snapshot re-shows every pending
+    /// approval, so the cursor starts again from the head, and may be written lower. Without
+    /// this, a crash while the new log's events below the old seq were in flight would resume
+    /// after the old seq and skip them.
+    pub fn begin_snapshot(&self, head: u64) -> Part {
+        let mut state = self.state();
+        if head < state.highest {
+            tracing::warn!(
+                head,
+                cursor = state.highest,
+                "the server's event log is behind the watch cursor (a new or restored database); starting the cursor again from the snapshot"
+            );
+            state.epoch += 1;
+            state.in_flight.clear();
+            state.parked.clear();
+            state.highest = head;
+            *self
+                .shared
+                .written
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = 0;
+            self.shared.safe.send_replace(head);
+        }
+        drop(state);
+        self.begin(head)
     }
 
     /// Keeps `part` in flight until the work of `key` (an approval) succeeds or is given up
@@ -137,8 +171,12 @@ impl Cursor {
         *self.shared.safe.borrow()
     }
 
-    fn finished(&self, seq: u64) {
+    fn finished(&self, seq: u64, epoch: u64) {
         let mut state = self.state();
+        if state.epoch != epoch {
+            // Work of the old log, forgotten at the new one's snapshot.
+            return;
+        }
         state.in_flight.remove(&seq);
         let safe = match state.in_flight.first() {
             Some(&oldest) => oldest.saturating_sub(1),
@@ -213,6 +251,7 @@ fn write_atomically(path: &Path, seq: u64) -> std::io::Result<()> {
 
 struct Item {
     seq: u64,
+    epoch: u64,
     cursor: Cursor,
     /// A part was dropped unfinished: the item stays in flight for the rest of the run.
     abandoned: AtomicBool,
@@ -221,7 +260,7 @@ struct Item {
 impl Drop for Item {
     fn drop(&mut self) {
         if !self.abandoned.load(Ordering::SeqCst) {
-            self.cursor.finished(self.seq);
+            self.cursor.finished(self.seq, self.epoch);
         }
     }
 }
@@ -316,6 +355,36 @@ mod tests {
         cursor.begin(4).done();
         drop(killed);
         assert_eq!(cursor.safe(), 2);
+    }
+
+    /// The server's log started over below the persisted cursor: the snapshot's head rebases
+    /// it, the new log's events count from there, and the old log's work no longer matters.
+    #[tokio::test]
+    async fn a_snapshot_below_the_cursor_starts_it_again_from_the_head() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cursor");
+        std::fs::write(&path, "50\n").unwrap();
+        let (cursor, saved) = Cursor::open(&path);
+        assert_eq!(saved, Some(50));
+        let old_work = cursor.begin(51);
+        let snapshot = cursor.begin_snapshot(10);
+        assert_eq!(cursor.safe(), 10);
+        let in_flight = cursor.begin(11);
+        cursor.begin(12).done();
+        snapshot.done();
+        drop(old_work);
+        assert_eq!(
+            cursor.safe(),
+            10,
+            "11 is in flight: a crash now resumes after 10"
+        );
+        cursor.flush().await.unwrap();
+        assert_eq!(Cursor::open(&path).1, Some(10), "written lower than before");
+        in_flight.done();
+        assert_eq!(cursor.safe(), 12);
+        // A snapshot at or above what was seen is an ordinary resync.
+        cursor.begin_snapshot(12).done();
+        assert_eq!(cursor.safe(), 12);
     }
 
     #[test]

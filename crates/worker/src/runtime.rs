@@ -153,7 +153,11 @@ impl<C: Channel> Runtime<C> {
         loop {
             match watch.next().await? {
                 WatchItem::Snapshot(pending) => {
-                    let part = self.begin(watch.cursor().unwrap_or(0));
+                    let head = watch.cursor().unwrap_or(0);
+                    let part = self
+                        .cursor
+                        .as_ref()
+                        .map(|cursor| cursor.begin_snapshot(head));
                     self.reconcile(pending, part.as_ref()).await?;
                     finish(part);
                 }
