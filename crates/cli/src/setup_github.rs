@@ -121,7 +121,10 @@ pub async fn github(instance: &Instance, args: SetupGitHubArgs) -> Result<Exit, 
     let github = config_file::table(&mut doc, instance, "github")?;
     github["bot_login"] = value(login.as_str());
     github["default_target"] = value(target.to_string());
-    if api_url != DEFAULT_API_URL {
+    // The API the token was checked against, also when it replaces another one.
+    if api_url == DEFAULT_API_URL {
+        github.remove("api_url");
+    } else {
         github["api_url"] = value(api_url.as_str());
     }
     if !github.contains_key("polling") && !github.contains_key("webhook") {
