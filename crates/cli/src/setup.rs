@@ -8,7 +8,7 @@
 //! refused with the reason, by the bot, in the chat it was sent to; a refused code registers
 //! nothing. A new `setup telegram` replaces the codes of earlier runs.
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, IsTerminal, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use countersign_telegram::bot_api::{BotApi, BotApiError};
@@ -113,7 +113,7 @@ fn bot_token(instance: &Instance, add: bool) -> Result<String, CliError> {
             return Ok(token);
         }
     }
-    let token = prompt("Telegram bot token (from @BotFather)")?;
+    let token = prompt_secret("Telegram bot token (from @BotFather)")?;
     if token.is_empty() {
         return Err(CliError::Usage(format!(
             "no bot token: type it at the prompt or set {BOT_TOKEN_ENV} (create a bot with @BotFather)"
@@ -124,15 +124,30 @@ fn bot_token(instance: &Instance, add: bool) -> Result<String, CliError> {
 
 /// Asks on stderr and reads one line of the answer from stdin (trimmed; empty at its end).
 pub fn prompt(question: &str) -> Result<String, CliError> {
+    ask(question, false)
+}
+
+/// Like [`prompt`] for a secret: on a terminal what is typed is not shown.
+pub fn prompt_secret(question: &str) -> Result<String, CliError> {
+    ask(question, true)
+}
+
+fn ask(question: &str, secret: bool) -> Result<String, CliError> {
     eprint!("{question}: ");
     let _ = std::io::stderr().flush();
+    let cannot_read = |error: std::io::Error| {
+        CliError::Failure(format!("cannot read the answer to {question:?}: {error}"))
+    };
+    if secret && std::io::stdin().is_terminal() {
+        return rpassword::read_password()
+            .map(|typed| typed.trim().to_owned())
+            .map_err(cannot_read);
+    }
     let mut line = String::new();
     std::io::stdin()
         .lock()
         .read_line(&mut line)
-        .map_err(|error| {
-            CliError::Failure(format!("cannot read the answer to {question:?}: {error}"))
-        })?;
+        .map_err(cannot_read)?;
     Ok(line.trim().to_owned())
 }
 

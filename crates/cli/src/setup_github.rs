@@ -19,7 +19,7 @@ use crate::config_file::{self, NewApprover, Owner, Registered};
 use crate::exit::{CliError, Exit};
 use crate::instance::{Instance, Secret};
 use crate::settings::local_user;
-use crate::setup::prompt;
+use crate::setup::{prompt, prompt_secret};
 
 const DEFAULT_API_URL: &str = "https://api.github.com";
 
@@ -170,7 +170,7 @@ fn token() -> Result<String, CliError> {
         .filter(|token| !token.is_empty())
     {
         Some(token) => token,
-        None => prompt("GitHub token (https://github.com/settings/tokens)")?,
+        None => prompt_secret("GitHub token (https://github.com/settings/tokens)")?,
     };
     if token.is_empty() {
         return Err(CliError::Usage(format!(
