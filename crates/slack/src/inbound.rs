@@ -146,13 +146,26 @@ impl Inbound {
     /// Whether the tap came from this approval's message, by a user allowed here; a refusal
     /// is told to the user (and logged) and nothing is decided.
     async fn admitted(&self, tap: &Tap) -> bool {
-        let posted = self
+        let post = self
             .store
             .load(&tap.approval_id)
             .ok()
-            .and_then(|mut posts| posts.remove(&tap.channel))
-            .and_then(|post| post.ts)
-            .is_some_and(|ts| ts == tap.message_ts);
+            .and_then(|mut posts| posts.remove(&tap.channel));
+        let posted = match post {
+            Some(post) => match post.ts {
+                Some(ts) => ts == tap.message_ts,
+                // Slack answered the post, but the worker has not recorded the `ts` yet (or
+                // crashed before it did): Slack's history says which message it is.
+                None => self
+                    .api
+                    .find(&tap.channel, post.search_from_secs(), &tap.approval_id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|ts| ts == tap.message_ts),
+            },
+            None => false,
+        };
         let refusal = if !posted {
             "This button is not on a message countersign posted for that request; nothing was decided."
         } else if !self.settings.may_decide(&tap.user.id.0) {

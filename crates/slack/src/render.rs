@@ -326,6 +326,6 @@ mod tests {
         assert!(!shown.contains(APPROVE), "{shown}");
         assert!(shown.contains("❌ Rejected by `alice` (slack)"), "{shown}");
         assert!(shown.contains("*Note:* `not today`"), "{shown}");
-        assert_eq!(shown_key(&rejected), "final:REJECTED");
+        assert_eq!(shown_key(&rejected), "final:APPROVAL_STATE_REJECTED");
     }
 }

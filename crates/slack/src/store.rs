@@ -38,6 +38,15 @@ pub struct Post {
     pub shown: Option<String>,
 }
 
+impl Post {
+    /// Where to start looking for the message in the channel's history: a little before the
+    /// post started (Slack's clock may be behind ours).
+    pub fn search_from_secs(&self) -> i64 {
+        const CLOCK_SKEW_SECS: i64 = 5;
+        self.started_ms / 1000 - CLOCK_SKEW_SECS
+    }
+}
+
 /// An approval's messages by Slack channel id.
 pub type Posts = BTreeMap<String, Post>;
 

@@ -25,9 +25,6 @@ use crate::store::{Post, Store, StoreError};
 /// The channel name this worker serves; also the decider channel (`slack:<user id>`).
 pub const CHANNEL: &str = "slack";
 
-/// How far before a post started Slack's `ts` of it may be (clock skew).
-const CLOCK_SKEW_SECS: i64 = 5;
-
 /// Why one message could not be brought up to date.
 #[derive(Debug, thiserror::Error)]
 pub enum ShowError {
@@ -152,7 +149,7 @@ impl SlackChannel {
             None => {
                 // A post whose answer never came (a crash, a lost connection): when Slack has
                 // the message it is adopted, not posted again.
-                let since = known.started_ms / 1000 - CLOCK_SKEW_SECS;
+                let since = known.search_from_secs();
                 match self.api.find(channel, since, &approval.id).await? {
                     Some(ts) => {
                         tracing::info!(approval_id = %approval.id, channel, "found the message of an interrupted post; adopting it");

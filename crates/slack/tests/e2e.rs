@@ -436,6 +436,24 @@ async fn forged_and_unauthorised_actions_are_refused_and_decide_nothing() {
     );
 }
 
+/// Slack stored the message and the approver tapped it before the worker heard back from
+/// `chat.postMessage` (so before it recorded the message's `ts`): the tap is checked against
+/// Slack's history and decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tap_before_the_post_is_answered_decides() {
+    let harness = Harness::start().await;
+    harness.slack.hold_posts(Duration::from_secs(3600));
+    let approval = harness.request("early-tap", 600).await;
+    let shown = harness.request_message(&approval.id).await;
+    let (envelope, _) = harness.slack.tap(ALICE, &shown, APPROVE);
+    harness.acked(&envelope).await;
+    assert_eq!(
+        harness.resolved(&approval.id).await.state(),
+        pb::ApprovalState::Approved
+    );
+    assert!(harness.slack.ephemerals().is_empty());
+}
+
 fn spawn_worker(config: &Path) -> tokio::process::Child {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_countersign-slack"))
         .arg("--config")
