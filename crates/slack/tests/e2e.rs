@@ -252,6 +252,12 @@ async fn approve_decides_once_even_when_the_envelope_is_redelivered() {
     let again = harness.slack.push("interactive", payload);
     harness.acked(&again).await;
     assert_eq!(harness.state_of(&approval.id).await.decisions.len(), 1);
+    // The server knew the key: a duplicate, not a second tap on a resolved request.
+    assert!(
+        harness.slack.ephemerals().is_empty(),
+        "{:?}",
+        harness.slack.ephemerals()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
