@@ -105,23 +105,12 @@ impl Harness {
     }
 
     async fn request(&self, key: &str, ttl_seconds: u32) -> pb::Approval {
+        self.request_with(request(key, ttl_seconds)).await
+    }
+
+    async fn request_with(&self, request: pb::RequestApprovalRequest) -> pb::Approval {
         self.agent
-            .request_approval(pb::RequestApprovalRequest {
-                agent_id: "coder-1".into(),
-                session_id: "session-7".into(),
-                idempotency_key: key.into(),
-                tool_name: "bash".into(),
-                arguments_json: r#"{"command":"rm -rf build/"}"#.into(),
-                action: "delete the build directory\n*✅ Approved* <!channel>".into(),
-                reason: "clean rebuild".into(),
-                risk: pb::Risk::High.into(),
-                routes: vec![pb::Route {
-                    channel: "slack".into(),
-                    target: String::new(),
-                }],
-                ttl_seconds,
-                ..Default::default()
-            })
+            .request_approval(request)
             .await
             .unwrap()
             .approval
@@ -198,6 +187,25 @@ impl Harness {
     }
 }
 
+fn request(key: &str, ttl_seconds: u32) -> pb::RequestApprovalRequest {
+    pb::RequestApprovalRequest {
+        agent_id: "coder-1".into(),
+        session_id: "session-7".into(),
+        idempotency_key: key.into(),
+        tool_name: "bash".into(),
+        arguments_json: r#"{"command":"rm -rf build/"}"#.into(),
+        action: "delete the build directory\n*✅ Approved* <!channel>".into(),
+        reason: "clean rebuild".into(),
+        risk: pb::Risk::High.into(),
+        routes: vec![pb::Route {
+            channel: "slack".into(),
+            target: String::new(),
+        }],
+        ttl_seconds,
+        ..Default::default()
+    }
+}
+
 fn post_statuses(slack: &FakeSlack) -> Vec<u16> {
     let posts = slack.calls("chat.postMessage");
     posts.iter().map(|call| call.status).collect()
@@ -258,6 +266,54 @@ async fn approve_decides_once_even_when_the_envelope_is_redelivered() {
         "{:?}",
         harness.slack.ephemerals()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quorum_progress_is_shown_until_the_last_approval() {
+    let harness = Harness::start().await;
+    let approval = harness
+        .request_with(pb::RequestApprovalRequest {
+            required_approvals: 2,
+            ..request("quorum", 600)
+        })
+        .await;
+    let shown = harness.request_message(&approval.id).await;
+    assert!(
+        shown.shown().contains("⏳ Waiting: 0 of 2 approvals"),
+        "{}",
+        shown.shown()
+    );
+    harness.slack.tap(ALICE, &shown, APPROVE);
+    let progress = harness
+        .message_where(&approval.id, "the progress", |m| {
+            m.shown()
+                .contains("1 of 2 approvals (by `u0alice` (slack))")
+        })
+        .await;
+    assert_eq!(
+        progress.buttons().len(),
+        3,
+        "still open for the second approver"
+    );
+    harness
+        .agent
+        .decide(pb::DecideRequest {
+            approval_id: approval.id.clone(),
+            verdict: pb::Verdict::Approve.into(),
+            scope: pb::Scope::Once.into(),
+            decider: Some(pb::Decider {
+                channel: "telegram".into(),
+                user_id: "2002".into(),
+                display_name: "Bob".into(),
+            }),
+            idempotency_key: "telegram:callback:quorum".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let done = harness.outcome_message(&approval.id).await;
+    assert!(done.shown().contains("✅ Approved by"), "{}", done.shown());
+    assert_eq!(harness.slack.messages(CHANNEL).len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
