@@ -5,8 +5,8 @@
 
 use countersign_client::{pb, version};
 use countersign_worker::agent_text;
+use countersign_worker::approval::{format_time, prefix, short_id};
 use pb::{ApprovalState, Risk};
-use time::OffsetDateTime;
 
 use crate::api::{Action, Publish};
 
@@ -191,7 +191,7 @@ fn body(approval: &pb::Approval) -> String {
         }
     }
     let (arguments, digest) = version::current_arguments(approval);
-    let mut tail = format!("SHA-256 {}\n", short(digest, 16));
+    let mut tail = format!("SHA-256 {}\n", prefix(digest, 16));
     if let Some(expires_at) = &approval.expires_at {
         tail.push_str(&format!("Expires: {}\n", format_time(expires_at.seconds)));
     }
@@ -208,30 +208,6 @@ fn or_dash(text: &str) -> &str {
     } else {
         text
     }
-}
-
-fn short(text: &str, chars: usize) -> &str {
-    text.char_indices()
-        .nth(chars)
-        .map_or(text, |(at, _)| &text[..at])
-}
-
-/// The last 8 characters of the id, as every channel shows it.
-fn short_id(id: &str) -> &str {
-    let start = id.char_indices().rev().nth(7).map_or(0, |(at, _)| at);
-    &id[start..]
-}
-
-fn format_time(seconds: i64) -> String {
-    OffsetDateTime::from_unix_timestamp(seconds)
-        .ok()
-        .and_then(|time| {
-            time.format(time::macros::format_description!(
-                "[year]-[month]-[day] [hour]:[minute] UTC"
-            ))
-            .ok()
-        })
-        .unwrap_or_else(|| seconds.to_string())
 }
 
 #[cfg(test)]

@@ -8,9 +8,9 @@ use std::collections::HashMap;
 
 use countersign_client::{pb, version};
 use countersign_worker::agent_text;
+use countersign_worker::approval::{format_time, prefix, short_id};
 use pb::{ApprovalState, ResolvedBy, Risk, Scope, Verdict};
 use slack_morphism::prelude::*;
-use time::OffsetDateTime;
 
 const TOOL_LIMIT: usize = 80;
 const LINE_LIMIT: usize = 300;
@@ -85,7 +85,7 @@ pub fn message(approval: &pb::Approval) -> SlackMessageContent {
     let shown = agent_text::cap(&agent_text::visible(arguments), ARGUMENTS_LIMIT);
     blocks.push(section(format!(
         "*Arguments* (SHA-256 `{}`):\n```{}```",
-        short(digest, 16),
+        prefix(digest, 16),
         escape(&shown)
     )));
     blocks.push(section(status(approval)));
@@ -246,30 +246,6 @@ fn or_dash(text: &str) -> &str {
     } else {
         text
     }
-}
-
-fn short(text: &str, chars: usize) -> &str {
-    text.char_indices()
-        .nth(chars)
-        .map_or(text, |(at, _)| &text[..at])
-}
-
-/// The last 8 characters of the id, as every channel shows it.
-fn short_id(id: &str) -> &str {
-    let start = id.char_indices().rev().nth(7).map_or(0, |(at, _)| at);
-    &id[start..]
-}
-
-fn format_time(seconds: i64) -> String {
-    OffsetDateTime::from_unix_timestamp(seconds)
-        .ok()
-        .and_then(|time| {
-            time.format(time::macros::format_description!(
-                "[year]-[month]-[day] [hour]:[minute] UTC"
-            ))
-            .ok()
-        })
-        .unwrap_or_else(|| seconds.to_string())
 }
 
 #[cfg(test)]
