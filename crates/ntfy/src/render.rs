@@ -5,7 +5,7 @@
 
 use countersign_client::{pb, version};
 use countersign_worker::agent_text;
-use countersign_worker::approval::{format_time, prefix, short_id};
+use countersign_worker::approval::{format_time, or_dash, prefix, short_id};
 use pb::{ApprovalState, Risk};
 
 use crate::api::{Action, Publish};
@@ -200,14 +200,6 @@ fn body(approval: &pb::Approval) -> String {
         MESSAGE_LIMIT_BYTES.saturating_sub(head.len() + tail.len() + "Arguments:\n\n".len()) / 4;
     let shown = agent_text::cap(&agent_text::visible(arguments), budget.max(16));
     format!("{head}Arguments:\n{shown}\n{tail}")
-}
-
-fn or_dash(text: &str) -> &str {
-    if text.is_empty() {
-        "-"
-    } else {
-        text
-    }
 }
 
 #[cfg(test)]

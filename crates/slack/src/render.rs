@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use countersign_client::{pb, version};
 use countersign_worker::agent_text;
-use countersign_worker::approval::{format_time, prefix, short_id};
+use countersign_worker::approval::{format_time, or_dash, prefix, short_id};
 use pb::{ApprovalState, ResolvedBy, Risk, Scope, Verdict};
 use slack_morphism::prelude::*;
 
@@ -238,14 +238,6 @@ fn names(deciders: &[&pb::Decider]) -> String {
         })
         .collect();
     names.join(", ")
-}
-
-fn or_dash(text: &str) -> &str {
-    if text.is_empty() {
-        "-"
-    } else {
-        text
-    }
 }
 
 #[cfg(test)]

@@ -26,6 +26,15 @@ pub fn short_id(id: &str) -> &str {
     &id[start..]
 }
 
+/// `-` for an empty identifier (an agent or session the request did not name).
+pub fn or_dash(text: &str) -> &str {
+    if text.is_empty() {
+        "-"
+    } else {
+        text
+    }
+}
+
 /// The first `chars` characters of `text` (a digest's head).
 pub fn prefix(text: &str, chars: usize) -> &str {
     text.char_indices()
