@@ -13,9 +13,9 @@ use tonic::transport::Channel;
 
 use crate::echo::pb::echo_client::EchoClient;
 use crate::echo::pb::EchoMessage;
+use crate::error::BenchError;
 use crate::load::{self, closed_loop, connections, SharedSamples, Summary};
 use crate::report::Figure;
-use crate::BenchError;
 
 /// How long the latency figures give a waiter to subscribe before the decision is sent.
 const WAITER_HEAD_START: Duration = Duration::from_millis(100);

@@ -8,7 +8,7 @@ use std::str::FromStr;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteSynchronous};
 use sqlx::Connection;
 
-use crate::BenchError;
+use crate::error::BenchError;
 
 /// Copies the approval `template_id` (idempotency key `template_key`) `count` times with
 /// ids that sort before every real UUIDv7 (they are older), new idempotency keys and earlier

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tonic::transport::{Channel, Endpoint};
 
-use crate::BenchError;
+use crate::error::BenchError;
 
 /// `count` separate HTTP/2 connections to `url`: one connection would serialize every call
 /// through one connection task, which no deployment with several agents does.

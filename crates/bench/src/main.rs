@@ -3,6 +3,7 @@
 //! times: the figures are for people to read and compare.
 
 mod echo;
+mod error;
 mod figures;
 mod history;
 mod load;
@@ -17,15 +18,10 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+use crate::error::BenchError;
 use crate::figures::Load;
 use crate::process::{Served, ServerSettings};
 use crate::report::{Figure, Report};
-
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    #[error("{0}")]
-    Setup(String),
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Part {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use crate::BenchError;
+use crate::error::BenchError;
 
 const START_PATIENCE: Duration = Duration::from_secs(60);
 

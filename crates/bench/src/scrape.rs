@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::BenchError;
+use crate::error::BenchError;
 
 /// The body of `GET /metrics`, over plain HTTP/1.1.
 pub async fn get(addr: SocketAddr) -> Result<String, BenchError> {

@@ -291,7 +291,7 @@ fn the_github_example_loads() {
     let config =
         countersign_github::config::Config::load(&example("github.example.toml"), &Secrets)
             .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(config.server.url, "http://server:50051");
+    assert_eq!(config.server.client.url, "http://server:50051");
     assert!(config.webhook.is_some() && config.polling.is_some());
 }
 

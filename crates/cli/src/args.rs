@@ -238,7 +238,7 @@ pub enum SetupCommand {
 
 #[derive(Debug, Args)]
 pub struct SetupWebArgs {
-    /// The approver to sign in, by id (as in [[approvers]]) [default: the first one]
+    /// The approver to sign in, by id (as in [[approvers]]) [default: the only one; needed when there are several]
     #[arg(long, value_name = "ID")]
     pub approver: Option<String>,
     /// Where the inbox listens [default: listen in [web], else 127.0.0.1:8080]
@@ -257,6 +257,10 @@ pub struct SetupGitHubArgs {
     /// The GitHub login of the approver [default: asked]
     #[arg(long, value_name = "LOGIN")]
     pub approver: Option<String>,
+    /// The configured approver this login belongs to (a new id registers another person)
+    /// [default: the only approver, when there is exactly one]
+    #[arg(long, value_name = "ID")]
+    pub approver_id: Option<String>,
     /// The GitHub API (GitHub Enterprise Server: https://HOST/api/v3) [default: https://api.github.com]
     #[arg(long, env = "GITHUB_API_URL", value_name = "URL")]
     pub api_url: Option<String>,

@@ -95,20 +95,98 @@ pub struct NewApprover<'a> {
     pub identity: &'a str,
 }
 
-/// Adds an `[[approvers]]` entry (who may decide up to critical risk); false when an approver
-/// has that identity already (nothing is added).
-pub fn add_approver(
+/// Whose identity a setup registers: a new person, or one of the configured approvers.
+pub enum Owner<'a> {
+    /// Always a new `[[approvers]]` entry (`setup telegram --add`).
+    NewPerson,
+    /// The approver with this id (a new entry with this id when there is none).
+    Approver(&'a str),
+    /// The only configured approver when there is exactly one and it has no identity on the
+    /// channel yet (a person alone adding a second channel), a new entry when there is none.
+    /// With several: a new entry when `else_new`, else a refusal asking whose it is.
+    TheOnlyOne { else_new: bool },
+}
+
+/// What [`register_identity`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Registered {
+    /// A new `[[approvers]]` entry with this id.
+    Added(String),
+    /// The identity added to the approver with this id: one person, counted once in a quorum.
+    Joined(String),
+    /// An approver (this id) had the identity already; nothing changed.
+    Already(String),
+}
+
+/// Registers `approver`'s identity: on the approver `owner` names, or in a new entry (who may
+/// decide up to critical risk). Two entries for one person would let them meet a quorum of two
+/// alone, so with several approvers configured the caller must say whose identity it is.
+pub fn register_identity(
     doc: &mut DocumentMut,
     instance: &Instance,
     approver: &NewApprover<'_>,
-) -> Result<bool, CliError> {
+    owner: Owner<'_>,
+) -> Result<Registered, CliError> {
     let approvers = approvers(doc, instance)?;
-    if approvers
+    let id_of = |entry: &Table| entry.get("id").and_then(Item::as_str).map(str::to_owned);
+    if let Some(entry) = approvers
         .iter()
-        .any(|entry| has_identity(entry, approver.channel, approver.identity))
+        .find(|entry| has_identity(entry, approver.channel, approver.identity))
     {
-        return Ok(false);
+        return Ok(Registered::Already(id_of(entry).unwrap_or_default()));
     }
+    let existing = match owner {
+        Owner::NewPerson => None,
+        Owner::Approver(id) => approvers
+            .iter()
+            .position(|entry| id_of(entry).as_deref() == Some(id)),
+        Owner::TheOnlyOne { else_new } => match approvers.len() {
+            0 => None,
+            1 if !has_channel(approvers.get(0), approver.channel) => Some(0),
+            _ if else_new => None,
+            _ => {
+                let ids: Vec<String> = approvers.iter().filter_map(id_of).collect();
+                return Err(CliError::Usage(format!(
+                    "approvers {} are configured already: say whose {} identity {} is with --approver-id ID (a configured id, or a new one for another person)",
+                    ids.join(", "),
+                    approver.channel,
+                    approver.identity
+                )));
+            }
+        },
+    };
+    if let Some(entry) = existing.and_then(|index| approvers.get_mut(index)) {
+        let id = id_of(entry).unwrap_or_default();
+        let identities = entry
+            .entry("identities")
+            .or_insert(value(InlineTable::new()));
+        let ids = match identities {
+            Item::Value(toml_edit::Value::InlineTable(table)) => table
+                .entry(approver.channel)
+                .or_insert(Array::new().into())
+                .as_array_mut(),
+            Item::Table(table) => table
+                .entry(approver.channel)
+                .or_insert(value(Array::new()))
+                .as_array_mut(),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            invalid(
+                instance,
+                &format!(
+                    "approver {id}: identities.{} is not a list",
+                    approver.channel
+                ),
+            )
+        })?;
+        ids.push(approver.identity);
+        return Ok(Registered::Joined(id));
+    }
+    let id = match owner {
+        Owner::Approver(id) => id.to_owned(),
+        _ => approver.id.clone(),
+    };
     // No `cli` identity for the terminal's user: hooks name that user as the requester, and
     // with separation of duties (the default) an approver cannot approve their own request.
     let mut identities = InlineTable::new();
@@ -117,10 +195,18 @@ pub fn add_approver(
         Array::from_iter([approver.identity]).into(),
     );
     let mut entry = Table::new();
-    entry["id"] = value(approver.id.as_str());
+    entry["id"] = value(id.as_str());
     entry["name"] = value(approver.name);
     entry["max_risk"] = value("critical");
     entry["identities"] = value(identities);
     approvers.push(entry);
-    Ok(true)
+    Ok(Registered::Added(id))
+}
+
+/// Whether an approver entry has any identity on `channel`.
+fn has_channel(approver: Option<&Table>, channel: &str) -> bool {
+    approver
+        .and_then(|entry| entry.get("identities"))
+        .and_then(|identities| identities.get(channel))
+        .is_some()
 }

@@ -8,13 +8,20 @@ use countersign_client::{Client, ClientError};
 use serde_json::{json, Map, Value};
 
 use crate::args::{HookEvent, Host, InstallArgs};
-use crate::commands::InstallFlags;
 use crate::exit::{CliError, Exit};
 use crate::hook::{default_timeout, event_name};
 use crate::instance::local_url;
 use crate::instance::{Instance, Secret, Token};
 use crate::instance_check::check_instance;
 use crate::settings::DEFAULT_SERVER;
+
+/// The global flags an installed hook command repeats, so that it talks to the same server
+/// with the same config (never the token: settings files are often shared; its file, yes).
+pub struct InstallFlags {
+    pub config: Option<std::path::PathBuf>,
+    pub server: Option<String>,
+    pub token_file: Option<std::path::PathBuf>,
+}
 
 /// How much longer than countersign's wait the host's hook timeout is set, so that countersign
 /// always answers first.

@@ -18,6 +18,7 @@ mod setup;
 mod setup_github;
 mod setup_web;
 mod up;
+mod waiting;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use countersign_telegram::bot_api::{BotApi, BotApiError};
 use countersign_telegram::command::split_command;
 use countersign_telegram::config::BOT_TOKEN_ENV;
+use countersign_telegram::render::escape;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -21,7 +22,7 @@ use teloxide::types::{Message, UpdateKind};
 use toml_edit::{value, Array, DocumentMut, Item};
 
 use crate::args::SetupTelegramArgs;
-use crate::config_file::{self, NewApprover};
+use crate::config_file::{self, NewApprover, Owner, Registered};
 use crate::exit::{CliError, Exit};
 use crate::instance::{replace_file, Instance, Secret};
 
@@ -72,31 +73,28 @@ pub async fn telegram(instance: &Instance, args: SetupTelegramArgs) -> Result<Ex
 
     let paired = wait_for_code(&bot, &username, offset, instance, &mut codes, &code).await?;
     instance.write_secret(Secret::TelegramBotToken, &token)?;
-    let newly = register(instance, existing, &paired, &api_url, args.add)?;
-    let reply = if newly {
-        "Paired: you approve countersign requests as telegram:{id}, and they are shown in this chat. Start (or restart) countersign up on your computer."
-    } else {
-        "You were already an approver (telegram:{id}); nothing changed."
+    let registered = register(instance, existing, &paired, &api_url, args.add)?;
+    let reply = match &registered {
+        Registered::Added(id) | Registered::Joined(id) => format!(
+            "Paired: you approve countersign requests as {}, and they are shown in this chat. Start (or restart) countersign up on your computer.",
+            escape(id)
+        ),
+        Registered::Already(id) => {
+            format!("You were already an approver ({}); nothing changed.", escape(id))
+        }
     };
-    reply_in_chat(
-        &bot,
-        &paired.message,
-        &reply.replace("{id}", &paired.user_id.to_string()),
-    )
-    .await;
-    if newly {
-        println!(
-            "Paired {} as approver telegram:{}; approvals go to chat {}.\nWritten to {}. Next: countersign up (restart it if it is running).",
+    reply_in_chat(&bot, &paired.message, &reply).await;
+    match &registered {
+        Registered::Added(id) | Registered::Joined(id) => println!(
+            "Paired {} as approver {id}; approvals go to chat {}.\nWritten to {}. Next: countersign up (restart it if it is running).",
             paired.name,
-            paired.user_id,
             paired.chat_id,
             instance.config_file.display()
-        );
-    } else {
-        println!(
-            "{} (telegram:{}) was already an approver; nothing changed.",
-            paired.name, paired.user_id
-        );
+        ),
+        Registered::Already(id) => println!(
+            "{} ({id}) was already an approver; nothing changed.",
+            paired.name
+        ),
     }
     Ok(Exit::Success)
 }
@@ -244,7 +242,7 @@ async fn skip_earlier_messages(bot: &BotApi) -> Result<Option<i32>, CliError> {
 }
 
 async fn reply_in_chat(bot: &BotApi, to: &Message, text: &str) {
-    // Fixed texts without markup: nothing to escape.
+    // Texts without markup; an approver id in them is escaped by the caller.
     if let Err(error) = bot
         .send_message(to.chat.id.0, text, &[], Some(to.id.0))
         .await
@@ -374,14 +372,14 @@ impl Codes {
 
 /// Writes the paired approver into the config file: an `[[approvers]]` entry, the user on the
 /// Telegram worker's allowlist, and (unless adding one more) the chat as the default target.
-/// Returns false when the user was an approver already (nothing is written).
+/// Nothing is written when the user was an approver already.
 fn register(
     instance: &Instance,
     mut doc: DocumentMut,
     paired: &Paired,
     api_url: &str,
     add: bool,
-) -> Result<bool, CliError> {
+) -> Result<Registered, CliError> {
     let user_id = paired.user_id.to_string();
     let approver = NewApprover {
         id: format!("telegram:{user_id}"),
@@ -389,8 +387,16 @@ fn register(
         channel: "telegram",
         identity: &user_id,
     };
-    if !config_file::add_approver(&mut doc, instance, &approver)? {
-        return Ok(false);
+    // A first pairing joins the only approver (a person alone who set up another channel
+    // first); `--add` pairs another person.
+    let owner = if add {
+        Owner::NewPerson
+    } else {
+        Owner::TheOnlyOne { else_new: true }
+    };
+    let registered = config_file::register_identity(&mut doc, instance, &approver, owner)?;
+    if let Registered::Already(_) = registered {
+        return Ok(registered);
     }
     let telegram = config_file::table(&mut doc, instance, "telegram")?;
     if !add || !telegram.contains_key("default_chat_id") {
@@ -412,7 +418,7 @@ fn register(
         telegram["api_url"] = value(api_url);
     }
     config_file::write(instance, &doc)?;
-    Ok(true)
+    Ok(registered)
 }
 
 #[cfg(test)]

@@ -15,9 +15,10 @@ use countersign_github::target::{IssueRef, RepoName, Target};
 use toml_edit::{value, Item, Table};
 
 use crate::args::SetupGitHubArgs;
-use crate::config_file::{self, NewApprover};
+use crate::config_file::{self, NewApprover, Owner, Registered};
 use crate::exit::{CliError, Exit};
 use crate::instance::{Instance, Secret};
+use crate::settings::local_user;
 use crate::setup::prompt;
 
 const DEFAULT_API_URL: &str = "https://api.github.com";
@@ -105,14 +106,18 @@ pub async fn github(instance: &Instance, args: SetupGitHubArgs) -> Result<Exit, 
         )));
     }
 
-    instance.write_secret(Secret::GitHubToken, &token)?;
     let newly = NewApprover {
         id: format!("github:{approver}"),
         name: &approver,
         channel: "github",
         identity: &approver,
     };
-    let added = config_file::add_approver(&mut doc, instance, &newly)?;
+    let owner = match &args.approver_id {
+        Some(id) => Owner::Approver(id),
+        None => Owner::TheOnlyOne { else_new: false },
+    };
+    let registered = config_file::register_identity(&mut doc, instance, &newly, owner)?;
+    instance.write_secret(Secret::GitHubToken, &token)?;
     let github = config_file::table(&mut doc, instance, "github")?;
     github["bot_login"] = value(login.as_str());
     github["default_target"] = value(target.to_string());
@@ -131,10 +136,21 @@ pub async fn github(instance: &Instance, args: SetupGitHubArgs) -> Result<Exit, 
         Target::Repo(repo) => format!("in a new issue of {repo} for each approval"),
     };
     println!("GitHub is set up: countersign asks {where_}, commenting as {login}.");
-    if added {
-        println!("{approver} approves there with /approve (or /reject <reason>).");
-    } else {
-        println!("{approver} was already an approver on GitHub.");
+    match &registered {
+        Registered::Added(id) => println!(
+            "{approver} approves there with /approve (or /reject <reason>), as approver {id}."
+        ),
+        Registered::Joined(id) => println!(
+            "{approver} approves there with /approve (or /reject <reason>), as approver {id} (one person on two channels, counted once in a quorum)."
+        ),
+        Registered::Already(id) => {
+            println!("{approver} was already an approver on GitHub ({id}).")
+        }
+    }
+    if local_user().is_some_and(|user| user.trim().eq_ignore_ascii_case(approver.trim())) {
+        println!(
+            "Note: {approver} is also your user name here, which the hooks send as the requester: separation of duties (on by default) refuses {approver}'s approvals of requests from this machine. Approve them on another channel (countersign setup telegram), or set separation_of_duties = false on the rules that ask you (docs/configuration.md)."
+        );
     }
     println!(
         "Written to {}; the token is kept in {} (readable only by you).\nNext: countersign up (restart it if it is running).",

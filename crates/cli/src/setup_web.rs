@@ -1,5 +1,5 @@
 //! `setup web`: enables the web inbox of the local instance and prints a one-time sign-in link
-//! for an approver (the first one registered, or `--approver`). The approver gets a `web`
+//! for an approver (the only one registered, or `--approver`). The approver gets a `web`
 //! identity in `[[approvers]]` (derived from their id when they have none), so that what they
 //! decide in the inbox counts as theirs. The link is the web inbox's own login token
 //! (`countersign_web::sessions`): single-use, expiring, kept only as a digest.
@@ -37,8 +37,25 @@ pub async fn web(instance: &Instance, args: SetupWebArgs) -> Result<Exit, CliErr
                 "no approver yet to sign in: pair yourself first (countersign setup telegram, or countersign setup github), then run countersign setup web".into(),
             ))
         }
-        None => 0,
+        None if ids.len() == 1 => 0,
+        None => {
+            return Err(CliError::Usage(format!(
+                "approvers {} are configured: say who signs in with --approver ID",
+                ids.join(", ")
+            )))
+        }
     };
+    let taken: Vec<String> = approvers
+        .iter()
+        .enumerate()
+        .filter(|(other, _)| *other != index)
+        .filter_map(|(_, entry)| entry.get("identities")?.get(CHANNEL)?.as_array().cloned())
+        .flat_map(|ids| {
+            ids.iter()
+                .filter_map(|id| id.as_str().map(str::to_owned))
+                .collect::<Vec<_>>()
+        })
+        .collect();
     let approver = approvers
         .get_mut(index)
         .ok_or_else(|| config_file::invalid(instance, "approvers changed while reading"))?;
@@ -50,6 +67,15 @@ pub async fn web(instance: &Instance, args: SetupWebArgs) -> Result<Exit, CliErr
         .unwrap_or(id.as_str())
         .to_owned();
     let identity = web_identity(instance, approver, &id)?;
+    // Two approvers with one web identity: the server would refuse the file at the next start.
+    if taken
+        .iter()
+        .any(|other| other.eq_ignore_ascii_case(&identity))
+    {
+        return Err(CliError::Usage(format!(
+            "approver {id}'s web identity would be {identity}, which another approver has already: give {id} one of its own in the config file (identities = {{ web = [\"...\"] }}), then run countersign setup web --approver {id} again"
+        )));
+    }
 
     let web = config_file::table(&mut doc, instance, "web")?;
     if let Some(listen) = args.listen {

@@ -114,6 +114,96 @@ async fn setup_github_checks_what_it_is_given_then_up_asks_on_the_issue() {
     assert!(!home.up_log().contains(DEFAULT_TOKEN));
 }
 
+/// One person is one approver: alice, paired on Telegram already, adds her GitHub login to
+/// that approver (a quorum of two is not met by her twice). With several approvers configured,
+/// setup asks whose login it is and writes nothing until told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_github_adds_the_login_to_the_approver_it_belongs_to() {
+    let repo = GitHubRepo::start().await;
+    let (github, issue) = (&repo.fake, repo.issue);
+    github.add_user("bob", UserKind::User);
+    github.set_permission("acme/widgets", "bob", Role::Write, PermissionShape::Modern);
+    let home = Home::new("http://127.0.0.1:9");
+    std::fs::create_dir_all(home.config_file().parent().unwrap()).unwrap();
+    let paired = "[[approvers]]\nid = \"telegram:1001\"\nname = \"Alice\"\nmax_risk = \"critical\"\nidentities = { telegram = [\"1001\"] }\n";
+    std::fs::write(home.config_file(), paired).unwrap();
+    let typed = format!("{DEFAULT_TOKEN}\n");
+    let issue_arg = issue.to_string();
+    let args = ["--repo", "acme/widgets", "--issue", issue_arg.as_str()];
+
+    let joined = run_with_input(
+        setup_github(
+            &home,
+            github,
+            &[&args[..], &["--approver", "alice"]].concat(),
+        ),
+        typed.as_bytes(),
+    )
+    .await;
+    let shown = text(&joined);
+    assert_eq!(joined.status.code(), Some(0), "{shown}");
+    assert!(
+        shown.contains("as approver telegram:1001 (one person"),
+        "{shown}"
+    );
+    let config: toml::Table =
+        toml::from_str(&std::fs::read_to_string(home.config_file()).unwrap()).unwrap();
+    let approvers = config["approvers"].as_array().unwrap();
+    assert_eq!(approvers.len(), 1, "{config}");
+    assert_eq!(
+        approvers[0]["identities"]["github"][0].as_str(),
+        Some("alice")
+    );
+    assert_eq!(
+        approvers[0]["identities"]["telegram"][0].as_str(),
+        Some("1001")
+    );
+
+    // Two approvers now (alice, and carol on Telegram): bob's login belongs to whom?
+    let two = format!(
+        "{}[[approvers]]\nid = \"carol\"\nidentities = {{ telegram = [\"1002\"] }}\n",
+        std::fs::read_to_string(home.config_file()).unwrap()
+    );
+    std::fs::write(home.config_file(), &two).unwrap();
+    std::fs::remove_file(home.data().join("secrets/github-token")).unwrap();
+    let asked = run_with_input(
+        setup_github(&home, github, &[&args[..], &["--approver", "bob"]].concat()),
+        typed.as_bytes(),
+    )
+    .await;
+    let shown = text(&asked);
+    assert_eq!(asked.status.code(), Some(64), "{shown}");
+    assert!(
+        shown.contains("approvers telegram:1001, carol are configured already")
+            && shown.contains("--approver-id ID"),
+        "{shown}"
+    );
+    assert_eq!(std::fs::read_to_string(home.config_file()).unwrap(), two);
+    assert!(!home.data().join("secrets/github-token").exists());
+
+    let added = run_with_input(
+        setup_github(
+            &home,
+            github,
+            &[&args[..], &["--approver", "bob", "--approver-id", "bob"]].concat(),
+        ),
+        typed.as_bytes(),
+    )
+    .await;
+    let shown = text(&added);
+    assert_eq!(added.status.code(), Some(0), "{shown}");
+    assert!(shown.contains("as approver bob."), "{shown}");
+    let config: toml::Table =
+        toml::from_str(&std::fs::read_to_string(home.config_file()).unwrap()).unwrap();
+    let approvers = config["approvers"].as_array().unwrap();
+    assert_eq!(approvers.len(), 3, "{config}");
+    assert_eq!(approvers[2]["id"].as_str(), Some("bob"));
+    assert_eq!(
+        approvers[2]["identities"]["github"][0].as_str(),
+        Some("bob")
+    );
+}
+
 /// A bad token, an unknown repository or issue, an approver without write access or the
 /// token's own account: each is named with what to do, and nothing is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -209,6 +299,35 @@ fn form_field(page: &str, name: &str) -> String {
         .unwrap_or_else(|| panic!("no {name} in {page}"))
         + marker.len();
     page[start..].split('"').next().unwrap().to_owned()
+}
+
+/// With several approvers `setup web` asks who signs in, and an identity another approver
+/// has already is refused: the config file stays as it was (the server would refuse it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_web_refuses_an_ambiguous_or_taken_identity_and_changes_nothing() {
+    let home = Home::new("http://127.0.0.1:9");
+    std::fs::create_dir_all(home.config_file().parent().unwrap()).unwrap();
+    let before = "[[approvers]]\nid = \"a:b\"\nidentities = { telegram = [\"1\"] }\n[[approvers]]\nid = \"carol\"\nidentities = { web = [\"a-b\"] }\n";
+    std::fs::write(home.config_file(), before).unwrap();
+
+    let output = home.run(&["setup", "web"]).await;
+    assert_eq!(output.status.code(), Some(64), "{}", text(&output));
+    assert!(
+        text(&output)
+            .contains("approvers a:b, carol are configured: say who signs in with --approver ID"),
+        "{}",
+        text(&output)
+    );
+    let output = home.run(&["setup", "web", "--approver", "a:b"]).await;
+    assert_eq!(output.status.code(), Some(64), "{}", text(&output));
+    assert!(
+        text(&output).contains(
+            "approver a:b's web identity would be a-b, which another approver has already"
+        ),
+        "{}",
+        text(&output)
+    );
+    assert_eq!(std::fs::read_to_string(home.config_file()).unwrap(), before);
 }
 
 /// `setup web` enables the inbox and prints a one-time link for the paired approver; the link

@@ -5,12 +5,9 @@ use countersign_proto::v1 as pb;
 use pb::admin_service_client::AdminServiceClient;
 use pb::approval_service_client::ApprovalServiceClient;
 use tokio::time::Instant;
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::service::interceptor::InterceptedService;
-use tonic::service::Interceptor;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::backoff::{log_retry, Backoff};
+use crate::connection::{endpoint, AdminRpc, BearerAuth, ClientConfig, Connector, Rpc};
 use crate::error::ClientError;
 use crate::watch::{Watch, WatchOptions};
 
@@ -24,100 +21,6 @@ const RETRY_MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// A long-poll answered "still pending" sooner than this (and sooner than asked) was cut short,
 /// e.g. by a server shutting down; the next one waits a backoff delay so as not to spin.
 const EARLY_RETURN: Duration = Duration::from_secs(1);
-
-/// HTTP/2 pings detect a dead connection under a long-poll that sends nothing for a while.
-const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
-const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Where and how to connect.
-#[derive(Clone)]
-pub struct ClientConfig {
-    /// `http://host:port` (plaintext) or `https://host:port` (TLS).
-    pub url: String,
-    /// Bearer token sent with every call.
-    pub token: Option<String>,
-    /// PEM CA certificate(s) that sign the server's certificate (https only). Without it, an
-    /// https server is verified against the public web PKI roots.
-    pub ca_cert_pem: Option<Vec<u8>>,
-    /// Limit on establishing the TCP (and TLS) connection.
-    pub connect_timeout: Duration,
-}
-
-impl ClientConfig {
-    /// No token, no custom CA, a 5 s connect timeout.
-    pub fn new(url: impl Into<String>) -> Self {
-        ClientConfig {
-            url: url.into(),
-            token: None,
-            ca_cert_pem: None,
-            connect_timeout: Duration::from_secs(5),
-        }
-    }
-}
-
-/// Shows everything except the token.
-impl fmt::Debug for ClientConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClientConfig")
-            .field("url", &self.url)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
-            .field("ca_cert_pem", &self.ca_cert_pem.as_ref().map(Vec::len))
-            .field("connect_timeout", &self.connect_timeout)
-            .finish()
-    }
-}
-
-/// Adds `authorization: Bearer <token>` to every call when a token is configured.
-#[derive(Clone)]
-pub(crate) struct BearerAuth {
-    header: Option<MetadataValue<Ascii>>,
-}
-
-impl BearerAuth {
-    fn new(token: Option<&str>) -> Result<Self, ClientError> {
-        let header = token
-            .map(|token| {
-                MetadataValue::try_from(format!("Bearer {token}")).map_err(|_| {
-                    ClientError::Config(
-                        "the token contains characters not allowed in a header".into(),
-                    )
-                })
-            })
-            .transpose()?;
-        Ok(BearerAuth { header })
-    }
-}
-
-impl Interceptor for BearerAuth {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(header) = &self.header {
-            request
-                .metadata_mut()
-                .insert("authorization", header.clone());
-        }
-        Ok(request)
-    }
-}
-
-pub(crate) type Rpc = ApprovalServiceClient<InterceptedService<Channel, BearerAuth>>;
-type AdminRpc = AdminServiceClient<InterceptedService<Channel, BearerAuth>>;
-
-/// The connection settings a [`Watch`] needs to open fresh connections of its own.
-#[derive(Clone)]
-pub(crate) struct Connector {
-    endpoint: Endpoint,
-    auth: BearerAuth,
-}
-
-impl Connector {
-    /// A client on a new connection (made on first use).
-    pub(crate) fn fresh_rpc(&self) -> Rpc {
-        ApprovalServiceClient::with_interceptor(self.endpoint.connect_lazy(), self.auth.clone())
-    }
-}
 
 /// A handle on a countersign server. Cheap to clone; clones share one connection.
 ///
@@ -570,47 +473,6 @@ fn approval_of(response: pb::RequestApprovalResponse) -> Result<pb::Approval, Cl
 async fn pause(backoff: &mut Backoff, deadline_at: Instant) {
     let delay = backoff.next_delay();
     tokio::time::sleep_until((Instant::now() + delay).min(deadline_at)).await;
-}
-
-fn endpoint(config: &ClientConfig) -> Result<Endpoint, ClientError> {
-    let tls = if config.url.starts_with("https://") {
-        true
-    } else if config.url.starts_with("http://") {
-        false
-    } else {
-        return Err(ClientError::Config(format!(
-            "server URL {:?} must start with http:// or https://",
-            config.url
-        )));
-    };
-    let endpoint = Endpoint::from_shared(config.url.clone())
-        .map_err(|error| ClientError::Config(format!("server URL {:?}: {error}", config.url)))?
-        .connect_timeout(config.connect_timeout)
-        .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
-        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
-    if !tls {
-        if config.ca_cert_pem.is_some() {
-            // Refuse rather than silently talk plaintext to a server meant to be verified.
-            return Err(ClientError::Config(
-                "a CA certificate is configured but the server URL is http://; use https://".into(),
-            ));
-        }
-        return Ok(endpoint);
-    }
-    let tls_config = match &config.ca_cert_pem {
-        Some(pem) => {
-            if !String::from_utf8_lossy(pem).contains("-----BEGIN CERTIFICATE-----") {
-                return Err(ClientError::Config(
-                    "the CA certificate holds no PEM certificate".into(),
-                ));
-            }
-            ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
-        }
-        None => ClientTlsConfig::new().with_webpki_roots(),
-    };
-    endpoint
-        .tls_config(tls_config)
-        .map_err(|error| ClientError::Config(format!("TLS configuration: {error}")))
 }
 
 #[cfg(test)]

@@ -45,13 +45,15 @@
 
 mod backoff;
 mod client;
+mod connection;
 mod error;
 pub mod gate;
 pub mod groups;
 pub mod version;
 mod watch;
 
-pub use client::{Client, ClientConfig};
+pub use client::Client;
+pub use connection::ClientConfig;
 pub use countersign_proto::v1 as pb;
 /// The protobuf timestamp used by the [`pb`] types.
 pub use countersign_proto::Timestamp;

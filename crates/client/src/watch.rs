@@ -6,7 +6,7 @@ use tokio::time::Instant;
 use tonic::{Code, Status, Streaming};
 
 use crate::backoff::{log_retry, Backoff};
-use crate::client::Connector;
+use crate::connection::Connector;
 use crate::error::ClientError;
 
 /// What to watch and how patiently.

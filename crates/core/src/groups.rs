@@ -6,12 +6,12 @@
 //! identities) from the moment it was requested, so the quorum and the membership check never
 //! depend on a configuration reloaded later.
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use crate::approvers::{identity_key, ApproverRegistry};
-use crate::policy::{subject, SpecError};
-use crate::validate::{optional, required, validate_channel};
-use crate::{ApprovalRequest, Error, Millis, Route};
+pub use crate::approval::{Delegation, FollowUp, GroupQuorum, OnTimeout};
+use crate::approvers::ApproverRegistry;
+use crate::fields::{identity_key, optional, required, subject, validate_channel, SpecError};
+use crate::{ApprovalRequest, Error, Route};
 
 const MAX_GROUP_NAME_CHARS: usize = 64;
 const MAX_TARGET_CHARS: usize = 256;
@@ -26,92 +26,6 @@ pub struct GroupSpec {
     /// Where the group's approvals are shown when a request names no routes: a Telegram chat
     /// id, a GitHub `owner/repo#issue`, ...
     pub destinations: Vec<Route>,
-}
-
-/// How many distinct members of a group must approve, with the group as it was when the
-/// approval was requested. A request or a rule names only `group` and `required`; the server
-/// fills in the rest from the configuration ([`Groups::resolve`]).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct GroupQuorum {
-    pub group: String,
-    pub required: u32,
-    /// Approver ids.
-    pub members: Vec<String>,
-    pub destinations: Vec<Route>,
-    /// The members' identities on each channel (`github` / `alice-gh`), for mentions.
-    pub contacts: Vec<Route>,
-}
-
-/// What a deadline without a decision means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnTimeout {
-    /// The approval expires: the runtime is told no (fail closed).
-    #[default]
-    Reject,
-    /// The approval goes to the escalation group with a fresh deadline (once); when that one
-    /// passes too, it expires.
-    Escalate,
-}
-
-impl OnTimeout {
-    pub fn parse(name: &str) -> Option<OnTimeout> {
-        match name.to_ascii_lowercase().as_str() {
-            "reject" => Some(OnTimeout::Reject),
-            "escalate" => Some(OnTimeout::Escalate),
-            _ => None,
-        }
-    }
-}
-
-/// The reminder, escalation and timeout plan of an approval, and how far it went.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct FollowUp {
-    /// Seconds after the request at which the channels remind the deciders (0: never).
-    pub remind_after_seconds: u32,
-    /// Seconds after the request at which the approval goes to `escalate_to` (0: only on
-    /// timeout, when `on_timeout` is `escalate`).
-    pub escalate_after_seconds: u32,
-    /// The group an escalation hands the approval to; its members may then decide, and count
-    /// toward every group requirement.
-    pub escalate_to: Option<GroupQuorum>,
-    pub on_timeout: OnTimeout,
-    pub reminded_at: Option<Millis>,
-    pub escalated_at: Option<Millis>,
-}
-
-impl FollowUp {
-    /// Whether this plan does anything at all.
-    pub fn is_active(&self) -> bool {
-        self.remind_after_seconds > 0
-            || self.escalate_to.is_some()
-            || self.on_timeout != OnTimeout::Reject
-    }
-}
-
-/// A person deciding for another one until a time: the delegate's decisions count as the
-/// delegator's, for the delegator's groups.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Delegation {
-    pub id: String,
-    /// Approver id of the person who is away.
-    pub delegator: String,
-    /// Approver id of the person deciding for them.
-    pub delegate: String,
-    pub created_at: Millis,
-    pub until: Millis,
-    pub revoked_at: Option<Millis>,
-    pub reason: String,
-    /// Who created it (the admin token's name).
-    pub created_by: String,
-}
-
-impl Delegation {
-    pub fn is_active(&self, now: Millis) -> bool {
-        self.revoked_at.is_none() && now < self.until
-    }
 }
 
 /// The configured groups, checked against the approver registry.
@@ -264,31 +178,4 @@ fn compile_group(spec: &GroupSpec, approvers: &ApproverRegistry) -> Result<Group
         destinations: spec.destinations.clone(),
         contacts,
     })
-}
-
-/// A duration for people, in whole seconds rounded down: `45s`, `10m`, `2h`, `1h30m`.
-pub fn human_duration(millis: Millis) -> String {
-    let seconds = millis.max(0) / 1000;
-    let (hours, minutes, seconds) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
-    match (hours, minutes, seconds) {
-        (0, 0, s) => format!("{s}s"),
-        (0, m, 0) => format!("{m}m"),
-        (0, m, s) => format!("{m}m{s}s"),
-        (h, 0, 0) => format!("{h}h"),
-        (h, m, _) => format!("{h}h{m}m"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_read_like_people_write_them() {
-        assert_eq!(human_duration(45_000), "45s");
-        assert_eq!(human_duration(1_800_000), "30m");
-        assert_eq!(human_duration(90_000), "1m30s");
-        assert_eq!(human_duration(7_200_000), "2h");
-        assert_eq!(human_duration(5_400_000), "1h30m");
-    }
 }

@@ -6,8 +6,10 @@ pub mod approval;
 pub mod approvers;
 pub mod digest;
 pub mod error;
+pub mod fields;
 pub mod groups;
 pub mod policy;
+mod state_machine;
 pub mod validate;
 
 pub use approval::*;

@@ -15,6 +15,7 @@
 pub mod api;
 pub mod command;
 pub mod config;
+mod incoming;
 pub mod permission;
 mod poller;
 mod recent;
@@ -34,7 +35,7 @@ use tokio::task::JoinHandle;
 
 use crate::api::{ApiError, GitHubApi};
 use crate::config::Config;
-use crate::poller::PollTargets;
+use crate::incoming::PollTargets;
 use crate::worker::{Input, Relay, Resume, Runtime, CHANNEL};
 
 /// Inputs waiting for the worker (watch items and incoming comments).

@@ -7,54 +7,14 @@
 //! see the current text). The cursor of an issue starts at its request message's creation and
 //! moves to the newest `updated_at` seen.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use time::OffsetDateTime;
 use tokio::sync::{mpsc, watch};
 
-use crate::api::{GitHubApi, IssueComment};
-use crate::target::IssueRef;
-use crate::worker::{IncomingComment, Input};
-
-/// The issues to poll and the `since` cursor of each, shared by the worker (which adds and
-/// removes issues) and the poller.
-#[derive(Default)]
-pub struct PollTargets {
-    cursors: Mutex<BTreeMap<IssueRef, OffsetDateTime>>,
-}
-
-impl PollTargets {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<IssueRef, OffsetDateTime>> {
-        self.cursors
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Polls `issue` from `since` on, unless it is polled already.
-    pub fn watch(&self, issue: &IssueRef, since: OffsetDateTime) {
-        self.lock().entry(issue.clone()).or_insert(since);
-    }
-
-    pub fn unwatch(&self, issue: &IssueRef) {
-        self.lock().remove(issue);
-    }
-
-    fn snapshot(&self) -> Vec<(IssueRef, OffsetDateTime)> {
-        self.lock()
-            .iter()
-            .map(|(issue, since)| (issue.clone(), *since))
-            .collect()
-    }
-
-    /// Moves the cursor forward, if the issue is still polled.
-    fn advance(&self, issue: &IssueRef, seen: OffsetDateTime) {
-        if let Some(cursor) = self.lock().get_mut(issue) {
-            *cursor = (*cursor).max(seen);
-        }
-    }
-}
+use crate::api::GitHubApi;
+use crate::incoming::{unedited, PollTargets};
+use crate::worker::Input;
 
 pub async fn run(
     api: Arc<GitHubApi>,
@@ -86,17 +46,4 @@ pub async fn run(
             targets.advance(&issue, newest);
         }
     }
-}
-
-/// The comments of `issue` never edited: a listing shows only the current text, and only new
-/// comments count as commands.
-pub fn unedited(issue: &IssueRef, comments: Vec<IssueComment>) -> Vec<IncomingComment> {
-    comments
-        .into_iter()
-        .filter(|comment| comment.updated_at == comment.created_at)
-        .map(|comment| IncomingComment {
-            issue: issue.clone(),
-            comment,
-        })
-        .collect()
 }

@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 
 use crate::api::{ApiError, Author, GitHubApi, IssueComment, ReactionContent};
 use crate::command::{parse_command, Command, Verdict};
-use crate::poller::{unedited, PollTargets};
+use crate::incoming::{unedited, IncomingComment, PollTargets};
 use crate::recent::RecentSet;
 use crate::render::{self, names_approval, replied_comment_id, Reply};
 use crate::target::{IssueRef, RepoName, Target};
@@ -34,13 +34,6 @@ const REMEMBERED_RESOLVED: usize = 256;
 const STARTUP_RESYNC_PAGE: u32 = 50;
 /// How often a command that failed for a transient reason is tried again.
 const MAX_COMMAND_ATTEMPTS: u32 = 8;
-
-/// A comment on an issue or pull request, from a webhook delivery or a poll.
-#[derive(Clone, Debug)]
-pub struct IncomingComment {
-    pub issue: IssueRef,
-    pub comment: IssueComment,
-}
 
 pub enum Input {
     /// A watch item, with its share of the cursor when one is kept.

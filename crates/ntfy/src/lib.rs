@@ -17,41 +17,24 @@
 
 pub mod api;
 pub mod config;
+mod error;
 pub mod render;
 pub mod store;
 mod worker;
 
 use std::future::Future;
 
-use countersign_client::{Client, ClientError};
+use countersign_client::Client;
 use countersign_links::pages::Pages;
 use countersign_worker::retry::Backoff;
-use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions};
+use countersign_worker::runtime::{self, RuntimeOptions};
 
-use crate::api::{NtfyApi, NtfyError};
+use crate::api::NtfyApi;
 pub use crate::config::Settings;
+pub use crate::error::WorkerError;
 use crate::store::{Store, StoreError};
 use crate::worker::NtfyChannel;
 pub use crate::worker::CHANNEL;
-
-/// Why the worker stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    #[error("countersign server: {0}")]
-    Server(#[from] ClientError),
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Ntfy(#[from] NtfyError),
-    #[error("cannot serve the decision links on {addr}: {source}")]
-    Listen {
-        addr: std::net::SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// Runs the worker until `shutdown` completes (the publishes in flight are then finished,
 /// within the grace period, and it returns `Ok`) or an error that retrying cannot fix occurs.

@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use countersign_core::validate::validate_channel;
+use countersign_core::fields::validate_channel;
 use countersign_core::Approval;
 use countersign_core::Error as DomainError;
 use sha2::{Digest, Sha256};
@@ -28,7 +28,7 @@ const MIN_TOKEN_CHARS: usize = 16;
 
 /// Who is calling, as established by their token.
 #[derive(Debug, Clone)]
-pub struct Caller {
+pub(crate) struct Caller {
     /// The token's configured name.
     pub name: String,
     pub role: Role,
@@ -97,7 +97,7 @@ impl Caller {
 
     /// The caller of a request, put there by the [`Authenticator`]. Missing only if the
     /// interceptor was not installed: then nobody is let in.
-    pub fn of<T>(request: &Request<T>) -> Result<Arc<Caller>, Status> {
+    pub(crate) fn of<T>(request: &Request<T>) -> Result<Arc<Caller>, Status> {
         request
             .extensions()
             .get::<Arc<Caller>>()
@@ -115,7 +115,7 @@ impl Caller {
     }
 
     /// Whether the caller's role may call `rpc` at all; admin may call everything.
-    pub fn allow(&self, rpc: &str, roles: &[Role]) -> Result<(), AppError> {
+    pub(crate) fn allow(&self, rpc: &str, roles: &[Role]) -> Result<(), AppError> {
         if self.role == Role::Admin || roles.contains(&self.role) {
             Ok(())
         } else {
@@ -124,7 +124,7 @@ impl Caller {
     }
 
     /// Acting for `agent_id`: admin, or an agent token bound to it.
-    pub fn for_agent(&self, agent_id: &str) -> Result<(), AppError> {
+    pub(crate) fn for_agent(&self, agent_id: &str) -> Result<(), AppError> {
         match self.role {
             Role::Admin => Ok(()),
             Role::Agent if self.agents.contains(agent_id) => Ok(()),
@@ -137,7 +137,7 @@ impl Caller {
     }
 
     /// Serving `channel`: admin, or a worker token bound to it.
-    pub fn for_channel(&self, channel: &str) -> Result<(), AppError> {
+    pub(crate) fn for_channel(&self, channel: &str) -> Result<(), AppError> {
         match self.role {
             Role::Admin => Ok(()),
             Role::Worker if self.channels.contains(channel) => Ok(()),
@@ -151,7 +151,7 @@ impl Caller {
 
     /// Seeing `approval`: admin, an agent token bound to its agent, or a worker token bound to
     /// a channel it is routed to.
-    pub fn may_read(&self, approval: &Approval) -> Result<(), AppError> {
+    pub(crate) fn may_read(&self, approval: &Approval) -> Result<(), AppError> {
         match (&self.role, &self.channels) {
             (Role::Admin, _) | (Role::Worker, Scope::Any) => Ok(()),
             (Role::Agent, _) => self.for_agent(&approval.agent_id),
@@ -170,7 +170,7 @@ impl Caller {
 
     /// Acting on `approval` as `channel` (checked with [`Caller::for_channel`] before): a
     /// worker only acts on approvals routed to its channel; others are not limited.
-    pub fn routed_to(&self, channel: &str, approval: &Approval) -> Result<(), AppError> {
+    pub(crate) fn routed_to(&self, channel: &str, approval: &Approval) -> Result<(), AppError> {
         if self.role == Role::Worker && !approval.is_routed_to(channel) {
             return Err(self.denied(format!(
                 "serves {channel:?}, and approval {} is not routed there",
@@ -182,7 +182,7 @@ impl Caller {
 
     /// The filter a list or watch call is limited to: the one asked for, or, when none was
     /// asked for, the caller's only agent (agent tokens) or channel (worker tokens).
-    pub fn agent_filter(&self, asked: String) -> Result<String, AppError> {
+    pub(crate) fn agent_filter(&self, asked: String) -> Result<String, AppError> {
         match (self.role, asked.is_empty(), self.agents.sole()) {
             (Role::Agent, true, Some(sole)) => Ok(sole.to_owned()),
             (Role::Agent, true, None) if matches!(self.agents, Scope::Only(_)) => {
@@ -194,7 +194,7 @@ impl Caller {
     }
 
     /// See [`Caller::agent_filter`].
-    pub fn channel_filter(&self, asked: String) -> Result<String, AppError> {
+    pub(crate) fn channel_filter(&self, asked: String) -> Result<String, AppError> {
         match (self.role, asked.is_empty(), self.channels.sole()) {
             (Role::Worker, true, Some(sole)) => Ok(sole.to_owned()),
             (Role::Worker, true, None) if matches!(self.channels, Scope::Only(_)) => {
@@ -256,7 +256,7 @@ impl Tokens {
         Ok(Tokens { tokens })
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.tokens.is_empty()
     }
 
@@ -331,12 +331,12 @@ fn check_scope(config: &TokenConfig) -> Result<(), String> {
 
 /// The interceptor: establishes the [`Caller`] of every call.
 #[derive(Clone)]
-pub struct Authenticator {
+pub(crate) struct Authenticator {
     tokens: Arc<Tokens>,
 }
 
 impl Authenticator {
-    pub fn new(tokens: Arc<Tokens>) -> Authenticator {
+    pub(crate) fn new(tokens: Arc<Tokens>) -> Authenticator {
         Authenticator { tokens }
     }
 

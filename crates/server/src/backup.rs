@@ -6,13 +6,14 @@
 
 use std::path::{Path, PathBuf};
 
+use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, SqliteConnection};
 use thiserror::Error;
 
 use crate::audit::AuditReport;
 use crate::config::Database;
-use crate::integrity::AuditSql;
-use crate::store::{sqlite, StoreError};
+use crate::store::audit_sql::AuditSql;
+use crate::store::StoreError;
 
 /// A verified copy.
 #[derive(Debug, Clone)]
@@ -49,7 +50,7 @@ const MAX_FILE_NAME_CHARS: usize = 200;
 
 /// The path of the new backup `file_name` in `directory`. Only a plain name is accepted, so a
 /// caller of the RPC can create files in that one directory and nowhere else.
-pub fn file_in(directory: &Path, file_name: &str) -> Result<PathBuf, BackupError> {
+pub(crate) fn file_in(directory: &Path, file_name: &str) -> Result<PathBuf, BackupError> {
     let plain = !file_name.is_empty()
         && file_name.len() <= MAX_FILE_NAME_CHARS
         && !file_name.starts_with('.')
@@ -64,7 +65,7 @@ pub fn file_in(directory: &Path, file_name: &str) -> Result<PathBuf, BackupError
 
 /// The directory backups of `database` go to when `storage.backup_dir` is not set: the
 /// database file's own. None for PostgreSQL.
-pub fn default_directory(database: &Path) -> Option<PathBuf> {
+pub(crate) fn default_directory(database: &Path) -> Option<PathBuf> {
     match Database::of(database) {
         Database::Postgres(_) => None,
         Database::Sqlite(path) => Some(match path.parent() {
@@ -84,7 +85,7 @@ pub async fn backup_database(database: &Path, into: &Path) -> Result<Backup, Bac
     if !path.is_file() {
         return Err(BackupError::NoDatabase(path.to_path_buf()));
     }
-    let mut conn = sqlite::open_existing(path, true).await?;
+    let mut conn = open_existing(path, true).await?;
     copy(&mut conn, into).await
 }
 
@@ -113,10 +114,10 @@ pub(crate) async fn copy(
         Err(e) => return Err(write_error(e)),
     }
     let verified = async {
-        sqlite::vacuum_into(source, into).await?;
+        vacuum_into(source, into).await?;
         // SQLite does not flush what VACUUM INTO wrote.
         let bytes = flush(into).map_err(write_error)?;
-        let mut copy = sqlite::open_existing(into, false).await?;
+        let mut copy = open_existing(into, false).await?;
         let report = copy.verify().await?;
         copy.close().await.map_err(StoreError::from)?;
         match report.broken.clone() {
@@ -133,6 +134,30 @@ pub(crate) async fn copy(
         let _ = std::fs::remove_file(into);
     }
     verified
+}
+
+/// Writes the database `conn` reads to the new file `into` with `VACUUM INTO`: one read
+/// transaction, so the copy is one consistent snapshot (the WAL's committed pages included)
+/// and the writer carries on meanwhile. SQLite refuses a file that exists and is not empty.
+async fn vacuum_into(conn: &mut SqliteConnection, into: &Path) -> Result<(), StoreError> {
+    let into = into.to_str().ok_or_else(|| {
+        countersign_core::Error::invalid("file_name", "the backup path is not valid UTF-8")
+    })?;
+    sqlx::query("VACUUM INTO ?")
+        .bind(into)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Opens an existing database file as it is: no schema change, nothing created; read-only when
+/// asked.
+async fn open_existing(path: &Path, read_only: bool) -> Result<SqliteConnection, StoreError> {
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(false)
+        .read_only(read_only);
+    Ok(SqliteConnection::connect_with(&options).await?)
 }
 
 /// Flushes the file and its directory entry to disk; the file's size.

@@ -9,7 +9,7 @@ use countersign_core::{
 use countersign_proto::v1 as pb;
 use prost_types::Timestamp;
 
-use crate::history::AuditedEvent;
+use crate::store::AuditedEvent;
 use crate::store::{Grant, StoredEvent};
 
 pub fn timestamp(ms: Millis) -> Timestamp {

@@ -21,16 +21,12 @@ impl Hub {
     }
 
     /// Called by the store writer after the event's transaction committed.
-    pub fn publish(&self, event: StoredEvent) {
+    pub(crate) fn publish(&self, event: StoredEvent) {
         // No subscriber is not an error: the event is in the log.
         let _ = self.sender.send(Arc::new(event));
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
         self.sender.subscribe()
-    }
-
-    pub fn subscribers(&self) -> usize {
-        self.sender.receiver_count()
     }
 }

@@ -1,24 +1,23 @@
 //! The countersign approval server: SQLite or PostgreSQL store, event log and hub, gRPC services.
 
-pub mod admin;
-pub mod app;
-pub mod audit;
+pub(crate) mod admin;
+pub(crate) mod app;
+pub(crate) mod audit;
 pub mod auth;
 pub mod backup;
 pub mod config;
-pub mod convert;
-pub mod error;
-pub mod history;
+pub(crate) mod convert;
+pub(crate) mod error;
 pub mod hub;
 pub mod integrity;
-pub mod limits;
+pub(crate) mod limits;
 pub mod logging;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod security;
-pub mod service;
+pub(crate) mod service;
 pub mod serving;
 pub mod store;
-pub mod watch;
+pub(crate) mod watch;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use countersign_core::validate::is_invisible;
+use countersign_core::fields::is_invisible;
 use tracing::field::Field;
 use tracing_subscriber::field::MakeExt;
 use tracing_subscriber::fmt::format::Writer;
@@ -16,7 +16,7 @@ use tracing_subscriber::EnvFilter;
 use crate::config::{Config, LogFormat};
 
 /// Escapes what could break a log line or change how it reads.
-pub fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -34,7 +34,7 @@ pub fn escape(text: &str) -> String {
 }
 
 /// The text format's field writer: `name=value`, values escaped, separated by spaces.
-pub fn escaped_fields() -> impl for<'w> FormatFields<'w> + Send + Sync + 'static {
+pub(crate) fn escaped_fields() -> impl for<'w> FormatFields<'w> + Send + Sync + 'static {
     tracing_subscriber::fmt::format::debug_fn(
         |writer: &mut Writer<'_>, field: &Field, value: &dyn std::fmt::Debug| {
             let text = escape(&format!("{value:?}"));

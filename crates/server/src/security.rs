@@ -71,7 +71,7 @@ impl Security {
 }
 
 /// The TLS settings of the gRPC listener, from the PEM files configured.
-pub fn server_tls(config: &TlsConfig) -> Result<ServerTlsConfig, ConfigError> {
+pub(crate) fn server_tls(config: &TlsConfig) -> Result<ServerTlsConfig, ConfigError> {
     let read = |field: &str, path: &std::path::Path| {
         std::fs::read(path).map_err(|e| {
             ConfigError::Invalid(format!("cannot read tls.{field} {}: {e}", path.display()))

@@ -12,7 +12,6 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -75,7 +74,7 @@ fn open_file_limit() -> Option<u64> {
 }
 
 /// How many connections the server holds at once.
-pub fn connection_cap(config: &ServingConfig) -> usize {
+pub(crate) fn connection_cap(config: &ServingConfig) -> usize {
     let by_descriptors = open_file_limit()
         .map(|limit| limit.saturating_sub(config.reserved_descriptors).max(1))
         .and_then(|n| usize::try_from(n).ok())
@@ -89,7 +88,7 @@ pub fn connection_cap(config: &ServingConfig) -> usize {
 
 /// What one connection shares with the registry and with the calls it carries.
 #[derive(Debug)]
-pub struct ConnectionState {
+pub(crate) struct ConnectionState {
     id: u64,
     opened: Instant,
     handshaken: AtomicBool,
@@ -118,7 +117,7 @@ impl ConnectionState {
 }
 
 /// The open connections.
-pub struct Registry {
+pub(crate) struct Registry {
     connections: Mutex<HashMap<u64, Arc<ConnectionState>>>,
     next_id: AtomicU64,
     shutting_down: AtomicBool,
@@ -134,7 +133,7 @@ struct Timeouts {
 }
 
 impl Registry {
-    pub fn new(config: &ServingConfig, metrics: Option<Arc<Metrics>>) -> Arc<Registry> {
+    pub(crate) fn new(config: &ServingConfig, metrics: Option<Arc<Metrics>>) -> Arc<Registry> {
         Arc::new(Registry {
             connections: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
@@ -155,7 +154,7 @@ impl Registry {
 
     /// Closes every connection that has no call in flight, and each other one as its last
     /// call ends.
-    pub fn shut_down(&self) {
+    pub(crate) fn shut_down(&self) {
         self.shutting_down.store(true, Ordering::Release);
         for connection in self.lock().values() {
             connection.waker.wake();
@@ -202,13 +201,11 @@ impl Registry {
         if let Some(metrics) = &self.metrics {
             metrics.connection_opened();
         }
-        let remote = stream.peer_addr().ok();
         Connection {
             timer: Box::pin(tokio::time::sleep(self.settings.handshake)),
             stream,
             state,
             registry: self.clone(),
-            remote,
             read_bytes: 0,
             _permit: permit,
         }
@@ -216,7 +213,7 @@ impl Registry {
 }
 
 /// Accepts connections on `listener` for as long as the returned stream is read.
-pub fn incoming(
+pub(crate) fn incoming(
     listener: TcpListener,
     registry: Arc<Registry>,
 ) -> ReceiverStream<io::Result<Connection>> {
@@ -299,11 +296,10 @@ fn out_of_resources(error: &io::Error) -> bool {
 
 /// An accepted connection: a TCP stream that ends itself (reads end of file, which makes the
 /// HTTP/2 server close it) when it times out, is evicted, or is idle at shutdown.
-pub struct Connection {
+pub(crate) struct Connection {
     stream: TcpStream,
     state: Arc<ConnectionState>,
     registry: Arc<Registry>,
-    remote: Option<SocketAddr>,
     timer: Pin<Box<Sleep>>,
     read_bytes: u64,
     _permit: OwnedSemaphorePermit,
@@ -408,8 +404,7 @@ impl AsyncWrite for Connection {
 
 /// What a call learns of its connection.
 #[derive(Debug, Clone)]
-pub struct ConnectionInfo {
-    pub remote: Option<SocketAddr>,
+pub(crate) struct ConnectionInfo {
     state: Arc<ConnectionState>,
 }
 
@@ -418,7 +413,6 @@ impl tonic::transport::server::Connected for Connection {
 
     fn connect_info(&self) -> ConnectionInfo {
         ConnectionInfo {
-            remote: self.remote,
             state: self.state.clone(),
         }
     }
@@ -426,7 +420,7 @@ impl tonic::transport::server::Connected for Connection {
 
 /// Counts a connection's calls in flight, so that idle connections can be told apart.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ActivityLayer;
+pub(crate) struct ActivityLayer;
 
 impl<S> tower_layer::Layer<S> for ActivityLayer {
     type Service = Activity<S>;
@@ -437,7 +431,7 @@ impl<S> tower_layer::Layer<S> for ActivityLayer {
 }
 
 #[derive(Debug, Clone)]
-pub struct Activity<S> {
+pub(crate) struct Activity<S> {
     inner: S,
 }
 
@@ -507,7 +501,7 @@ where
 
 pin_project_lite::pin_project! {
     /// A response body that keeps its call counted as in flight until it is dropped.
-    pub struct TrackedBody<B> {
+    pub(crate) struct TrackedBody<B> {
         #[pin]
         inner: B,
         _in_flight: Option<InFlight>,

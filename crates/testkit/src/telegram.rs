@@ -25,7 +25,7 @@
 //! Tests inject updates (callback queries, text messages), inject errors for the next calls of
 //! a method, and read every recorded request and the current state of every chat message.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -428,7 +428,6 @@ impl FakeTelegram {
                 .cloned()
                 .unwrap_or_else(|| panic!("no update {update_id} was injected"));
             state.pending_updates.push_front((update_id, update));
-            state.redelivered.insert(update_id);
         }
         self.shared.notify();
     }
@@ -588,10 +587,6 @@ struct FakeState {
     pending_updates: VecDeque<(i64, Value)>,
     /// Every injected update, for `redeliver`.
     history: BTreeMap<i64, Value>,
-    /// Updates queued again by `redeliver` and not handed out since. A bot confirms only what
-    /// a poll gave it, so an `offset` cannot drop these: the poll a killed bot sent just before
-    /// it died, answered late, must not confirm what the crash left unconfirmed.
-    redelivered: BTreeSet<i64>,
     last_update_id: i64,
     /// The update types the bot asked for (`allowed_updates`); empty: all.
     allowed_updates: Vec<String>,
@@ -767,13 +762,9 @@ async fn get_updates(shared: &Shared, params: &Value) -> ApiReply {
     let generation = {
         let mut state = shared.lock();
         if offset > 0 {
-            let FakeState {
-                pending_updates,
-                redelivered,
-                ..
-            } = &mut *state;
-            pending_updates
-                .retain(|(update_id, _)| *update_id >= offset || redelivered.contains(update_id));
+            state
+                .pending_updates
+                .retain(|(update_id, _)| *update_id >= offset);
         }
         if let Some(Value::Array(kinds)) = allowed_updates {
             state.allowed_updates = kinds
@@ -803,12 +794,11 @@ async fn get_updates(shared: &Shared, params: &Value) -> ApiReply {
                 let mut batch: Vec<&(i64, Value)> = state.pending_updates.iter().collect();
                 batch.sort_by_key(|(update_id, _)| *update_id);
                 batch.dedup_by_key(|(update_id, _)| *update_id);
-                let handed_out: Vec<(i64, Value)> =
-                    batch.into_iter().take(limit).cloned().collect();
-                for (update_id, _) in &handed_out {
-                    state.redelivered.remove(update_id);
-                }
-                let result = handed_out.into_iter().map(|(_, update)| update).collect();
+                let result: Vec<Value> = batch
+                    .into_iter()
+                    .take(limit)
+                    .map(|(_, update)| update.clone())
+                    .collect();
                 return ApiReply::ok(Value::Array(result));
             }
         }

@@ -10,10 +10,10 @@ use axum::http::{header, HeaderMap};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+use crate::app::App;
 use crate::config::SignIn;
-use crate::pages::{FormFields, Refusal};
+use crate::http::{FormFields, Refusal};
 use crate::sessions::{validate_approver_id, Approver, Session};
-use crate::App;
 
 /// The largest form body accepted (a batch of 200 ids with a reason fits many times).
 const MAX_FORM_BYTES: usize = 256 * 1024;

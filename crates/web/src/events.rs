@@ -18,11 +18,12 @@ use futures::{Stream, StreamExt};
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
+use crate::app::App;
 use crate::auth::Viewer;
+use crate::http::Refusal;
 use crate::live::{Change, ChangeKind, Resume};
-use crate::pages::{in_inbox, inbox_rows, Refusal, RowsFragment, StatusFragment};
+use crate::pages::{in_inbox, inbox_rows, RowsFragment, StatusFragment};
 use crate::view::{Filters, Row, Status};
-use crate::App;
 
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(default)]

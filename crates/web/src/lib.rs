@@ -9,10 +9,12 @@
 //! recorded with the decider on channel `web` (the approver's id and name), so the server's
 //! approver registry, quorum, risk ceilings and self-approval rules apply unchanged.
 
+pub mod app;
 pub mod auth;
 pub mod config;
 pub mod deciders;
 pub mod events;
+mod http;
 pub mod live;
 pub mod pages;
 pub mod sessions;
@@ -29,7 +31,7 @@ use axum::Router;
 use countersign_client::{Client, ClientError};
 use tokio::net::TcpListener;
 
-use crate::deciders::Deciders;
+pub use crate::app::App;
 
 pub use config::Settings;
 use live::Live;
@@ -58,23 +60,6 @@ pub enum WebError {
     },
     #[error("HTTP server: {0}")]
     Serve(#[source] std::io::Error),
-}
-
-/// What every request handler shares.
-pub struct App {
-    pub settings: Settings,
-    /// The worker token's client (channel `web`).
-    pub client: Client,
-    /// The admin token's client, when configured (audit timeline, grants).
-    pub admin: Option<Client>,
-    pub sessions: Sessions,
-    pub live: Arc<Live>,
-    /// Who may decide what (known with the admin token).
-    pub deciders: Arc<Deciders>,
-    /// Key of the CSRF tokens of proxy sign-in.
-    csrf_key: [u8; 32],
-    /// Turns true at shutdown: open event streams end, so the graceful shutdown can finish.
-    pub closing: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Binds `settings.listen` and serves until `shutdown` completes.

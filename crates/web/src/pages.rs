@@ -6,105 +6,16 @@ use std::sync::Arc;
 use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use countersign_client::version;
 use countersign_client::{pb, ClientError};
 
+use crate::app::App;
 use crate::auth::{session_cookie, SignedForm, Viewer, SESSION_COOKIE};
 use crate::config::CHANNEL;
+use crate::http::{message_page, render, FormFields, Refusal};
 use crate::sessions::random_token;
 use crate::view::{self, Filters, Row, Status, TimelineEntry};
-use crate::App;
-
-/// Why a request is not served.
-#[derive(Debug)]
-pub enum Refusal {
-    SignedOut,
-    Csrf,
-    Forbidden(String),
-    NotFound(String),
-    BadRequest(String),
-    Server(ClientError),
-    Internal(String),
-}
-
-impl From<ClientError> for Refusal {
-    fn from(error: ClientError) -> Self {
-        match error {
-            ClientError::NotFound(what) => Refusal::NotFound(what),
-            ClientError::InvalidArgument(what) => Refusal::BadRequest(what),
-            ClientError::PermissionDenied(what) => Refusal::Forbidden(what),
-            other => Refusal::Server(other),
-        }
-    }
-}
-
-impl IntoResponse for Refusal {
-    fn into_response(self) -> Response {
-        let (status, title, text) = match self {
-            Refusal::SignedOut => (
-                StatusCode::UNAUTHORIZED,
-                "Not signed in",
-                "Sign in with the login link an administrator issued to you \
-                 (countersign-web issue-login), or through your organisation's sign-in proxy."
-                    .to_owned(),
-            ),
-            Refusal::Csrf => (
-                StatusCode::FORBIDDEN,
-                "Form refused",
-                "The form's security token is missing or stale; nothing was changed. \
-                 Reload the page and try again."
-                    .to_owned(),
-            ),
-            Refusal::Forbidden(why) => (StatusCode::FORBIDDEN, "Not allowed", why),
-            Refusal::NotFound(what) => (StatusCode::NOT_FOUND, "Not found", what),
-            Refusal::BadRequest(what) => (StatusCode::BAD_REQUEST, "Bad request", what),
-            Refusal::Server(error) => {
-                tracing::warn!(%error, "countersign server call failed");
-                (
-                    StatusCode::BAD_GATEWAY,
-                    "Server unavailable",
-                    format!("The countersign server did not answer: {error}"),
-                )
-            }
-            Refusal::Internal(error) => {
-                tracing::error!(%error, "web inbox failure");
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "Internal error",
-                    "The web inbox failed; see its log.".to_owned(),
-                )
-            }
-        };
-        (status, message_page(title, &text, None)).into_response()
-    }
-}
-
-#[derive(Template)]
-#[template(path = "message.html")]
-struct MessagePage<'a> {
-    title: &'a str,
-    text: &'a str,
-    login_token: Option<&'a str>,
-}
-
-fn message_page(title: &str, text: &str, login_token: Option<&str>) -> Response {
-    render(&MessagePage {
-        title,
-        text,
-        login_token,
-    })
-}
-
-fn render(template: &impl Template) -> Response {
-    match template.render() {
-        Ok(html) => Html(html).into_response(),
-        Err(error) => {
-            tracing::error!(%error, "template failed");
-            StatusCode::INTERNAL_SERVER_ERROR.into_response()
-        }
-    }
-}
 
 /// What the page frame shows.
 pub struct Layout {
@@ -153,30 +64,6 @@ impl Returned {
                 .map(str::to_owned),
             session_scope: form.get("scope") == Some("session"),
         }
-    }
-}
-
-/// A urlencoded form body, keeping repeated fields (`id=a&id=b`).
-pub struct FormFields(Vec<(String, String)>);
-
-impl FormFields {
-    pub fn parse(body: &[u8]) -> FormFields {
-        FormFields(form_urlencoded::parse(body).into_owned().collect())
-    }
-
-    pub fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(key, _)| key == name)
-            .map(|(_, value)| value.as_str())
-    }
-
-    pub fn all(&self, name: &str) -> Vec<String> {
-        self.0
-            .iter()
-            .filter(|(key, _)| key == name)
-            .map(|(_, value)| value.clone())
-            .collect()
     }
 }
 

@@ -18,10 +18,10 @@ use countersign_worker::retry::{Backoff, Classify, Verdict};
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 
 use crate::config::{Endpoint, Settings};
+use crate::error::WorkerError;
 use crate::event::{self, REQUESTED, RESOLVED};
 use crate::signature::signature_header;
 use crate::store::{now_ms, Delivery, NewDelivery, Store, StoreError};
-use crate::WorkerError;
 
 /// The channel name this worker serves.
 pub const CHANNEL: &str = "webhook";

@@ -15,6 +15,7 @@
 
 pub mod config;
 pub mod deliver;
+mod error;
 pub mod event;
 pub mod signature;
 pub mod store;
@@ -22,35 +23,17 @@ pub mod store;
 use std::future::Future;
 use std::sync::Arc;
 
-use countersign_client::{Client, ClientConfig, ClientError};
+use countersign_client::{Client, ClientConfig};
 use countersign_links::pages::Pages;
 use countersign_worker::lanes::Lanes;
 use countersign_worker::retry::Backoff;
-use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions};
+use countersign_worker::runtime::{self, RuntimeOptions};
 
 pub use crate::config::Settings;
 pub use crate::deliver::CHANNEL;
 use crate::deliver::{Deliveries, Queue};
+pub use crate::error::WorkerError;
 use crate::store::{Store, StoreError};
-
-/// Why the worker stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    #[error("countersign server: {0}")]
-    Server(#[from] ClientError),
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("HTTP client: {0}")]
-    Http(String),
-    #[error("cannot serve the decision links on {addr}: {source}")]
-    Listen {
-        addr: std::net::SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// Opens the worker's state database (also for the `dead-letters` and `revoke-links`
 /// commands).
@@ -107,11 +90,20 @@ pub async fn run(
             })
     };
     let queue = Queue(deliveries.clone());
+    // One grace period for the whole stop: the deliveries get what the runtime left of it.
+    let asked_to_stop = std::sync::OnceLock::new();
+    let shutdown = async {
+        shutdown.await;
+        let _ = asked_to_stop.set(tokio::time::Instant::now());
+    };
     tokio::select! {
         result = runtime::run(client, queue, options, shutdown) => {
             result?;
+            let left = asked_to_stop
+                .get()
+                .map_or(grace, |asked| grace.saturating_sub(asked.elapsed()));
             tracing::info!(in_flight = lanes.busy(), "shutting down; finishing the deliveries in flight");
-            lanes.shutdown(grace).await;
+            lanes.shutdown(left).await;
             Ok(())
         }
         result = deliveries.dispatch() => result,

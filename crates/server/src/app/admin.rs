@@ -1,18 +1,18 @@
 //! The admin use cases: the audit trail (history and verification), online backups, session
 //! grants, delegations and the approver registry. Admin tokens only.
 
+use countersign_core::fields::{optional, required};
 use countersign_core::groups::Delegation;
-use countersign_core::validate::{optional, required};
 use countersign_core::{Decider, Error as DomainError, EventKind, Millis, Risk, Route};
 
 use super::reads::paginate;
-use super::App;
+use super::shared::App;
 use crate::audit::AuditReport;
 use crate::auth::Caller;
 use crate::backup::{self, Backup, BackupError};
 use crate::error::AppError;
-use crate::history::{AuditedEvent, EventFilter, GrantFilter};
 use crate::store::{now_millis, Grant};
+use crate::store::{AuditedEvent, EventFilter, GrantFilter};
 
 const DEFAULT_PAGE_SIZE: u32 = 100;
 const MAX_PAGE_SIZE: u32 = 1000;

@@ -10,7 +10,7 @@ use countersign_core::{
 };
 
 use super::rates::check_rate;
-use super::App;
+use super::shared::App;
 use crate::auth::{Caller, Role};
 use crate::error::AppError;
 use crate::store::now_millis;
@@ -39,7 +39,7 @@ impl App {
         input: DecideInput,
     ) -> Result<(DecideOutcome, Approval), AppError> {
         caller.allow("Decide", &[Role::Worker])?;
-        super::approval_id_of(&input.approval_id)?;
+        super::shared::approval_id_of(&input.approval_id)?;
         let DecideInput {
             approval_id,
             verdict,
@@ -170,7 +170,7 @@ impl App {
         let decider_key = format!(
             "{}:{}",
             decider.channel,
-            countersign_core::approvers::identity_key(&decider.user_id)
+            countersign_core::fields::identity_key(&decider.user_id)
         );
         check_rate(
             &self.store,

@@ -1,10 +1,11 @@
 //! CancelApproval, Consume and RecordDelivery: the changes to an approval that are not
 //! decisions.
 
-use countersign_core::validate::{optional, required, validate_channel, validate_digest};
+use countersign_core::fields::{optional, required, validate_channel};
+use countersign_core::validate::validate_digest;
 use countersign_core::{Approval, ConsumeOutcome, Delivery};
 
-use super::App;
+use super::shared::App;
 use crate::auth::{Caller, Role};
 use crate::error::AppError;
 use crate::store::now_millis;
@@ -40,7 +41,7 @@ impl App {
         reason: &str,
     ) -> Result<Approval, AppError> {
         caller.allow("CancelApproval", &[Role::Agent])?;
-        super::approval_id_of(approval_id)?;
+        super::shared::approval_id_of(approval_id)?;
         optional("reason", reason, MAX_TEXT_CHARS)?;
         self.check_readable(caller, approval_id).await?;
         Ok(self.store.cancel(approval_id, reason, now_millis()).await?)
@@ -53,7 +54,7 @@ impl App {
         input: ConsumeInput,
     ) -> Result<Approval, AppError> {
         caller.allow("Consume", &[Role::Agent])?;
-        super::approval_id_of(&input.approval_id)?;
+        super::shared::approval_id_of(&input.approval_id)?;
         optional("detail", &input.detail, MAX_TEXT_CHARS)?;
         validate_digest("args_digest", &input.args_digest)?;
         // Read whatever the role: an approval that disagrees with its trail is never consumed.
@@ -78,7 +79,7 @@ impl App {
         input: DeliveryInput,
     ) -> Result<Approval, AppError> {
         caller.allow("RecordDelivery", &[Role::Worker])?;
-        super::approval_id_of(&input.approval_id)?;
+        super::shared::approval_id_of(&input.approval_id)?;
         validate_channel("channel", &input.channel)?;
         optional("target", &input.target, MAX_TARGET_CHARS)?;
         required("message_ref", &input.message_ref, MAX_MESSAGE_REF_CHARS)?;

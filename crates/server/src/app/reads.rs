@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use countersign_core::validate::validate_channel;
+use countersign_core::fields::validate_channel;
 use countersign_core::{Approval, Error as DomainError, State};
 use tokio::sync::broadcast;
 
-use super::App;
+use super::shared::App;
 use crate::auth::{Caller, Role};
 use crate::error::AppError;
 use crate::store::ListFilter;

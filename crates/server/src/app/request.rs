@@ -4,7 +4,7 @@
 use countersign_core::validate::{validate_request, RequestInput};
 
 use super::rates::check_rate;
-use super::App;
+use super::shared::App;
 use crate::auth::{Caller, Role};
 use crate::error::AppError;
 use crate::store::{now_millis, Requested};

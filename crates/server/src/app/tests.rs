@@ -14,9 +14,9 @@ use super::{App, ConsumeInput, DecideInput, ListQuery};
 use crate::auth::Caller;
 use crate::config::Config;
 use crate::error::AppError;
-use crate::history::EventFilter;
 use crate::hub::Hub;
 use crate::security::Security;
+use crate::store::EventFilter;
 use crate::store::Store;
 
 const AGENT_SECRET: &str = "agent-secret-0123456789abcdef";

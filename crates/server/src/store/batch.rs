@@ -3,17 +3,24 @@
 //! to that state (so a later change sees the earlier ones: two decisions on one approval in one
 //! batch, the first wins), and what changed is collected as one [`WriteSet`] that the backend
 //! writes with a fixed number of set-based statements.
+//!
+//! Over 800 lines: one [`Plan`] applies every kind of change (request, decide, cancel,
+//! consume, delivery, sweep, grants, delegations, pruning) to one view with one undo log, and
+//! each change's code is short; split by kind, every piece would reach into the same private
+//! state.
 
 use std::collections::{BTreeMap, HashMap};
 
 use countersign_core::groups::Delegation;
 use countersign_core::{
-    Approval, ApprovalRequest, ConsumeOutcome, Decision, Delivery, Disposition, EditedVersion,
-    Error as DomainError, EventKind, Millis, ResolvedBy, State, Verdict,
+    Approval, ApprovalRequest, ConsumeOutcome, DecideOutcome, Decision, Delivery, Disposition,
+    EditedVersion, Error as DomainError, EventKind, Millis, ResolvedBy, State, Verdict,
 };
 use serde_json::Value;
 
-use super::{Applied, ChainHead, EventBody, Grant, Reply, Requested, StoreError, StoredEvent};
+use super::error::StoreError;
+use super::event::{EventBody, StoredEvent};
+use super::records::{ChainHead, Grant, Requested};
 use crate::audit::{chain_hash, Columns};
 
 /// How many due approvals one expiry sweep expires at most; the next sweep takes the rest.
@@ -198,6 +205,24 @@ impl WriteSet {
             && self.prune_before.is_none()
             && self.delegations.is_empty()
     }
+}
+
+/// What a change answers its caller with.
+pub(crate) enum Reply {
+    Requested(Requested),
+    Decided(DecideOutcome, Approval),
+    Approval(Approval),
+    Grant(Grant),
+    Delegation(Delegation),
+    Count(u64),
+    /// Events were pruned; how many is known once the batch is written.
+    Pruned,
+}
+
+/// What one change produced in its batch.
+pub(crate) struct Applied {
+    pub(super) reply: Reply,
+    pub(super) events: Vec<StoredEvent>,
 }
 
 /// The batch's view of the database: what was read, with the batch's own changes applied.

@@ -22,17 +22,16 @@ use sqlx::postgres::{
 use sqlx::{Connection, Executor, QueryBuilder, Row};
 use tokio::sync::{watch, Mutex, Notify};
 
+use super::audit_sql::{self, AuditSql, IntegrityError};
+use super::backend::{Backend, SharedReads, WriterConnection};
 use super::batch::{BatchKeys, BoundedGrant, Loaded, WriteSet, EXPIRY_SWEEP_LIMIT};
+use super::error::StoreError;
+use super::event::{AuditedEvent, EventBody, EventFilter, StoredEvent};
 use super::reads::readable_approvals;
-use super::{
-    channels_column, Backend, ChainHead, EventBody, Grant, ListFilter, Snapshot, StoreError,
-    StoredEvent, WriterConnection,
-};
+use super::records::{channels_column, ChainHead, Grant, GrantFilter, ListFilter, Snapshot};
 use crate::audit::AuditReport;
 use crate::backup::{Backup, BackupError};
 use crate::config::StorageConfig;
-use crate::history::{AuditedEvent, EventFilter, GrantFilter};
-use crate::integrity::{self, AuditSql, IntegrityError};
 
 /// How long a session may sit idle inside a transaction before PostgreSQL ends it.
 const IDLE_IN_TRANSACTION_TIMEOUT: &str = "10s";
@@ -424,21 +423,13 @@ impl Backend for PostgresBackend {
     async fn check_integrity(&self) -> Result<(), IntegrityError> {
         let mut tx = self.reads.begin().await.map_err(StoreError::from)?;
         sqlx::query(SNAPSHOT).execute(&mut *tx).await?;
-        integrity::check_at_start(&mut *tx).await?;
+        audit_sql::check_at_start(&mut *tx).await?;
         tx.commit().await?;
         Ok(())
     }
 
     async fn get(&self, approval_id: &str) -> Result<Approval, StoreError> {
-        integrity::load_verified(&mut *self.reads.acquire().await?, approval_id).await
-    }
-
-    async fn count_pending(&self) -> Result<i64, StoreError> {
-        count_pending(&self.reads).await
-    }
-
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<Approval>, StoreError> {
-        list(&self.reads, filter).await
+        audit_sql::load_verified(&mut *self.reads.acquire().await?, approval_id).await
     }
 
     async fn snapshot(&self, channel: &str) -> Result<Snapshot, StoreError> {
@@ -457,14 +448,6 @@ impl Backend for PostgresBackend {
         Ok(Snapshot { head_seq, pending })
     }
 
-    async fn events_after(
-        &self,
-        after_seq: i64,
-        limit: u32,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
-        events_after(&self.reads, after_seq, limit).await
-    }
-
     async fn log_bounds(&self) -> Result<(i64, i64), StoreError> {
         let mut tx = self.reads.begin().await?;
         sqlx::query(SNAPSHOT).execute(&mut *tx).await?;
@@ -476,10 +459,6 @@ impl Backend for PostgresBackend {
         Ok((head, oldest.unwrap_or(head + 1)))
     }
 
-    async fn list_events(&self, filter: &EventFilter) -> Result<Vec<AuditedEvent>, StoreError> {
-        list_events(&self.reads, filter).await
-    }
-
     async fn verify_audit(&self) -> Result<AuditReport, StoreError> {
         self.reads.acquire().await?.verify().await
     }
@@ -487,23 +466,6 @@ impl Backend for PostgresBackend {
     /// PostgreSQL has its own tools for consistent online copies.
     async fn backup(&self, _into: &Path) -> Result<Backup, BackupError> {
         Err(BackupError::Postgres)
-    }
-
-    async fn list_grants(
-        &self,
-        filter: &GrantFilter,
-        now: Millis,
-    ) -> Result<Vec<Grant>, StoreError> {
-        list_grants(&self.reads, filter, now).await
-    }
-
-    async fn list_delegations(
-        &self,
-        approver: &str,
-        include_inactive: bool,
-        now: Millis,
-    ) -> Result<Vec<Delegation>, StoreError> {
-        list_delegations(&self.reads, approver, include_inactive, now).await
     }
 
     /// Takes (or keeps) the sweep lock on a connection of its own; a lost connection loses
@@ -568,9 +530,9 @@ impl Backend for PostgresBackend {
     }
 }
 
-super::reads::sql_reads!(Postgres, PgPool, PgRow);
+super::reads::sql_reads!(Postgres, PgPool, PgRow, PostgresBackend);
 
-integrity::audit_sql!(PgConnection, Some(SNAPSHOT));
+audit_sql::audit_sql!(PgConnection, Some(SNAPSHOT));
 
 /// Connects and brings the schema up to date (for `audit` commands).
 pub(crate) async fn connect_migrated(url: &str) -> Result<PgConnection, StoreError> {

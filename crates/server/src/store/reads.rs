@@ -1,5 +1,5 @@
 //! The reads both backends make with the same SQL: [`sql_reads`] writes them once, for a
-//! backend's pool and row types. (`QueryBuilder` numbers placeholders the way each database
+//! backend's pool and row types, and implements `SharedReads` with them. (`QueryBuilder` numbers placeholders the way each database
 //! wants; PostgreSQL gets SQLite's `instr` from its migration.)
 
 use countersign_core::Approval;
@@ -21,9 +21,54 @@ pub(super) fn readable_approvals(bodies: &[String]) -> Vec<Approval> {
 
 /// Defines, in the calling backend module, the shared reads over `$pool` (rows of `$row`,
 /// database `$db`): `list`, `count_pending`, `events_after`, `list_events`, `list_grants`,
-/// `list_delegations`, `event_from_row`, `bounded_grant_from_row` and `delegation_from_row`.
+/// `list_delegations`, `event_from_row`, `bounded_grant_from_row` and `delegation_from_row`;
+/// and implements [`super::backend::SharedReads`] for `$backend` with them, on its `reads`
+/// pool.
 macro_rules! sql_reads {
-    ($db:ty, $pool:ty, $row:ty) => {
+    ($db:ty, $pool:ty, $row:ty, $backend:ty) => {
+        #[async_trait]
+        impl SharedReads for $backend {
+            async fn count_pending(&self) -> Result<i64, StoreError> {
+                count_pending(&self.reads).await
+            }
+
+            async fn list(&self, filter: &ListFilter) -> Result<Vec<Approval>, StoreError> {
+                list(&self.reads, filter).await
+            }
+
+            async fn events_after(
+                &self,
+                after_seq: i64,
+                limit: u32,
+            ) -> Result<Vec<StoredEvent>, StoreError> {
+                events_after(&self.reads, after_seq, limit).await
+            }
+
+            async fn list_events(
+                &self,
+                filter: &EventFilter,
+            ) -> Result<Vec<AuditedEvent>, StoreError> {
+                list_events(&self.reads, filter).await
+            }
+
+            async fn list_grants(
+                &self,
+                filter: &GrantFilter,
+                now: Millis,
+            ) -> Result<Vec<Grant>, StoreError> {
+                list_grants(&self.reads, filter, now).await
+            }
+
+            async fn list_delegations(
+                &self,
+                approver: &str,
+                include_inactive: bool,
+                now: Millis,
+            ) -> Result<Vec<Delegation>, StoreError> {
+                list_delegations(&self.reads, approver, include_inactive, now).await
+            }
+        }
+
         /// An event row with its approval's current row, which lean events are read against.
         const EVENT_COLUMNS: &str = "e.seq, e.kind, e.at_ms, e.body, e.prev_hash, e.hash,
             a.body AS current

@@ -19,17 +19,16 @@ use sqlx::sqlite::{
 use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteExecutor};
 use tokio::sync::{watch, Notify};
 
+use super::audit_sql::{self, AuditSql, IntegrityError};
+use super::backend::{Backend, SharedReads, WriterConnection};
 use super::batch::{BatchKeys, BoundedGrant, Loaded, WriteSet, EXPIRY_SWEEP_LIMIT};
+use super::error::StoreError;
+use super::event::{AuditedEvent, EventBody, EventFilter, StoredEvent};
 use super::reads::readable_approvals;
-use super::{
-    channels_column, Backend, ChainHead, EventBody, Grant, ListFilter, Snapshot, StoreError,
-    StoredEvent, WriterConnection,
-};
+use super::records::{channels_column, ChainHead, Grant, GrantFilter, ListFilter, Snapshot};
 use crate::audit::AuditReport;
 use crate::backup::{self, Backup, BackupError};
 use crate::config::{Durability, StorageConfig, WalCheckpoints};
-use crate::history::{AuditedEvent, EventFilter, GrantFilter};
-use crate::integrity::{self, AuditSql, IntegrityError};
 use countersign_core::groups::Delegation;
 
 pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
@@ -403,20 +402,12 @@ impl Backend for SqliteBackend {
     /// Refused (FAILED_PRECONDITION) when the approval's row disagrees with its newest
     /// event: an approval changed outside countersign is never served or acted on.
     async fn get(&self, approval_id: &str) -> Result<Approval, StoreError> {
-        integrity::load_verified(&mut *self.reads.acquire().await?, approval_id).await
+        audit_sql::load_verified(&mut *self.reads.acquire().await?, approval_id).await
     }
 
     async fn check_integrity(&self) -> Result<(), IntegrityError> {
         let mut conn = self.reads.acquire().await.map_err(StoreError::from)?;
-        integrity::check_at_start(&mut *conn).await
-    }
-
-    async fn count_pending(&self) -> Result<i64, StoreError> {
-        count_pending(&self.reads).await
-    }
-
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<Approval>, StoreError> {
-        list(&self.reads, filter).await
+        audit_sql::check_at_start(&mut *conn).await
     }
 
     async fn snapshot(&self, channel: &str) -> Result<Snapshot, StoreError> {
@@ -434,14 +425,6 @@ impl Backend for SqliteBackend {
         Ok(Snapshot { head_seq, pending })
     }
 
-    async fn events_after(
-        &self,
-        after_seq: i64,
-        limit: u32,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
-        events_after(&self.reads, after_seq, limit).await
-    }
-
     async fn log_bounds(&self) -> Result<(i64, i64), StoreError> {
         let mut tx = self.reads.begin().await?;
         let head = head_seq(&mut *tx).await?;
@@ -452,10 +435,6 @@ impl Backend for SqliteBackend {
         Ok((head, oldest.unwrap_or(head + 1)))
     }
 
-    async fn list_events(&self, filter: &EventFilter) -> Result<Vec<AuditedEvent>, StoreError> {
-        list_events(&self.reads, filter).await
-    }
-
     async fn verify_audit(&self) -> Result<AuditReport, StoreError> {
         self.reads.acquire().await?.verify().await
     }
@@ -464,29 +443,12 @@ impl Backend for SqliteBackend {
         let mut conn = self.reads.acquire().await.map_err(StoreError::from)?;
         backup::copy(&mut conn, into).await
     }
-
-    async fn list_grants(
-        &self,
-        filter: &GrantFilter,
-        now: Millis,
-    ) -> Result<Vec<Grant>, StoreError> {
-        list_grants(&self.reads, filter, now).await
-    }
-
-    async fn list_delegations(
-        &self,
-        approver: &str,
-        include_inactive: bool,
-        now: Millis,
-    ) -> Result<Vec<Delegation>, StoreError> {
-        list_delegations(&self.reads, approver, include_inactive, now).await
-    }
 }
 
-super::reads::sql_reads!(Sqlite, SqlitePool, SqliteRow);
+super::reads::sql_reads!(Sqlite, SqlitePool, SqliteRow, SqliteBackend);
 
 // A deferred SQLite transaction reads one snapshot from its first read on.
-integrity::audit_sql!(SqliteConnection, None);
+audit_sql::audit_sql!(SqliteConnection, None);
 
 async fn head_seq<'e>(executor: impl SqliteExecutor<'e>) -> Result<i64, sqlx::Error> {
     let head: Option<i64> =
@@ -494,36 +456,6 @@ async fn head_seq<'e>(executor: impl SqliteExecutor<'e>) -> Result<i64, sqlx::Er
             .fetch_optional(executor)
             .await?;
     Ok(head.unwrap_or(0))
-}
-
-/// Writes the database `conn` reads to the new file `into` with `VACUUM INTO`: one read
-/// transaction, so the copy is one consistent snapshot (the WAL's committed pages included)
-/// and the writer carries on meanwhile. SQLite refuses a file that exists and is not empty.
-pub(crate) async fn vacuum_into(
-    conn: &mut SqliteConnection,
-    into: &Path,
-) -> Result<(), StoreError> {
-    let into = into.to_str().ok_or_else(|| {
-        countersign_core::Error::invalid("file_name", "the backup path is not valid UTF-8")
-    })?;
-    sqlx::query("VACUUM INTO ?")
-        .bind(into)
-        .execute(conn)
-        .await?;
-    Ok(())
-}
-
-/// Opens an existing database file as it is: no schema change, nothing created; read-only when
-/// asked.
-pub(crate) async fn open_existing(
-    path: &Path,
-    read_only: bool,
-) -> Result<SqliteConnection, StoreError> {
-    let options = SqliteConnectOptions::new()
-        .filename(path)
-        .create_if_missing(false)
-        .read_only(read_only);
-    Ok(SqliteConnection::connect_with(&options).await?)
 }
 
 /// Opens an existing database and brings its schema up to date (for `audit` commands).

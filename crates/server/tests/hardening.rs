@@ -171,7 +171,7 @@ async fn an_approver_named_by_an_alias_cannot_approve_their_own_request() {
 
 /// The rules of the documented example configuration.
 fn documented_rules() -> String {
-    let doc = include_str!("../docs/configuration.md");
+    let doc = include_str!("../../../docs/configuration.md");
     let example = doc
         .split("```toml\n")
         .nth(1)

@@ -345,7 +345,7 @@ fn documented(situation: &str) -> Vec<pb::EventKind> {
 
 /// The table of what is written when, in docs/security.md: each row's situation and events.
 fn documented_rows() -> Vec<(String, Vec<pb::EventKind>)> {
-    let doc = include_str!("../docs/security.md");
+    let doc = include_str!("../../../docs/security.md");
     let section = doc
         .split("## Audit trail")
         .nth(1)

@@ -1,0 +1,15 @@
+//! The approval lifecycle through gRPC over a real socket.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod decisions;
+mod input_and_lists;
+mod lifecycle;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use countersign_proto::v1 as pb;
+use countersign_testkit::server::TestServer;
+use sqlx::Connection;
+use tonic::Code;
