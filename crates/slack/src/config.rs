@@ -18,9 +18,14 @@
 //! allowed_user_ids = []
 //! # What each message shows; keep it across restarts.
 //! state_dir = "/var/lib/countersign/slack"
+//! # How taps arrive: "socket" (Socket Mode, the default: no public URL) or "http" (Slack
+//! # POSTs them to the Interactivity Request URL, served on `listen`, signed with the
+//! # signing secret from env SLACK_SIGNING_SECRET).
+//! mode = "socket"
 //! ```
 
 use std::collections::HashSet;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -34,6 +39,8 @@ use serde::Deserialize;
 pub const BOT_TOKEN_ENV: &str = "SLACK_BOT_TOKEN";
 /// The app-level token (`xapp-…`) Socket Mode connects with.
 pub const APP_TOKEN_ENV: &str = "SLACK_APP_TOKEN";
+/// The signing secret that authenticates Slack's HTTP requests (HTTP mode).
+pub const SIGNING_SECRET_ENV: &str = "SLACK_SIGNING_SECRET";
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -54,6 +61,11 @@ pub struct SlackSection {
     pub allowed_user_ids: Vec<String>,
     #[serde(default = "default_state_dir")]
     pub state_dir: PathBuf,
+    #[serde(default)]
+    pub mode: Mode,
+    /// Where HTTP mode serves Slack's requests (put it behind a TLS proxy).
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
     /// One Web API call's limit.
     #[serde(default = "default_request_timeout_ms")]
     pub request_timeout_ms: u64,
@@ -65,6 +77,32 @@ pub struct SlackSection {
     pub max_retry_wait_ms: u64,
 }
 
+/// How approvers' taps reach the worker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Socket Mode: the worker connects to Slack (no public URL).
+    #[default]
+    Socket,
+    /// Slack POSTs interactions to the worker's Request URL.
+    Http,
+}
+
+/// Where taps come from, with its secret.
+#[derive(Clone)]
+pub enum Taps {
+    Socket {
+        app_token: String,
+    },
+    Http {
+        listen: SocketAddr,
+        signing_secret: String,
+    },
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8789))
+}
 fn default_api_url() -> String {
     "https://slack.com/api".to_owned()
 }
@@ -87,7 +125,7 @@ pub struct Settings {
     pub server: ServerSettings,
     pub api_url: String,
     pub bot_token: String,
-    pub app_token: String,
+    pub taps: Taps,
     pub channels: Vec<String>,
     pub default_channel: Option<String>,
     pub allowed_user_ids: Vec<String>,
@@ -109,6 +147,13 @@ impl std::fmt::Debug for Settings {
             .field("default_channel", &self.default_channel)
             .field("allowed_user_ids", &self.allowed_user_ids)
             .field("state_dir", &self.state_dir)
+            .field(
+                "taps",
+                &match &self.taps {
+                    Taps::Socket { .. } => "socket mode".to_owned(),
+                    Taps::Http { listen, .. } => format!("http on {listen}"),
+                },
+            )
             .finish_non_exhaustive()
     }
 }
@@ -148,11 +193,24 @@ impl Settings {
             ))),
         };
         let bot_token = token(BOT_TOKEN_ENV, "xoxb-", "bot token")?;
-        let app_token = token(
-            APP_TOKEN_ENV,
-            "xapp-",
-            "app-level token with connections:write",
-        )?;
+        let taps = match slack.mode {
+            Mode::Socket => Taps::Socket {
+                app_token: token(
+                    APP_TOKEN_ENV,
+                    "xapp-",
+                    "app-level token with connections:write",
+                )?,
+            },
+            Mode::Http => Taps::Http {
+                listen: slack.listen,
+                signing_secret: env(SIGNING_SECRET_ENV).ok_or_else(|| {
+                    ConfigError::Invalid(format!(
+                        "{SIGNING_SECRET_ENV} is not set: slack.mode = \"http\" needs the app's \
+                         signing secret (Basic Information → App Credentials)"
+                    ))
+                })?,
+            },
+        };
         if !(slack.api_url.starts_with("http://") || slack.api_url.starts_with("https://")) {
             return Err(ConfigError::Invalid(
                 "slack.api_url must start with http:// or https://".to_owned(),
@@ -188,7 +246,7 @@ impl Settings {
             server,
             api_url: slack.api_url.trim_end_matches('/').to_owned(),
             bot_token,
-            app_token,
+            taps,
             channels: slack.channels,
             default_channel: slack.default_channel,
             allowed_user_ids: slack.allowed_user_ids,
@@ -237,6 +295,15 @@ mod tests {
         );
         let shown = format!("{settings:?}");
         assert!(!shown.contains("secret"), "{shown}");
+        let http = CONFIG.replace("[slack]\n", "[slack]\nmode = \"http\"\n");
+        let with_secret = |name: &str| match name {
+            SIGNING_SECRET_ENV => Some("signing-secret".to_owned()),
+            _ => env(name),
+        };
+        let settings = Settings::from_file(toml::from_str(&http).unwrap(), with_secret).unwrap();
+        assert!(matches!(settings.taps, Taps::Http { .. }));
+        assert!(!format!("{settings:?}").contains("secret"));
+        assert!(refused(&http, env).contains(SIGNING_SECRET_ENV));
     }
 
     #[test]

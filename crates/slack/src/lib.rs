@@ -13,6 +13,7 @@
 
 pub mod api;
 pub mod config;
+pub mod http;
 mod inbound;
 pub mod render;
 pub mod store;
@@ -29,6 +30,7 @@ use slack_morphism::prelude::*;
 
 use crate::api::SlackApi;
 pub use crate::config::Settings;
+use crate::config::Taps;
 use crate::inbound::Inbound;
 use crate::store::{Store, StoreError};
 use crate::worker::SlackChannel;
@@ -47,6 +49,12 @@ pub enum WorkerError {
     Tls(#[from] std::io::Error),
     #[error("cannot start Socket Mode (check SLACK_APP_TOKEN and that Socket Mode is on): {0}")]
     SocketMode(#[from] SlackClientError),
+    #[error("cannot serve Slack's requests on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Runs the worker until `shutdown` completes (the posts in flight are then finished, within
@@ -65,21 +73,29 @@ pub async fn run(
         store.clone(),
         settings.clone(),
     ));
-    let environment =
-        Arc::new(SlackClientEventsListenerEnvironment::new(slack).with_user_state(inbound));
-    let callbacks = SlackSocketModeListenerCallbacks::new().with_interaction_events(on_interaction);
-    // One connection: every envelope arrives once (Slack spreads them over connections).
-    let socket_config = SlackClientSocketModeConfig::new().with_max_connections_count(1);
-    let socket = SlackClientSocketModeListener::new(&socket_config, environment, callbacks);
-    socket
-        .listen_for(&SlackApiToken::new(settings.app_token.clone().into()))
-        .await?;
-    socket.start().await;
+    let socket = match &settings.taps {
+        Taps::Socket { app_token } => Some(socket_mode(slack, inbound.clone(), app_token).await?),
+        Taps::Http { .. } => None,
+    };
+    let http = async {
+        match &settings.taps {
+            Taps::Http {
+                listen,
+                signing_secret,
+            } => http::serve(*listen, inbound, signing_secret)
+                .await
+                .map_err(|source| WorkerError::Listen {
+                    addr: *listen,
+                    source,
+                }),
+            Taps::Socket { .. } => std::future::pending().await,
+        }
+    };
     tracing::info!(
         server = %settings.server.client.url,
         slack = %settings.api_url,
         channels = settings.channels.len(),
-        "slack worker started (Socket Mode)"
+        "slack worker started"
     );
     let options = RuntimeOptions {
         heartbeat_timeout: settings.server.heartbeat_timeout,
@@ -89,10 +105,34 @@ pub async fn run(
         // Every start reconciles with a snapshot; the store knows what was shown.
         cursor_path: None,
     };
-    let channel = SlackChannel::new(client.clone(), api, store, settings);
-    let result = runtime::run(client, channel, options, shutdown).await;
-    socket.shutdown().await;
-    Ok(result?)
+    let channel = SlackChannel::new(client.clone(), api, store, settings.clone());
+    let result = tokio::select! {
+        result = runtime::run(client, channel, options, shutdown) => result.map_err(WorkerError::from),
+        result = http => result,
+    };
+    if let Some(socket) = socket {
+        socket.shutdown().await;
+    }
+    result
+}
+
+/// Connects Socket Mode with the app-level token; taps are handled as they arrive.
+async fn socket_mode(
+    slack: Arc<api::Client>,
+    inbound: Arc<Inbound>,
+    app_token: &str,
+) -> Result<SlackClientSocketModeListener<SlackClientHyperHttpsConnector>, WorkerError> {
+    let environment =
+        Arc::new(SlackClientEventsListenerEnvironment::new(slack).with_user_state(inbound));
+    let callbacks = SlackSocketModeListenerCallbacks::new().with_interaction_events(on_interaction);
+    // One connection: every envelope arrives once (Slack spreads them over connections).
+    let config = SlackClientSocketModeConfig::new().with_max_connections_count(1);
+    let socket = SlackClientSocketModeListener::new(&config, environment, callbacks);
+    socket
+        .listen_for(&SlackApiToken::new(app_token.to_owned().into()))
+        .await?;
+    socket.start().await;
+    Ok(socket)
 }
 
 /// Socket Mode's callback: the envelope is acknowledged when this returns (always `Ok`: a

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use countersign_slack::config::{APP_TOKEN_ENV, BOT_TOKEN_ENV, WORKER_TOKEN_ENV};
+use countersign_slack::config::{
+    APP_TOKEN_ENV, BOT_TOKEN_ENV, SIGNING_SECRET_ENV, WORKER_TOKEN_ENV,
+};
 use countersign_slack::Settings;
 use countersign_worker::logging::{self, LogFormat};
 
@@ -25,7 +27,8 @@ fn secrets_help() -> String {
     format!(
         "Secrets come from the environment: {BOT_TOKEN_ENV} (the bot token, xoxb-…; scopes \
          chat:write, channels:history, groups:history), {APP_TOKEN_ENV} (the app-level token, \
-         xapp-…, scope connections:write, with Socket Mode and Interactivity on) and \
+         xapp-…, scope connections:write, with Socket Mode and Interactivity on; Socket \
+         Mode only), {SIGNING_SECRET_ENV} (the app's signing secret; mode = \"http\" only) and \
          {WORKER_TOKEN_ENV} (the worker token for the countersign server). Log levels: \
          RUST_LOG (default info)."
     )

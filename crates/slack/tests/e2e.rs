@@ -7,15 +7,21 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use countersign_client::{pb, Client, ClientConfig};
-use countersign_slack::config::{FileConfig, APP_TOKEN_ENV, BOT_TOKEN_ENV};
+use countersign_slack::config::{
+    FileConfig, Taps, APP_TOKEN_ENV, BOT_TOKEN_ENV, SIGNING_SECRET_ENV,
+};
+use countersign_slack::http::INTERACTIONS_PATH;
 use countersign_slack::render::{ALLOW_SESSION, APPROVE, REJECT};
 use countersign_slack::Settings;
 use countersign_testkit::server::TestServer;
-use countersign_testkit::slack::{FakeSlack, SlackFailure, SlackMessage};
+use countersign_testkit::slack::{
+    now_secs, post_interaction, FakeSlack, SlackFailure, SlackMessage,
+};
 
 const CHANNEL: &str = "C0APPROVALS";
 const BOT_TOKEN: &str = "xoxb-fake-bot-token";
 const APP_TOKEN: &str = "xapp-fake-app-token";
+const SIGNING_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
 const ALICE: &str = "U0ALICE";
 /// Allowed by the worker's list, but no approver's identity.
 const CAROL: &str = "U0CAROL";
@@ -37,6 +43,7 @@ fn env(name: &str) -> Option<String> {
     match name {
         BOT_TOKEN_ENV => Some(BOT_TOKEN.to_owned()),
         APP_TOKEN_ENV => Some(APP_TOKEN.to_owned()),
+        SIGNING_SECRET_ENV => Some(SIGNING_SECRET.to_owned()),
         _ => None,
     }
 }
@@ -62,6 +69,11 @@ impl Drop for Harness {
 
 impl Harness {
     async fn without_worker() -> Harness {
+        Harness::without_worker_with("").await
+    }
+
+    /// With `extra` lines in the `[slack]` section.
+    async fn without_worker_with(extra: &str) -> Harness {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
@@ -69,7 +81,7 @@ impl Harness {
         let server = TestServer::start_with_toml(APPROVERS).await;
         let slack = FakeSlack::start(BOT_TOKEN, APP_TOKEN).await;
         let state = tempfile::tempdir().unwrap();
-        let toml = config_toml(&server.url(), &slack.api_url(), state.path());
+        let toml = config_toml(&server.url(), &slack.api_url(), state.path()) + extra;
         let config = state.path().join("slack.toml");
         std::fs::write(&config, &toml).unwrap();
         let file: FileConfig = toml::from_str(&toml).unwrap();
@@ -97,11 +109,23 @@ impl Harness {
             self.settings.clone(),
             std::future::pending(),
         )));
-        self.slack
-            .wait_for("the Socket Mode connection", |slack| {
-                (slack.connections() > 0).then_some(())
-            })
-            .await;
+        match &self.settings.taps {
+            Taps::Socket { .. } => {
+                self.slack
+                    .wait_for("the Socket Mode connection", |slack| {
+                        (slack.connections() > 0).then_some(())
+                    })
+                    .await
+            }
+            Taps::Http { listen, .. } => {
+                for _ in 0..400 {
+                    if tokio::net::TcpStream::connect(listen).await.is_ok() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+            }
+        }
     }
 
     async fn request(&self, key: &str, ttl_seconds: u32) -> pb::Approval {
@@ -514,6 +538,47 @@ async fn a_tap_before_the_post_is_answered_decides() {
         pb::ApprovalState::Approved
     );
     assert!(harness.slack.ephemerals().is_empty());
+}
+
+/// HTTP mode: Slack POSTs the interaction to the Request URL. A request whose signature is
+/// made with another secret, or whose timestamp is more than five minutes old, is refused
+/// and decides nothing; the correctly signed one decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_mode_decides_only_on_requests_signed_within_five_minutes() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let extra = format!("mode = \"http\"\nlisten = \"127.0.0.1:{port}\"\n");
+    let mut harness = Harness::without_worker_with(&extra).await;
+    harness.start_worker().await;
+    assert_eq!(
+        harness.slack.connections(),
+        0,
+        "no Socket Mode in HTTP mode"
+    );
+    let approval = harness.request("http", 600).await;
+    let shown = harness.request_message(&approval.id).await;
+    let url = format!("http://127.0.0.1:{port}{INTERACTIONS_PATH}");
+    let value = shown.button_value(APPROVE).unwrap();
+    let tap = harness.slack.block_actions(ALICE, &shown, APPROVE, &value);
+    let now = now_secs();
+    assert_eq!(
+        post_interaction(&url, "another-secret", now, &tap).await,
+        401
+    );
+    assert_eq!(
+        post_interaction(&url, SIGNING_SECRET, now - 301, &tap).await,
+        401,
+        "older than five minutes"
+    );
+    assert!(harness.state_of(&approval.id).await.decisions.is_empty());
+    assert_eq!(post_interaction(&url, SIGNING_SECRET, now, &tap).await, 200);
+    let resolved = harness.resolved(&approval.id).await;
+    assert_eq!(resolved.state(), pb::ApprovalState::Approved);
+    assert_eq!(resolved.decisions.len(), 1);
+    harness.outcome_message(&approval.id).await;
 }
 
 fn spawn_worker(config: &Path) -> tokio::process::Child {

@@ -256,8 +256,8 @@ impl FakeSlack {
         envelope_id
     }
 
-    /// `user` taps the button `action_id` of `message`: the `block_actions` payload Slack
-    /// sends (returned, and pushed in an envelope whose id is returned too).
+    /// `user` taps the button `action_id` of `message` over Socket Mode: the envelope's id and
+    /// the `block_actions` payload it carried.
     pub fn tap(&self, user: &str, message: &SlackMessage, action_id: &str) -> (String, Value) {
         let value = message.button_value(action_id).unwrap_or_default();
         self.tap_with_value(user, message, action_id, &value)
@@ -271,8 +271,21 @@ impl FakeSlack {
         action_id: &str,
         value: &str,
     ) -> (String, Value) {
+        let payload = self.block_actions(user, message, action_id, value);
+        (self.push("interactive", payload.clone()), payload)
+    }
+
+    /// The `block_actions` payload of `user` tapping the button `action_id` (with `value`) on
+    /// `message`, as Slack sends it (over Socket Mode, or POSTed in HTTP mode).
+    pub fn block_actions(
+        &self,
+        user: &str,
+        message: &SlackMessage,
+        action_id: &str,
+        value: &str,
+    ) -> Value {
         let trigger_id = self.trigger();
-        let payload = json!({
+        json!({
             "type": "block_actions",
             "team": {"id": TEAM, "domain": "fake"},
             "user": {"id": user, "username": user.to_lowercase(), "name": user.to_lowercase(), "team_id": TEAM},
@@ -287,8 +300,7 @@ impl FakeSlack {
                 "text": {"type": "plain_text", "text": action_id},
                 "action_ts": format!("{}.000100", now_secs()),
             }],
-        });
-        (self.push("interactive", payload.clone()), payload)
+        })
     }
 
     /// `user` submits the modal `view` with `reason`: the `view_submission` envelope's id.
@@ -331,7 +343,44 @@ impl FakeSlack {
     }
 }
 
-fn now_secs() -> u64 {
+/// Slack's request signature: `v0=` and the hex HMAC-SHA256, keyed with the app's signing
+/// secret, of `v0:{timestamp}:{body}`.
+pub fn signature(signing_secret: &str, timestamp: u64, body: &str) -> String {
+    use hmac::{Hmac, Mac};
+    let mut mac =
+        Hmac::<sha2::Sha256>::new_from_slice(signing_secret.as_bytes()).expect("any key length");
+    mac.update(format!("v0:{timestamp}:{body}").as_bytes());
+    format!("v0={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// POSTs an interaction `payload` to a Request URL as Slack does in HTTP mode: form-encoded
+/// `payload=<JSON>`, with `X-Slack-Request-Timestamp` and the `X-Slack-Signature` made with
+/// `signing_secret` (a test passes a wrong secret or an old timestamp to forge one). The
+/// answer's status.
+pub async fn post_interaction(
+    url: &str,
+    signing_secret: &str,
+    timestamp: u64,
+    payload: &Value,
+) -> u16 {
+    let body = form_urlencoded::Serializer::new(String::new())
+        .append_pair("payload", &payload.to_string())
+        .finish();
+    let request = json!({
+        "method": "POST",
+        "url": url,
+        "headers": {
+            "Content-Type": "application/x-www-form-urlencoded",
+            "X-Slack-Request-Timestamp": timestamp.to_string(),
+            "X-Slack-Signature": signature(signing_secret, timestamp, &body),
+        },
+        "body": body,
+    });
+    crate::ntfy::tap(&request).await.0
+}
+
+/// The Unix time now, in seconds (a request's timestamp).
+pub fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs())
