@@ -5,7 +5,7 @@
 
 use countersign_client::{pb, version};
 use countersign_worker::agent_text;
-use countersign_worker::approval::{format_time, or_dash, prefix, short_id};
+use countersign_worker::approval::{format_time, or_dash, outcome_word, prefix, short_id};
 use pb::{ApprovalState, Risk};
 
 use crate::api::{Action, Publish};
@@ -114,17 +114,6 @@ fn risk_tag(risk: Risk) -> &'static str {
         Risk::Medium | Risk::Unspecified => "risk-medium",
         Risk::High => "risk-high",
         Risk::Critical => "risk-critical",
-    }
-}
-
-fn outcome_word(state: ApprovalState) -> &'static str {
-    match state {
-        ApprovalState::Approved => "✅ Approved",
-        ApprovalState::Consumed => "▶️ Approved and executed",
-        ApprovalState::Rejected => "❌ Rejected",
-        ApprovalState::Expired => "⌛ Expired",
-        ApprovalState::Cancelled => "🚫 Cancelled",
-        ApprovalState::Pending | ApprovalState::Unspecified => "Pending",
     }
 }
 

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use countersign_client::{pb, version};
 use countersign_worker::agent_text;
-use countersign_worker::approval::{format_time, or_dash, prefix, short_id};
+use countersign_worker::approval::{format_time, or_dash, outcome_word, prefix, short_id};
 use pb::{ApprovalState, ResolvedBy, Risk, Scope, Verdict};
 use slack_morphism::prelude::*;
 
@@ -152,17 +152,6 @@ fn facts(approval: &pb::Approval) -> String {
     }
     facts.push_str(&format!("*ID:* …{}", short_id(&approval.id)));
     facts
-}
-
-fn outcome_word(state: ApprovalState) -> &'static str {
-    match state {
-        ApprovalState::Approved => "✅ Approved",
-        ApprovalState::Consumed => "▶️ Approved and executed",
-        ApprovalState::Rejected => "❌ Rejected",
-        ApprovalState::Expired => "⌛ Expired",
-        ApprovalState::Cancelled => "🚫 Cancelled",
-        ApprovalState::Pending | ApprovalState::Unspecified => "Pending",
-    }
 }
 
 /// The state line: quorum progress while pending, then who resolved it and why.

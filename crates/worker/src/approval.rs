@@ -26,6 +26,19 @@ pub fn short_id(id: &str) -> &str {
     &id[start..]
 }
 
+/// A resolved approval's state in a word, with its sign (`✅ Approved`), for headings.
+pub fn outcome_word(state: pb::ApprovalState) -> &'static str {
+    use pb::ApprovalState;
+    match state {
+        ApprovalState::Approved => "✅ Approved",
+        ApprovalState::Consumed => "▶️ Approved and executed",
+        ApprovalState::Rejected => "❌ Rejected",
+        ApprovalState::Expired => "⌛ Expired",
+        ApprovalState::Cancelled => "🚫 Cancelled",
+        ApprovalState::Pending | ApprovalState::Unspecified => "Pending",
+    }
+}
+
 /// `-` for an empty identifier (an agent or session the request did not name).
 pub fn or_dash(text: &str) -> &str {
     if text.is_empty() {
