@@ -187,7 +187,7 @@ pub enum Command {
     ///
     /// The approval server on SQLite in $XDG_DATA_HOME/countersign (~/.local/share/countersign),
     /// plus the channel workers the config file sets up — Telegram, GitHub, the web inbox, ntfy,
-    /// webhooks ($XDG_CONFIG_HOME/countersign/countersign.toml, or --config; written by
+    /// Slack, webhooks ($XDG_CONFIG_HOME/countersign/countersign.toml, or --config; written by
     /// `countersign setup`). The tokens the pieces use are generated on first start into files
     /// only you can read. The log says what listens where. A worker that stops stops them all;
     /// Ctrl-C stops it.

@@ -1,7 +1,7 @@
 //! The channel workers of the local instance, as `up` runs them: each one's settings built
 //! from its section of the one config file with the server's address and the generated worker
 //! token filled in, then run by the worker crate's own code (`countersign_telegram::run`,
-//! `countersign_ntfy::run`, `countersign_github::Worker`, `countersign_webhook::run`,
+//! `countersign_ntfy::run`, `countersign_slack::run`, `countersign_github::Worker`, `countersign_webhook::run`,
 //! `countersign_web::serve`).
 
 use std::future::Future;
@@ -38,6 +38,9 @@ pub async fn prepare(
     if let Some((section, topics)) = config.ntfy.take() {
         prepared.push(ntfy(section, topics, pieces)?);
     }
+    if let Some(section) = config.slack.take() {
+        prepared.push(slack(section, pieces)?);
+    }
     if let Some(file) = config.github.take() {
         prepared.push(github(file, pieces)?);
     }
@@ -54,6 +57,7 @@ pub async fn prepare(
 pub enum Prepared {
     Telegram(countersign_telegram::Settings),
     Ntfy(countersign_ntfy::Settings),
+    Slack(countersign_slack::Settings),
     GitHub(countersign_github::config::Config),
     Webhook(countersign_webhook::Settings),
     Web(countersign_web::Settings, tokio::net::TcpListener),
@@ -73,6 +77,11 @@ impl Prepared {
                 topics = settings.topics.len(),
                 decision_links = %settings.public_url,
                 "countersign up: the ntfy worker publishes approvals to your topics"
+            ),
+            Prepared::Slack(settings) => tracing::info!(
+                channels = settings.channels.len(),
+                default_channel = ?settings.default_channel,
+                "countersign up: the Slack worker posts approvals to your channels"
             ),
             Prepared::GitHub(config) => tracing::info!(
                 github = %config.github.api_url,
@@ -109,6 +118,11 @@ impl Prepared {
             Prepared::Ntfy(settings) => Box::pin(stopping_all(
                 "ntfy worker",
                 countersign_ntfy::run(settings, shutdown),
+                stop,
+            )),
+            Prepared::Slack(settings) => Box::pin(stopping_all(
+                "Slack worker",
+                countersign_slack::run(settings, shutdown),
                 stop,
             )),
             Prepared::GitHub(config) => Box::pin(stopping_all(
@@ -219,6 +233,20 @@ fn ntfy(
         .map_err(|error| invalid(pieces.instance, error, "see docs/quickstart.md, ntfy"))?;
     create_private_dir(&settings.state_dir)?;
     Ok(Prepared::Ntfy(settings))
+}
+
+fn slack(
+    section: countersign_slack::config::SlackSection,
+    pieces: &Pieces<'_>,
+) -> Result<Prepared, CliError> {
+    let file = countersign_slack::config::FileConfig {
+        server: server_section(pieces),
+        slack: section,
+    };
+    let settings = countersign_slack::Settings::from_file(file, |name| pieces.secret(name))
+        .map_err(|error| invalid(pieces.instance, error, "see crates/slack/README.md"))?;
+    create_private_dir(&settings.state_dir)?;
+    Ok(Prepared::Slack(settings))
 }
 
 /// The GitHub worker's secrets: the generated worker token, the GitHub token from its

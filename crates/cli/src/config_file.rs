@@ -9,9 +9,9 @@ use crate::instance::{replace_file, Instance};
 /// What a config file created by `setup` starts with.
 const NEW_CONFIG_HEADER: &str = "\
 # The local countersign instance (`countersign up`). Top-level keys are countersign-server's
-# options (docs/configuration.md); [telegram], [github], [ntfy], [webhook] and [web] are the
-# channel workers'. No secret is kept here: the generated tokens, the bot token and the GitHub
-# token are files under $XDG_DATA_HOME/countersign/secrets.
+# options (docs/configuration.md); [telegram], [github], [ntfy], [slack], [webhook] and [web]
+# are the channel workers'. No secret is kept here: the generated tokens, the bot token and the
+# GitHub token are files under $XDG_DATA_HOME/countersign/secrets.
 ";
 
 /// The config file as a document to edit; a missing file gives a new one with a header.

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use countersign_github::config::FileConfig as GitHubFile;
 use countersign_ntfy::config::{NtfySection, TopicSection};
 use countersign_server::config::Config as ServerConfig;
+use countersign_slack::config::SlackSection;
 use countersign_telegram::config::TelegramSection;
 use countersign_webhook::config::FileConfig as WebhookFile;
 use rand::RngCore;
@@ -153,7 +154,7 @@ impl Instance {
 
 /// The config file of the local instance: the top-level keys are countersign-server's
 /// (docs/configuration.md), beside one section per channel worker, as in the workers' own
-/// files: `[telegram]`, `[ntfy]` (its `topics` a list in it), `[github]` (its `[webhook]` and
+/// files: `[telegram]`, `[ntfy]` (its `topics` a list in it), `[slack]`, `[github]` (its `[webhook]` and
 /// `[polling]` as `[github.webhook]` and `[github.polling]`), `[webhook]` (its `[[endpoints]]`
 /// as `[[webhook.endpoints]]`) and `[web]` (the web inbox's top-level keys and `[sign_in]`).
 pub struct InstanceConfig {
@@ -162,6 +163,8 @@ pub struct InstanceConfig {
     pub telegram: Option<TelegramSection>,
     /// The `[ntfy]` section and its topics, when there is one.
     pub ntfy: Option<(NtfySection, Vec<TopicSection>)>,
+    /// The `[slack]` section, when there is one.
+    pub slack: Option<SlackSection>,
     /// The GitHub worker's file, from `[github]`; its `server` is left for `up` to fill in.
     pub github: Option<GitHubFile>,
     /// The webhook worker's file, from `[webhook]`; its `server` is left for `up` to fill in.
@@ -207,6 +210,10 @@ impl Instance {
                 ))
             }
         };
+        let slack = match self.worker_section(&mut table, "slack", &invalid)? {
+            None => None,
+            Some(section) => Some(section_as(section, "slack", &invalid)?),
+        };
         let github = match self.worker_section(&mut table, "github", &invalid)? {
             None => None,
             Some(mut section) => Some(GitHubFile {
@@ -235,6 +242,7 @@ impl Instance {
             server,
             telegram,
             ntfy,
+            slack,
             github,
             webhook,
             web,

@@ -14,7 +14,7 @@ use countersign_testkit::github::DEFAULT_TOKEN;
 use serde_json::Value;
 
 use support::github::GitHubRepo;
-use support::home::{installed_hook, interrupt, spawn_hook, text, Home};
+use support::home::{hook_answer, installed_hook, interrupt, spawn_hook, text, Home};
 use support::STEP;
 
 /// A signing secret of the Standard Webhooks form.
@@ -161,6 +161,65 @@ async fn up_runs_github_webhook_and_web_inbox_and_a_github_comment_decides() {
     }
     let log = home.up_log();
     assert!(!log.contains(DEFAULT_TOKEN), "{log}");
+}
+
+/// `up` runs the Slack worker its config file sets up: a hook's request is posted to the
+/// channel (the fake Slack), and the approver's tap on Approve, over Socket Mode, lets the
+/// hook allow the call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_runs_the_slack_worker_and_a_tap_decides() {
+    use countersign_testkit::slack::FakeSlack;
+
+    let slack = FakeSlack::start("xoxb-up-bot", "xapp-up-app").await;
+    let home = Home::new("http://127.0.0.1:9");
+    std::fs::create_dir_all(home.config_file().parent().unwrap()).unwrap();
+    std::fs::write(
+        home.config_file(),
+        format!(
+            "[[approvers]]\nid = \"alice\"\nmax_risk = \"critical\"\n\
+             identities = {{ slack = [\"U0ALICE\"] }}\n\n\
+             [slack]\napi_url = \"{}\"\nchannels = [\"C0OPS\"]\ndefault_channel = \"C0OPS\"\n",
+            slack.api_url()
+        ),
+    )
+    .unwrap();
+    let mut up = home
+        .up_with(&[
+            ("SLACK_BOT_TOKEN", "xoxb-up-bot"),
+            ("SLACK_APP_TOKEN", "xapp-up-app"),
+        ])
+        .await;
+    let log = home.up_log();
+    assert!(
+        log.contains("the Slack worker posts approvals to your channels"),
+        "{log}"
+    );
+    assert!(!log.contains("xoxb-up-bot"), "{log}");
+    let installed = home.run(&["install", "claude-code"]).await;
+    assert!(installed.status.success(), "{}", text(&installed));
+
+    let hook = spawn_hook(&home, &installed_hook(&home), "toolu_slack_1", "git push");
+    let shown = slack
+        .wait_for("the request's message", |slack| {
+            slack
+                .messages("C0OPS")
+                .into_iter()
+                .find(|m| m.buttons().len() == 3)
+        })
+        .await;
+    assert!(shown.shown().contains("git push"), "{}", shown.shown());
+    slack
+        .wait_for("the Socket Mode connection", |slack| {
+            (slack.connections() > 0).then_some(())
+        })
+        .await;
+    slack.tap("U0ALICE", &shown, "countersign_approve");
+    let answer = hook_answer(hook).await;
+    assert_eq!(
+        answer["hookSpecificOutput"]["permissionDecision"], "allow",
+        "{answer}"
+    );
+    interrupt(&home, &mut up).await;
 }
 
 /// The webhook worker cannot listen (its port is taken): `up` does not keep serving without

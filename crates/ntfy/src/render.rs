@@ -5,8 +5,8 @@
 
 use countersign_client::{pb, version};
 use countersign_worker::agent_text;
+use countersign_worker::approval::{format_time, or_dash, outcome_word, prefix, short_id};
 use pb::{ApprovalState, Risk};
-use time::OffsetDateTime;
 
 use crate::api::{Action, Publish};
 
@@ -117,17 +117,6 @@ fn risk_tag(risk: Risk) -> &'static str {
     }
 }
 
-fn outcome_word(state: ApprovalState) -> &'static str {
-    match state {
-        ApprovalState::Approved => "✅ Approved",
-        ApprovalState::Consumed => "▶️ Approved and executed",
-        ApprovalState::Rejected => "❌ Rejected",
-        ApprovalState::Expired => "⌛ Expired",
-        ApprovalState::Cancelled => "🚫 Cancelled",
-        ApprovalState::Pending | ApprovalState::Unspecified => "Pending",
-    }
-}
-
 /// Who decided and why, in the worker's words (the decider's name and reason quoted).
 fn resolution_line(approval: &pb::Approval) -> String {
     let Some(decision) = approval.decisions.last() else {
@@ -191,7 +180,7 @@ fn body(approval: &pb::Approval) -> String {
         }
     }
     let (arguments, digest) = version::current_arguments(approval);
-    let mut tail = format!("SHA-256 {}\n", short(digest, 16));
+    let mut tail = format!("SHA-256 {}\n", prefix(digest, 16));
     if let Some(expires_at) = &approval.expires_at {
         tail.push_str(&format!("Expires: {}\n", format_time(expires_at.seconds)));
     }
@@ -200,38 +189,6 @@ fn body(approval: &pb::Approval) -> String {
         MESSAGE_LIMIT_BYTES.saturating_sub(head.len() + tail.len() + "Arguments:\n\n".len()) / 4;
     let shown = agent_text::cap(&agent_text::visible(arguments), budget.max(16));
     format!("{head}Arguments:\n{shown}\n{tail}")
-}
-
-fn or_dash(text: &str) -> &str {
-    if text.is_empty() {
-        "-"
-    } else {
-        text
-    }
-}
-
-fn short(text: &str, chars: usize) -> &str {
-    text.char_indices()
-        .nth(chars)
-        .map_or(text, |(at, _)| &text[..at])
-}
-
-/// The last 8 characters of the id, as every channel shows it.
-fn short_id(id: &str) -> &str {
-    let start = id.char_indices().rev().nth(7).map_or(0, |(at, _)| at);
-    &id[start..]
-}
-
-fn format_time(seconds: i64) -> String {
-    OffsetDateTime::from_unix_timestamp(seconds)
-        .ok()
-        .and_then(|time| {
-            time.format(time::macros::format_description!(
-                "[year]-[month]-[day] [hour]:[minute] UTC"
-            ))
-            .ok()
-        })
-        .unwrap_or_else(|| seconds.to_string())
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Test support for countersign: fakes of the platforms (Telegram, GitHub, ntfy) on loopback, a picture of a fake
+//! Test support for countersign: fakes of the platforms (Telegram, GitHub, ntfy, Slack) on loopback, a picture of a fake
 //! Telegram message as a phone shows it, the test server, and a private PostgreSQL cluster.
 
 pub mod docs;
@@ -7,4 +7,5 @@ pub mod ntfy;
 pub mod phone;
 pub mod postgres;
 pub mod server;
+pub mod slack;
 pub mod telegram;

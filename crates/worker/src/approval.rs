@@ -20,6 +20,54 @@ pub fn reminder_detail(detail: &str) -> &str {
     detail.strip_prefix("reminder: ").unwrap_or(detail)
 }
 
+/// The last 8 characters of the id, as every channel shows it.
+pub fn short_id(id: &str) -> &str {
+    let start = id.char_indices().rev().nth(7).map_or(0, |(at, _)| at);
+    &id[start..]
+}
+
+/// A resolved approval's state in a word, with its sign (`✅ Approved`), for headings.
+pub fn outcome_word(state: pb::ApprovalState) -> &'static str {
+    use pb::ApprovalState;
+    match state {
+        ApprovalState::Approved => "✅ Approved",
+        ApprovalState::Consumed => "▶️ Approved and executed",
+        ApprovalState::Rejected => "❌ Rejected",
+        ApprovalState::Expired => "⌛ Expired",
+        ApprovalState::Cancelled => "🚫 Cancelled",
+        ApprovalState::Pending | ApprovalState::Unspecified => "Pending",
+    }
+}
+
+/// `-` for an empty identifier (an agent or session the request did not name).
+pub fn or_dash(text: &str) -> &str {
+    if text.is_empty() {
+        "-"
+    } else {
+        text
+    }
+}
+
+/// The first `chars` characters of `text` (a digest's head).
+pub fn prefix(text: &str, chars: usize) -> &str {
+    text.char_indices()
+        .nth(chars)
+        .map_or(text, |(at, _)| &text[..at])
+}
+
+/// A Unix time as channels show it: `2026-11-27 08:00 UTC`.
+pub fn format_time(seconds: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp(seconds)
+        .ok()
+        .and_then(|time| {
+            time.format(time::macros::format_description!(
+                "[year]-[month]-[day] [hour]:[minute] UTC"
+            ))
+            .ok()
+        })
+        .unwrap_or_else(|| seconds.to_string())
+}
+
 /// Every pending approval routed to `channel`, read page by page, as a snapshot would bring
 /// them (for a worker that resumes its watch after a persisted cursor). Transient failures are
 /// retried with backoff up to `max_backoff`: nothing can be shown before the server answers.

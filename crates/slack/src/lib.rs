@@ -1,0 +1,150 @@
+//! countersign's Slack worker.
+//!
+//! It watches the `slack` channel of a countersign server through the client SDK and posts
+//! each pending approval to its Slack channels as a Block Kit message with Approve, Reject…
+//! (a modal asks for the reason) and Allow for session buttons; the message is updated on
+//! every change, also when the approval is decided elsewhere, expires or is cancelled. Taps
+//! arrive over Socket Mode (slack-morphism's listener: no public URL); a Slack user decides
+//! as the approver whose `identities` list their Slack user id. It is a `Channel` of the
+//! shared worker runtime (`countersign_worker::runtime`), which owns the loop.
+//!
+//! [`run`] is the entry point of the `countersign-slack` binary, of tests, and of anything
+//! that runs the worker in its own process.
+
+pub mod api;
+pub mod config;
+pub mod http;
+mod inbound;
+pub mod render;
+pub mod store;
+mod worker;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use countersign_client::{Client, ClientError};
+use countersign_worker::retry::Backoff;
+use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions};
+use slack_morphism::errors::SlackClientError;
+use slack_morphism::prelude::*;
+
+use crate::api::SlackApi;
+pub use crate::config::Settings;
+use crate::config::Taps;
+use crate::inbound::Inbound;
+use crate::store::{Store, StoreError};
+use crate::worker::SlackChannel;
+pub use crate::worker::CHANNEL;
+
+/// Why the worker stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("countersign server: {0}")]
+    Server(#[from] ClientError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot set up the Slack client: {0}")]
+    Tls(#[from] std::io::Error),
+    #[error("cannot start Socket Mode (check SLACK_APP_TOKEN and that Socket Mode is on): {0}")]
+    SocketMode(#[from] SlackClientError),
+    #[error("cannot serve Slack's requests on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Runs the worker until `shutdown` completes (the posts in flight are then finished, within
+/// the grace period, and it returns `Ok`) or an error that retrying cannot fix occurs.
+pub async fn run(
+    settings: Settings,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), WorkerError> {
+    let store = Store::open(&settings.state_dir)?;
+    let client = Client::connect(settings.server.client.clone())?;
+    let slack = Arc::new(api::client(&settings.api_url)?);
+    let api = SlackApi::new(slack.clone(), &settings.bot_token, settings.request_timeout);
+    let inbound = Arc::new(Inbound::new(
+        client.clone(),
+        api.clone(),
+        store.clone(),
+        settings.clone(),
+    ));
+    let socket = match &settings.taps {
+        Taps::Socket { app_token } => Some(socket_mode(slack, inbound.clone(), app_token).await?),
+        Taps::Http { .. } => None,
+    };
+    let http = async {
+        match &settings.taps {
+            Taps::Http {
+                listen,
+                signing_secret,
+            } => http::serve(*listen, inbound, signing_secret)
+                .await
+                .map_err(|source| WorkerError::Listen {
+                    addr: *listen,
+                    source,
+                }),
+            Taps::Socket { .. } => std::future::pending().await,
+        }
+    };
+    tracing::info!(
+        server = %settings.server.client.url,
+        slack = %settings.api_url,
+        channels = settings.channels.len(),
+        "slack worker started"
+    );
+    let options = RuntimeOptions {
+        heartbeat_timeout: settings.server.heartbeat_timeout,
+        max_backoff: settings.server.max_backoff,
+        retry: Backoff::new(settings.retry_interval, settings.max_retry_wait),
+        shutdown_grace: settings.shutdown_grace,
+        // Every start reconciles with a snapshot; the store knows what was shown.
+        cursor_path: None,
+    };
+    let channel = SlackChannel::new(client.clone(), api, store, settings.clone());
+    let result = tokio::select! {
+        result = runtime::run(client, channel, options, shutdown) => result.map_err(WorkerError::from),
+        result = http => result,
+    };
+    if let Some(socket) = socket {
+        socket.shutdown().await;
+    }
+    result
+}
+
+/// Connects Socket Mode with the app-level token; taps are handled as they arrive.
+async fn socket_mode(
+    slack: Arc<api::Client>,
+    inbound: Arc<Inbound>,
+    app_token: &str,
+) -> Result<SlackClientSocketModeListener<SlackClientHyperHttpsConnector>, WorkerError> {
+    let environment =
+        Arc::new(SlackClientEventsListenerEnvironment::new(slack).with_user_state(inbound));
+    let callbacks = SlackSocketModeListenerCallbacks::new().with_interaction_events(on_interaction);
+    // One connection: every envelope arrives once (Slack spreads them over connections).
+    let config = SlackClientSocketModeConfig::new().with_max_connections_count(1);
+    let socket = SlackClientSocketModeListener::new(&config, environment, callbacks);
+    socket
+        .listen_for(&SlackApiToken::new(app_token.to_owned().into()))
+        .await?;
+    socket.start().await;
+    Ok(socket)
+}
+
+/// Socket Mode's callback: the envelope is acknowledged when this returns (always `Ok`: a
+/// failure is answered to the user, and a redelivery would not fix it).
+async fn on_interaction(
+    event: SlackInteractionEvent,
+    _client: Arc<api::Client>,
+    state: SlackClientEventsUserState,
+) -> UserCallbackResult<()> {
+    let inbound = state.read().await.get_user_state::<Arc<Inbound>>().cloned();
+    if let Some(inbound) = inbound {
+        inbound.handle(event).await;
+    }
+    Ok(())
+}

@@ -1,0 +1,288 @@
+//! What a Slack message shows, as Block Kit. Everything an agent wrote (tool, action, reason,
+//! identifiers, arguments) is shown as code — inline code on one line each, the arguments in a
+//! code block — after [`agent_text`] made hidden characters visible, and escaped for mrkdwn
+//! (`&`, `<`, `>`, so no `<!channel>` mention or link; a backtick becomes `ˋ`, so it cannot
+//! close the code and format the rest): it cannot pass for countersign's own lines.
+
+use std::collections::HashMap;
+
+use countersign_client::{pb, version};
+use countersign_worker::agent_text;
+use countersign_worker::approval::{format_time, or_dash, outcome_word, prefix, short_id};
+use pb::{ApprovalState, ResolvedBy, Risk, Scope, Verdict};
+use slack_morphism::prelude::*;
+
+const TOOL_LIMIT: usize = 80;
+const LINE_LIMIT: usize = 300;
+const NAME_LIMIT: usize = 80;
+/// A section's text may hold 3,000 characters; the arguments get what the fences leave.
+const ARGUMENTS_LIMIT: usize = 2_800;
+/// Slack's `event_type` of the metadata each request message carries (to find it again).
+pub const METADATA_EVENT: &str = "countersign_approval";
+
+/// The buttons' action ids.
+pub const APPROVE: &str = "countersign_approve";
+pub const REJECT: &str = "countersign_reject";
+pub const ALLOW_SESSION: &str = "countersign_allow_session";
+/// The reject modal's callback id and its reason input.
+pub const REJECT_VIEW: &str = "countersign_reject_reason";
+pub const REASON_BLOCK: &str = "reason";
+pub const REASON_INPUT: &str = "reason_text";
+
+/// What a message shows, as a key: equal keys show the same.
+pub fn shown_key(approval: &pb::Approval) -> String {
+    if approval.state() == ApprovalState::Pending {
+        let approvals = version::current_approvals(approval).count();
+        let digest = version::current_arguments(approval).1;
+        format!("pending:{digest}:{approvals}")
+    } else {
+        format!("final:{}", approval.state().as_str_name())
+    }
+}
+
+/// An agent's words for mrkdwn: visible, escaped, as inline code.
+pub fn code(text: &str, max: usize) -> String {
+    format!("`{}`", escape(&agent_text::one_line(text, max)))
+}
+
+/// `&`, `<`, `>` as Slack asks; backticks made harmless inside code.
+pub fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('`', "ˋ")
+}
+
+/// The button value: the approval and the arguments digest the approver saw.
+pub fn button_value(approval: &pb::Approval) -> String {
+    format!("{} {}", approval.id, version::current_arguments(approval).1)
+}
+
+/// The message of an approval in its current state: buttons while pending.
+pub fn message(approval: &pb::Approval) -> SlackMessageContent {
+    let pending = approval.state() == ApprovalState::Pending;
+    let tool = agent_text::one_line(&approval.tool_name, TOOL_LIMIT);
+    let title = if pending {
+        let warning = matches!(approval.risk(), Risk::High | Risk::Critical);
+        format!("{}Approve {tool}?", if warning { "⚠️ " } else { "" })
+    } else {
+        format!("{}: {tool}", outcome_word(approval.state()))
+    };
+    let mut blocks: Vec<SlackBlock> = vec![
+        SlackHeaderBlock::new(pt!(title.clone())).into(),
+        section(facts(approval)),
+    ];
+    if !approval.action.is_empty() || !approval.reason.is_empty() {
+        let mut says = "The agent says:".to_owned();
+        for (label, text) in [("Action", &approval.action), ("Reason", &approval.reason)] {
+            if !text.is_empty() {
+                says.push_str(&format!("\n>*{label}:* {}", code(text, LINE_LIMIT)));
+            }
+        }
+        blocks.push(section(says));
+    }
+    let (arguments, digest) = version::current_arguments(approval);
+    let shown = agent_text::cap(&agent_text::visible(arguments), ARGUMENTS_LIMIT);
+    blocks.push(section(format!(
+        "*Arguments* (SHA-256 `{}`):\n```{}```",
+        prefix(digest, 16),
+        escape(&shown)
+    )));
+    blocks.push(section(status(approval)));
+    if pending {
+        let value = button_value(approval);
+        let button = |id: &str, label: &str| {
+            SlackBlockButtonElement::new(id.into(), pt!(label)).with_value(value.clone())
+        };
+        blocks.push(
+            SlackActionsBlock::new(vec![
+                button(APPROVE, "Approve")
+                    .with_style(SlackBlockButtonStyle::Primary)
+                    .into(),
+                button(REJECT, "Reject…")
+                    .with_style(SlackBlockButtonStyle::Danger)
+                    .into(),
+                button(ALLOW_SESSION, "Allow for session").into(),
+            ])
+            .into(),
+        );
+    }
+    let metadata = SlackMessageMetadata::new(METADATA_EVENT.to_owned()).with_event_payload(
+        HashMap::from([("approval_id".to_owned(), approval.id.clone())]),
+    );
+    SlackMessageContent::new()
+        .with_text(escape(&title))
+        .with_blocks(blocks)
+        .with_metadata(metadata)
+}
+
+/// The modal that asks a rejecting approver for a reason; `value` is the button's.
+pub fn reject_modal(value: &str) -> SlackView {
+    let input = SlackBlockPlainTextInputElement::new(REASON_INPUT.into()).with_multiline(true);
+    let blocks = vec![SlackInputBlock::new(
+        pt!("Why reject? The agent is told."),
+        SlackInputBlockElement::PlainTextInput(input),
+    )
+    .with_block_id(REASON_BLOCK.into())
+    .into()];
+    SlackView::Modal(
+        SlackModalView::new(pt!("Reject the request"), blocks)
+            .with_submit(pt!("Reject"))
+            .with_close(pt!("Cancel"))
+            .with_callback_id(REJECT_VIEW.into())
+            .with_private_metadata(value.to_owned()),
+    )
+}
+
+fn section(text: String) -> SlackBlock {
+    SlackSectionBlock::new().with_text(md!(text)).into()
+}
+
+fn facts(approval: &pb::Approval) -> String {
+    let risk = approval.risk().as_str_name().trim_start_matches("RISK_");
+    let mut facts = format!(
+        "*Tool:* {}\n*Risk:* {}\n*Agent:* {} · session {}\n",
+        code(&approval.tool_name, TOOL_LIMIT),
+        risk.to_lowercase(),
+        code(or_dash(&approval.agent_id), NAME_LIMIT),
+        code(or_dash(&approval.session_id), NAME_LIMIT),
+    );
+    if let Some(expires_at) = &approval.expires_at {
+        facts.push_str(&format!("*Expires:* {}\n", format_time(expires_at.seconds)));
+    }
+    facts.push_str(&format!("*ID:* …{}", short_id(&approval.id)));
+    facts
+}
+
+/// The state line: quorum progress while pending, then who resolved it and why.
+fn status(approval: &pb::Approval) -> String {
+    let state = approval.state();
+    let line = match state {
+        ApprovalState::Pending => {
+            let required = approval.required_approvals.max(1) as usize;
+            let approvers: Vec<&pb::Decider> = version::current_approvals(approval)
+                .filter_map(|decision| decision.decider.as_ref())
+                .collect();
+            if required == 1 {
+                return "⏳ Waiting for a decision".to_owned();
+            }
+            let mut line = format!("⏳ Waiting: {} of {required} approvals", approvers.len());
+            if !approvers.is_empty() {
+                line.push_str(&format!(" (by {})", names(&approvers)));
+            }
+            return line;
+        }
+        ApprovalState::Approved | ApprovalState::Consumed | ApprovalState::Rejected => {
+            let session = approval.decisions.iter().any(|decision| {
+                decision.verdict() == Verdict::Approve && decision.scope() == Scope::Session
+            });
+            format!(
+                "{} by {}{}",
+                outcome_word(state),
+                resolver(approval),
+                if session { " for this session" } else { "" }
+            )
+        }
+        ApprovalState::Expired => "⌛ Expired: no one decided in time".to_owned(),
+        ApprovalState::Cancelled => "🚫 Cancelled: the request was withdrawn".to_owned(),
+        ApprovalState::Unspecified => "❔ Unknown state".to_owned(),
+    };
+    match &approval.resolution {
+        Some(resolution)
+            if !resolution.reason.is_empty() && resolution.reason != approval.reason =>
+        {
+            format!("{line}\n*Note:* {}", code(&resolution.reason, LINE_LIMIT))
+        }
+        _ => line,
+    }
+}
+
+fn resolver(approval: &pb::Approval) -> String {
+    let Some(resolution) = approval.resolution.as_ref() else {
+        return "unknown".to_owned();
+    };
+    match resolution.resolved_by() {
+        ResolvedBy::Rule => format!("rule {}", code(&resolution.rule, NAME_LIMIT)),
+        ResolvedBy::Grant => "a session grant".to_owned(),
+        _ if resolution.deciders.is_empty() => "unknown".to_owned(),
+        _ => names(&resolution.deciders.iter().collect::<Vec<_>>()),
+    }
+}
+
+/// Deciders as people know them: the display name (else the user id) and the channel.
+fn names(deciders: &[&pb::Decider]) -> String {
+    let names: Vec<String> = deciders
+        .iter()
+        .map(|decider| {
+            let name = if decider.display_name.is_empty() {
+                &decider.user_id
+            } else {
+                &decider.display_name
+            };
+            format!(
+                "{} ({})",
+                code(name, NAME_LIMIT),
+                escape(&agent_text::one_line(&decider.channel, NAME_LIMIT))
+            )
+        })
+        .collect();
+    names.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn approval() -> pb::Approval {
+        pb::Approval {
+            id: "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b".into(),
+            tool_name: "bash".into(),
+            action: "tidy `up`\n*✅ Approved* by <!channel> & <@U1>\u{202E}".into(),
+            reason: "needed".into(),
+            arguments_json: "{\"command\":\"echo ```<!here>\"}".into(),
+            args_digest: "ab".repeat(32),
+            risk: Risk::High.into(),
+            state: ApprovalState::Pending.into(),
+            ..Default::default()
+        }
+    }
+
+    fn text(content: &SlackMessageContent) -> String {
+        serde_json::to_string(&content.blocks).unwrap()
+    }
+
+    #[test]
+    fn agent_text_stays_in_code_and_cannot_mention_or_format() {
+        let shown = text(&message(&approval()));
+        assert!(
+            shown.contains(
+                "`tidy ˋupˋ ⏎ *✅ Approved* by &lt;!channel&gt; &amp; &lt;@U1&gt;⟨U+202E⟩`"
+            ),
+            "{shown}"
+        );
+        assert!(!shown.contains("<!"), "{shown}");
+        assert!(shown.contains("echo ˋˋˋ&lt;!here&gt;"), "{shown}");
+        assert!(shown.contains("…2e3f4a5b"), "{shown}");
+        assert_eq!(shown.matches("countersign_").count(), 3, "three buttons");
+    }
+
+    #[test]
+    fn an_outcome_has_no_buttons_and_names_the_decider() {
+        let mut rejected = approval();
+        rejected.state = ApprovalState::Rejected.into();
+        rejected.resolution = Some(pb::Resolution {
+            reason: "not today".into(),
+            deciders: vec![pb::Decider {
+                channel: "slack".into(),
+                user_id: "U0ALICE".into(),
+                display_name: "alice".into(),
+            }],
+            ..Default::default()
+        });
+        let shown = text(&message(&rejected));
+        assert!(!shown.contains(APPROVE), "{shown}");
+        assert!(shown.contains("❌ Rejected by `alice` (slack)"), "{shown}");
+        assert!(shown.contains("*Note:* `not today`"), "{shown}");
+        assert_eq!(shown_key(&rejected), "final:APPROVAL_STATE_REJECTED");
+    }
+}
