@@ -161,7 +161,9 @@ async fn a_full_disk_refuses_writes_loses_nothing_acknowledged_and_recovers_with
                 assert_storage_refusal(&status);
                 refusals += 1;
                 if refusals == 1 {
-                    assert_eq!(health(&server).await, ServingStatus::NotServing);
+                    // The health service learns of the refusal from the writer's signal, a
+                    // moment after the refusal was answered.
+                    wait_for_health(&server, ServingStatus::NotServing).await;
                     // A decision while the storage refuses writes is refused too, or stored.
                     match client
                         .decide(decide(&to_decide.id, pb::Verdict::Approve, "ops", "d-1"))
