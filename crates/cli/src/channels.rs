@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 
 use countersign_telegram::config::{FileConfig as TelegramFile, ServerSection, BOT_TOKEN_ENV};
+use countersign_worker::config::env_var;
 use tokio::sync::watch;
 
 use crate::exit::CliError;
@@ -187,11 +188,6 @@ fn server_section(pieces: &Pieces<'_>) -> ServerSection {
         url: pieces.server_url.clone(),
         ..ServerSection::default()
     }
-}
-
-/// `name` from the process environment, when set and not empty.
-fn env_var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|value| !value.is_empty())
 }
 
 fn telegram(

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use countersign_worker::config::{read_toml, WORKER_TOKEN_ENV};
+use countersign_worker::config::{env_var, read_toml, WORKER_TOKEN_ENV};
 pub use countersign_worker::config::{ConfigError, ServerSection, ServerSettings};
 
 use crate::api::{GitHubAuth, GitHubSettings};
@@ -149,7 +149,7 @@ pub struct ProcessEnvironment;
 
 impl Environment for ProcessEnvironment {
     fn get(&self, name: &str) -> Option<String> {
-        std::env::var(name).ok().filter(|value| !value.is_empty())
+        env_var(name)
     }
 }
 

@@ -28,7 +28,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use countersign_worker::config::read_toml;
+use countersign_worker::config::{env_var, read_toml};
 pub use countersign_worker::config::{
     ConfigError, ServerSection, ServerSettings, WORKER_TOKEN_ENV,
 };
@@ -160,9 +160,7 @@ impl Settings {
     /// Reads the file at `path`; tokens come from the environment first.
     pub fn load(path: &Path) -> Result<Settings, ConfigError> {
         let file: FileConfig = read_toml(path)?;
-        Settings::from_file(file, |name| {
-            std::env::var(name).ok().filter(|value| !value.is_empty())
-        })
+        Settings::from_file(file, env_var)
     }
 
     /// Validates a parsed file; `env` looks up environment variables.

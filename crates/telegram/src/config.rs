@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use countersign_worker::config::read_toml;
+use countersign_worker::config::{env_var, read_toml};
 pub use countersign_worker::config::{
     ConfigError, ServerSection, WORKER_TOKEN_ENV, WORKER_TOKEN_NEEDED,
 };
@@ -174,8 +174,7 @@ impl Settings {
     /// the tokens in it.
     pub fn load(path: &Path) -> Result<Settings, ConfigError> {
         let file: FileConfig = read_toml(path)?;
-        let env = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
-        Settings::from_file(file, env(WORKER_TOKEN_ENV), env(BOT_TOKEN_ENV))
+        Settings::from_file(file, env_var(WORKER_TOKEN_ENV), env_var(BOT_TOKEN_ENV))
     }
 
     /// Validates a parsed file; tokens from the environment win over those in the file.

@@ -33,6 +33,12 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// `name` from the process environment, when set and not empty (an empty variable is unset:
+/// `VAR= command` must not replace a token in the file with nothing).
+pub fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|value| !value.is_empty())
+}
+
 /// Reads and parses the TOML file at `path`.
 pub fn read_toml<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
