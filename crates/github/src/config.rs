@@ -100,6 +100,8 @@ pub struct Config {
     pub retry_interval: Duration,
     /// The watch cursor file (in the state directory), if one is configured.
     pub cursor_path: Option<PathBuf>,
+    /// The outbox of request posts (in the state directory), if one is configured.
+    pub outbox_path: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Config {
@@ -116,6 +118,7 @@ impl std::fmt::Debug for Config {
             .field("polling", &self.polling)
             .field("retry_interval", &self.retry_interval)
             .field("cursor_path", &self.cursor_path)
+            .field("outbox_path", &self.outbox_path)
             .finish()
     }
 }
@@ -285,6 +288,10 @@ impl Config {
                 .state_dir
                 .as_ref()
                 .map(|dir| dir.join("watch-cursor")),
+            outbox_path: github
+                .state_dir
+                .as_ref()
+                .map(|dir| dir.join("outbox.jsonl")),
         })
     }
 }

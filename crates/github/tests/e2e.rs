@@ -678,12 +678,36 @@ async fn killed_after_posting_and_restarted_posts_no_second_comment() {
 /// applied, reacted to, and the request comment shows the outcome (README, "Restarts").
 #[tokio::test]
 async fn webhook_only_killed_before_recording_applies_a_command_written_while_down() {
+    killed_before_recording_applies_a_command_written_while_down(None).await;
+}
+
+/// The same with a state directory: the outbox holds the intent of the post (written before
+/// it) without the comment's id; the restarted worker looks for the comment by its marker
+/// and adopts it.
+#[tokio::test]
+async fn with_an_outbox_killed_before_recording_applies_a_command_written_while_down() {
+    let state = tempfile::tempdir().expect("a state directory");
+    killed_before_recording_applies_a_command_written_while_down(Some(state.path())).await;
+    let outbox = std::fs::read_to_string(state.path().join("outbox.jsonl")).expect("the outbox");
+    // The intent of the first run, settled by the second once it adopted the comment.
+    assert!(outbox.contains(r#""op":"intent""#), "{outbox}");
+    assert!(outbox.contains(r#""op":"done""#), "{outbox}");
+}
+
+async fn killed_before_recording_applies_a_command_written_while_down(
+    state_dir: Option<&std::path::Path>,
+) {
     let harness = Harness::start_without_worker(Mode::Webhook).await;
     let dir = tempfile::tempdir().expect("temporary directory");
+    let state = state_dir
+        .map(|dir| format!("state_dir = {:?}\n\n", dir.display().to_string()))
+        .unwrap_or_default();
     let config_path = write_worker_config(
         &harness,
         dir.path(),
-        "[webhook]\nlisten = \"127.0.0.1:0\"\nsecret = \"unused-by-this-test\"\n",
+        &format!(
+            "{state}[webhook]\nlisten = \"127.0.0.1:0\"\nsecret = \"unused-by-this-test\"\n"
+        ),
     );
 
     harness.github.hold(Endpoint::CreateComment);
