@@ -193,7 +193,10 @@ fn request_head(approval: &pb::Approval) -> String {
     body.push_str(&who);
     body.push('\n');
     if let Some(expires_at) = approval.expires_at.as_ref() {
-        body.push_str(&format!("- **Expires:** {}\n", format_time(expires_at.seconds)));
+        body.push_str(&format!(
+            "- **Expires:** {}\n",
+            format_time(expires_at.seconds)
+        ));
     }
     if approval.required_approvals > 1 {
         body.push_str(&format!(

@@ -705,9 +705,7 @@ async fn killed_before_recording_applies_a_command_written_while_down(
     let config_path = write_worker_config(
         &harness,
         dir.path(),
-        &format!(
-            "{state}[webhook]\nlisten = \"127.0.0.1:0\"\nsecret = \"unused-by-this-test\"\n"
-        ),
+        &format!("{state}[webhook]\nlisten = \"127.0.0.1:0\"\nsecret = \"unused-by-this-test\"\n"),
     );
 
     harness.github.hold(Endpoint::CreateComment);

@@ -598,14 +598,15 @@ async fn a_reminder_is_a_notice_retried_until_told() {
         .recorder
         .until("the reminder is told", |record| !record.notices.is_empty())
         .await;
-    let record = harness.recorder.lock();
-    assert_eq!(
-        record.notices,
-        vec![("reminded".to_owned(), pb::EventKind::Reminded)]
-    );
-    assert_eq!(record.failing_notices, 0, "both failures were retried");
-    let shows = record.calls.iter().filter(|c| c.key == "reminded").count();
-    assert_eq!(shows, 1, "the reminder shows nothing: {approval:?}");
-    drop(record);
+    {
+        let record = harness.recorder.lock();
+        assert_eq!(
+            record.notices,
+            vec![("reminded".to_owned(), pb::EventKind::Reminded)]
+        );
+        assert_eq!(record.failing_notices, 0, "both failures were retried");
+        let shows = record.calls.iter().filter(|c| c.key == "reminded").count();
+        assert_eq!(shows, 1, "the reminder shows nothing: {approval:?}");
+    }
     running.shut_down().await;
 }
