@@ -2,7 +2,7 @@
 //! request messages, and the targets a request is being posted on. The channel (which posts
 //! and edits) writes it; the commands (which decide) read it to know what a comment answers.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
 use countersign_client::pb;
@@ -84,6 +84,8 @@ struct State {
     resolved: VecDeque<String>,
     /// Targets a request is being posted on.
     posting: Vec<Target>,
+    /// Messages whose comments were caught up on in this run.
+    caught_up: HashSet<(IssueRef, String)>,
 }
 
 #[derive(Default)]
@@ -124,6 +126,23 @@ impl Board {
                 }
             }
         }
+    }
+
+    /// Records the approval as shown with `messages` unless it is known already; whether it
+    /// was recorded.
+    pub fn put_if_unknown(&self, approval: &pb::Approval, messages: Vec<Message>) -> bool {
+        if self.lock().shown.contains_key(&approval.id) {
+            return false;
+        }
+        self.put(approval, messages);
+        true
+    }
+
+    /// Whether the comments under `message` are yet to be caught up on in this run (and from
+    /// now on, they are not).
+    pub fn first_catch_up(&self, message: &Message) -> bool {
+        let key = (message.issue.clone(), message.message_ref());
+        self.lock().caught_up.insert(key)
     }
 
     pub fn posting(&self, target: &Target, now: bool) {

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use countersign_client::{pb, Client, ClientError};
-use countersign_worker::approval::{is_granted, route_targets};
+use countersign_worker::approval::{is_granted, pending_approvals, route_targets};
 use countersign_worker::channel::Channel;
 use countersign_worker::outbox::{Outbox, OutboxError};
 use countersign_worker::retry::{Classify, Verdict};
@@ -55,6 +55,7 @@ impl Classify for ShowError {
     }
 }
 
+#[derive(Clone)]
 pub struct GitHubChannel {
     pub client: Client,
     pub api: Arc<GitHubApi>,
@@ -83,6 +84,12 @@ impl Channel for GitHubChannel {
             None => {
                 let current = self.client.get_approval(&approval.id).await?;
                 let adopted = self.adopt(&current).await?;
+                self.board.put(&current, adopted.clone());
+                if current.state() == ApprovalState::Pending {
+                    for message in &adopted {
+                        self.follow(message, true).await;
+                    }
+                }
                 (current, adopted)
             }
         };
@@ -251,12 +258,39 @@ impl GitHubChannel {
                 rendered,
             };
             self.settle(approval, &message).await?;
-            if approval.state() == ApprovalState::Pending {
-                self.follow(&message, true).await;
-            }
             messages.push(message);
         }
         Ok(messages)
+    }
+
+    /// At a start: the messages of every pending approval, and the commands written under
+    /// them meanwhile. A watch that resumes after its cursor replays only what came after
+    /// it, so without this a command on a request posted before the restart would find no
+    /// approval it answers.
+    pub async fn adopt_pending(&self, max_backoff: std::time::Duration) {
+        let pending = match pending_approvals(&self.client, CHANNEL, max_backoff).await {
+            Ok(pending) => pending,
+            Err(error) => {
+                tracing::error!(%error, "cannot list the pending approvals; their comments are adopted at their next event");
+                return;
+            }
+        };
+        for approval in pending {
+            if self.board.get(&approval.id).is_some() {
+                continue;
+            }
+            match self.adopt(&approval).await {
+                Ok(messages) if self.board.put_if_unknown(&approval, messages.clone()) => {
+                    for message in &messages {
+                        self.follow(message, true).await;
+                    }
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(approval_id = %approval.id, %error, "cannot adopt the messages of a pending approval; adopted at its next event")
+                }
+            }
+        }
     }
 
     /// Posts the request on `target`, or finds the one an earlier attempt or run posted.
@@ -388,7 +422,7 @@ impl GitHubChannel {
         if let Some(poll_targets) = &self.poll_targets {
             poll_targets.watch(&message.issue, message.created_at);
         }
-        if !found {
+        if !found || !self.board.first_catch_up(message) {
             return;
         }
         let issue = &message.issue;

@@ -16,8 +16,9 @@
 //! # private_key_path = "/etc/countersign/app.pem"   # or COUNTERSIGN_GITHUB_APP_PRIVATE_KEY (PEM text)
 //! default_target = "acme/ops#42"     # for routes without a target; "acme/ops" opens an issue each
 //! write_interval_ms = 1000
-//! # Where the worker keeps its watch cursor (a restarted worker resumes after it); without
-//! # it every start takes a snapshot and corrects only the 50 newest resolved approvals.
+//! # Where the worker keeps its watch cursor (a restarted worker resumes after it) and the outbox
+//! # of its posts; without it every start takes a snapshot and corrects only the 50 newest
+//! # resolved approvals.
 //! state_dir = "/var/lib/countersign/github"
 //!
 //! [webhook]                          # optional

@@ -171,6 +171,14 @@ impl Worker {
             poll_targets,
             inputs,
         };
+        let adopting = channel.clone();
+        let (stop, max_backoff) = (stopped(shutdown_rx.clone()), config.server.max_backoff);
+        other_tasks.push(tokio::spawn(async move {
+            tokio::select! {
+                () = stop => {}
+                () = adopting.adopt_pending(max_backoff) => {}
+            }
+        }));
         let options = RuntimeOptions {
             heartbeat_timeout: config.server.heartbeat_timeout,
             max_backoff: config.server.max_backoff,
