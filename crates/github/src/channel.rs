@@ -219,20 +219,17 @@ impl GitHubChannel {
             .collect();
         let unrecorded = self.outbox.iter().flat_map(|o| o.unsettled(&approval.id));
         for entry in unrecorded {
-            let target = entry.target.parse::<Target>().ok();
-            let posted = entry.message_ref.as_deref().and_then(MessageKind::parse);
-            if let (Some(kind), Some(target)) = (posted, target) {
-                let issue = match (&target, &kind) {
-                    (Target::Issue(issue), _) => issue.clone(),
-                    (Target::Repo(repo), _) => IssueRef {
-                        repo: repo.clone(),
-                        number: entry
-                            .message_ref
-                            .as_deref()
-                            .and_then(issue_number)
-                            .unwrap_or(0),
-                    },
-                };
+            let Some(message_ref) = entry.message_ref.as_deref() else {
+                continue;
+            };
+            let issue = match entry.target.parse::<Target>() {
+                Ok(Target::Issue(issue)) => Some(issue),
+                Ok(Target::Repo(repo)) => {
+                    issue_number(message_ref).map(|number| IssueRef { repo, number })
+                }
+                Err(_) => None,
+            };
+            if let (Some(issue), Some(kind)) = (issue, MessageKind::parse(message_ref)) {
                 recorded.push((issue, kind));
             }
         }
@@ -404,10 +401,11 @@ impl GitHubChannel {
         if let Some(outbox) = &self.outbox {
             for entry in outbox.unsettled(&approval.id) {
                 let posted_here = entry.message_ref.as_deref() == Some(message_ref.as_str());
-                if posted_here
-                    || entry.target == message.issue.to_string()
-                    || entry.target == message.issue.repo.to_string()
-                {
+                let delivers = entry
+                    .target
+                    .parse::<Target>()
+                    .is_ok_and(|target| message.covers(&target));
+                if posted_here || delivers {
                     outbox.done(entry.id).await?;
                 }
             }
