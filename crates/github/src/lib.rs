@@ -9,7 +9,7 @@
 //!
 //! The loop around it (the watch, lanes, retries, shutdown) is the shared worker runtime
 //! (`countersign_worker::runtime`), driving [`channel::GitHubChannel`]; the comments that come
-//! in are handled by [`commands`]. After a restart it finds its comments again through the
+//! in are handled by `commands`. After a restart it finds its comments again through the
 //! deliveries recorded on the server, the outbox (with a state directory) and, failing
 //! those, through a hidden marker in each comment. With a state directory it also keeps a
 //! watch cursor there and resumes after the last event it fully handled; without one every
