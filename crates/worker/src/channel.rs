@@ -32,4 +32,16 @@ pub trait Channel: Send + Sync + 'static {
     /// yet. After a snapshot, each one the snapshot does not list as pending is shown as the
     /// server has it now: it was resolved while the worker was not watching.
     fn unfinished(&self) -> impl Future<Output = Result<Vec<String>, Self::Error>> + Send;
+
+    /// Tells approvers of an event that changes no message: a reminder, a refused decision,
+    /// a grant revoked, or the request of an approval a session grant approved at once (no
+    /// one was asked, so nothing was shown). Runs in the approval's lane; a failure that may
+    /// pass is retried (never before the platform's retry-after). By default nothing is told.
+    fn notice(
+        &self,
+        event: &pb::ApprovalEvent,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        let _ = event;
+        async { Ok(()) }
+    }
 }

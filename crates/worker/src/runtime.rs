@@ -7,6 +7,9 @@
 //!   the server no longer retains it, it starts with a snapshot and reconciles: every pending
 //!   approval is shown, and every one the channel still shows unfinished that is no longer
 //!   pending is shown as the server has it now.
+//! - **Notices**: an event that changes no message (a reminder, a refused decision, the
+//!   request of an approval a session grant approved at once) goes to [`Channel::notice`],
+//!   in the approval's lane, after what came before it.
 //! - **Lanes**: everything for one approval runs in its lane, in order; approvals run
 //!   concurrently.
 //! - **Retries**: a failure that may pass schedules the approval on its own backoff, never
@@ -28,6 +31,7 @@ use std::time::Duration;
 use countersign_client::{pb, Client, ClientError, Watch, WatchItem, WatchOptions};
 use pb::EventKind;
 
+use crate::approval::is_granted;
 use crate::channel::Channel;
 use crate::cursor::{Cursor, CursorError, Part};
 use crate::lanes::Lanes;
@@ -36,6 +40,8 @@ use crate::retry::{retry_in_line, Backoff, Classify, RetrySchedule, Verdict};
 
 /// How many times listing the channel's unfinished approvals is tried after a snapshot.
 const UNFINISHED_ATTEMPTS: u32 = 5;
+/// How many times a notice is tried (a notice past them is lost, and logged).
+const NOTICE_ATTEMPTS: u32 = 5;
 
 /// How the runtime watches, retries and stops.
 #[derive(Clone, Debug)]
@@ -199,13 +205,15 @@ impl<C: Channel> Runtime<C> {
                     self.counters.event();
                     let part = self.begin(event.seq);
                     let kind = event.kind();
-                    match event.approval {
-                        Some(approval) if changes_message(kind) => {
-                            tracing::debug!(approval_id = %approval.id, seq = event.seq, ?kind, "approval event");
-                            let share = part.as_ref().map(Part::share);
-                            self.enqueue_show(approval, share);
+                    if let Some(approval) = &event.approval {
+                        tracing::debug!(approval_id = %approval.id, seq = event.seq, ?kind, "approval event");
+                        let granted = kind == EventKind::Requested && is_granted(approval);
+                        if changes_message(kind) {
+                            self.enqueue_show(approval.clone(), part.as_ref().map(Part::share));
                         }
-                        _ => {}
+                        if !changes_message(kind) || granted {
+                            self.enqueue_notice(event, part.as_ref().map(Part::share));
+                        }
                     }
                     finish(part);
                 }
@@ -267,6 +275,27 @@ impl<C: Channel> Runtime<C> {
         self.lanes.push(&key, async move {
             runtime.show(&approval).await;
             runtime.job_over(&approval.id, part);
+        });
+    }
+
+    /// Tells the channel of an event that changes no message, retrying in the lane.
+    fn enqueue_notice(self: &Arc<Self>, event: pb::ApprovalEvent, part: Option<Part>) {
+        let runtime = self.clone();
+        let key = event
+            .approval
+            .as_ref()
+            .map(|approval| approval.id.clone())
+            .unwrap_or_default();
+        self.lanes.push(&key.clone(), async move {
+            let retry = runtime.options.retry;
+            let told = retry_in_line(retry, NOTICE_ATTEMPTS, retry.max, "a notice", || {
+                runtime.channel.notice(&event)
+            })
+            .await;
+            if let Err(error) = told {
+                tracing::error!(approval_id = %key, seq = event.seq, %error, "cannot tell the approvers of an event; giving up");
+            }
+            finish(part);
         });
     }
 

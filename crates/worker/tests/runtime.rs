@@ -52,6 +52,10 @@ struct Record {
     overlapped: bool,
     /// How many snapshots were reconciled (each asks for the unfinished approvals).
     snapshots: usize,
+    /// The notices told, by key: the event kinds, in order.
+    notices: Vec<(String, pb::EventKind)>,
+    /// How many of the next notices fail with a retryable error.
+    failing_notices: usize,
 }
 
 #[derive(Clone, Default)]
@@ -184,6 +188,21 @@ impl Channel for TestChannel {
                 .insert(key.clone(), (approval.id.clone(), approval.state()));
         }
         result
+    }
+
+    async fn notice(&self, event: &pb::ApprovalEvent) -> Result<(), Unavailable> {
+        let mut record = self.0.lock();
+        if record.failing_notices > 0 {
+            record.failing_notices -= 1;
+            return Err(Unavailable(None));
+        }
+        let key = event
+            .approval
+            .as_ref()
+            .map(|approval| approval.idempotency_key.clone())
+            .unwrap_or_default();
+        record.notices.push((key, event.kind()));
+        Ok(())
     }
 
     async fn unfinished(&self) -> Result<Vec<String>, Unavailable> {
@@ -658,4 +677,48 @@ async fn a_taken_metrics_address_is_named() {
     let error = harness.start(GRACE).task.await.unwrap().unwrap_err();
     assert!(matches!(error, RuntimeError::Metrics(_)), "{error:?}");
     assert!(error.to_string().contains(&addr.to_string()), "{error}");
+}
+
+/// A reminder changes no message: it reaches the channel's notice (retried after a failure
+/// that may pass), once, and no extra show; the request before it was shown first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reminder_is_a_notice_retried_until_told() {
+    let harness = Harness::new(false).await;
+    harness.recorder.lock().failing_notices = 2;
+    let running = harness.start(GRACE);
+    let approval = harness
+        .agent
+        .request_approval(pb::RequestApprovalRequest {
+            agent_id: "coder-1".into(),
+            idempotency_key: "reminded".into(),
+            risk: pb::Risk::Low.into(),
+            action: "build".into(),
+            tool_name: "bash".into(),
+            arguments_json: "{}".into(),
+            ttl_seconds: 600,
+            follow_up: Some(pb::FollowUp {
+                remind_after_seconds: 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .approval
+        .unwrap();
+    harness
+        .recorder
+        .until("the reminder is told", |record| !record.notices.is_empty())
+        .await;
+    {
+        let record = harness.recorder.lock();
+        assert_eq!(
+            record.notices,
+            vec![("reminded".to_owned(), pb::EventKind::Reminded)]
+        );
+        assert_eq!(record.failing_notices, 0, "both failures were retried");
+        let shows = record.calls.iter().filter(|c| c.key == "reminded").count();
+        assert_eq!(shows, 1, "the reminder shows nothing: {approval:?}");
+    }
+    running.shut_down().await;
 }
