@@ -19,7 +19,7 @@ use countersign_worker::outbox::{Outbox, OutboxError};
 use countersign_worker::retry::{Classify, Verdict};
 use pb::ApprovalState;
 use time::OffsetDateTime;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::api::{ApiError, GitHubApi, Placed};
 use crate::board::{Board, Message, MessageKind};
@@ -263,24 +263,31 @@ impl GitHubChannel {
     /// At a start: the messages of every pending approval, and the commands written under
     /// them meanwhile. A watch that resumes after its cursor replays only what came after
     /// it, so without this a command on a request posted before the restart would find no
-    /// approval it answers.
-    pub async fn adopt_pending(&self, max_backoff: std::time::Duration) {
+    /// approval it answers. `ready` is sent once every pending approval is on the board: a
+    /// command checked before then could miss the approval it names, or take the only one
+    /// adopted so far for the only one pending. Then each issue's comments are listed once,
+    /// from its earliest request on.
+    pub async fn adopt_pending(
+        &self,
+        max_backoff: std::time::Duration,
+        ready: oneshot::Sender<()>,
+    ) {
         let pending = match pending_approvals(&self.client, CHANNEL, max_backoff).await {
             Ok(pending) => pending,
             Err(error) => {
                 tracing::error!(%error, "cannot list the pending approvals; their comments are adopted at their next event");
+                let _ = ready.send(());
                 return;
             }
         };
+        let mut adopted = Vec::new();
         for approval in pending {
             if self.board.get(&approval.id).is_some() {
                 continue;
             }
             match self.adopt(&approval).await {
                 Ok(messages) if self.board.put_if_unknown(&approval, messages.clone()) => {
-                    for message in &messages {
-                        self.follow(message, true).await;
-                    }
+                    adopted.extend(messages);
                 }
                 Ok(_) => {}
                 Err(error) => {
@@ -288,6 +295,8 @@ impl GitHubChannel {
                 }
             }
         }
+        let _ = ready.send(());
+        self.follow_all(&adopted).await;
     }
 
     /// Posts the request on `target`, or finds the one an earlier attempt or run posted.
@@ -417,26 +426,40 @@ impl GitHubChannel {
     /// when the message was `found` from an earlier attempt or run, the comments written
     /// under it meanwhile are listed once (GitHub does not deliver a webhook again).
     async fn follow(&self, message: &Message, found: bool) {
-        if let Some(poll_targets) = &self.poll_targets {
+        if found {
+            self.follow_all(std::slice::from_ref(message)).await;
+        } else if let Some(poll_targets) = &self.poll_targets {
             poll_targets.watch(&message.issue, message.created_at);
         }
-        if !found || !self.board.first_catch_up(message) {
-            return;
-        }
-        let issue = &message.issue;
-        match self
-            .api
-            .list_comments(issue, Some(message.created_at))
-            .await
-        {
-            Ok(comments) => {
-                let _ = self
-                    .inputs
-                    .send(Input::Comments(unedited(issue, comments)))
-                    .await;
+    }
+
+    /// [`Self::follow`] for messages found from an earlier run: each issue is polled, and its
+    /// comments are listed once, from the earliest message not caught up on yet.
+    async fn follow_all(&self, messages: &[Message]) {
+        let mut since: Vec<(IssueRef, OffsetDateTime)> = Vec::new();
+        for message in messages {
+            if let Some(poll_targets) = &self.poll_targets {
+                poll_targets.watch(&message.issue, message.created_at);
             }
-            Err(error) => {
-                tracing::warn!(%issue, %error, "cannot list the comments written while away")
+            if !self.board.first_catch_up(message) {
+                continue;
+            }
+            match since.iter_mut().find(|(issue, _)| *issue == message.issue) {
+                Some((_, at)) => *at = (*at).min(message.created_at),
+                None => since.push((message.issue.clone(), message.created_at)),
+            }
+        }
+        for (issue, at) in since {
+            match self.api.list_comments(&issue, Some(at)).await {
+                Ok(comments) => {
+                    let _ = self
+                        .inputs
+                        .send(Input::Comments(unedited(&issue, comments)))
+                        .await;
+                }
+                Err(error) => {
+                    tracing::warn!(%issue, %error, "cannot list the comments written while away")
+                }
             }
         }
     }

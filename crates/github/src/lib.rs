@@ -36,7 +36,7 @@ use countersign_client::{Client, ClientError};
 use countersign_worker::outbox::{Outbox, OutboxError};
 use countersign_worker::retry::Backoff;
 use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::api::{ApiError, GitHubApi};
@@ -154,11 +154,18 @@ impl Worker {
             inputs.clone(),
             config.retry_interval,
         );
+        // Commands wait until every pending approval's request is on the board (see
+        // `GitHubChannel::adopt_pending`); they queue up meanwhile.
+        let (ready, adopted) = oneshot::channel();
         let stop = stopped(shutdown_rx.clone());
         other_tasks.push(tokio::spawn(async move {
             tokio::select! {
                 () = stop => {}
-                () = commands.run(inputs_rx) => {}
+                () = async {
+                    // A start-up adoption that ended without a word lets them go too.
+                    let _ = adopted.await;
+                    commands.run(inputs_rx).await;
+                } => {}
             }
         }));
 
@@ -176,7 +183,7 @@ impl Worker {
         other_tasks.push(tokio::spawn(async move {
             tokio::select! {
                 () = stop => {}
-                () = adopting.adopt_pending(max_backoff) => {}
+                () = adopting.adopt_pending(max_backoff, ready) => {}
             }
         }));
         let options = RuntimeOptions {

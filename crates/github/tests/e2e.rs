@@ -1542,3 +1542,72 @@ async fn with_a_state_dir_a_resumed_worker_applies_commands_on_earlier_requests(
     );
     assert_eq!(harness.reactions(command.id, 1).await, vec!["-1"]);
 }
+
+/// Two requests pending on one issue, and commands written under them while the worker was
+/// down. The restarted worker checks them only once both requests are adopted (here the
+/// second adoption's read is held): a bare `/approve` is refused as ambiguous instead of
+/// approving the one adopted first, and `/approve <second>` approves the second instead of
+/// being answered "unknown id". Each issue is listed once.
+#[tokio::test]
+async fn commands_written_while_down_wait_until_every_pending_request_is_adopted() {
+    let state = tempfile::tempdir().expect("a state directory");
+    let mut harness = Harness::start_without_worker(Mode::Webhook).await;
+    harness.state_dir = Some(state.path().to_owned());
+    harness.start_worker().await;
+    let first = harness.request_approval(harness.request("first", "")).await;
+    let second = harness
+        .request_approval(harness.request("second", ""))
+        .await;
+    wait_delivered(&harness, &first.id).await;
+    wait_delivered(&harness, &second.id).await;
+    harness.stop_worker().await;
+    let bare = harness
+        .github
+        .add_comment(REPO, harness.issue, &harness.writer, "/approve");
+    let named = harness.github.add_comment(
+        REPO,
+        harness.issue,
+        &harness.writer,
+        &format!("/approve {}", short_id(&second.id)),
+    );
+
+    let (read_before, listed_before) = (
+        harness.github.requests_to(Endpoint::GetComment).len(),
+        harness.github.requests_to(Endpoint::ListComments).len(),
+    );
+    harness.github.hold_after(Endpoint::GetComment, 1);
+    harness.start_worker().await;
+    harness
+        .github
+        .wait_for(
+            "the second adoption's read",
+            Duration::from_secs(20),
+            |github| {
+                (github.requests_to(Endpoint::GetComment).len() >= read_before + 2).then_some(())
+            },
+        )
+        .await;
+    // One request adopted, the other not yet: nothing listed, nothing checked.
+    assert_eq!(
+        harness.github.requests_to(Endpoint::ListComments).len(),
+        listed_before
+    );
+    harness.github.release(Endpoint::GetComment);
+
+    let resolved = harness.resolved(&second.id).await;
+    assert_eq!(resolved.state(), pb::ApprovalState::Approved);
+    assert_eq!(resolved.decisions[0].idempotency_key, named.id.to_string());
+    let reply = harness.reply_to(harness.issue, bare.id).await;
+    assert!(
+        reply.body.contains("several approvals are pending"),
+        "{}",
+        reply.body
+    );
+    assert_eq!(harness.reactions(bare.id, 1).await, vec!["confused"]);
+    assert!(harness.approval(&first.id).await.decisions.is_empty());
+    assert_eq!(
+        harness.github.requests_to(Endpoint::ListComments).len(),
+        listed_before + 1,
+        "one catch-up listing for the issue"
+    );
+}
