@@ -40,7 +40,7 @@ pub struct Message {
     pub kind: MessageKind,
     /// When GitHub created it: catching up and polling for commands start there.
     pub created_at: OffsetDateTime,
-    /// The body as last written.
+    /// The body as last written (empty when it could not be read: rewritten at the next show).
     pub rendered: String,
 }
 

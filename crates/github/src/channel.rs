@@ -238,15 +238,28 @@ impl GitHubChannel {
             if messages.iter().any(|m| m.issue == issue && m.kind == kind) {
                 continue;
             }
-            let found = match &kind {
-                MessageKind::Comment(id) => (self.api.get_comment(&issue.repo, *id).await?)
-                    .map(|c| (c.text().to_owned(), c.created_at)),
-                MessageKind::IssueBody => (self.api.get_issue(&issue).await?)
-                    .map(|i| (i.body.unwrap_or_default(), i.created_at)),
+            let read = match &kind {
+                MessageKind::Comment(id) => (self.api.get_comment(&issue.repo, *id).await)
+                    .map(|found| found.map(|c| (c.text().to_owned(), c.created_at))),
+                MessageKind::IssueBody => (self.api.get_issue(&issue).await)
+                    .map(|found| found.map(|i| (i.body.unwrap_or_default(), i.created_at))),
             };
-            let Some((rendered, created_at)) = found else {
-                tracing::warn!(%issue, approval_id = %approval.id, "the recorded request message is gone");
-                continue;
+            let (rendered, created_at) = match read {
+                Ok(Some(found)) => found,
+                Ok(None) => {
+                    tracing::warn!(%issue, approval_id = %approval.id, "the recorded request message is gone");
+                    continue;
+                }
+                Err(error) if matches!(error.verdict(), Verdict::Final) => {
+                    tracing::warn!(%issue, approval_id = %approval.id, %error, "the recorded request message cannot be read; left alone");
+                    continue;
+                }
+                // Kept as unknown: the next show rewrites it, and commands under it count
+                // from the approval's creation on (no later than the message).
+                Err(error) => {
+                    tracing::warn!(%issue, approval_id = %approval.id, %error, "cannot read the recorded request message now; it is rewritten at the next change");
+                    (String::new(), created_at(approval))
+                }
             };
             let message = Message {
                 issue,

@@ -1611,3 +1611,114 @@ async fn commands_written_while_down_wait_until_every_pending_request_is_adopted
         "one catch-up listing for the issue"
     );
 }
+
+/// GitHub cannot answer the read of a pending approval's request comment at a start (502
+/// past every attempt). The comment stays the approval's, with a body taken as unknown: a
+/// command under it is applied, and the comment is rewritten to show the outcome.
+#[tokio::test]
+async fn a_request_comment_unreadable_at_a_start_still_takes_commands() {
+    let state = tempfile::tempdir().expect("a state directory");
+    let mut harness = Harness::start_without_worker(Mode::Webhook).await;
+    harness.state_dir = Some(state.path().to_owned());
+    harness.max_attempts = Some(2);
+    harness.start_worker().await;
+    let approval = harness
+        .request_approval(harness.request("unreadable", ""))
+        .await;
+    let comment = harness.request_comment(&approval.id).await;
+    wait_delivered(&harness, &approval.id).await;
+    harness.stop_worker().await;
+
+    let read_before = harness.github.requests_to(Endpoint::GetComment).len();
+    harness
+        .github
+        .fail_next(Endpoint::GetComment, 2, Failure::BadGateway);
+    harness.start_worker().await;
+    harness
+        .github
+        .wait_for(
+            "both reads of the adoption",
+            Duration::from_secs(20),
+            |github| {
+                (github.requests_to(Endpoint::GetComment).len() >= read_before + 2).then_some(())
+            },
+        )
+        .await;
+    let command = harness.say(&harness.writer, "/approve").await;
+    let resolved = harness.resolved(&approval.id).await;
+    assert_eq!(resolved.state(), pb::ApprovalState::Approved);
+    assert_eq!(
+        resolved.decisions[0].idempotency_key,
+        command.id.to_string()
+    );
+    harness
+        .request_comment_where(comment.id, "the approved comment", |body| {
+            body.contains("✅ **Approved** by @alice")
+        })
+        .await;
+}
+
+/// One of a pending approval's two request comments is on an issue deleted while the worker
+/// was down (410). The restarted worker leaves that one alone and adopts the other: a command
+/// under it is applied.
+#[tokio::test]
+async fn a_deleted_issue_does_not_cost_the_approval_its_other_request() {
+    let state = tempfile::tempdir().expect("a state directory");
+    let mut harness = Harness::start_without_worker(Mode::Webhook).await;
+    harness.state_dir = Some(state.path().to_owned());
+    harness.start_worker().await;
+    let other = harness.github.add_issue(REPO, "a second issue");
+    let mut request = harness.request("two-issues", "");
+    request.routes.push(pb::Route {
+        channel: "github".to_string(),
+        target: format!("{REPO}#{other}"),
+    });
+    let approval = harness.request_approval(request).await;
+    harness.request_comment(&approval.id).await;
+    harness.request_comment_on(other, &approval.id).await;
+    for _ in 0..200 {
+        if harness.approval(&approval.id).await.deliveries.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(harness.approval(&approval.id).await.deliveries.len(), 2);
+    harness.stop_worker().await;
+
+    let read_before = harness.github.requests_to(Endpoint::GetComment).len();
+    harness
+        .github
+        .fail_next(Endpoint::GetComment, 1, Failure::Gone);
+    harness.start_worker().await;
+    harness
+        .github
+        .wait_for(
+            "both reads of the adoption",
+            Duration::from_secs(20),
+            |github| {
+                (github.requests_to(Endpoint::GetComment).len() >= read_before + 2).then_some(())
+            },
+        )
+        .await;
+    // The comment read second is the one still there.
+    let readable = harness.github.requests_to(Endpoint::GetComment)[read_before + 1]
+        .path
+        .clone();
+    let issue = if harness
+        .github
+        .comments(REPO, other)
+        .iter()
+        .any(|c| readable.ends_with(&format!("/comments/{}", c.id)))
+    {
+        other
+    } else {
+        harness.issue
+    };
+    let command = harness.say_on(issue, &harness.writer, "/approve").await;
+    let resolved = harness.resolved(&approval.id).await;
+    assert_eq!(resolved.state(), pb::ApprovalState::Approved);
+    assert_eq!(
+        resolved.decisions[0].idempotency_key,
+        command.id.to_string()
+    );
+}

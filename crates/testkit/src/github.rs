@@ -226,6 +226,8 @@ pub enum Failure {
     BadGatewayAfterWrite,
     /// 422 "Validation Failed" on the body, as GitHub refuses a body it will not take.
     BodyRefused,
+    /// 410 "This issue was deleted", as GitHub answers for a deleted issue's comments.
+    Gone,
 }
 
 struct Injected {
@@ -953,6 +955,7 @@ async fn answer(
             Some(primary_rate_limit_answer(&state.bot, until))
         }
         Some(Failure::BadGateway) => Some(Answer::error(StatusCode::BAD_GATEWAY, "Server Error")),
+        Some(Failure::Gone) => Some(Answer::error(StatusCode::GONE, "This issue was deleted")),
         Some(Failure::BadGatewayAfterWrite) => None,
         Some(Failure::BodyRefused) => {
             let too_long = "x".repeat(MAX_BODY_CHARS + 1);
