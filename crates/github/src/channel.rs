@@ -86,15 +86,19 @@ impl Channel for GitHubChannel {
                 let adopted = self.adopt(&current).await?;
                 self.board.put(&current, adopted.clone());
                 if current.state() == ApprovalState::Pending {
-                    for message in &adopted {
-                        self.follow(message, true).await;
-                    }
+                    self.follow(&adopted, true);
                 }
                 (current, adopted)
             }
         };
         let pending = approval.state() == ApprovalState::Pending;
         let mut failed = None;
+        if pending {
+            // Owed by this adoption, or by an earlier one whose listing failed.
+            if let Err(error) = self.catch_up(&messages).await {
+                failed = failed.or(keep(&approval, error.into()));
+            }
+        }
         if pending {
             for target in self.targets_of(&approval) {
                 if messages.iter().any(|message| message.covers(&target)) {
@@ -112,7 +116,13 @@ impl Channel for GitHubChannel {
                 // Commands parked while the request was being posted.
                 let _ = self.inputs.send(Input::Posted).await;
                 match placed {
-                    Ok((message, found)) => self.follow(&message, found).await,
+                    Ok((message, found)) => {
+                        let message = std::slice::from_ref(&message);
+                        self.follow(message, found);
+                        if let Err(error) = self.catch_up(message).await {
+                            failed = failed.or(keep(&approval, error.into()));
+                        }
+                    }
                     Err(error) => failed = failed.or(keep(&approval, error)),
                 }
             }
@@ -308,8 +318,24 @@ impl GitHubChannel {
                 }
             }
         }
+        self.follow(&adopted, true);
         let _ = ready.send(());
-        self.follow_all(&adopted).await;
+        // Lost commands otherwise: tried until it works (or GitHub refuses for good).
+        let mut pause = std::time::Duration::from_millis(100);
+        loop {
+            match self.catch_up(&adopted).await {
+                Ok(()) => return,
+                Err(error) if error.is_transient() => {
+                    tracing::warn!(%error, "cannot list the comments written while away; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(max_backoff);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot list the comments written while away; listed at the approval's next change");
+                    return;
+                }
+            }
+        }
     }
 
     /// Posts the request on `target`, or finds the one an earlier attempt or run posted.
@@ -435,34 +461,39 @@ impl GitHubChannel {
         Ok(())
     }
 
-    /// Commands for a pending approval's message: its issue is polled (when polling), and,
-    /// when the message was `found` from an earlier attempt or run, the comments written
-    /// under it meanwhile are listed once (GitHub does not deliver a webhook again).
-    async fn follow(&self, message: &Message, found: bool) {
-        if found {
-            self.follow_all(std::slice::from_ref(message)).await;
-        } else if let Some(poll_targets) = &self.poll_targets {
-            poll_targets.watch(&message.issue, message.created_at);
-        }
-    }
-
-    /// [`Self::follow`] for messages found from an earlier run: each issue is polled, and its
-    /// comments are listed once, from the earliest message not caught up on yet.
-    async fn follow_all(&self, messages: &[Message]) {
-        let mut since: Vec<(IssueRef, OffsetDateTime)> = Vec::new();
+    /// Commands for a pending approval's messages: their issues are polled (when polling),
+    /// and, when the messages were `found` from an earlier attempt or run, the comments
+    /// written under them meanwhile are owed a listing (GitHub does not deliver a webhook
+    /// again): see [`Self::catch_up`].
+    fn follow(&self, messages: &[Message], found: bool) {
         for message in messages {
             if let Some(poll_targets) = &self.poll_targets {
                 poll_targets.watch(&message.issue, message.created_at);
             }
-            if !self.board.first_catch_up(message) {
-                continue;
-            }
-            match since.iter_mut().find(|(issue, _)| *issue == message.issue) {
-                Some((_, at)) => *at = (*at).min(message.created_at),
-                None => since.push((message.issue.clone(), message.created_at)),
+            if found {
+                self.board.owe_catch_up(message);
             }
         }
-        for (issue, at) in since {
+    }
+
+    /// Lists the comments owed under `messages`, once per issue from the earliest of them,
+    /// for the commands. Those not listed (the first error is returned) stay owed.
+    async fn catch_up(&self, messages: &[Message]) -> Result<(), ApiError> {
+        let mut since: Vec<(IssueRef, OffsetDateTime, Vec<&Message>)> = Vec::new();
+        for message in messages {
+            if !self.board.claim_catch_up(message) {
+                continue;
+            }
+            match since.iter_mut().find(|(issue, ..)| *issue == message.issue) {
+                Some((_, at, claimed)) => {
+                    *at = (*at).min(message.created_at);
+                    claimed.push(message);
+                }
+                None => since.push((message.issue.clone(), message.created_at, vec![message])),
+            }
+        }
+        let mut failed = None;
+        for (issue, at, claimed) in since {
             match self.api.list_comments(&issue, Some(at)).await {
                 Ok(comments) => {
                     let _ = self
@@ -471,10 +502,14 @@ impl GitHubChannel {
                         .await;
                 }
                 Err(error) => {
-                    tracing::warn!(%issue, %error, "cannot list the comments written while away")
+                    for message in claimed {
+                        self.board.unclaim_catch_up(message);
+                    }
+                    failed = failed.or(Some(error));
                 }
             }
         }
+        failed.map_or(Ok(()), Err)
     }
 
     fn stop_polling_if_idle(&self, issue: &IssueRef, approval_id: &str) {

@@ -1722,3 +1722,34 @@ async fn a_deleted_issue_does_not_cost_the_approval_its_other_request() {
         command.id.to_string()
     );
 }
+
+/// The catch-up listing of a restarted worker fails (502 past every attempt): it is tried
+/// again, and the command written while the worker was down is applied.
+#[tokio::test]
+async fn a_failed_catch_up_listing_is_tried_again() {
+    let state = tempfile::tempdir().expect("a state directory");
+    let mut harness = Harness::start_without_worker(Mode::Webhook).await;
+    harness.state_dir = Some(state.path().to_owned());
+    harness.max_attempts = Some(2);
+    harness.start_worker().await;
+    let approval = harness
+        .request_approval(harness.request("unlisted", ""))
+        .await;
+    wait_delivered(&harness, &approval.id).await;
+    harness.stop_worker().await;
+    let command = harness
+        .github
+        .add_comment(REPO, harness.issue, &harness.writer, "/approve");
+
+    harness
+        .github
+        .fail_next(Endpoint::ListComments, 2, Failure::BadGateway);
+    harness.start_worker().await;
+    let resolved = harness.resolved(&approval.id).await;
+    assert_eq!(resolved.state(), pb::ApprovalState::Approved);
+    assert_eq!(
+        resolved.decisions[0].idempotency_key,
+        command.id.to_string()
+    );
+    assert_eq!(harness.reactions(command.id, 1).await, vec!["+1"]);
+}
