@@ -189,6 +189,16 @@ impl Board {
             .any(|shown| shown.messages.iter().any(|m| m.issue == *issue))
     }
 
+    /// The approvals shown as pending.
+    pub fn pending_ids(&self) -> Vec<String> {
+        self.lock()
+            .shown
+            .values()
+            .filter(|shown| shown.approval.state() == pb::ApprovalState::Pending)
+            .map(|shown| shown.approval.id.clone())
+            .collect()
+    }
+
     /// Whether a pending approval other than `except` has a request on `issue`.
     pub fn pending_on(&self, issue: &IssueRef, except: &str) -> bool {
         self.lock().shown.values().any(|shown| {

@@ -143,8 +143,10 @@ impl Channel for GitHubChannel {
         failed.map_or(Ok(()), Err)
     }
 
-    /// The approvals left in the outbox, and the most recently resolved ones with a request
-    /// on GitHub: their messages may still say "waiting".
+    /// The approvals left in the outbox, those shown as pending (after a snapshot in mid-run
+    /// one may have been resolved in the gap, behind any number of newer ones), and the most
+    /// recently resolved ones with a request on GitHub: their messages may still say
+    /// "waiting".
     async fn unfinished(&self) -> Result<Vec<String>, ShowError> {
         use pb::ApprovalState as State;
         let resolved = [
@@ -154,6 +156,13 @@ impl Channel for GitHubChannel {
             State::Cancelled,
             State::Consumed,
         ];
+        let mut ids: Vec<String> = self
+            .outbox
+            .iter()
+            .flat_map(Outbox::all_unsettled)
+            .map(|e| e.key)
+            .collect();
+        ids.extend(self.board.pending_ids());
         let listed = self
             .client
             .list_approvals(pb::ListApprovalsRequest {
@@ -163,17 +172,13 @@ impl Channel for GitHubChannel {
                 ..Default::default()
             })
             .await?;
-        let mut ids: Vec<String> = self
-            .outbox
-            .iter()
-            .flat_map(Outbox::all_unsettled)
-            .map(|e| e.key)
-            .collect();
-        for approval in listed.approvals {
-            if approval.deliveries.iter().any(|d| d.channel == CHANNEL) {
-                ids.push(approval.id);
-            }
-        }
+        ids.extend(
+            listed
+                .approvals
+                .into_iter()
+                .filter(|approval| approval.deliveries.iter().any(|d| d.channel == CHANNEL))
+                .map(|approval| approval.id),
+        );
         ids.sort();
         ids.dedup();
         Ok(ids)

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{github_decider, Harness, Mode, PATIENCE, REPO, SECRET};
@@ -1752,4 +1753,138 @@ async fn a_failed_catch_up_listing_is_tried_again() {
         command.id.to_string()
     );
     assert_eq!(harness.reactions(command.id, 1).await, vec!["+1"]);
+}
+
+/// A TCP relay between the worker and the server that the test can cut: while cut, every
+/// connection is dropped at once.
+struct Relay {
+    addr: std::net::SocketAddr,
+    open: Arc<std::sync::atomic::AtomicBool>,
+    connections: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(to: std::net::SocketAddr) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the relay");
+        let addr = listener.local_addr().expect("the relay's address");
+        let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let connections = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (accepting, tasks) = (Arc::clone(&open), Arc::clone(&connections));
+        let task = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !accepting.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue;
+                }
+                let relayed = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                tasks.lock().expect("relay tasks").push(relayed);
+            }
+        });
+        Relay {
+            addr,
+            open,
+            connections,
+            task,
+        }
+    }
+
+    fn cut(&self) {
+        self.open.store(false, std::sync::atomic::Ordering::SeqCst);
+        for connection in self.connections.lock().expect("relay tasks").drain(..) {
+            connection.abort();
+        }
+    }
+
+    fn mend(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.cut();
+        self.task.abort();
+    }
+}
+
+/// In mid-run the worker loses the server for longer than the server keeps events: it
+/// resumes with a snapshot. An approval it showed as pending, cancelled in the gap behind
+/// more newer resolved approvals than the correction pass looks at (50), still gets its
+/// comment corrected: what the worker shows as pending counts as unfinished.
+#[tokio::test]
+async fn a_comment_resolved_in_a_gap_past_retention_is_corrected() {
+    let server = countersign_testkit::server::TestServer::start_with(|config| {
+        config.watch.retention_seconds = 1;
+        config.approvals.sweep_interval_ms = 100;
+    })
+    .await;
+    let mut harness = Harness::with_server_without_worker(Mode::Webhook, server).await;
+    let relay = Relay::start(harness.server.addr()).await;
+    let mut file = harness.file_config();
+    file.server.url = format!("http://{}", relay.addr);
+    file.server.max_backoff_secs = 1;
+    let config = countersign_github::config::Config::from_file(file, &common::NoEnvironment)
+        .expect("worker config");
+    harness.worker = Some(
+        countersign_github::Worker::start(config)
+            .await
+            .expect("start the worker"),
+    );
+    let approval = harness.request_approval(harness.request("old", "")).await;
+    let comment = harness.request_comment(&approval.id).await;
+    wait_delivered(&harness, &approval.id).await;
+
+    let mut watch = harness
+        .agent
+        .watch(countersign_client::WatchOptions::channel("github"));
+    watch.next().await.expect("a snapshot");
+    let head_at_cut = watch.cursor().expect("the head seq");
+    drop(watch);
+    relay.cut();
+    harness
+        .agent
+        .cancel_approval(&approval.id, "superseded")
+        .await
+        .expect("cancel");
+    for n in 0..60 {
+        let newer = harness
+            .request_approval(harness.request(&format!("newer-{n}"), ""))
+            .await;
+        harness
+            .agent
+            .cancel_approval(&newer.id, "superseded")
+            .await
+            .expect("cancel");
+    }
+    // Until the server no longer keeps the events after the cut (it keeps the newest).
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let mut resumed = harness.agent.watch(countersign_client::WatchOptions {
+            resume_after: Some(head_at_cut),
+            ..countersign_client::WatchOptions::channel("github")
+        });
+        if let countersign_client::WatchItem::Snapshot(_) =
+            resumed.next().await.expect("a watch item")
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "events after {head_at_cut} never pruned"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    relay.mend();
+
+    harness
+        .request_comment_where(comment.id, "the cancelled comment", |body| {
+            body.contains("🚫 **Cancelled**: superseded")
+        })
+        .await;
 }
