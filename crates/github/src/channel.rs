@@ -21,12 +21,12 @@ use pb::ApprovalState;
 use time::OffsetDateTime;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::api::{ApiError, GitHubApi, Placed};
+use crate::api::{ApiError, GitHubApi, IssueComment, IssueSummary, Placed};
 use crate::board::{Board, Message, MessageKind};
 use crate::commands::Input;
 use crate::incoming::{unedited, PollTargets};
 use crate::render;
-use crate::target::{IssueRef, Target};
+use crate::target::{IssueRef, RepoName, Target};
 
 pub const CHANNEL: &str = "github";
 /// Resolved approvals looked at after a snapshot, to correct comments left pending.
@@ -125,6 +125,11 @@ impl Channel for GitHubChannel {
                     }
                     Err(error) => failed = failed.or(keep(&approval, error)),
                 }
+            }
+        }
+        if !pending {
+            if let Err(error) = self.find_unfinished_posts(&approval, &mut messages).await {
+                failed = failed.or(keep(&approval, error));
             }
         }
         let body = render::request_body(&approval);
@@ -263,10 +268,12 @@ impl GitHubChannel {
                 Ok(Some(found)) => found,
                 Ok(None) => {
                     tracing::warn!(%issue, approval_id = %approval.id, "the recorded request message is gone");
+                    self.settle_gone(approval, &issue, &kind).await?;
                     continue;
                 }
                 Err(error) if matches!(error.verdict(), Verdict::Final) => {
                     tracing::warn!(%issue, approval_id = %approval.id, %error, "the recorded request message cannot be read; left alone");
+                    self.settle_gone(approval, &issue, &kind).await?;
                     continue;
                 }
                 // Kept as unknown: the next show rewrites it, and commands under it count
@@ -343,6 +350,56 @@ impl GitHubChannel {
         }
     }
 
+    /// A post cut off (by a crash) before GitHub's answer leaves only its intent in the
+    /// outbox. Once the approval is no longer pending nothing is posted for it; the comment
+    /// (or issue) that post may have left is looked for by its marker, adopted and recorded,
+    /// so that it gets edited to the outcome. The intent is settled either way.
+    async fn find_unfinished_posts(
+        &self,
+        approval: &pb::Approval,
+        messages: &mut Vec<Message>,
+    ) -> Result<(), ShowError> {
+        let Some(outbox) = &self.outbox else {
+            return Ok(());
+        };
+        let cut_off = outbox.unsettled(&approval.id);
+        for entry in cut_off.iter().filter(|e| e.message_ref.is_none()) {
+            let since = created_at(approval);
+            let found = match entry.target.parse::<Target>() {
+                Ok(Target::Issue(issue)) => self
+                    .api
+                    .find_marked_comment(&issue, &approval.id, since)
+                    .await
+                    .map(|found| found.map(|comment| comment_message(&issue, comment))),
+                Ok(Target::Repo(repo)) => self
+                    .api
+                    .find_marked_issue(&repo, &approval.id, since)
+                    .await
+                    .map(|found| found.map(|opened| issue_message(&repo, opened))),
+                Err(_) => Ok(None),
+            };
+            match found {
+                Ok(Some(message)) => {
+                    tracing::info!(approval_id = %approval.id, issue = %message.issue, message_ref = %message.message_ref(), "adopted a request left by a cut-off post");
+                    self.settle(approval, &message).await?;
+                    if !messages
+                        .iter()
+                        .any(|m| m.issue == message.issue && m.kind == message.kind)
+                    {
+                        messages.push(message);
+                    }
+                }
+                Ok(None) => {}
+                Err(error) if error.is_transient() => return Err(error.into()),
+                Err(error) => {
+                    tracing::warn!(approval_id = %approval.id, target = %entry.target, %error, "cannot look for the request of a cut-off post");
+                }
+            }
+            outbox.done(entry.id).await?;
+        }
+        Ok(())
+    }
+
     /// Posts the request on `target`, or finds the one an earlier attempt or run posted.
     /// Returns the message and whether it was found rather than posted now.
     async fn place(
@@ -400,14 +457,7 @@ impl GitHubChannel {
                     let item = api.create_comment(issue, body).await?;
                     Placed { item, found: false }
                 };
-                let comment = placed.item;
-                let message = Message {
-                    issue: issue.clone(),
-                    kind: MessageKind::Comment(comment.id),
-                    created_at: comment.created_at,
-                    rendered: comment.text().to_owned(),
-                };
-                (message, placed.found)
+                (comment_message(issue, placed.item), placed.found)
             }
             Target::Repo(repo) => {
                 let title = render::issue_title(approval);
@@ -418,17 +468,7 @@ impl GitHubChannel {
                     let item = api.create_issue(repo, &title, body).await?;
                     Placed { item, found: false }
                 };
-                let opened = placed.item;
-                let message = Message {
-                    issue: IssueRef {
-                        repo: repo.clone(),
-                        number: opened.number,
-                    },
-                    kind: MessageKind::IssueBody,
-                    created_at: opened.created_at,
-                    rendered: opened.body.unwrap_or_default(),
-                };
-                (message, placed.found)
+                (issue_message(repo, placed.item), placed.found)
             }
         })
     }
@@ -461,6 +501,31 @@ impl GitHubChannel {
                 if posted_here || delivers {
                     outbox.done(entry.id).await?;
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// The outbox entries of a message that is gone are settled: nothing is left to adopt.
+    async fn settle_gone(
+        &self,
+        approval: &pb::Approval,
+        issue: &IssueRef,
+        kind: &MessageKind,
+    ) -> Result<(), OutboxError> {
+        let Some(outbox) = &self.outbox else {
+            return Ok(());
+        };
+        let gone = Message {
+            issue: issue.clone(),
+            kind: kind.clone(),
+            created_at: created_at(approval),
+            rendered: String::new(),
+        }
+        .message_ref();
+        for entry in outbox.unsettled(&approval.id) {
+            if entry.message_ref.as_deref() == Some(gone.as_str()) {
+                outbox.done(entry.id).await?;
             }
         }
         Ok(())
@@ -547,6 +612,27 @@ impl GitHubChannel {
             }
         }
         targets
+    }
+}
+
+fn comment_message(issue: &IssueRef, comment: IssueComment) -> Message {
+    Message {
+        issue: issue.clone(),
+        kind: MessageKind::Comment(comment.id),
+        created_at: comment.created_at,
+        rendered: comment.text().to_owned(),
+    }
+}
+
+fn issue_message(repo: &RepoName, opened: IssueSummary) -> Message {
+    Message {
+        issue: IssueRef {
+            repo: repo.clone(),
+            number: opened.number,
+        },
+        kind: MessageKind::IssueBody,
+        created_at: opened.created_at,
+        rendered: opened.body.unwrap_or_default(),
     }
 }
 

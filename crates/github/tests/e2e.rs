@@ -1888,3 +1888,49 @@ async fn a_comment_resolved_in_a_gap_past_retention_is_corrected() {
         })
         .await;
 }
+
+/// The worker process is killed while GitHub holds the answer to its post (the outbox has
+/// the intent only), and the approval is cancelled while it is down. The restarted worker
+/// posts nothing, finds the comment by its marker, records it, edits it to the outcome and
+/// settles the outbox entry.
+#[tokio::test]
+async fn a_post_cut_off_by_a_crash_for_an_approval_resolved_meanwhile_is_corrected() {
+    let harness = Harness::start_without_worker(Mode::Webhook).await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let state = tempfile::tempdir().expect("a state directory");
+    let config_path = write_worker_config(
+        &harness,
+        dir.path(),
+        &format!(
+            "state_dir = {:?}\n\n[webhook]\nlisten = \"127.0.0.1:0\"\nsecret = \"unused-by-this-test\"\n",
+            state.path().display().to_string()
+        ),
+    );
+
+    harness.github.hold(Endpoint::CreateComment);
+    let mut first_run = spawn_worker_process(&config_path);
+    let approval = harness
+        .request_approval(harness.request("call-cut-off", ""))
+        .await;
+    let comment = harness.request_comment(&approval.id).await;
+    first_run.kill().await.expect("kill the worker");
+    harness.github.release(Endpoint::CreateComment);
+    harness
+        .agent
+        .cancel_approval(&approval.id, "superseded")
+        .await
+        .expect("cancel");
+
+    let mut second_run = spawn_worker_process(&config_path);
+    harness
+        .request_comment_where(comment.id, "the cancelled comment", |body| {
+            body.contains("🚫 **Cancelled**: superseded")
+        })
+        .await;
+    let delivered = wait_delivered(&harness, &approval.id).await;
+    assert_eq!(delivered.message_ref, format!("comment/{}", comment.id));
+    assert_eq!(harness.github.requests_to(Endpoint::CreateComment).len(), 1);
+    let outbox = std::fs::read_to_string(state.path().join("outbox.jsonl")).expect("the outbox");
+    assert!(outbox.contains(r#""op":"done""#), "{outbox}");
+    second_run.kill().await.expect("kill the worker");
+}
