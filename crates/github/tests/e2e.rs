@@ -1934,3 +1934,51 @@ async fn a_post_cut_off_by_a_crash_for_an_approval_resolved_meanwhile_is_correct
     assert!(outbox.contains(r#""op":"done""#), "{outbox}");
     second_run.kill().await.expect("kill the worker");
 }
+
+/// An earlier run's outbox names a comment it posted (its id known, the delivery not yet
+/// recorded) that has since been deleted, and the approval is no longer pending. The worker
+/// settles that entry instead of keeping it (and the approval) unfinished for ever; it posts
+/// nothing.
+#[tokio::test]
+async fn an_outbox_entry_for_a_deleted_comment_is_settled() {
+    let state = tempfile::tempdir().expect("a state directory");
+    let mut harness = Harness::start_without_worker(Mode::Webhook).await;
+    harness.state_dir = Some(state.path().to_owned());
+    let approval = harness
+        .request_approval(harness.request("deleted-comment", ""))
+        .await;
+    harness
+        .agent
+        .cancel_approval(&approval.id, "superseded")
+        .await
+        .expect("cancel");
+    let outbox_path = state.path().join("outbox.jsonl");
+    std::fs::write(
+        &outbox_path,
+        format!(
+            "{{\"op\":\"intent\",\"id\":1,\"key\":\"{id}\",\"target\":\"{REPO}#{issue}\",\"after\":null}}\n{{\"op\":\"sent\",\"id\":1,\"message_ref\":\"comment/987654321\"}}\n",
+            id = approval.id,
+            issue = harness.issue
+        ),
+    )
+    .expect("write the outbox");
+
+    harness.start_worker().await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let outbox = std::fs::read_to_string(&outbox_path).expect("the outbox");
+        if outbox.contains(r#""op":"done""#) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the entry was never settled: {outbox}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(harness
+        .github
+        .requests_to(Endpoint::CreateComment)
+        .is_empty());
+    assert!(harness.approval(&approval.id).await.deliveries.is_empty());
+}
