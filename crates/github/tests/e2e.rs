@@ -1252,21 +1252,7 @@ async fn with_a_state_dir_a_comment_resolved_behind_60_newer_approvals_is_correc
     }
     harness.stop_worker().await;
 
-    harness
-        .agent
-        .cancel_approval(&approval.id, "superseded")
-        .await
-        .expect("cancel");
-    for n in 0..60 {
-        let newer = harness
-            .request_approval(harness.request(&format!("newer-{n}"), ""))
-            .await;
-        harness
-            .agent
-            .cancel_approval(&newer.id, "superseded")
-            .await
-            .expect("cancel");
-    }
+    cancel_behind_60_newer(&harness, &approval.id).await;
     let mut watch = harness
         .agent
         .watch(countersign_client::WatchOptions::channel("github"));
@@ -1595,9 +1581,7 @@ async fn commands_written_while_down_wait_until_every_pending_request_is_adopted
     );
     harness.github.release(Endpoint::GetComment);
 
-    let resolved = harness.resolved(&second.id).await;
-    assert_eq!(resolved.state(), pb::ApprovalState::Approved);
-    assert_eq!(resolved.decisions[0].idempotency_key, named.id.to_string());
+    approved_by(&harness, &second.id, &named).await;
     let reply = harness.reply_to(harness.issue, bare.id).await;
     assert!(
         reply.body.contains("several approvals are pending"),
@@ -1628,30 +1612,9 @@ async fn a_request_comment_unreadable_at_a_start_still_takes_commands() {
         .await;
     let comment = harness.request_comment(&approval.id).await;
     wait_delivered(&harness, &approval.id).await;
-    harness.stop_worker().await;
-
-    let read_before = harness.github.requests_to(Endpoint::GetComment).len();
-    harness
-        .github
-        .fail_next(Endpoint::GetComment, 2, Failure::BadGateway);
-    harness.start_worker().await;
-    harness
-        .github
-        .wait_for(
-            "both reads of the adoption",
-            Duration::from_secs(20),
-            |github| {
-                (github.requests_to(Endpoint::GetComment).len() >= read_before + 2).then_some(())
-            },
-        )
-        .await;
+    restart_with_failing_reads(&mut harness, 2, Failure::BadGateway).await;
     let command = harness.say(&harness.writer, "/approve").await;
-    let resolved = harness.resolved(&approval.id).await;
-    assert_eq!(resolved.state(), pb::ApprovalState::Approved);
-    assert_eq!(
-        resolved.decisions[0].idempotency_key,
-        command.id.to_string()
-    );
+    approved_by(&harness, &approval.id, &command).await;
     harness
         .request_comment_where(comment.id, "the approved comment", |body| {
             body.contains("✅ **Approved** by @alice")
@@ -1684,23 +1647,7 @@ async fn a_deleted_issue_does_not_cost_the_approval_its_other_request() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(harness.approval(&approval.id).await.deliveries.len(), 2);
-    harness.stop_worker().await;
-
-    let read_before = harness.github.requests_to(Endpoint::GetComment).len();
-    harness
-        .github
-        .fail_next(Endpoint::GetComment, 1, Failure::Gone);
-    harness.start_worker().await;
-    harness
-        .github
-        .wait_for(
-            "both reads of the adoption",
-            Duration::from_secs(20),
-            |github| {
-                (github.requests_to(Endpoint::GetComment).len() >= read_before + 2).then_some(())
-            },
-        )
-        .await;
+    let read_before = restart_with_failing_reads(&mut harness, 1, Failure::Gone).await;
     // The comment read second is the one still there.
     let readable = harness.github.requests_to(Endpoint::GetComment)[read_before + 1]
         .path
@@ -1716,12 +1663,7 @@ async fn a_deleted_issue_does_not_cost_the_approval_its_other_request() {
         harness.issue
     };
     let command = harness.say_on(issue, &harness.writer, "/approve").await;
-    let resolved = harness.resolved(&approval.id).await;
-    assert_eq!(resolved.state(), pb::ApprovalState::Approved);
-    assert_eq!(
-        resolved.decisions[0].idempotency_key,
-        command.id.to_string()
-    );
+    approved_by(&harness, &approval.id, &command).await;
 }
 
 /// The catch-up listing of a restarted worker fails (502 past every attempt): it is tried
@@ -1746,12 +1688,7 @@ async fn a_failed_catch_up_listing_is_tried_again() {
         .github
         .fail_next(Endpoint::ListComments, 2, Failure::BadGateway);
     harness.start_worker().await;
-    let resolved = harness.resolved(&approval.id).await;
-    assert_eq!(resolved.state(), pb::ApprovalState::Approved);
-    assert_eq!(
-        resolved.decisions[0].idempotency_key,
-        command.id.to_string()
-    );
+    approved_by(&harness, &approval.id, &command).await;
     assert_eq!(harness.reactions(command.id, 1).await, vec!["+1"]);
 }
 
@@ -1847,21 +1784,7 @@ async fn a_comment_resolved_in_a_gap_past_retention_is_corrected() {
     let head_at_cut = watch.cursor().expect("the head seq");
     drop(watch);
     relay.cut();
-    harness
-        .agent
-        .cancel_approval(&approval.id, "superseded")
-        .await
-        .expect("cancel");
-    for n in 0..60 {
-        let newer = harness
-            .request_approval(harness.request(&format!("newer-{n}"), ""))
-            .await;
-        harness
-            .agent
-            .cancel_approval(&newer.id, "superseded")
-            .await
-            .expect("cancel");
-    }
+    cancel_behind_60_newer(&harness, &approval.id).await;
     // Until the server no longer keeps the events after the cut (it keeps the newest).
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
@@ -1981,4 +1904,56 @@ async fn an_outbox_entry_for_a_deleted_comment_is_settled() {
         .requests_to(Endpoint::CreateComment)
         .is_empty());
     assert!(harness.approval(&approval.id).await.deliveries.is_empty());
+}
+
+/// Waits until `approval_id` is resolved, and checks it was approved by `command`.
+async fn approved_by(harness: &Harness, approval_id: &str, command: &Comment) {
+    let resolved = harness.resolved(approval_id).await;
+    assert_eq!(resolved.state(), pb::ApprovalState::Approved);
+    assert_eq!(
+        resolved.decisions[0].idempotency_key,
+        command.id.to_string()
+    );
+}
+
+/// Restarts the worker with the next `count` reads of a comment answered with `failure`, and
+/// waits for the second read of its start-up adoption; returns the reads made before.
+async fn restart_with_failing_reads(
+    harness: &mut Harness,
+    count: usize,
+    failure: Failure,
+) -> usize {
+    harness.stop_worker().await;
+    let read_before = harness.github.requests_to(Endpoint::GetComment).len();
+    harness
+        .github
+        .fail_next(Endpoint::GetComment, count, failure);
+    harness.start_worker().await;
+    harness
+        .github
+        .wait_for("two reads of the adoption", PATIENCE, |github| {
+            (github.requests_to(Endpoint::GetComment).len() >= read_before + 2).then_some(())
+        })
+        .await;
+    read_before
+}
+
+/// Cancels `approval_id`, then requests and cancels 60 more: more newer resolved approvals
+/// than the correction pass after a snapshot looks at (50).
+async fn cancel_behind_60_newer(harness: &Harness, approval_id: &str) {
+    harness
+        .agent
+        .cancel_approval(approval_id, "superseded")
+        .await
+        .expect("cancel");
+    for n in 0..60 {
+        let newer = harness
+            .request_approval(harness.request(&format!("newer-{n}"), ""))
+            .await;
+        harness
+            .agent
+            .cancel_approval(&newer.id, "superseded")
+            .await
+            .expect("cancel");
+    }
 }
