@@ -19,7 +19,7 @@ use countersign_worker::outbox::{Outbox, OutboxError};
 use countersign_worker::retry::{Classify, Verdict};
 use pb::ApprovalState;
 use time::OffsetDateTime;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, watch};
 
 use crate::api::{ApiError, GitHubApi, IssueComment, IssueSummary, Placed};
 use crate::board::{Board, Message, MessageKind};
@@ -65,6 +65,9 @@ pub struct GitHubChannel {
     pub poll_targets: Option<Arc<PollTargets>>,
     /// Where comments found by catching up go (the commands' queue).
     pub inputs: mpsc::Sender<Input>,
+    /// True once the start-up adoption ([`GitHubChannel::adopt_pending`]) has put every
+    /// pending approval on the board.
+    pub adopted: watch::Receiver<bool>,
 }
 
 impl Channel for GitHubChannel {
@@ -77,6 +80,11 @@ impl Channel for GitHubChannel {
     /// Posts the request on every target not delivered yet (while pending) and edits every
     /// message that does not show the approval as it is.
     async fn show(&self, approval: &pb::Approval) -> Result<(), ShowError> {
+        if self.board.get(&approval.id).is_none() {
+            // The start-up adoption may be reading this approval's messages: not twice. A
+            // start-up adoption that ended without a word lets it go too.
+            let _ = self.adopted.clone().wait_for(|adopted| *adopted).await;
+        }
         let (approval, mut messages) = match self.board.get(&approval.id) {
             Some(shown) => (approval.clone(), shown.messages),
             // First seen in this run: as the server has it now (a replayed event's copy may be
@@ -305,13 +313,13 @@ impl GitHubChannel {
     pub async fn adopt_pending(
         &self,
         max_backoff: std::time::Duration,
-        ready: oneshot::Sender<()>,
+        ready: watch::Sender<bool>,
     ) {
         let pending = match pending_approvals(&self.client, CHANNEL, max_backoff).await {
             Ok(pending) => pending,
             Err(error) => {
                 tracing::error!(%error, "cannot list the pending approvals; their comments are adopted at their next event");
-                let _ = ready.send(());
+                ready.send_replace(true);
                 return;
             }
         };
@@ -331,7 +339,7 @@ impl GitHubChannel {
             }
         }
         self.follow(&adopted, true);
-        let _ = ready.send(());
+        ready.send_replace(true);
         // Lost commands otherwise: tried until it works (or GitHub refuses for good).
         let mut pause = std::time::Duration::from_millis(100);
         loop {

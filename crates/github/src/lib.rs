@@ -36,7 +36,7 @@ use countersign_client::{Client, ClientError};
 use countersign_worker::outbox::{Outbox, OutboxError};
 use countersign_worker::retry::Backoff;
 use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::api::{ApiError, GitHubApi};
@@ -156,14 +156,15 @@ impl Worker {
         );
         // Commands wait until every pending approval's request is on the board (see
         // `GitHubChannel::adopt_pending`); they queue up meanwhile.
-        let (ready, adopted) = oneshot::channel();
+        let (ready, adopted) = watch::channel(false);
         let stop = stopped(shutdown_rx.clone());
+        let mut commands_wait = adopted.clone();
         other_tasks.push(tokio::spawn(async move {
             tokio::select! {
                 () = stop => {}
                 () = async {
                     // A start-up adoption that ended without a word lets them go too.
-                    let _ = adopted.await;
+                    let _ = commands_wait.wait_for(|adopted| *adopted).await;
                     commands.run(inputs_rx).await;
                 } => {}
             }
@@ -177,6 +178,7 @@ impl Worker {
             default_target: config.default_target.clone(),
             poll_targets,
             inputs,
+            adopted,
         };
         let adopting = channel.clone();
         let (stop, max_backoff) = (stopped(shutdown_rx.clone()), config.server.max_backoff);

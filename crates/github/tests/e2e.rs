@@ -1957,3 +1957,40 @@ async fn cancel_behind_60_newer(harness: &Harness, approval_id: &str) {
             .expect("cancel");
     }
 }
+
+/// A start without a state directory: the snapshot shows the pending approval while the
+/// start-up adoption is reading its request comment (held here). The comment is read once,
+/// not once by each, and a command under it is applied.
+#[tokio::test]
+async fn a_start_adopts_a_pending_request_once() {
+    let mut harness = Harness::start(Mode::Webhook).await;
+    let approval = harness
+        .request_approval(harness.request("adopted-once", ""))
+        .await;
+    wait_delivered(&harness, &approval.id).await;
+    harness.stop_worker().await;
+
+    let read_before = harness.github.requests_to(Endpoint::GetComment).len();
+    harness.github.hold(Endpoint::GetComment);
+    harness.start_worker().await;
+    harness
+        .github
+        .wait_for("the adoption's read", PATIENCE, |github| {
+            (github.requests_to(Endpoint::GetComment).len() > read_before).then_some(())
+        })
+        .await;
+    // Time for the snapshot's show to read it too, were it to.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        harness.github.requests_to(Endpoint::GetComment).len(),
+        read_before + 1
+    );
+    harness.github.release(Endpoint::GetComment);
+
+    let command = harness.say(&harness.writer, "/approve").await;
+    approved_by(&harness, &approval.id, &command).await;
+    assert_eq!(
+        harness.github.requests_to(Endpoint::GetComment).len(),
+        read_before + 1
+    );
+}
