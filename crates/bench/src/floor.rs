@@ -192,6 +192,24 @@ fn json(rows: &impl Serialize) -> Result<String, BenchError> {
     serde_json::to_string(rows).map_err(|e| BenchError::Setup(format!("storage floor: {e}")))
 }
 
+/// The idempotency lookup found none of the batch's keys, as for new requests.
+fn keys_are_new(existing: Result<i64, sqlx::Error>) -> Result<(), BenchError> {
+    match existing.map_err(db_error)? {
+        0 => Ok(()),
+        _ => Err(BenchError::Setup(
+            "storage floor: an idempotency key repeated".into(),
+        )),
+    }
+}
+
+/// Runs one statement without arguments (BEGIN, COMMIT).
+async fn statement<'c, E: sqlx::Executor<'c>>(
+    conn: E,
+    sql: &'static str,
+) -> Result<(), BenchError> {
+    conn.execute(sql).await.map(drop).map_err(db_error)
+}
+
 fn db_error(e: sqlx::Error) -> BenchError {
     BenchError::Setup(format!("storage floor: {e}"))
 }
@@ -306,23 +324,15 @@ async fn sqlite(
         head_seq += batch as i64;
         let (agents, keys) = written.keys();
         let lookup: Vec<(&str, &str)> = agents.into_iter().zip(keys).collect();
-        sqlx::query("BEGIN IMMEDIATE")
-            .execute(&mut conn)
-            .await
-            .map_err(db_error)?;
-        let existing: i64 = sqlx::query_scalar(
+        statement(&mut conn, "BEGIN IMMEDIATE").await?;
+        let existing = sqlx::query_scalar(
             "SELECT count(*) FROM approvals
               WHERE (agent_id, idempotency_key) IN (SELECT value->>0, value->>1 FROM json_each(?))",
         )
         .bind(json(&lookup)?)
         .fetch_one(&mut conn)
-        .await
-        .map_err(db_error)?;
-        if existing != 0 {
-            return Err(BenchError::Setup(
-                "storage floor: an idempotency key repeated".into(),
-            ));
-        }
+        .await;
+        keys_are_new(existing)?;
         sqlx::query(
             "INSERT INTO approvals (id, agent_id, idempotency_key, session_id, tool_name, state,
                                     channels, created_at_ms, expires_at_ms, body, due_at_ms)
@@ -340,11 +350,7 @@ async fn sqlite(
         .execute(&mut conn)
         .await
         .map_err(db_error)?;
-        sqlx::query("COMMIT")
-            .execute(&mut conn)
-            .await
-            .map_err(db_error)?;
-        Ok(())
+        statement(&mut conn, "COMMIT").await
     })
     .await;
     let _ = stop.send(());
@@ -385,10 +391,7 @@ async fn postgres(
     let mut rows = rows(template, &approval, &event, load)?;
     let floor = timed(load, batch, async || {
         // Writers of every replica take turns on the chain head's row, as the server's do.
-        sqlx::query("BEGIN")
-            .execute(&mut conn)
-            .await
-            .map_err(db_error)?;
+        statement(&mut conn, "BEGIN").await?;
         let head_seq: i64 =
             sqlx::query_scalar("SELECT head_seq FROM audit_anchor WHERE id = 1 FOR UPDATE")
                 .fetch_one(&mut conn)
@@ -396,20 +399,15 @@ async fn postgres(
                 .map_err(db_error)?;
         let written = rows.next_batch(batch, head_seq);
         let (agents, keys) = written.keys();
-        let existing: i64 = sqlx::query_scalar(
+        let existing = sqlx::query_scalar(
             "SELECT count(*) FROM approvals
               WHERE (agent_id, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
         )
         .bind(agents)
         .bind(keys)
         .fetch_one(&mut conn)
-        .await
-        .map_err(db_error)?;
-        if existing != 0 {
-            return Err(BenchError::Setup(
-                "storage floor: an idempotency key repeated".into(),
-            ));
-        }
+        .await;
+        keys_are_new(existing)?;
         let (approvals, events) = (&written.approvals, &written.events);
         sqlx::query(
             "WITH approval_rows AS (
@@ -450,11 +448,7 @@ async fn postgres(
         .execute(&mut conn)
         .await
         .map_err(db_error)?;
-        sqlx::query("COMMIT")
-            .execute(&mut conn)
-            .await
-            .map_err(db_error)?;
-        Ok(())
+        statement(&mut conn, "COMMIT").await
     })
     .await?;
     conn.close().await.map_err(db_error)?;

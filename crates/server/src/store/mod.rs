@@ -576,6 +576,20 @@ mod tests {
         }
     }
 
+    /// A store on `path` that records the size of every batch it commits.
+    async fn observed_store(path: &Path) -> (Store, Arc<BatchSizes>) {
+        let sizes = Arc::new(BatchSizes::default());
+        let store = Store::open(
+            path,
+            &StorageConfig::default(),
+            Hub::new(1024),
+            Some(sizes.clone()),
+        )
+        .await
+        .unwrap();
+        (store, sizes)
+    }
+
     /// Holds the database's write lock so that the writer waits on its next batch while the
     /// changes `spawn` starts queue up behind it and form one batch together; returns their
     /// results.
@@ -611,15 +625,7 @@ mod tests {
     async fn requests_made_in_their_callers_tasks_keep_idempotency_and_the_chain_in_one_batch() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store.db");
-        let sizes = Arc::new(BatchSizes::default());
-        let store = Store::open(
-            &path,
-            &StorageConfig::default(),
-            Hub::new(1024),
-            Some(sizes.clone()),
-        )
-        .await
-        .unwrap();
+        let (store, sizes) = observed_store(&path).await;
         // Each key twice, and one request a policy resolves at once (its events are made by
         // the writer): all in one batch.
         let requested = in_one_batch(&path, &store, |store| {
@@ -665,15 +671,7 @@ mod tests {
     async fn concurrent_decisions_in_one_batch_have_exactly_one_winner() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store.db");
-        let sizes = Arc::new(BatchSizes::default());
-        let store = Store::open(
-            &path,
-            &StorageConfig::default(),
-            Hub::new(1024),
-            Some(sizes.clone()),
-        )
-        .await
-        .unwrap();
+        let (store, sizes) = observed_store(&path).await;
         let now = now_millis();
         let approval = store
             .request(request("contested"), 60, Disposition::RequireHuman, 0, now)
