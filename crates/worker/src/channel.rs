@@ -32,4 +32,16 @@ pub trait Channel: Send + Sync + 'static {
     /// yet. After a snapshot, each one the snapshot does not list as pending is shown as the
     /// server has it now: it was resolved while the worker was not watching.
     fn unfinished(&self) -> impl Future<Output = Result<Vec<String>, Self::Error>> + Send;
+
+    /// Posts what an event that changes no message asks for (a reminder, a refused decision,
+    /// a revoked grant, the notice of a call a session grant approved at once: see
+    /// [`crate::runtime`] for which events come here). Runs in the approval's lane; a failure
+    /// that may pass is retried on the runtime's backoff, never before the platform's
+    /// retry-after, a few times. The default posts nothing.
+    fn notice(
+        &self,
+        _event: &pb::ApprovalEvent,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        async { Ok(()) }
+    }
 }
