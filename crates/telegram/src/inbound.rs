@@ -368,4 +368,3 @@ fn approval_id_from_buttons(message: &Message) -> Option<String> {
         })
         .map(|data| data.approval_id)
 }
-

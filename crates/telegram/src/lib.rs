@@ -37,8 +37,8 @@ use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions};
 use crate::bot_api::{BotApi, BotApiError};
 pub use crate::config::Settings;
 use crate::inbound::Inbound;
-use crate::worker::{MessageBook, TelegramChannel};
 pub use crate::worker::CHANNEL;
+use crate::worker::{MessageBook, TelegramChannel};
 
 /// Why the worker stopped.
 #[derive(Debug, thiserror::Error)]

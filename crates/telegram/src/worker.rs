@@ -209,15 +209,12 @@ impl MessageBook {
 
     fn set_shown(&self, approval_id: &str, chat_id: i64, message_id: i32, shown: u64) {
         let mut book = self.lock();
-        let message = book
-            .approvals
-            .get_mut(approval_id)
-            .and_then(|known| {
-                known
-                    .messages
-                    .iter_mut()
-                    .find(|m| m.chat_id == chat_id && m.message_id == message_id)
-            });
+        let message = book.approvals.get_mut(approval_id).and_then(|known| {
+            known
+                .messages
+                .iter_mut()
+                .find(|m| m.chat_id == chat_id && m.message_id == message_id)
+        });
         if let Some(message) = message {
             message.shown = Some(shown);
         }
@@ -299,7 +296,8 @@ impl Channel for TelegramChannel {
             return Ok(());
         }
         for (chat_id, message_id) in recorded_messages(approval) {
-            self.book.remember_message(chat_id, message_id, &approval.id);
+            self.book
+                .remember_message(chat_id, message_id, &approval.id);
         }
         self.settle_outbox(approval).await;
         let rendered = render_approval(approval, &self.settings.buttons);
@@ -339,7 +337,12 @@ impl Channel for TelegramChannel {
     /// worker was away would otherwise keep its buttons).
     async fn unfinished(&self) -> Result<Vec<String>, ShowError> {
         let mut ids = self.book.unresolved_approvals();
-        ids.extend(self.outbox.all_unsettled().into_iter().map(|entry| entry.key));
+        ids.extend(
+            self.outbox
+                .all_unsettled()
+                .into_iter()
+                .map(|entry| entry.key),
+        );
         let request = pb::ListApprovalsRequest {
             states: RESOLVED_STATES.into_iter().map(i32::from).collect(),
             channel: CHANNEL.to_owned(),
@@ -429,11 +432,14 @@ impl TelegramChannel {
         let pending = pending_approvals(&self.client, CHANNEL, self.settings.max_backoff).await?;
         for approval in &pending {
             for (chat_id, message_id) in recorded_messages(approval) {
-                self.book.remember_message(chat_id, message_id, &approval.id);
+                self.book
+                    .remember_message(chat_id, message_id, &approval.id);
             }
         }
         for entry in self.outbox.all_unsettled() {
-            if let Some((chat_id, message_id)) = entry.message_ref.as_deref().and_then(parse_message_ref) {
+            if let Some((chat_id, message_id)) =
+                entry.message_ref.as_deref().and_then(parse_message_ref)
+            {
                 self.book.remember_message(chat_id, message_id, &entry.key);
             }
             shows.show_current(&entry.key);
@@ -451,9 +457,14 @@ impl TelegramChannel {
             else {
                 continue;
             };
-            self.book.remember_message(chat_id, message_id, &approval.id);
+            self.book
+                .remember_message(chat_id, message_id, &approval.id);
             let recorded = recorded_messages(approval).contains(&(chat_id, message_id));
-            if recorded || self.record_delivery(&approval.id, chat_id, message_id).await {
+            if recorded
+                || self
+                    .record_delivery(&approval.id, chat_id, message_id)
+                    .await
+            {
                 tracing::info!(approval_id = %approval.id, chat_id, message_id, adopted = !recorded, "outbox entry settled");
                 self.settle(&approval.id, entry.id).await;
             }
@@ -501,12 +512,17 @@ impl TelegramChannel {
             }
         };
         tracing::info!(approval_id = %approval.id, chat_id, message_id, "sent the approval request");
-        self.book.remember_message(chat_id, message_id, &approval.id);
-        self.book.set_shown(&approval.id, chat_id, message_id, fingerprint(rendered));
+        self.book
+            .remember_message(chat_id, message_id, &approval.id);
+        self.book
+            .set_shown(&approval.id, chat_id, message_id, fingerprint(rendered));
         self.outbox
             .sent(intent, &format!("{chat_id}:{message_id}"))
             .await?;
-        if self.record_delivery(&approval.id, chat_id, message_id).await {
+        if self
+            .record_delivery(&approval.id, chat_id, message_id)
+            .await
+        {
             self.settle(&approval.id, intent).await;
         }
         for entry in uncertain {
@@ -531,7 +547,11 @@ impl TelegramChannel {
             }
             match self.bot.remove_buttons(chat_id, message_id).await {
                 Ok(EditOutcome::Edited) => {
-                    tracing::info!(chat_id, message_id, "found an orphaned copy of a request message; replacing its text");
+                    tracing::info!(
+                        chat_id,
+                        message_id,
+                        "found an orphaned copy of a request message; replacing its text"
+                    );
                     let replaced = self
                         .bot
                         .edit_message(chat_id, message_id, REPLACED_COPY_HTML, &[])
@@ -562,7 +582,10 @@ impl TelegramChannel {
             message_id,
             shown,
         } = message;
-        let done = || self.book.set_shown(&approval.id, chat_id, message_id, fingerprint(rendered));
+        let done = || {
+            self.book
+                .set_shown(&approval.id, chat_id, message_id, fingerprint(rendered))
+        };
         let edited = self
             .bot
             .edit_message(chat_id, message_id, &rendered.html, &rendered.keyboard)
@@ -582,7 +605,11 @@ impl TelegramChannel {
             Err(error) if error.is_cant_edit() => {
                 tracing::info!(approval_id = %approval.id, chat_id, message_id, %error, "message cannot be edited; replying with the state instead");
                 let html = status_reply_html(approval);
-                match self.bot.send_message(chat_id, &html, &[], Some(message_id)).await {
+                match self
+                    .bot
+                    .send_message(chat_id, &html, &[], Some(message_id))
+                    .await
+                {
                     Ok(_) => done(),
                     Err(error) if error.is_transient() => return Err(error.into()),
                     Err(error) => {
