@@ -18,6 +18,7 @@
 //!
 //! [`run`] is the entry point used by the `countersign-telegram` binary and by tests.
 
+mod book;
 pub mod bot_api;
 pub mod callback;
 pub mod command;
@@ -34,11 +35,12 @@ use countersign_worker::outbox::{Outbox, OutboxError};
 use countersign_worker::retry::Backoff;
 use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions};
 
+use crate::book::MessageBook;
 use crate::bot_api::{BotApi, BotApiError};
 pub use crate::config::Settings;
 use crate::inbound::Inbound;
+use crate::worker::TelegramChannel;
 pub use crate::worker::CHANNEL;
-use crate::worker::{MessageBook, TelegramChannel};
 
 /// Why the worker stopped.
 #[derive(Debug, thiserror::Error)]
