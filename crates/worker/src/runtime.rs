@@ -80,7 +80,7 @@ pub enum RuntimeError {
 /// What code beside the loop asks the runtime to show.
 enum ShowRequest {
     /// This copy of the approval.
-    Copy(pb::Approval),
+    Copy(Box<pb::Approval>),
     /// The approval as the server has it now.
     Current(String),
 }
@@ -105,7 +105,7 @@ impl ShowRequests {
     /// sees it like any other copy: one older than what it shows must not undo a newer state.
     pub fn show(&self, approval: pb::Approval) {
         // Once the runtime stopped there is nothing left to show on.
-        let _ = self.0.send(ShowRequest::Copy(approval));
+        let _ = self.0.send(ShowRequest::Copy(Box::new(approval)));
     }
 
     /// Reads the approval as the server has it now and shows it in its lane.
@@ -313,7 +313,7 @@ impl<C: Channel> Runtime<C> {
     async fn show_requested(self: &Arc<Self>, mut queue: ShowQueue) {
         while let Some(request) = queue.0.recv().await {
             match request {
-                ShowRequest::Copy(approval) => self.enqueue_show(approval, None),
+                ShowRequest::Copy(approval) => self.enqueue_show(*approval, None),
                 ShowRequest::Current(approval_id) => self.enqueue_refresh(approval_id, None),
             }
         }
