@@ -16,7 +16,7 @@ use countersign_client::{pb, Client, ClientError};
 use countersign_worker::approval::{is_granted, pending_approvals, route_targets};
 use countersign_worker::channel::Channel;
 use countersign_worker::outbox::{Entry, Outbox, OutboxError};
-use countersign_worker::retry::{retry_in_line, Backoff, Classify, Verdict};
+use countersign_worker::retry::{keep_longest, retry_in_line, Backoff, Classify, Verdict};
 use countersign_worker::runtime::ShowRequests;
 use pb::{ApprovalState, EventKind};
 
@@ -71,17 +71,6 @@ impl Classify for ShowError {
             ShowError::Server(error) if error.is_transient() => Verdict::Retry { after: None },
             ShowError::Server(_) => Verdict::Final,
         }
-    }
-}
-
-/// Keeps, of two failures that may pass, the one with the longest retry-after.
-fn keep_longest(kept: &mut Option<ShowError>, error: ShowError) {
-    let after = |error: &ShowError| match error.verdict() {
-        Verdict::Retry { after } => after,
-        Verdict::Final => None,
-    };
-    if kept.as_ref().is_none_or(|old| after(&error) > after(old)) {
-        *kept = Some(error);
     }
 }
 
