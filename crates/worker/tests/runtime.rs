@@ -81,6 +81,19 @@ impl Recorder {
             .collect()
     }
 
+    /// The states of every call for the approval, in order, shown or not.
+    fn called_states(&self, key: &str) -> Vec<ApprovalState> {
+        self.calls_of(key).iter().map(|call| call.state).collect()
+    }
+
+    /// Waits until the approval had `count` calls.
+    async fn until_calls(&self, key: &str, count: usize) {
+        self.until(&format!("{key} had {count} calls"), |record| {
+            record.calls.iter().filter(|call| call.key == key).count() == count
+        })
+        .await;
+    }
+
     /// The states shown for the approval, in order, each change once.
     fn shown_states(&self, key: &str) -> Vec<ApprovalState> {
         let mut states: Vec<ApprovalState> = self
@@ -600,12 +613,7 @@ async fn with_a_cursor_a_replayed_request_is_shown_as_the_approval_is_now() {
         .recorder
         .until_shown("cancelled-while-away", ApprovalState::Cancelled)
         .await;
-    let states: Vec<ApprovalState> = harness
-        .recorder
-        .calls_of("cancelled-while-away")
-        .iter()
-        .map(|call| call.state)
-        .collect();
+    let states = harness.recorder.called_states("cancelled-while-away");
     assert!(
         !states.contains(&ApprovalState::Pending),
         "shown pending after it was cancelled: {states:?}"
@@ -686,17 +694,7 @@ async fn shows_asked_beside_the_loop_run_in_the_approval_s_lane() {
     let (release, held) = oneshot::channel();
     harness.recorder.script("asked", Step::Hold(held));
     harness.cancel(&pending).await;
-    harness
-        .recorder
-        .until("the held show", |record| {
-            record
-                .calls
-                .iter()
-                .filter(|call| call.key == "asked")
-                .count()
-                == 2
-        })
-        .await;
+    harness.recorder.until_calls("asked", 2).await;
     running.shows.show(pending.clone());
     running.shows.show_current(&pending.id);
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -706,23 +704,8 @@ async fn shows_asked_beside_the_loop_run_in_the_approval_s_lane() {
         "waiting behind the held show"
     );
     release.send(()).unwrap();
-    harness
-        .recorder
-        .until("both asked shows", |record| {
-            record
-                .calls
-                .iter()
-                .filter(|call| call.key == "asked")
-                .count()
-                == 4
-        })
-        .await;
-    let states: Vec<ApprovalState> = harness
-        .recorder
-        .calls_of("asked")
-        .iter()
-        .map(|call| call.state)
-        .collect();
+    harness.recorder.until_calls("asked", 4).await;
+    let states = harness.recorder.called_states("asked");
     assert_eq!(
         states,
         vec![
