@@ -201,6 +201,9 @@ fn telegram(
     let file = TelegramFile {
         server: server_section(pieces),
         telegram: section,
+        // `[metrics]` in the instance's file is the server's; the workers inside `up` have
+        // no endpoint of their own.
+        metrics: Default::default(),
     };
     let settings = countersign_telegram::Settings::from_file(
         file,
@@ -224,6 +227,9 @@ fn ntfy(
         server: server_section(pieces),
         ntfy: section,
         topics,
+        // `[metrics]` in the instance's file is the server's; the workers inside `up` have
+        // no endpoint of their own.
+        metrics: Default::default(),
     };
     let settings = countersign_ntfy::Settings::from_file(file, |name| pieces.secret(name))
         .map_err(|error| invalid(pieces.instance, error, "see docs/quickstart.md, ntfy"))?;
@@ -238,6 +244,7 @@ fn slack(
     let file = countersign_slack::config::FileConfig {
         server: server_section(pieces),
         slack: section,
+        metrics: Default::default(),
     };
     let settings = countersign_slack::Settings::from_file(file, |name| pieces.secret(name))
         .map_err(|error| invalid(pieces.instance, error, "see crates/slack/README.md"))?;

@@ -230,6 +230,8 @@ impl Instance {
                 endpoints: take_part(&mut section, "webhook", "endpoints", &invalid)?
                     .unwrap_or_default(),
                 webhook: section_as(section, "webhook", &invalid)?,
+                // `[metrics]` here is the server's (see channels.rs).
+                metrics: Default::default(),
             }),
         };
         let web = self.worker_section(&mut table, "web", &invalid)?;

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use countersign_worker::config::{env_var, read_toml};
 pub use countersign_worker::config::{
-    ConfigError, ServerSection, ServerSettings, WORKER_TOKEN_ENV,
+    ConfigError, MetricsSection, ServerSection, ServerSettings, WORKER_TOKEN_ENV,
 };
 use serde::Deserialize;
 
@@ -44,6 +44,8 @@ pub struct FileConfig {
     pub ntfy: NtfySection,
     #[serde(default)]
     pub topics: Vec<TopicSection>,
+    #[serde(default)]
+    pub metrics: MetricsSection,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -122,6 +124,8 @@ pub struct Settings {
     pub max_retry_wait: Duration,
     /// How long a shutdown waits for the publishes in flight.
     pub shutdown_grace: Duration,
+    /// Where `/healthz` and `/metrics` are served (`[metrics] listen`).
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Shows everything except the tokens.
@@ -172,6 +176,7 @@ impl Settings {
             server,
             ntfy,
             topics,
+            metrics,
         } = file;
         let server = server.resolve(env(WORKER_TOKEN_ENV))?;
         if !is_http_url(&ntfy.server_url) {
@@ -219,6 +224,7 @@ impl Settings {
         }
         Ok(Settings {
             server,
+            metrics_listen: metrics.listen,
             ntfy_url: ntfy.server_url.trim_end_matches('/').to_owned(),
             access_token: env(ACCESS_TOKEN_ENV),
             topics: resolved,

@@ -72,6 +72,7 @@ pub async fn run(
         shutdown_grace: settings.shutdown_grace,
         // Every start reconciles with a snapshot; the store knows what was shown.
         cursor_path: None,
+        metrics_listen: settings.metrics_listen,
     };
     let router = pages.clone().router();
     let channel = NtfyChannel::new(client.clone(), api, store, pages, settings);

@@ -9,6 +9,7 @@ use std::time::Duration;
 use countersign_client::{pb, Client, ClientConfig};
 use countersign_ntfy::config::{FileConfig, ACCESS_TOKEN_ENV};
 use countersign_ntfy::Settings;
+use countersign_testkit::http;
 use countersign_testkit::ntfy::{tap, FakeNtfy, NtfyFailure, NtfyMessage};
 use countersign_testkit::server::TestServer;
 use serde_json::{json, Value};
@@ -517,6 +518,40 @@ async fn sigkill_between_publishing_and_recording_neither_duplicates_nor_loses()
         .await;
     assert_eq!(harness.ntfy.notifications(TOPIC).len(), 1);
     worker.kill().await.unwrap();
+}
+
+/// The binary with `[metrics] listen` serves `/healthz` and the runtime's series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_serves_health_and_metrics_on_its_metrics_address() {
+    let harness = Harness::without_worker().await;
+    let addr = http::free_addr();
+    let config = harness.config.with_file_name("ntfy-metrics.toml");
+    let toml = std::fs::read_to_string(&harness.config).unwrap();
+    std::fs::write(&config, format!("{toml}[metrics]\nlisten = \"{addr}\"\n")).unwrap();
+    let mut worker = spawn_worker(&config);
+    let approval = harness.request("observed", 600).await;
+    harness.request_notification(&approval.id).await;
+    let mut last = None;
+    for _ in 0..400 {
+        if let (Ok(health), Ok(metrics)) = (
+            http::get(addr, "/healthz").await,
+            http::get(addr, "/metrics").await,
+        ) {
+            let shown = metrics.body.lines().any(|line| {
+                line.starts_with("countersign_worker_shows_total{")
+                    && line.contains("outcome=\"ok\"")
+                    && line.contains("channel=\"ntfy\"")
+                    && !line.ends_with(" 0")
+            });
+            if health.status == 200 && shown {
+                worker.kill().await.unwrap();
+                return;
+            }
+            last = Some((health, metrics));
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("no healthy worker with a counted show: {last:?}");
 }
 
 #[test]

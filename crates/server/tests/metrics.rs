@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 use countersign_proto::v1 as pb;
 use countersign_proto::v1::approval_service_client::ApprovalServiceClient;
 use countersign_server::config::Config;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use countersign_testkit::http::{self, sample};
+use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -47,34 +47,11 @@ async fn start() -> Running {
     }
 }
 
-/// `GET /metrics` over plain HTTP/1.1; returns the content type and the body.
+/// `GET /metrics`; returns the content type and the body.
 async fn scrape(addr: std::net::SocketAddr) -> (String, String) {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: metrics\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    let content_type = head
-        .lines()
-        .find_map(|line| {
-            let (name, value) = line.split_once(':')?;
-            name.eq_ignore_ascii_case("content-type")
-                .then(|| value.trim().to_string())
-        })
-        .unwrap_or_default();
-    (content_type, body.to_string())
-}
-
-/// The value of the sample named exactly `series` (name and labels), if present.
-fn value(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|line| {
-        let rest = line.strip_prefix(series)?;
-        rest.strip_prefix(' ')?.trim().parse().ok()
-    })
+    let answer = http::get(addr, "/metrics").await.unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    (answer.content_type, answer.body)
 }
 
 /// Scrapes until every expected sample has its value; the counts follow the event log a
@@ -85,7 +62,7 @@ async fn scrape_until(addr: std::net::SocketAddr, expected: &[(&str, f64)]) -> S
         let (_, text) = scrape(addr).await;
         let missing: Vec<_> = expected
             .iter()
-            .filter(|(series, want)| value(&text, series) != Some(*want))
+            .filter(|(series, want)| sample(&text, series) != Some(*want))
             .collect();
         if missing.is_empty() {
             return text;
@@ -135,10 +112,10 @@ async fn metrics_follow_requests_decisions_streams_and_commits() {
     let mut server = start().await;
     let (content_type, before) = scrape(server.metrics_addr).await;
     assert!(content_type.starts_with("application/openmetrics-text"));
-    assert_eq!(value(&before, "countersign_pending_approvals"), Some(0.0));
-    assert_eq!(value(&before, "countersign_watch_streams"), Some(0.0));
+    assert_eq!(sample(&before, "countersign_pending_approvals"), Some(0.0));
+    assert_eq!(sample(&before, "countersign_watch_streams"), Some(0.0));
     assert_eq!(
-        value(&before, "countersign_requests_total{outcome=\"pending\"}"),
+        sample(&before, "countersign_requests_total{outcome=\"pending\"}"),
         Some(0.0)
     );
     // Families with labels from traffic (decisions, RPCs) appear with their first sample.
@@ -226,14 +203,14 @@ async fn metrics_follow_requests_decisions_streams_and_commits() {
     )
     .await;
     // Five changes committed (three requests, two decisions), in one or more groups.
-    let commits = value(&text, "countersign_commit_batch_size_count").unwrap();
-    let changes = value(&text, "countersign_commit_batch_size_sum").unwrap();
+    let commits = sample(&text, "countersign_commit_batch_size_count").unwrap();
+    let changes = sample(&text, "countersign_commit_batch_size_sum").unwrap();
     assert!(commits >= 1.0 && changes >= 5.0, "{text}");
     assert_eq!(
-        value(&text, "countersign_commit_latency_seconds_count"),
+        sample(&text, "countersign_commit_latency_seconds_count"),
         Some(commits)
     );
-    assert!(value(&text, "countersign_commit_latency_seconds_sum").unwrap() > 0.0);
+    assert!(sample(&text, "countersign_commit_latency_seconds_sum").unwrap() > 0.0);
 
     // A closed stream is no longer counted, and its call is counted as cancelled.
     drop(watch);

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use countersign_worker::config::{env_var, read_toml};
 pub use countersign_worker::config::{
-    ConfigError, ServerSection, ServerSettings, WORKER_TOKEN_ENV,
+    ConfigError, MetricsSection, ServerSection, ServerSettings, WORKER_TOKEN_ENV,
 };
 use serde::Deserialize;
 
@@ -47,6 +47,8 @@ pub const SIGNING_SECRET_ENV: &str = "SLACK_SIGNING_SECRET";
 pub struct FileConfig {
     pub server: ServerSection,
     pub slack: SlackSection,
+    #[serde(default)]
+    pub metrics: MetricsSection,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -123,6 +125,8 @@ fn default_max_retry_wait_ms() -> u64 {
 #[derive(Clone)]
 pub struct Settings {
     pub server: ServerSettings,
+    /// Where `/healthz` and `/metrics` are served (`[metrics] listen`).
+    pub metrics_listen: Option<SocketAddr>,
     pub api_url: String,
     pub bot_token: String,
     pub taps: Taps,
@@ -179,7 +183,11 @@ impl Settings {
         file: FileConfig,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Settings, ConfigError> {
-        let FileConfig { server, slack } = file;
+        let FileConfig {
+            server,
+            slack,
+            metrics,
+        } = file;
         let server = server.resolve(env(WORKER_TOKEN_ENV))?;
         let token = |name: &str, prefix: &str, what: &str| match env(name) {
             Some(token) if token.starts_with(prefix) => Ok(token),
@@ -242,6 +250,7 @@ impl Settings {
         }
         Ok(Settings {
             server,
+            metrics_listen: metrics.listen,
             api_url: slack.api_url.trim_end_matches('/').to_owned(),
             bot_token,
             taps,

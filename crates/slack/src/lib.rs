@@ -104,6 +104,7 @@ pub async fn run(
         shutdown_grace: settings.shutdown_grace,
         // Every start reconciles with a snapshot; the store knows what was shown.
         cursor_path: None,
+        metrics_listen: settings.metrics_listen,
     };
     let channel = SlackChannel::new(client.clone(), api, store, settings.clone());
     let result = tokio::select! {

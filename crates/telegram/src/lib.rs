@@ -104,6 +104,7 @@ pub async fn run(
         retry: Backoff::new(settings.retry_interval, settings.max_retry_wait),
         shutdown_grace: settings.shutdown_grace,
         cursor_path: Some(settings.cursor_path.clone()),
+        metrics_listen: settings.metrics_listen,
     };
     let inbound = Arc::new(Inbound {
         client: client.clone(),

@@ -3,6 +3,7 @@
 
 pub mod docs;
 pub mod github;
+pub mod http;
 pub mod ntfy;
 pub mod phone;
 pub mod postgres;

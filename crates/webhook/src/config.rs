@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use countersign_worker::config::{env_var, read_toml};
 pub use countersign_worker::config::{
-    ConfigError, ServerSection, WORKER_TOKEN_ENV, WORKER_TOKEN_NEEDED,
+    ConfigError, MetricsSection, ServerSection, WORKER_TOKEN_ENV, WORKER_TOKEN_NEEDED,
 };
 use serde::Deserialize;
 
@@ -46,6 +46,8 @@ pub struct FileConfig {
     pub webhook: WebhookSection,
     #[serde(default)]
     pub endpoints: Vec<EndpointSection>,
+    #[serde(default)]
+    pub metrics: MetricsSection,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -141,6 +143,8 @@ pub struct Endpoint {
 /// Everything the worker needs, validated, secrets resolved.
 #[derive(Clone)]
 pub struct Settings {
+    /// Where `/healthz` and `/metrics` are served (`[metrics] listen`).
+    pub metrics_listen: Option<SocketAddr>,
     pub server_url: String,
     pub worker_token: Option<String>,
     pub ca_cert_pem: Option<Vec<u8>>,
@@ -192,6 +196,7 @@ impl Settings {
             server,
             webhook,
             endpoints,
+            metrics,
         } = file;
         let ca_cert_pem = server.ca_cert_pem()?;
         let connect_timeout = server.connect_timeout()?;
@@ -252,6 +257,7 @@ impl Settings {
             ));
         }
         Ok(Settings {
+            metrics_listen: metrics.listen,
             server_url: server.url,
             worker_token: env(WORKER_TOKEN_ENV).or(server.token),
             ca_cert_pem,

@@ -79,6 +79,7 @@ pub async fn run(
         shutdown_grace: grace,
         // Every start reconciles with a snapshot; the SQLite queue keeps what was queued.
         cursor_path: None,
+        metrics_listen: settings.metrics_listen,
     };
     let deliveries = Arc::new(Deliveries::new(store, settings, lanes.clone())?);
     let serve = async {

@@ -54,6 +54,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         shutdown_grace: Duration::from_secs(10),
         // Printing twice is harmless, so every start may take a snapshot.
         cursor_path: None,
+        metrics_listen: None,
     };
     let shutdown = countersign_worker::shutdown::signal();
     runtime::run(client, LogChannel, options, shutdown).await?;

@@ -1,5 +1,5 @@
-//! The parts of a worker's configuration every channel shares: the `[server]` section, how
-//! the TOML file is read, and the errors that name what is wrong.
+//! The parts of a worker's configuration every channel shares: the `[server]` and `[metrics]`
+//! sections, how the TOML file is read, and the errors that name what is wrong.
 
 use std::path::{Path, PathBuf};
 
@@ -185,6 +185,15 @@ impl ServerSection {
             max_backoff: std::time::Duration::from_secs(self.max_backoff_secs),
         })
     }
+}
+
+/// The `[metrics]` section, named and shaped as the server's: where the worker serves
+/// `/healthz` and `/metrics` (plain HTTP, no auth: keep it on a private interface); off when
+/// absent.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSection {
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 const DEFAULT_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);

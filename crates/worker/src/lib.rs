@@ -20,6 +20,7 @@
 //! - [`agent_text`]: text an agent wrote, made unable to pass for the worker's own lines.
 //! - [`approval`]: facts about an approval every channel shows the same way.
 //! - [`config`]: the `[server]` section and configuration errors every worker shares.
+//! - [`metrics`]: the runtime's `/healthz` and `/metrics` on `[metrics] listen`.
 //! - [`shutdown`]: the signals that ask a worker binary to stop.
 //! - [`logging`]: how a worker binary logs.
 
@@ -30,6 +31,7 @@ pub mod config;
 pub mod cursor;
 pub mod lanes;
 pub mod logging;
+pub mod metrics;
 pub mod outbox;
 pub mod retry;
 pub mod runtime;

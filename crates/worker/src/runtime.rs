@@ -13,6 +13,8 @@
 //!   before the platform's retry-after (and nothing else is tried for it meanwhile); the retry
 //!   shows the approval as the server has it then. The item that led to it stays in flight for
 //!   the cursor until the retry succeeds or the platform refuses for good.
+//! - **Health and metrics**: with `metrics_listen` set, `/healthz` and `/metrics` are served
+//!   there ([`crate::metrics`]).
 //! - **Shutdown**: when asked, the work in flight may finish within the grace period; then
 //!   the cursor is flushed. A worker dropped mid-flight (killed) keeps unfinished items ahead
 //!   of its cursor, so the restarted worker handles them again.
@@ -30,11 +32,12 @@
 //!   and shown as it is now, instead of waiting for its event.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use countersign_client::{pb, Client, ClientError, WatchItem, WatchOptions};
+use countersign_client::{pb, Client, ClientError, Watch, WatchItem, WatchOptions};
 use pb::EventKind;
 use tokio::sync::mpsc;
 
@@ -42,6 +45,7 @@ use crate::approval::is_granted;
 use crate::channel::Channel;
 use crate::cursor::{Cursor, CursorError, Part};
 use crate::lanes::Lanes;
+use crate::metrics::{self, Counters, Gauges, ListenError, Metrics, ShowOutcome};
 use crate::retry::{retry_in_line, Backoff, Classify, RetrySchedule, Verdict};
 
 /// How many times listing the channel's unfinished approvals is tried after a snapshot.
@@ -64,6 +68,8 @@ pub struct RuntimeOptions {
     /// Where the watch cursor is kept (it must survive restarts); `None`: every start takes a
     /// snapshot and reconciles.
     pub cursor_path: Option<PathBuf>,
+    /// Where `/healthz` and `/metrics` are served (`[metrics] listen`); `None`: nowhere.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Why the runtime stopped.
@@ -73,6 +79,8 @@ pub enum RuntimeError {
     Server(#[from] ClientError),
     #[error(transparent)]
     Cursor(#[from] CursorError),
+    #[error(transparent)]
+    Metrics(#[from] ListenError),
     #[error("{channel} channel: cannot list the approvals it shows unfinished: {message}")]
     Unfinished { channel: String, message: String },
 }
@@ -142,17 +150,50 @@ pub async fn run_with_requests<C: Channel>(
         }
         None => (None, None),
     };
+    let metrics_listener = match options.metrics_listen {
+        Some(listen) => Some(metrics::bind(listen).await?),
+        None => None,
+    };
+    let metrics = Arc::new(Metrics::new(channel.name()));
     let lanes = Lanes::new();
     // The lanes' jobs hold the runtime; dropping this future stops them.
     let _stop_lanes = lanes.abort_on_drop();
+    if let Some(after) = resume_after {
+        tracing::info!(
+            channel = channel.name(),
+            after,
+            "resuming the watch after the persisted cursor"
+        );
+    }
+    let watch = client.watch(WatchOptions {
+        channel: channel.name().to_owned(),
+        heartbeat_timeout: options.heartbeat_timeout,
+        max_backoff: options.max_backoff,
+        resume_after,
+    });
+    let connection = watch.connection();
     let runtime = Arc::new(Runtime {
         retries: RetrySchedule::new(options.retry),
         client,
         channel,
         lanes: lanes.clone(),
         cursor: cursor.clone(),
+        counters: metrics.counters(),
         options,
     });
+    let serve_metrics = async {
+        let Some(listener) = metrics_listener else {
+            return std::future::pending().await;
+        };
+        let observed = runtime.clone();
+        let gauges = Arc::new(move || Gauges {
+            connected: *connection.borrow(),
+            lanes_busy: observed.lanes.busy(),
+            retries_waiting: observed.retries.len(),
+            cursor_seq: observed.cursor.as_ref().map(Cursor::safe),
+        });
+        metrics::serve(listener, metrics, gauges).await
+    };
     let persist = async {
         match &cursor {
             Some(cursor) => cursor.persist().await.map_err(RuntimeError::from),
@@ -160,7 +201,9 @@ pub async fn run_with_requests<C: Channel>(
         }
     };
     tokio::select! {
-        result = runtime.follow(resume_after) => result,
+        result = runtime.follow(watch) => result,
+        // Serving ends only with an error.
+        result = serve_metrics => result.map_err(RuntimeError::from),
         () = runtime.retry_due() => Ok(()),
         () = runtime.show_requested(queue) => Ok(()),
         result = persist => result,
@@ -182,6 +225,7 @@ struct Runtime<C> {
     lanes: Lanes,
     retries: RetrySchedule,
     cursor: Option<Cursor>,
+    counters: Counters,
 }
 
 /// This share of a watch item's work is over.
@@ -216,17 +260,7 @@ fn changes_message(kind: EventKind) -> bool {
 }
 
 impl<C: Channel> Runtime<C> {
-    async fn follow(self: &Arc<Self>, resume_after: Option<u64>) -> Result<(), RuntimeError> {
-        let name = self.channel.name().to_owned();
-        if let Some(after) = resume_after {
-            tracing::info!(channel = %name, after, "resuming the watch after the persisted cursor");
-        }
-        let mut watch = self.client.watch(WatchOptions {
-            channel: name,
-            heartbeat_timeout: self.options.heartbeat_timeout,
-            max_backoff: self.options.max_backoff,
-            resume_after,
-        });
+    async fn follow(self: &Arc<Self>, mut watch: Watch) -> Result<(), RuntimeError> {
         loop {
             match watch.next().await? {
                 WatchItem::Snapshot(pending) => {
@@ -239,6 +273,7 @@ impl<C: Channel> Runtime<C> {
                     finish(part);
                 }
                 WatchItem::Event(event) => {
+                    self.counters.event();
                     let part = self.begin(event.seq);
                     let kind = event.kind();
                     if let Some(approval) = &event.approval {
@@ -399,15 +434,18 @@ impl<C: Channel> Runtime<C> {
             return;
         }
         let Err(error) = self.channel.show(approval).await else {
+            self.counters.show(ShowOutcome::Ok);
             self.retries.succeeded(&approval.id);
             return;
         };
         match error.verdict() {
             Verdict::Retry { after } => {
+                self.counters.show(ShowOutcome::Retry);
                 let wait = self.retries.failed(&approval.id, after);
                 tracing::warn!(approval_id = %approval.id, %error, retry_in_ms = wait.as_millis() as u64, "cannot show the approval now; will retry");
             }
             Verdict::Final => {
+                self.counters.show(ShowOutcome::Refused);
                 tracing::error!(approval_id = %approval.id, %error, "the platform refused to show the approval");
                 self.retries.succeeded(&approval.id);
             }

@@ -5,11 +5,13 @@
 //! take a while. Notices are recorded too, and can be scripted to fail.
 
 use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use countersign_client::{pb, Client, ClientConfig};
+use countersign_testkit::http;
 use countersign_testkit::server::TestServer;
 use countersign_worker::channel::Channel;
 use countersign_worker::retry::{Backoff, Classify, Verdict};
@@ -241,6 +243,8 @@ struct Harness {
     agent: Client,
     recorder: Recorder,
     cursor: Option<PathBuf>,
+    /// Where the runtime serves `/healthz` and `/metrics`, when it does.
+    metrics_listen: Option<SocketAddr>,
     _state: tempfile::TempDir,
 }
 
@@ -278,6 +282,7 @@ impl Harness {
             agent,
             recorder: Recorder::default(),
             cursor: with_cursor.then(|| state.path().join("state/watch-cursor")),
+            metrics_listen: None,
             server,
             _state: state,
         }
@@ -291,6 +296,7 @@ impl Harness {
             retry: Backoff::new(Duration::from_millis(50), Duration::from_secs(2)),
             shutdown_grace,
             cursor_path: self.cursor.clone(),
+            metrics_listen: self.metrics_listen,
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let channel = TestChannel(self.recorder.clone());
@@ -718,4 +724,110 @@ async fn shows_asked_beside_the_loop_run_in_the_approval_s_lane() {
     );
     assert!(!harness.recorder.lock().overlapped);
     running.shut_down().await;
+}
+
+/// The sample of `name` (a counter or gauge of the test channel) whose labels include
+/// `label`, in a `/metrics` text.
+fn worker_sample(text: &str, name: &str, label: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(&format!("countersign_worker_{name}{{"))?;
+        let (labels, value) = rest.split_once("} ")?;
+        (labels.contains("channel=\"test\"") && labels.contains(label))
+            .then(|| value.trim().parse().ok())?
+    })
+}
+
+/// Waits (at most 20 s) until `GET path` on the runtime's metrics address answers `status`
+/// and `done` holds of its body; returns the body.
+async fn until_answer(
+    addr: SocketAddr,
+    path: &str,
+    status: u16,
+    done: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = http::get(addr, path).await;
+        match &answer {
+            Ok(answer) if answer.status == status && done(&answer.body) => {
+                return answer.body.clone()
+            }
+            _ => assert!(
+                Instant::now() < deadline,
+                "{path} never answered {status} as expected; last: {answer:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `/healthz` follows the watch (503 while the server is away), and `/metrics` counts what
+/// the runtime did: events, shows by outcome, retries waiting, the cursor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_follows_the_watch_and_metrics_count_what_was_shown() {
+    let mut harness = Harness::new(true).await;
+    let addr = http::free_addr();
+    harness.metrics_listen = Some(addr);
+    let running = harness.start(GRACE);
+    harness.request_shown("first").await;
+    until_answer(addr, "/healthz", 200, |body| body.starts_with("ok")).await;
+
+    harness.recorder.script("flaky", Step::Fail(None));
+    harness.request_shown("flaky").await;
+    let text = until_answer(addr, "/metrics", 200, |text| {
+        worker_sample(text, "cursor_seq", "").is_some_and(|seq| seq >= 2.0)
+    })
+    .await;
+    assert!(
+        worker_sample(&text, "events_total", "").unwrap() >= 2.0,
+        "{text}"
+    );
+    assert_eq!(
+        worker_sample(&text, "shows_total", "outcome=\"ok\""),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        worker_sample(&text, "shows_total", "outcome=\"retry\""),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        worker_sample(&text, "retries_waiting", ""),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(
+        worker_sample(&text, "watch_connected", ""),
+        Some(1.0),
+        "{text}"
+    );
+
+    harness.server.stop().await;
+    let body = until_answer(addr, "/healthz", 503, |_| true).await;
+    assert!(
+        body.contains("not connected to the countersign server"),
+        "{body}"
+    );
+    let text = until_answer(addr, "/metrics", 200, |_| true).await;
+    assert_eq!(
+        worker_sample(&text, "watch_connected", ""),
+        Some(0.0),
+        "{text}"
+    );
+    harness.server.restart().await;
+    until_answer(addr, "/healthz", 200, |_| true).await;
+    running.shut_down().await;
+}
+
+/// A metrics address that is taken stops the runtime at once with an error naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_metrics_address_is_named() {
+    let mut harness = Harness::new(false).await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    harness.metrics_listen = Some(addr);
+    let error = harness.start(GRACE).task.await.unwrap().unwrap_err();
+    assert!(matches!(error, RuntimeError::Metrics(_)), "{error:?}");
+    assert!(error.to_string().contains(&addr.to_string()), "{error}");
 }
