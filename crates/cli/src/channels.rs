@@ -10,6 +10,7 @@ use std::pin::Pin;
 
 use countersign_telegram::config::{FileConfig as TelegramFile, ServerSection, BOT_TOKEN_ENV};
 use countersign_worker::config::env_var;
+use countersign_worker::config::WorkerSettings;
 use tokio::sync::watch;
 
 use crate::exit::CliError;

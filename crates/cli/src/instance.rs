@@ -221,6 +221,8 @@ impl Instance {
                 webhook: take_part(&mut section, "github", "webhook", &invalid)?,
                 polling: take_part(&mut section, "github", "polling", &invalid)?,
                 github: section_as(section, "github", &invalid)?,
+                // `[metrics]` here is the server's (see channels.rs).
+                metrics: Default::default(),
             }),
         };
         let webhook = match self.worker_section(&mut table, "webhook", &invalid)? {

@@ -16,8 +16,9 @@
 //! # private_key_path = "/etc/countersign/app.pem"   # or COUNTERSIGN_GITHUB_APP_PRIVATE_KEY (PEM text)
 //! default_target = "acme/ops#42"     # for routes without a target; "acme/ops" opens an issue each
 //! write_interval_ms = 1000
-//! # Where the worker keeps its watch cursor (a restarted worker resumes after it); without
-//! # it every start takes a snapshot and corrects only the 50 newest resolved approvals.
+//! # Where the worker keeps its watch cursor (a restarted worker resumes after it) and the outbox
+//! # of its posts; without it every start takes a snapshot and corrects only the 50 newest
+//! # resolved approvals.
 //! state_dir = "/var/lib/countersign/github"
 //!
 //! [webhook]                          # optional
@@ -35,7 +36,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use countersign_worker::config::{env_var, read_toml, WORKER_TOKEN_ENV};
-pub use countersign_worker::config::{ConfigError, ServerSection, ServerSettings};
+pub use countersign_worker::config::{ConfigError, MetricsSection, ServerSection, ServerSettings};
 
 use crate::api::{GitHubAuth, GitHubSettings};
 use crate::target::Target;
@@ -53,6 +54,8 @@ pub struct FileConfig {
     pub github: GitHubSection,
     pub webhook: Option<WebhookSection>,
     pub polling: Option<PollingSection>,
+    #[serde(default)]
+    pub metrics: MetricsSection,
 }
 
 #[derive(Default, Deserialize)]
@@ -100,6 +103,10 @@ pub struct Config {
     pub retry_interval: Duration,
     /// The watch cursor file (in the state directory), if one is configured.
     pub cursor_path: Option<PathBuf>,
+    /// The outbox of request posts (in the state directory), if one is configured.
+    pub outbox_path: Option<PathBuf>,
+    /// Where `/healthz` and `/metrics` are served (`[metrics] listen`).
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for Config {
@@ -116,6 +123,7 @@ impl std::fmt::Debug for Config {
             .field("polling", &self.polling)
             .field("retry_interval", &self.retry_interval)
             .field("cursor_path", &self.cursor_path)
+            .field("outbox_path", &self.outbox_path)
             .finish()
     }
 }
@@ -274,6 +282,7 @@ impl Config {
         }
         Ok(Config {
             server,
+            metrics_listen: file.metrics.listen,
             github: github_settings,
             default_target,
             webhook,
@@ -285,6 +294,10 @@ impl Config {
                 .state_dir
                 .as_ref()
                 .map(|dir| dir.join("watch-cursor")),
+            outbox_path: github
+                .state_dir
+                .as_ref()
+                .map(|dir| dir.join("outbox.jsonl")),
         })
     }
 }

@@ -7,13 +7,19 @@
 //! both. The request comment is edited as the approval is decided, expires or is cancelled,
 //! wherever that happened.
 //!
-//! After a restart it finds its comments again through the deliveries recorded on the server
-//! and, failing that, through a hidden marker in each comment. With a state directory it also
-//! keeps a watch cursor there and resumes after the last event it fully handled; without one
-//! every start takes a snapshot and corrects the 50 most recently resolved approvals.
+//! The loop around it (the watch, lanes, retries, shutdown) is the shared worker runtime
+//! (`countersign_worker::runtime`), driving [`channel::GitHubChannel`]; the comments that come
+//! in are handled by `commands`. After a restart it finds its comments again through the
+//! deliveries recorded on the server, the outbox (with a state directory) and, failing
+//! those, through a hidden marker in each comment. With a state directory it also keeps a
+//! watch cursor there and resumes after the last event it fully handled; without one every
+//! start takes a snapshot and corrects the 50 most recently resolved approvals.
 
 pub mod api;
+mod board;
+pub mod channel;
 pub mod command;
+mod commands;
 pub mod config;
 mod incoming;
 pub mod permission;
@@ -22,23 +28,25 @@ mod recent;
 pub mod render;
 pub mod target;
 mod webhook;
-mod worker;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use countersign_client::{Client, ClientError, WatchItem, WatchOptions};
-use countersign_worker::cursor::{Cursor, CursorError};
-use countersign_worker::lanes::Lanes;
+use countersign_client::{Client, ClientError};
+use countersign_worker::outbox::{Outbox, OutboxError};
+use countersign_worker::retry::Backoff;
+use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::api::{ApiError, GitHubApi};
+use crate::board::Board;
+use crate::channel::GitHubChannel;
+use crate::commands::Commands;
 use crate::config::Config;
 use crate::incoming::PollTargets;
-use crate::worker::{Input, Relay, Resume, Runtime, CHANNEL};
 
-/// Inputs waiting for the worker (watch items and incoming comments).
+/// Comments waiting for the commands.
 const INPUT_QUEUE: usize = 1024;
 /// How long a shutdown waits for the requests being posted.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -57,7 +65,9 @@ pub enum WorkerError {
     #[error("a worker task ended unexpectedly: {0}")]
     Task(String),
     #[error(transparent)]
-    Cursor(#[from] CursorError),
+    Runtime(#[from] RuntimeError),
+    #[error("{0} (check the disk and the permissions of state_dir)")]
+    Outbox(#[from] OutboxError),
 }
 
 /// A running worker.
@@ -68,12 +78,22 @@ pub struct Worker {
     other_tasks: Vec<JoinHandle<()>>,
 }
 
+/// Completes once a shutdown is asked for (or its sender is gone).
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
 impl Worker {
     /// Connects (lazily) to the server and GitHub, binds the webhook listener when configured,
     /// and starts watching, polling and serving.
     pub async fn start(config: Config) -> Result<Worker, WorkerError> {
         let api = Arc::new(GitHubApi::new(config.github.clone())?);
         let client = Client::connect(config.server.client.clone())?;
+        let outbox = config
+            .outbox_path
+            .as_deref()
+            .map(Outbox::open)
+            .transpose()?;
         let (inputs, inputs_rx) = mpsc::channel(INPUT_QUEUE);
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut other_tasks = Vec::new();
@@ -93,12 +113,10 @@ impl Worker {
                         source,
                     })?;
                 let router = webhook::router(&settings.secret, inputs.clone());
-                let mut stop = shutdown_rx.clone();
+                let stop = stopped(shutdown_rx.clone());
                 other_tasks.push(tokio::spawn(async move {
                     let served = axum::serve(listener, router)
-                        .with_graceful_shutdown(async move {
-                            let _ = stop.changed().await;
-                        })
+                        .with_graceful_shutdown(stop)
                         .await;
                     if let Err(error) = served {
                         tracing::error!(%error, "webhook server failed");
@@ -128,80 +146,53 @@ impl Worker {
             )));
         }
 
-        let resume = config.cursor_path.as_deref().map(|path| {
-            let (cursor, after) = Cursor::open(path);
-            Resume { cursor, after }
-        });
-        let cursor = resume.as_ref().map(|resume| resume.cursor.clone());
-        let resume_after = resume.as_ref().and_then(|resume| resume.after);
-        let lanes = Lanes::new();
-        let relay = Relay::new(
+        let board = Arc::new(Board::default());
+        let commands = Commands::new(
             client.clone(),
             Arc::clone(&api),
-            config.default_target.clone(),
-            poll_targets,
+            Arc::clone(&board),
             inputs.clone(),
             config.retry_interval,
-            Runtime {
-                lanes: lanes.clone(),
-                resume,
-            },
         );
-        let mut stop = shutdown_rx.clone();
-        let relay_cursor = cursor.clone();
+        let stop = stopped(shutdown_rx.clone());
         other_tasks.push(tokio::spawn(async move {
-            // Dropped with this task (an abort): the deliveries in flight stop too.
-            let _stop_lanes = lanes.abort_on_drop();
             tokio::select! {
-                _ = stop.changed() => {
-                    // Finish posting what is under way (each is recorded on the server).
-                    lanes.shutdown(SHUTDOWN_GRACE).await;
-                    if let Some(cursor) = relay_cursor {
-                        if let Err(error) = cursor.flush().await {
-                            tracing::error!(%error, "cannot write the watch cursor at shutdown");
-                        }
-                    }
-                }
-                _ = relay.run(inputs_rx) => {}
+                () = stop => {}
+                () = commands.run(inputs_rx) => {}
             }
         }));
 
-        let mut stop = shutdown_rx;
-        let (heartbeat_timeout, max_backoff) =
-            (config.server.heartbeat_timeout, config.server.max_backoff);
-        let watch_task = tokio::spawn(async move {
-            let options = WatchOptions {
-                heartbeat_timeout,
-                max_backoff,
-                ..WatchOptions::channel(CHANNEL).resume_after(resume_after)
-            };
-            let mut stream = client.watch(options);
-            let persisted = async {
-                match &cursor {
-                    Some(cursor) => cursor.persist().await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::pin!(persisted);
-            loop {
-                let item = tokio::select! {
-                    _ = stop.changed() => return Ok(()),
-                    written = &mut persisted => return written.map_err(WorkerError::from),
-                    item = stream.next() => item?,
-                };
-                let part = cursor.as_ref().map(|cursor| match &item {
-                    WatchItem::Snapshot(_) => cursor.begin_snapshot(stream.cursor().unwrap_or(0)),
-                    WatchItem::Event(event) => cursor.begin(event.seq),
-                });
-                if inputs
-                    .send(Input::Watch(Box::new(item), part))
-                    .await
-                    .is_err()
-                {
-                    return Ok(());
-                }
+        let channel = GitHubChannel {
+            client: client.clone(),
+            api,
+            board,
+            outbox,
+            default_target: config.default_target.clone(),
+            poll_targets,
+            inputs,
+        };
+        let adopting = channel.clone();
+        let (stop, max_backoff) = (stopped(shutdown_rx.clone()), config.server.max_backoff);
+        other_tasks.push(tokio::spawn(async move {
+            tokio::select! {
+                () = stop => {}
+                () = adopting.adopt_pending(max_backoff) => {}
             }
-        });
+        }));
+        let options = RuntimeOptions {
+            heartbeat_timeout: config.server.heartbeat_timeout,
+            max_backoff: config.server.max_backoff,
+            retry: Backoff::new(
+                config.retry_interval,
+                config.retry_interval.saturating_mul(16),
+            ),
+            shutdown_grace: SHUTDOWN_GRACE,
+            cursor_path: config.cursor_path.clone(),
+            metrics_listen: config.metrics_listen,
+        };
+        let stop = stopped(shutdown_rx);
+        let watch_task =
+            tokio::spawn(async move { Ok(runtime::run(client, channel, options, stop).await?) });
 
         Ok(Worker {
             webhook_addr,

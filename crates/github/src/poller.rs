@@ -13,8 +13,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use crate::api::GitHubApi;
+use crate::commands::Input;
 use crate::incoming::{unedited, PollTargets};
-use crate::worker::Input;
 
 pub async fn run(
     api: Arc<GitHubApi>,

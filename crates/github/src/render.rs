@@ -12,11 +12,9 @@
 
 use countersign_client::{groups, pb, version};
 use countersign_worker::agent_text;
-use countersign_worker::approval::reminder_detail;
-use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
+pub use countersign_worker::approval::short_id;
+use countersign_worker::approval::{format_time, reminder_detail};
 
-use crate::command::SHORT_ID_LEN;
 use crate::target::RepoName;
 
 const APPROVAL_MARKER_PREFIX: &str = "<!-- countersign:approval:";
@@ -50,13 +48,6 @@ fn marked<'a>(body: &'a str, prefix: &str) -> Option<&'a str> {
         .strip_prefix(prefix)?
         .strip_suffix(MARKER_SUFFIX)
         .filter(|value| !value.is_empty())
-}
-
-/// The short form of an approval id shown to people: its last 8 characters, which are random
-/// in a UUIDv7 (the leading ones are a timestamp, shared by approvals made close together).
-pub fn short_id(approval_id: &str) -> &str {
-    let start = approval_id.len().saturating_sub(SHORT_ID_LEN);
-    approval_id.get(start..).unwrap_or(approval_id)
 }
 
 /// True when `given` (lower case, from a command) names `approval_id`: the full id or its
@@ -202,7 +193,10 @@ fn request_head(approval: &pb::Approval) -> String {
     body.push_str(&who);
     body.push('\n');
     if let Some(expires_at) = approval.expires_at.as_ref() {
-        body.push_str(&format!("- **Expires:** {}\n", timestamp(expires_at)));
+        body.push_str(&format!(
+            "- **Expires:** {}\n",
+            format_time(expires_at.seconds)
+        ));
     }
     if approval.required_approvals > 1 {
         body.push_str(&format!(
@@ -278,7 +272,7 @@ fn status_line(approval: &pb::Approval) -> String {
     let at = resolution
         .and_then(|r| r.resolved_at.as_ref())
         .or(approval.resolved_at.as_ref())
-        .map(|at| format!(" · {}", timestamp(at)))
+        .map(|at| format!(" · {}", format_time(at.seconds)))
         .unwrap_or_default();
     // A resolution reason that repeats the request's reason is not shown twice.
     let reason = resolution
@@ -379,13 +373,6 @@ fn risk_label(risk: pb::Risk) -> &'static str {
         pb::Risk::Critical => "🔴 CRITICAL",
         pb::Risk::Unspecified => "unspecified",
     }
-}
-
-fn timestamp(at: &prost_types::Timestamp) -> String {
-    OffsetDateTime::from_unix_timestamp(at.seconds)
-        .ok()
-        .and_then(|at| at.format(&Rfc3339).ok())
-        .unwrap_or_else(|| at.seconds.to_string())
 }
 
 /// Ids and digests are hex with dashes; anything else is dropped rather than rendered.
@@ -587,7 +574,7 @@ mod tests {
             "> **The agent says**\n>\n> **Action:** delete the build directory\n> **Reason:** clean rebuild\n",
             "- **Risk:** 🟠 HIGH",
             "- **Agent:** coder\\-1 · **Session:** s\\-7",
-            "- **Expires:** 2026-01-01T00:00:00Z",
+            "- **Expires:** 2026-01-01 00:00 UTC",
             &format!("`sha256:{}`", "ab".repeat(32)),
             "`6c7d8e9f` (`01936f0e-7c1a-7d2b-9f3e-4a5b6c7d8e9f`)",
             "```json\n{\n  \"command\": \"rm -rf build/\"\n}\n```",
@@ -713,7 +700,7 @@ mod tests {
             ..Default::default()
         });
         let body = request_body(&approved);
-        assert!(body.contains("✅ **Approved** by @octocat · 2025-12-31T23:50:00Z"));
+        assert!(body.contains("✅ **Approved** by @octocat · 2025-12-31 23:50 UTC"));
         assert!(!body.contains("To answer"));
 
         let mut rejected = approved.clone();

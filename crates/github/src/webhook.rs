@@ -17,10 +17,10 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 
 use crate::api::IssueComment;
+use crate::commands::Input;
 use crate::incoming::IncomingComment;
 use crate::recent::RecentSet;
 use crate::target::{IssueRef, RepoName};
-use crate::worker::Input;
 
 /// GitHub caps payloads at 25 MB; comment deliveries are a few kB.
 const MAX_BODY_BYTES: usize = 5 * 1024 * 1024;

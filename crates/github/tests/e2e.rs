@@ -678,12 +678,34 @@ async fn killed_after_posting_and_restarted_posts_no_second_comment() {
 /// applied, reacted to, and the request comment shows the outcome (README, "Restarts").
 #[tokio::test]
 async fn webhook_only_killed_before_recording_applies_a_command_written_while_down() {
+    killed_before_recording_applies_a_command_written_while_down(None).await;
+}
+
+/// The same with a state directory: the outbox holds the intent of the post (written before
+/// it) without the comment's id; the restarted worker looks for the comment by its marker
+/// and adopts it.
+#[tokio::test]
+async fn with_an_outbox_killed_before_recording_applies_a_command_written_while_down() {
+    let state = tempfile::tempdir().expect("a state directory");
+    killed_before_recording_applies_a_command_written_while_down(Some(state.path())).await;
+    let outbox = std::fs::read_to_string(state.path().join("outbox.jsonl")).expect("the outbox");
+    // The intent of the first run, settled by the second once it adopted the comment.
+    assert!(outbox.contains(r#""op":"intent""#), "{outbox}");
+    assert!(outbox.contains(r#""op":"done""#), "{outbox}");
+}
+
+async fn killed_before_recording_applies_a_command_written_while_down(
+    state_dir: Option<&std::path::Path>,
+) {
     let harness = Harness::start_without_worker(Mode::Webhook).await;
     let dir = tempfile::tempdir().expect("temporary directory");
+    let state = state_dir
+        .map(|dir| format!("state_dir = {:?}\n\n", dir.display().to_string()))
+        .unwrap_or_default();
     let config_path = write_worker_config(
         &harness,
         dir.path(),
-        "[webhook]\nlisten = \"127.0.0.1:0\"\nsecret = \"unused-by-this-test\"\n",
+        &format!("{state}[webhook]\nlisten = \"127.0.0.1:0\"\nsecret = \"unused-by-this-test\"\n"),
     );
 
     harness.github.hold(Endpoint::CreateComment);
@@ -1465,4 +1487,58 @@ async fn an_escalation_posts_the_request_on_the_escalation_groups_issue() {
         "{}",
         escalated.body
     );
+}
+
+/// With a state directory the restarted worker resumes its watch after the cursor, so no
+/// event of an approval it had fully handled comes again: it still adopts the request comment
+/// of every pending approval, applies the command written under it while it was down (webhooks
+/// only: GitHub does not deliver that one again), and a command written after the restart.
+#[tokio::test]
+async fn with_a_state_dir_a_resumed_worker_applies_commands_on_earlier_requests() {
+    let state = tempfile::tempdir().expect("a state directory");
+    let mut harness = Harness::start_without_worker(Mode::Webhook).await;
+    harness.state_dir = Some(state.path().to_owned());
+    harness.start_worker().await;
+    let first = harness.request_approval(harness.request("first", "")).await;
+    let comment = harness.request_comment(&first.id).await;
+    wait_delivered(&harness, &first.id).await;
+    harness.stop_worker().await;
+    assert!(state.path().join("watch-cursor").exists());
+    let written_while_down = harness.github.add_comment(
+        REPO,
+        harness.issue,
+        &harness.writer,
+        &format!("/approve {}", short_id(&first.id)),
+    );
+    let second = harness
+        .request_approval(harness.request("second", ""))
+        .await;
+
+    harness.start_worker().await;
+    let resolved = harness.resolved(&first.id).await;
+    assert_eq!(
+        resolved.decisions[0].idempotency_key,
+        written_while_down.id.to_string()
+    );
+    assert_eq!(
+        harness.reactions(written_while_down.id, 1).await,
+        vec!["+1"]
+    );
+    harness
+        .request_comment_where(comment.id, "the approved comment", |body| {
+            body.contains("✅ **Approved** by @alice")
+        })
+        .await;
+    harness.request_comment(&second.id).await;
+    let command = harness
+        .say(
+            &harness.writer,
+            &format!("/reject {} not now", short_id(&second.id)),
+        )
+        .await;
+    assert_eq!(
+        harness.resolved(&second.id).await.state(),
+        pb::ApprovalState::Rejected
+    );
+    assert_eq!(harness.reactions(command.id, 1).await, vec!["-1"]);
 }

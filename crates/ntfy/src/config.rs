@@ -25,12 +25,11 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use countersign_worker::config::{env_var, read_toml};
 pub use countersign_worker::config::{
-    ConfigError, MetricsSection, ServerSection, ServerSettings, WORKER_TOKEN_ENV,
+    ConfigError, MetricsSection, ServerSection, ServerSettings, WorkerSettings, WORKER_TOKEN_ENV,
 };
 use serde::Deserialize;
 
@@ -160,15 +159,10 @@ fn is_http_url(url: &str) -> bool {
     url.starts_with("http://") || url.starts_with("https://")
 }
 
-impl Settings {
-    /// Reads the file at `path`; tokens come from the environment first.
-    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
-        let file: FileConfig = read_toml(path)?;
-        Settings::from_file(file, env_var)
-    }
+impl WorkerSettings for Settings {
+    type File = FileConfig;
 
-    /// Validates a parsed file; `env` looks up environment variables.
-    pub fn from_file(
+    fn from_file(
         file: FileConfig,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Settings, ConfigError> {
@@ -238,7 +232,9 @@ impl Settings {
             shutdown_grace: Duration::from_secs(10),
         })
     }
+}
 
+impl Settings {
     pub fn database_path(&self) -> PathBuf {
         self.state_dir.join("ntfy.db")
     }
@@ -251,6 +247,8 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use countersign_worker::config::read_toml;
+    use std::path::Path;
 
     const CONFIG: &str = "[server]\nurl = \"http://127.0.0.1:1\"\ntoken = \"file-token\"\n[ntfy]\nserver_url = \"https://ntfy.example/\"\npublic_url = \"https://a.example/\"\ndefault_topic = \"ops\"\n[[topics]]\nname = \"ops\"\napprover = \"alice\"\n[[topics]]\nname = \"bob-phone\"\n";
 

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use countersign_ntfy::config::{ACCESS_TOKEN_ENV, WORKER_TOKEN_ENV};
 use countersign_ntfy::Settings;
+use countersign_worker::config::WorkerSettings;
 use countersign_worker::logging::{self, LogFormat};
 
 /// Publishes countersign approval requests as ntfy push notifications with Approve, Reject…

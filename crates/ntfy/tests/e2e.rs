@@ -12,6 +12,7 @@ use countersign_ntfy::Settings;
 use countersign_testkit::http;
 use countersign_testkit::ntfy::{tap, FakeNtfy, NtfyFailure, NtfyMessage};
 use countersign_testkit::server::TestServer;
+use countersign_worker::config::WorkerSettings;
 use serde_json::{json, Value};
 
 const TOPIC: &str = "alice-approvals";

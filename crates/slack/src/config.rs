@@ -26,12 +26,11 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use countersign_worker::config::{env_var, read_toml};
 pub use countersign_worker::config::{
-    ConfigError, MetricsSection, ServerSection, ServerSettings, WORKER_TOKEN_ENV,
+    ConfigError, MetricsSection, ServerSection, ServerSettings, WorkerSettings, WORKER_TOKEN_ENV,
 };
 use serde::Deserialize;
 
@@ -171,15 +170,10 @@ fn valid_channel_id(id: &str) -> bool {
             .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
 }
 
-impl Settings {
-    /// Reads the file at `path`; tokens come from the environment.
-    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
-        let file: FileConfig = read_toml(path)?;
-        Settings::from_file(file, env_var)
-    }
+impl WorkerSettings for Settings {
+    type File = FileConfig;
 
-    /// Validates a parsed file; `env` looks up environment variables.
-    pub fn from_file(
+    fn from_file(
         file: FileConfig,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Settings, ConfigError> {
@@ -264,7 +258,9 @@ impl Settings {
             shutdown_grace: Duration::from_secs(10),
         })
     }
+}
 
+impl Settings {
     /// Whether `user_id` may decide here (before the server's own check).
     pub fn may_decide(&self, user_id: &str) -> bool {
         self.allowed_user_ids.is_empty() || self.allowed_user_ids.iter().any(|id| id == user_id)
@@ -274,6 +270,8 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use countersign_worker::config::read_toml;
+    use std::path::Path;
 
     const CONFIG: &str = "[server]\nurl = \"http://127.0.0.1:1\"\n[slack]\nchannels = [\"C0OPS\", \"G0PRIV\"]\ndefault_channel = \"C0OPS\"\n";
 

@@ -8,6 +8,7 @@ use countersign_slack::config::{
     APP_TOKEN_ENV, BOT_TOKEN_ENV, SIGNING_SECRET_ENV, WORKER_TOKEN_ENV,
 };
 use countersign_slack::Settings;
+use countersign_worker::config::WorkerSettings;
 use countersign_worker::logging::{self, LogFormat};
 
 /// Posts countersign approval requests to Slack as messages with Approve, Reject… and Allow

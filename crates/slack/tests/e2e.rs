@@ -17,6 +17,7 @@ use countersign_testkit::server::TestServer;
 use countersign_testkit::slack::{
     now_secs, post_interaction, FakeSlack, SlackFailure, SlackMessage,
 };
+use countersign_worker::config::WorkerSettings;
 
 const CHANNEL: &str = "C0APPROVALS";
 const BOT_TOKEN: &str = "xoxb-fake-bot-token";

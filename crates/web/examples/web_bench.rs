@@ -9,6 +9,7 @@
 //!
 //! Run: `cargo run --release -p countersign-web --example web_bench` (about 30 s).
 
+use countersign_worker::config::WorkerSettings;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

@@ -27,7 +27,7 @@
 //! ```
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use countersign_client::ClientConfig;
@@ -46,7 +46,7 @@ pub const ADMIN_TOKEN_ENV: &str = "COUNTERSIGN_WEB_ADMIN_TOKEN";
 /// under it.
 pub const CHANNEL: &str = "web";
 
-pub use countersign_worker::config::ConfigError;
+pub use countersign_worker::config::{ConfigError, WorkerSettings};
 
 /// The file as written (also the `[web]` section of `countersign up`'s config file, with the
 /// server filled in).
@@ -175,19 +175,16 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Reads `path`, then the tokens from the environment.
-    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
-        let file: FileConfig = countersign_worker::config::read_toml(path)?;
-        Settings::from_file(file, |name| std::env::var(name).ok())
-    }
-
     /// Whether the session cookie must be `Secure` (the inbox is served over https).
     pub fn secure_cookies(&self) -> bool {
         self.public_url.starts_with("https://")
     }
+}
 
-    /// Validates a parsed file; `env` looks up the tokens' environment variables.
-    pub fn from_file(
+impl WorkerSettings for Settings {
+    type File = FileConfig;
+
+    fn from_file(
         file: FileConfig,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Settings, ConfigError> {

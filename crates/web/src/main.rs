@@ -1,5 +1,6 @@
 //! `countersign-web`: the web inbox of countersign, and its admin commands.
 
+use countersign_worker::config::WorkerSettings;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

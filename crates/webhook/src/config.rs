@@ -27,12 +27,12 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use countersign_worker::config::{env_var, read_toml};
 pub use countersign_worker::config::{
-    ConfigError, MetricsSection, ServerSection, WORKER_TOKEN_ENV, WORKER_TOKEN_NEEDED,
+    ConfigError, MetricsSection, ServerSection, WorkerSettings, WORKER_TOKEN_ENV,
+    WORKER_TOKEN_NEEDED,
 };
 use serde::Deserialize;
 
@@ -180,15 +180,10 @@ impl std::fmt::Debug for Settings {
     }
 }
 
-impl Settings {
-    /// Reads the file at `path`; secrets come from the environment.
-    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
-        let file: FileConfig = read_toml(path)?;
-        Settings::from_file(file, env_var)
-    }
+impl WorkerSettings for Settings {
+    type File = FileConfig;
 
-    /// Validates a parsed file; `env` looks up environment variables.
-    pub fn from_file(
+    fn from_file(
         file: FileConfig,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Settings, ConfigError> {
@@ -276,7 +271,9 @@ impl Settings {
             shutdown_grace: Duration::from_secs(10),
         })
     }
+}
 
+impl Settings {
     pub fn database_path(&self) -> PathBuf {
         self.state_dir.join("webhook.db")
     }

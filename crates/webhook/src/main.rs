@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use countersign_webhook::config::{WORKER_TOKEN_ENV, WORKER_TOKEN_NEEDED};
 use countersign_webhook::Settings;
+use countersign_worker::config::WorkerSettings;
 use countersign_worker::logging::{self, LogFormat};
 
 /// Delivers countersign approval events to HTTP endpoints (Standard Webhooks signatures) with

@@ -19,6 +19,7 @@ use countersign_testkit::server::TestServer;
 use countersign_webhook::config::FileConfig;
 use countersign_webhook::store::Store;
 use countersign_webhook::{Settings, WorkerError};
+use countersign_worker::config::WorkerSettings;
 use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;

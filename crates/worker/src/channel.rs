@@ -33,15 +33,15 @@ pub trait Channel: Send + Sync + 'static {
     /// server has it now: it was resolved while the worker was not watching.
     fn unfinished(&self) -> impl Future<Output = Result<Vec<String>, Self::Error>> + Send;
 
-    /// Posts what an event that changes no message asks for (a reminder, a refused decision,
-    /// a revoked grant, the notice of a call a session grant approved at once: see
-    /// [`crate::runtime`] for which events come here). Runs in the approval's lane; a failure
-    /// that may pass is retried on the runtime's backoff, never before the platform's
-    /// retry-after, a few times. The default posts nothing.
+    /// Tells approvers of an event that changes no message: a reminder, a refused decision,
+    /// a grant revoked, or the request of an approval a session grant approved at once (no
+    /// one was asked, so nothing was shown). Runs in the approval's lane; a failure that may
+    /// pass is retried (never before the platform's retry-after). By default nothing is told.
     fn notice(
         &self,
-        _event: &pb::ApprovalEvent,
+        event: &pb::ApprovalEvent,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        let _ = event;
         async { Ok(()) }
     }
 }

@@ -39,6 +39,24 @@ pub fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|value| !value.is_empty())
 }
 
+/// A worker's settings: its TOML file validated, secrets from the environment.
+pub trait WorkerSettings: Sized {
+    /// The file as written.
+    type File: DeserializeOwned;
+
+    /// Validates a parsed file; `env` looks up environment variables (a secret there wins
+    /// over the file's).
+    fn from_file(
+        file: Self::File,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError>;
+
+    /// Reads the file at `path`; secrets come from the process environment ([`env_var`]).
+    fn load(path: &Path) -> Result<Self, ConfigError> {
+        Self::from_file(read_toml(path)?, env_var)
+    }
+}
+
 /// Reads and parses the TOML file at `path`.
 pub fn read_toml<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {

@@ -7,6 +7,9 @@
 //!   the server no longer retains it, it starts with a snapshot and reconciles: every pending
 //!   approval is shown, and every one the channel still shows unfinished that is no longer
 //!   pending is shown as the server has it now.
+//! - **Notices**: an event that changes no message (a reminder, a refused decision, the
+//!   request of an approval a session grant approved at once) goes to [`Channel::notice`],
+//!   in the approval's lane, after what came before it.
 //! - **Lanes**: everything for one approval runs in its lane, in order; approvals run
 //!   concurrently.
 //! - **Retries**: a failure that may pass schedules the approval on its own backoff, never
@@ -23,10 +26,6 @@
 //!   approval is read as the server has it now before it is shown: no request message goes out
 //!   for an approval resolved meanwhile. (Without a cursor a start takes a snapshot, whose
 //!   copies are current.)
-//! - **Notices**: an event that changes no message (a reminder, a refused decision, a revoked
-//!   grant) and the `Requested` event of a call a session grant approved at once go to
-//!   [`Channel::notice`], in the approval's lane; a failure that may pass is retried there a
-//!   few times, never before the platform's retry-after.
 //! - **Shows asked for beside the loop**: [`ShowRequests`] lets the handler of an approver's
 //!   action have an approval shown in its lane now (the copy Decide answered with), or read
 //!   and shown as it is now, instead of waiting for its event.
@@ -50,8 +49,7 @@ use crate::retry::{retry_in_line, Backoff, Classify, RetrySchedule, Verdict};
 
 /// How many times listing the channel's unfinished approvals is tried after a snapshot.
 const UNFINISHED_ATTEMPTS: u32 = 5;
-
-/// How many times a notice is tried before it is given up.
+/// How many times a notice is tried (a notice past them is lost, and logged).
 const NOTICE_ATTEMPTS: u32 = 5;
 
 /// How the runtime watches, retries and stops.
@@ -235,16 +233,6 @@ fn finish(part: Option<Part>) {
     }
 }
 
-/// Whether an event is for [`Channel::notice`]: it changes no message (and is not one of the
-/// workers' own delivery records), or it is the request of a call a session grant approved
-/// at once, which no one is asked about.
-fn is_notice(kind: EventKind, approval: &pb::Approval) -> bool {
-    if kind == EventKind::Requested {
-        return is_granted(approval);
-    }
-    !changes_message(kind) && kind != EventKind::Delivered
-}
-
 /// Whether an event changes what an approval's message shows.
 fn changes_message(kind: EventKind) -> bool {
     matches!(
@@ -278,6 +266,7 @@ impl<C: Channel> Runtime<C> {
                     let kind = event.kind();
                     if let Some(approval) = &event.approval {
                         tracing::debug!(approval_id = %approval.id, seq = event.seq, ?kind, "approval event");
+                        let granted = kind == EventKind::Requested && is_granted(approval);
                         if changes_message(kind) {
                             let share = part.as_ref().map(Part::share);
                             if kind == EventKind::Requested && self.cursor.is_some() {
@@ -286,8 +275,8 @@ impl<C: Channel> Runtime<C> {
                                 self.enqueue_show(approval.clone(), share);
                             }
                         }
-                        if is_notice(kind, approval) {
-                            self.enqueue_notice(event.clone(), part.as_ref().map(Part::share));
+                        if !changes_message(kind) || granted {
+                            self.enqueue_notice(event, part.as_ref().map(Part::share));
                         }
                     }
                     finish(part);
@@ -355,31 +344,6 @@ impl<C: Channel> Runtime<C> {
         std::future::pending().await
     }
 
-    /// Posts the notice of an event in its approval's lane: not while the platform asked for
-    /// a pause for the approval, retried in line a few times when it fails for a reason that
-    /// may pass. The event's share of the item is over then, whatever the outcome.
-    fn enqueue_notice(self: &Arc<Self>, event: pb::ApprovalEvent, part: Option<Part>) {
-        let Some(approval_id) = event.approval.as_ref().map(|a| a.id.clone()) else {
-            finish(part);
-            return;
-        };
-        let runtime = self.clone();
-        self.lanes.push(&approval_id.clone(), async move {
-            if let Some(wait) = runtime.retries.holds(&approval_id) {
-                tokio::time::sleep(wait).await;
-            }
-            let retry = runtime.options.retry;
-            let posted = retry_in_line(retry, NOTICE_ATTEMPTS, retry.max, "posting a notice", || {
-                runtime.channel.notice(&event)
-            })
-            .await;
-            if let Err(error) = posted {
-                tracing::warn!(approval_id, seq = event.seq, kind = ?event.kind(), %error, "giving up on a notice");
-            }
-            finish(part);
-        });
-    }
-
     /// Shows the approval as the server has it now, or `approval` when it cannot be read.
     fn enqueue_show_current(self: &Arc<Self>, approval: pb::Approval, part: Option<Part>) {
         let runtime = self.clone();
@@ -403,6 +367,27 @@ impl<C: Channel> Runtime<C> {
         self.lanes.push(&key, async move {
             runtime.show(&approval).await;
             runtime.job_over(&approval.id, part);
+        });
+    }
+
+    /// Tells the channel of an event that changes no message, retrying in the lane.
+    fn enqueue_notice(self: &Arc<Self>, event: pb::ApprovalEvent, part: Option<Part>) {
+        let runtime = self.clone();
+        let key = event
+            .approval
+            .as_ref()
+            .map(|approval| approval.id.clone())
+            .unwrap_or_default();
+        self.lanes.push(&key.clone(), async move {
+            let retry = runtime.options.retry;
+            let told = retry_in_line(retry, NOTICE_ATTEMPTS, retry.max, "a notice", || {
+                runtime.channel.notice(&event)
+            })
+            .await;
+            if let Err(error) = told {
+                tracing::error!(approval_id = %key, seq = event.seq, %error, "cannot tell the approvers of an event; giving up");
+            }
+            finish(part);
         });
     }
 

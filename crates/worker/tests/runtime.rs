@@ -52,10 +52,14 @@ struct Record {
     overlapped: bool,
     /// How many snapshots were reconciled (each asks for the unfinished approvals).
     snapshots: usize,
-    /// Notices asked for: the approval's key, the event's kind, when.
-    notices: Vec<(String, pb::EventKind, Instant)>,
+    /// The notices told, by key: the event kinds, in order.
+    notices: Vec<(String, pb::EventKind)>,
+    /// How many of the next notices fail with a retryable error.
+    failing_notices: usize,
+    /// Every notice call: the approval's key, the event's kind, when.
+    notice_calls: Vec<(String, pb::EventKind, Instant)>,
     /// Per approval, the retry-afters its next notices fail with.
-    failing_notices: HashMap<String, VecDeque<Duration>>,
+    notices_failing_after: HashMap<String, VecDeque<Duration>>,
 }
 
 #[derive(Clone, Default)]
@@ -214,16 +218,21 @@ impl Channel for TestChannel {
             record.overlapped = true;
         }
         record
-            .notices
+            .notice_calls
             .push((key.clone(), event.kind(), Instant::now()));
-        match record
-            .failing_notices
+        let failing_after = record
+            .notices_failing_after
             .get_mut(&key)
-            .and_then(VecDeque::pop_front)
-        {
-            Some(after) => Err(Unavailable(Some(after))),
-            None => Ok(()),
+            .and_then(VecDeque::pop_front);
+        if let Some(after) = failing_after {
+            return Err(Unavailable(Some(after)));
         }
+        if record.failing_notices > 0 {
+            record.failing_notices -= 1;
+            return Err(Unavailable(None));
+        }
+        record.notices.push((key, event.kind()));
+        Ok(())
     }
 
     async fn unfinished(&self) -> Result<Vec<String>, Unavailable> {
@@ -660,7 +669,7 @@ async fn a_grant_s_use_is_a_notice_retried_after_the_platform_s_retry_after() {
     harness
         .recorder
         .lock()
-        .failing_notices
+        .notices_failing_after
         .insert("granted".into(), VecDeque::from([retry_after]));
     let granted = harness.request("granted").await;
     assert_eq!(
@@ -671,12 +680,17 @@ async fn a_grant_s_use_is_a_notice_retried_after_the_platform_s_retry_after() {
     harness
         .recorder
         .until("the notice is tried again", |record| {
-            record.notices.iter().filter(|n| n.0 == "granted").count() == 2
+            record
+                .notice_calls
+                .iter()
+                .filter(|n| n.0 == "granted")
+                .count()
+                == 2
         })
         .await;
     let (notices, overlapped) = {
         let record = harness.recorder.lock();
-        (record.notices.clone(), record.overlapped)
+        (record.notice_calls.clone(), record.overlapped)
     };
     assert!(
         notices
@@ -830,4 +844,48 @@ async fn a_taken_metrics_address_is_named() {
     let error = harness.start(GRACE).task.await.unwrap().unwrap_err();
     assert!(matches!(error, RuntimeError::Metrics(_)), "{error:?}");
     assert!(error.to_string().contains(&addr.to_string()), "{error}");
+}
+
+/// A reminder changes no message: it reaches the channel's notice (retried after a failure
+/// that may pass), once, and no extra show; the request before it was shown first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reminder_is_a_notice_retried_until_told() {
+    let harness = Harness::new(false).await;
+    harness.recorder.lock().failing_notices = 2;
+    let running = harness.start(GRACE);
+    let approval = harness
+        .agent
+        .request_approval(pb::RequestApprovalRequest {
+            agent_id: "coder-1".into(),
+            idempotency_key: "reminded".into(),
+            risk: pb::Risk::Low.into(),
+            action: "build".into(),
+            tool_name: "bash".into(),
+            arguments_json: "{}".into(),
+            ttl_seconds: 600,
+            follow_up: Some(pb::FollowUp {
+                remind_after_seconds: 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .approval
+        .unwrap();
+    harness
+        .recorder
+        .until("the reminder is told", |record| !record.notices.is_empty())
+        .await;
+    {
+        let record = harness.recorder.lock();
+        assert_eq!(
+            record.notices,
+            vec![("reminded".to_owned(), pb::EventKind::Reminded)]
+        );
+        assert_eq!(record.failing_notices, 0, "both failures were retried");
+        let shows = record.calls.iter().filter(|c| c.key == "reminded").count();
+        assert_eq!(shows, 1, "the reminder shows nothing: {approval:?}");
+    }
+    running.shut_down().await;
 }

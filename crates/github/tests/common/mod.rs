@@ -133,6 +133,7 @@ impl Harness {
             polling: matches!(self.mode, Mode::Polling | Mode::Both).then_some(PollingSection {
                 interval_ms: Some(100),
             }),
+            metrics: Default::default(),
         }
     }
 
