@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use countersign_client::{pb, Client, ClientError};
-use countersign_worker::approval::{is_granted, pending_approvals, route_targets};
+use countersign_worker::approval::{
+    is_granted, pending_approvals, recently_resolved_with_deliveries, route_targets,
+};
 use countersign_worker::channel::Channel;
 use countersign_worker::outbox::{Entry, Outbox, OutboxError};
 use countersign_worker::retry::{keep_longest, retry_in_line, Backoff, Classify, Verdict};
@@ -37,15 +39,6 @@ const RECORD_DELIVERY_ATTEMPTS: u32 = 5;
 /// How many of the most recent resolved approvals are shown as they are after each snapshot,
 /// to correct messages left showing buttons while the worker was not watching.
 const RESOLVED_CORRECTED: u32 = 50;
-
-/// Every state but pending.
-const RESOLVED_STATES: [ApprovalState; 5] = [
-    ApprovalState::Approved,
-    ApprovalState::Rejected,
-    ApprovalState::Expired,
-    ApprovalState::Cancelled,
-    ApprovalState::Consumed,
-];
 
 /// How many messages before a new request message are searched for an orphaned copy (one
 /// whose sending a crash interrupted before its id was written down).
@@ -150,18 +143,8 @@ impl Channel for TelegramChannel {
                 .into_iter()
                 .map(|entry| entry.key),
         );
-        let request = pb::ListApprovalsRequest {
-            states: RESOLVED_STATES.into_iter().map(i32::from).collect(),
-            channel: CHANNEL.to_owned(),
-            page_size: RESOLVED_CORRECTED,
-            ..Default::default()
-        };
-        let listed = self.client.list_approvals(request).await?.approvals;
         ids.extend(
-            listed
-                .into_iter()
-                .filter(|approval| !recorded_messages(approval).is_empty())
-                .map(|approval| approval.id),
+            recently_resolved_with_deliveries(&self.client, CHANNEL, RESOLVED_CORRECTED).await?,
         );
         ids.sort();
         ids.dedup();
