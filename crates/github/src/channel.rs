@@ -13,7 +13,9 @@
 use std::sync::Arc;
 
 use countersign_client::{pb, Client, ClientError};
-use countersign_worker::approval::{is_granted, pending_approvals, route_targets};
+use countersign_worker::approval::{
+    is_granted, pending_approvals, recently_resolved_with_deliveries, route_targets,
+};
 use countersign_worker::channel::Channel;
 use countersign_worker::outbox::{Outbox, OutboxError};
 use countersign_worker::retry::{Classify, Verdict};
@@ -136,34 +138,13 @@ impl Channel for GitHubChannel {
     /// The approvals left in the outbox, and the most recently resolved ones with a request
     /// on GitHub: their messages may still say "waiting".
     async fn unfinished(&self) -> Result<Vec<String>, ShowError> {
-        use pb::ApprovalState as State;
-        let resolved = [
-            State::Approved,
-            State::Rejected,
-            State::Expired,
-            State::Cancelled,
-            State::Consumed,
-        ];
-        let listed = self
-            .client
-            .list_approvals(pb::ListApprovalsRequest {
-                states: resolved.into_iter().map(i32::from).collect(),
-                channel: CHANNEL.to_string(),
-                page_size: RESYNC_PAGE,
-                ..Default::default()
-            })
-            .await?;
         let mut ids: Vec<String> = self
             .outbox
             .iter()
             .flat_map(Outbox::all_unsettled)
             .map(|e| e.key)
             .collect();
-        for approval in listed.approvals {
-            if approval.deliveries.iter().any(|d| d.channel == CHANNEL) {
-                ids.push(approval.id);
-            }
-        }
+        ids.extend(recently_resolved_with_deliveries(&self.client, CHANNEL, RESYNC_PAGE).await?);
         ids.sort();
         ids.dedup();
         Ok(ids)
