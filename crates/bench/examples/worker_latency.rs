@@ -283,6 +283,7 @@ async fn main() {
             polling: Some(PollingSection {
                 interval_ms: Some(60_000),
             }),
+            metrics: Default::default(),
         };
         let config = Config::from_file(file, &NoEnvironment).expect("config");
         let worker = countersign_github::Worker::start(config)

@@ -501,17 +501,7 @@ pub async fn idle_streams(
 /// Creates one approval and resolves it; returns its id and idempotency key, the template of
 /// the historical approvals.
 pub async fn history_template(url: &str) -> Result<(String, String), BenchError> {
-    let mut client = clients(&connections(url, 1).await?).remove(0);
-    let key = format!("history-template-{}", run_prefix());
-    let created = client
-        .request_approval(approval_request("bench-history".into(), key.clone()))
-        .await
-        .map_err(|s| BenchError::Setup(format!("template request: {s}")))?
-        .into_inner();
-    let id = created
-        .approval
-        .map(|a| a.id)
-        .ok_or_else(|| BenchError::Setup("template request: no approval".into()))?;
+    let (mut client, id, key) = template_request(url, "history").await?;
     client
         .decide(decide_request(
             id.clone(),
@@ -521,6 +511,26 @@ pub async fn history_template(url: &str) -> Result<(String, String), BenchError>
         .await
         .map_err(|s| BenchError::Setup(format!("template decision: {s}")))?;
     Ok((id, key))
+}
+
+/// Requests one approval as the throughput figures do (agent `bench-{purpose}`); returns the
+/// client, the approval's id and its idempotency key.
+pub async fn template_request(
+    url: &str,
+    purpose: &str,
+) -> Result<(ApprovalServiceClient<Channel>, String, String), BenchError> {
+    let mut client = clients(&connections(url, 1).await?).remove(0);
+    let key = format!("{purpose}-template-{}", run_prefix());
+    let created = client
+        .request_approval(approval_request(format!("bench-{purpose}"), key.clone()))
+        .await
+        .map_err(|s| BenchError::Setup(format!("{purpose} template request: {s}")))?
+        .into_inner();
+    let id = created
+        .approval
+        .map(|a| a.id)
+        .ok_or_else(|| BenchError::Setup(format!("{purpose} template request: no approval")))?;
+    Ok((client, id, key))
 }
 
 /// Creates `count` pending approvals through the API.

@@ -5,6 +5,7 @@
 mod echo;
 mod error;
 mod figures;
+mod floor;
 mod history;
 mod load;
 mod process;
@@ -37,6 +38,10 @@ enum Part {
     IdleStreams,
     /// ListApprovals of pending approvals with many historical approvals stored
     History,
+    /// The storage floor: the server's request writes straight into its storage (a database
+    /// the server migrated, its writer's settings, durability full, as many changes per commit
+    /// as its group commit gathered), no server; RequestApproval figures are compared to it
+    Floor,
 }
 
 /// Measures countersign-server against a trivial tonic echo service, in one run, on this
@@ -267,6 +272,11 @@ async fn measure(args: &Args, servers: &mut Option<Servers>) -> Result<Report, B
         }
     }
 
+    if let Some(servers) = servers.as_mut().filter(|_| wants(args, Part::Floor)) {
+        let figure = storage_floor(servers, &load, &figures).await?;
+        figures.push(figure);
+    }
+
     let shared = match (
         &args.server,
         servers.as_mut(),
@@ -388,11 +398,18 @@ async fn measure(args: &Args, servers: &mut Option<Servers>) -> Result<Report, B
         figures.push(figure);
     }
 
+    let floor = figures
+        .iter()
+        .find(|f| f.name.starts_with(FLOOR))
+        .and_then(|f| f.per_second);
     for figure in figures.iter_mut().skip(1) {
         if figure.name.contains('@') {
             figure.against_latency(&baseline);
         } else {
             figure.against_throughput(&baseline);
+        }
+        if let Some(floor) = floor.filter(|_| figure.name.starts_with("RequestApproval")) {
+            figure.against_floor(floor);
         }
     }
     Ok(Report {
@@ -403,6 +420,59 @@ async fn measure(args: &Args, servers: &mut Option<Servers>) -> Result<Report, B
         message_bytes: figures::message_bytes(),
         figures,
     })
+}
+
+/// The storage floor figure's name starts so.
+const FLOOR: &str = "storage floor";
+
+/// Changes per commit of the floor when no group-commit figure measured the server's.
+const DEFAULT_FLOOR_BATCH: usize = 32;
+
+/// The storage floor on a database a server created, migrated and wrote one approval into,
+/// in transactions of the mean commit batch of "RequestApproval, full, group commit" when
+/// that ran before.
+async fn storage_floor(
+    servers: &mut Servers,
+    load: &Load,
+    figures: &[Figure],
+) -> Result<Figure, BenchError> {
+    let batch = figures
+        .iter()
+        .find(|f| f.name == "RequestApproval, full, group commit")
+        .and_then(|f| f.extra.get("mean_commit_batch"))
+        .and_then(|batch| batch.as_f64())
+        .map_or(DEFAULT_FLOOR_BATCH, |batch| batch.round().max(1.0) as usize);
+    let (served, _) = servers.start("full", true).await?;
+    let (_, id, key) = figures::template_request(&served.url(), "floor").await?;
+    served.stop().await?;
+    let template = floor::Template {
+        id,
+        key,
+        agent: "bench-floor".into(),
+    };
+    let storage = match servers.postgres {
+        Some(_) => floor::Storage::Postgres(&servers.last_database),
+        None => floor::Storage::Sqlite(std::path::Path::new(&servers.last_database)),
+    };
+    let backend = if servers.postgres.is_some() {
+        "PostgreSQL"
+    } else {
+        "SQLite"
+    };
+    progress(&format!(
+        "{FLOOR}: request writes straight into {backend}, {batch} per commit"
+    ));
+    let measured = floor::request_writes(storage, &template, batch, load).await?;
+    let mut figure = Figure::other(
+        format!("{FLOOR}: request writes, {backend}, full"),
+        format!("{batch} changes/commit, no server"),
+    );
+    figure.operations = Some(measured.changes);
+    figure.per_second = Some(measured.per_second);
+    figure
+        .extra
+        .insert("changes_per_commit".into(), serde_json::json!(batch));
+    Ok(figure)
 }
 
 /// Server CPU time per call, by thread kind.

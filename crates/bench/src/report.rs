@@ -71,6 +71,21 @@ impl Figure {
         }
     }
 
+    /// Adds this figure's throughput over the storage floor's (`floor` per second) to its
+    /// note and its extra figures.
+    pub fn against_floor(&mut self, floor: f64) {
+        if let Some(mine) = self.per_second.filter(|_| floor > 0.0) {
+            let ratio = mine / floor;
+            let note = format!("{ratio:.2}x the storage floor");
+            self.note = match self.note.is_empty() {
+                true => note,
+                false => format!("{note}, {}", self.note),
+            };
+            self.extra
+                .insert("floor_ratio".into(), serde_json::json!(ratio));
+        }
+    }
+
     /// Sets the ratio of this figure's median latency to the baseline's.
     pub fn against_latency(&mut self, baseline: &Figure) {
         if let (Some(mine), Some(base)) = (self.p50_ms, baseline.p50_ms) {

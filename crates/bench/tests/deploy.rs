@@ -3,6 +3,7 @@
 //! one that binary reads, the Dockerfile builds every binary compose runs, and the example
 //! configurations load with the real configuration loaders.
 
+use countersign_worker::config::WorkerSettings;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;

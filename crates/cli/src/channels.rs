@@ -202,6 +202,9 @@ fn telegram(
     let file = TelegramFile {
         server: server_section(pieces),
         telegram: section,
+        // `[metrics]` in the instance's file is the server's; the workers inside `up` have
+        // no endpoint of their own.
+        metrics: Default::default(),
     };
     let settings = countersign_telegram::Settings::from_file(
         file,

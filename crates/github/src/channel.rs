@@ -13,7 +13,9 @@
 use std::sync::Arc;
 
 use countersign_client::{pb, Client, ClientError};
-use countersign_worker::approval::{is_granted, pending_approvals, route_targets};
+use countersign_worker::approval::{
+    is_granted, pending_approvals, recently_resolved_with_deliveries, route_targets,
+};
 use countersign_worker::channel::Channel;
 use countersign_worker::outbox::{Outbox, OutboxError};
 use countersign_worker::retry::{Classify, Verdict};
@@ -161,14 +163,6 @@ impl Channel for GitHubChannel {
     /// recently resolved ones with a request on GitHub: their messages may still say
     /// "waiting".
     async fn unfinished(&self) -> Result<Vec<String>, ShowError> {
-        use pb::ApprovalState as State;
-        let resolved = [
-            State::Approved,
-            State::Rejected,
-            State::Expired,
-            State::Cancelled,
-            State::Consumed,
-        ];
         let mut ids: Vec<String> = self
             .outbox
             .iter()
@@ -176,22 +170,7 @@ impl Channel for GitHubChannel {
             .map(|e| e.key)
             .collect();
         ids.extend(self.board.pending_ids());
-        let listed = self
-            .client
-            .list_approvals(pb::ListApprovalsRequest {
-                states: resolved.into_iter().map(i32::from).collect(),
-                channel: CHANNEL.to_string(),
-                page_size: RESYNC_PAGE,
-                ..Default::default()
-            })
-            .await?;
-        ids.extend(
-            listed
-                .approvals
-                .into_iter()
-                .filter(|approval| approval.deliveries.iter().any(|d| d.channel == CHANNEL))
-                .map(|approval| approval.id),
-        );
+        ids.extend(recently_resolved_with_deliveries(&self.client, CHANNEL, RESYNC_PAGE).await?);
         ids.sort();
         ids.dedup();
         Ok(ids)

@@ -76,11 +76,22 @@ pub fn chain_hash(
     at_ms: i64,
     body: &mut Value,
 ) -> String {
+    chain_hash_at(
+        prev_hash,
+        &content_before_seq(approval_id, kind, at_ms, body),
+        seq,
+    )
+}
+
+/// A row's canonical content up to its seq, the last key: everything of its hash that does
+/// not depend on its place in the chain, so it can be made before the row has one. `body` is
+/// given back as it came.
+pub fn content_before_seq(approval_id: &str, kind: &str, at_ms: i64, body: &mut Value) -> String {
     let approval = body.get_mut("approval").and_then(Value::as_object_mut);
     let set_aside = approval.and_then(|approval| approval.remove("arguments_json"));
     // Keys in byte order, as canonical JSON has them.
     let content = format!(
-        "{{\"approval_id\":{},\"at_ms\":{at_ms},\"body\":{},\"kind\":{},\"seq\":{seq}}}",
+        "{{\"approval_id\":{},\"at_ms\":{at_ms},\"body\":{},\"kind\":{},\"seq\":",
         Value::from(approval_id),
         canonical_json(body),
         Value::from(kind),
@@ -91,7 +102,12 @@ pub fn chain_hash(
     ) {
         approval.insert("arguments_json".into(), arguments);
     }
-    sha256_hex(format!("{prev_hash}\n{content}").as_bytes())
+    content
+}
+
+/// The hash of the row at `seq` after `prev_hash`, from its [`content_before_seq`].
+pub fn chain_hash_at(prev_hash: &str, before_seq: &str, seq: i64) -> String {
+    sha256_hex(format!("{prev_hash}\n{before_seq}{seq}}}").as_bytes())
 }
 
 /// The outcome of a verification.

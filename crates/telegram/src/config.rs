@@ -15,14 +15,18 @@
 //! # The worker's outbox (intents of messages being sent) and watch cursor (where a restarted
 //! # worker resumes) live here; keep it across restarts.
 //! state_dir = "/var/lib/countersign/telegram"
+//!
+//! # [metrics]: where /healthz and /metrics are served (plain HTTP); off when absent
+//! # listen = "127.0.0.1:9091"
 //! ```
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use countersign_worker::config::{env_var, read_toml};
 pub use countersign_worker::config::{
-    ConfigError, ServerSection, WORKER_TOKEN_ENV, WORKER_TOKEN_NEEDED,
+    ConfigError, MetricsSection, ServerSection, WORKER_TOKEN_ENV, WORKER_TOKEN_NEEDED,
 };
 use serde::Deserialize;
 
@@ -38,6 +42,8 @@ pub struct FileConfig {
     pub server: ServerSection,
     #[serde(default)]
     pub telegram: TelegramSection,
+    #[serde(default)]
+    pub metrics: MetricsSection,
 }
 
 #[derive(Clone, Deserialize)]
@@ -152,6 +158,8 @@ pub struct Settings {
     pub cursor_path: PathBuf,
     /// How long a shutdown waits for the messages being sent or edited.
     pub shutdown_grace: Duration,
+    /// Where `/healthz` and `/metrics` are served (`[metrics] listen`).
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Settings {
@@ -166,6 +174,7 @@ impl Settings {
                 bot_token: Some(bot_token.to_owned()),
                 ..TelegramSection::default()
             },
+            metrics: MetricsSection::default(),
         };
         Settings::from_file(file, None, None)
     }
@@ -183,7 +192,11 @@ impl Settings {
         worker_token_env: Option<String>,
         bot_token_env: Option<String>,
     ) -> Result<Settings, ConfigError> {
-        let FileConfig { server, telegram } = file;
+        let FileConfig {
+            server,
+            telegram,
+            metrics,
+        } = file;
         let ca_cert_pem = server.ca_cert_pem()?;
         let connect_timeout = server.connect_timeout()?;
         let bot_token = bot_token_env.or(telegram.bot_token).ok_or_else(|| {
@@ -226,6 +239,7 @@ impl Settings {
             outbox_path: telegram.state_dir.join("outbox.jsonl"),
             cursor_path: telegram.state_dir.join("watch-cursor"),
             shutdown_grace: Duration::from_secs(10),
+            metrics_listen: metrics.listen,
         })
     }
 }

@@ -8,30 +8,52 @@
 //! Sent messages are recorded on the server (`RecordDelivery`), so a restarted worker edits
 //! them instead of sending new ones; a local outbox covers a crash between Telegram's answer
 //! and that record. A watch cursor in the state directory names the last seq up to which every
-//! event was fully handled, so a restarted worker resumes after it and misses nothing. It runs on the shared worker runtime (`countersign-worker`): one lane per
-//! approval, retries per approval honouring `retry_after`, graceful shutdown.
+//! event was fully handled, so a restarted worker resumes after it and misses nothing.
+//!
+//! The approval side is a `Channel` of the shared worker runtime
+//! (`countersign_worker::runtime`), which owns the loop: the watch and its cursor, one lane
+//! per approval, retries per approval honouring `retry_after`, graceful shutdown. This crate
+//! keeps the platform's parts: rendering, the Bot API calls, the book of sent messages and
+//! the outbox records (`worker`), and the polling of taps and commands (`inbound`).
 //!
 //! [`run`] is the entry point used by the `countersign-telegram` binary and by tests.
 
+mod book;
 pub mod bot_api;
 pub mod callback;
 pub mod command;
 pub mod config;
+mod inbound;
 pub mod render;
 mod worker;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use countersign_client::{Client, ClientConfig};
-use countersign_worker::cursor::Cursor;
-use countersign_worker::lanes::Lanes;
-use countersign_worker::outbox::Outbox;
+use countersign_client::{Client, ClientConfig, ClientError};
+use countersign_worker::outbox::{Outbox, OutboxError};
+use countersign_worker::retry::Backoff;
+use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions};
 
+use crate::book::MessageBook;
 use crate::bot_api::{BotApi, BotApiError};
 pub use crate::config::Settings;
-use crate::worker::{Resume, Worker};
-pub use crate::worker::{WorkerError, CHANNEL};
+use crate::inbound::Inbound;
+use crate::worker::TelegramChannel;
+pub use crate::worker::CHANNEL;
+
+/// Why the worker stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("Telegram: {0}")]
+    Telegram(#[from] BotApiError),
+    #[error("countersign server: {0}")]
+    Server(#[from] ClientError),
+    #[error(transparent)]
+    Outbox(#[from] OutboxError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
 
 /// Runs the worker until `shutdown` completes (then the messages being sent or edited are
 /// finished, within the configured grace, and it returns `Ok`) or an error that retrying
@@ -42,60 +64,59 @@ pub async fn run(
 ) -> Result<(), WorkerError> {
     let bot = BotApi::new(&settings.bot_token, &settings.api_url)?;
     let outbox = Outbox::open(&settings.outbox_path)?;
-    let (cursor, after) = Cursor::open(&settings.cursor_path);
     let client = Client::connect(ClientConfig {
         url: settings.server_url.clone(),
         token: settings.worker_token.clone(),
         ca_cert_pem: settings.ca_cert_pem.clone(),
         connect_timeout: settings.connect_timeout,
     })?;
-    let lanes = Lanes::new();
-    // The lanes' jobs hold the worker; dropping this future (a kill in tests) stops them.
-    let _stop_lanes = lanes.abort_on_drop();
-    let grace = settings.shutdown_grace;
-    tokio::select! {
-        result = start_and_serve(client, bot, settings, lanes.clone(), outbox, Resume { cursor: cursor.clone(), after }) => result,
-        result = cursor.persist() => result.map_err(WorkerError::from),
-        () = shutdown => {
-            tracing::info!(in_flight = lanes.busy(), "shutting down; finishing the messages being sent or edited");
-            lanes.shutdown(grace).await;
-            cursor.flush().await?;
-            Ok(())
-        }
-    }
-}
-
-async fn start_and_serve(
-    client: Client,
-    bot: BotApi,
-    settings: Settings,
-    lanes: Lanes,
-    outbox: Outbox,
-    resume: Resume,
-) -> Result<(), WorkerError> {
-    let bot_username = connect_to_telegram(&bot, &settings).await?;
+    let book = Arc::new(MessageBook::default());
+    let (shows, queue) = runtime::show_requests();
+    let unsettled = outbox.all_unsettled().len();
+    let channel = TelegramChannel::new(
+        client.clone(),
+        bot.clone(),
+        settings.clone(),
+        book.clone(),
+        outbox,
+    );
+    let start = async {
+        let bot_username = connect_to_telegram(&bot, &settings).await?;
+        channel.prepare(&shows).await?;
+        Ok::<_, WorkerError>(bot_username)
+    };
+    tokio::pin!(shutdown);
+    let bot_username = tokio::select! {
+        started = start => started?,
+        () = &mut shutdown => return Ok(()),
+    };
     tracing::info!(
         bot = %bot_username,
         server = %settings.server_url,
         default_chat_id = ?settings.default_chat_id,
         allowlisted_users = settings.allowed_user_ids.len(),
-        unsettled_outbox_entries = outbox.all_unsettled().len(),
+        unsettled_outbox_entries = unsettled,
         "Telegram worker started"
     );
-    let worker = Arc::new(Worker::new(
-        client,
+    let options = RuntimeOptions {
+        heartbeat_timeout: settings.heartbeat_timeout,
+        max_backoff: settings.max_backoff,
+        retry: Backoff::new(settings.retry_interval, settings.max_retry_wait),
+        shutdown_grace: settings.shutdown_grace,
+        cursor_path: Some(settings.cursor_path.clone()),
+        metrics_listen: settings.metrics_listen,
+    };
+    let inbound = Arc::new(Inbound {
+        client: client.clone(),
         bot,
         settings,
         bot_username,
-        lanes,
-        outbox,
-        resume,
-    ));
+        book,
+        shows,
+    });
     tokio::select! {
-        result = worker.follow_approvals() => result,
-        result = worker.follow_updates() => result,
-        result = worker.retry_failed_messages() => result,
-        result = worker.correct_resolved_messages() => result,
+        result = runtime::run_with_requests(client, channel, options, queue, shutdown) => Ok(result?),
+        () = inbound.follow_updates() => Ok(()),
     }
 }
 

@@ -7,10 +7,9 @@
 
 use countersign_client::{groups, pb, version};
 use pb::{ApprovalState, ResolvedBy, Risk, Scope, Verdict};
-use time::OffsetDateTime;
 
 use countersign_worker::agent_text;
-use countersign_worker::approval::reminder_detail;
+use countersign_worker::approval::{format_time, or_dash, reminder_detail, short_id};
 
 use crate::callback::{ButtonAction, CallbackData};
 
@@ -543,29 +542,6 @@ fn is_high_risk(risk: Risk) -> bool {
     matches!(risk, Risk::High | Risk::Critical)
 }
 
-/// The last 8 characters of a UUIDv7: its random part (the first ones are a timestamp, shared
-/// by approvals created close together).
-pub fn short_id(approval_id: &str) -> &str {
-    let start = approval_id.len().saturating_sub(8);
-    approval_id.get(start..).unwrap_or(approval_id)
-}
-
-fn or_dash(text: &str) -> &str {
-    if text.is_empty() {
-        "–"
-    } else {
-        text
-    }
-}
-
-fn format_time(unix_seconds: i64) -> String {
-    let format = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
-    OffsetDateTime::from_unix_timestamp(unix_seconds)
-        .ok()
-        .and_then(|time| time.format(&format).ok())
-        .map_or_else(|| unix_seconds.to_string(), |text| format!("{text} UTC"))
-}
-
 /// Escapes text for Telegram's HTML parse mode.
 pub fn escape(text: &str) -> String {
     let mut escaped = String::with_capacity(text.len());
@@ -727,7 +703,7 @@ mod tests {
             "alice",
             "sha256 <code>a1b2c3d4e5f6</code>",
             "&quot;command&quot;: &quot;rm -rf build/&quot;",
-            "2025-01-01 12:00:00 UTC",
+            "2025-01-01 12:00 UTC",
             "<code>3e4f5a6b</code>",
             "Waiting for a decision",
         ] {
@@ -871,7 +847,7 @@ mod tests {
         let message = render_approval(&approved, &ButtonAction::ALL);
         assert!(
             message.html.contains(
-                "✅ <b>Approved</b> by bob (cli) for this session at 2025-01-01 12:01:40 UTC"
+                "✅ <b>Approved</b> by bob (cli) for this session at 2025-01-01 12:01 UTC"
             ),
             "{}",
             message.html

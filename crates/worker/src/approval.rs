@@ -105,6 +105,32 @@ pub async fn pending_approvals(
     }
 }
 
+/// The ids of the `count` most recently resolved approvals of `channel` that have a delivery
+/// of it recorded: after a snapshot, the messages that may still show buttons of an approval
+/// resolved while the worker was not watching.
+pub async fn recently_resolved_with_deliveries(
+    client: &Client,
+    channel: &str,
+    count: u32,
+) -> Result<Vec<String>, ClientError> {
+    use pb::ApprovalState::{Approved, Cancelled, Consumed, Expired, Rejected};
+    let request = pb::ListApprovalsRequest {
+        states: [Approved, Rejected, Expired, Cancelled, Consumed]
+            .into_iter()
+            .map(i32::from)
+            .collect(),
+        channel: channel.to_owned(),
+        page_size: count,
+        ..Default::default()
+    };
+    let listed = client.list_approvals(request).await?.approvals;
+    Ok(listed
+        .into_iter()
+        .filter(|approval| approval.deliveries.iter().any(|d| d.channel == channel))
+        .map(|approval| approval.id)
+        .collect())
+}
+
 /// The targets `channel`'s routes name, in order; `""` (the channel's default target) for an
 /// approval without routes. Blank targets are `""` too.
 pub fn route_targets<'a>(approval: &'a pb::Approval, channel: &str) -> Vec<&'a str> {

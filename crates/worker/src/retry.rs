@@ -230,9 +230,38 @@ impl RetrySchedule {
     }
 }
 
+/// Keeps in `kept`, of the failures of one show (one per target) that may pass, the one with
+/// the longest retry-after: the retry of the whole approval then waits for every target.
+pub fn keep_longest<E: Classify>(kept: &mut Option<E>, error: E) {
+    let after = |error: &E| match error.verdict() {
+        Verdict::Retry { after } => after,
+        Verdict::Final => None,
+    };
+    if kept.as_ref().is_none_or(|old| after(&error) > after(old)) {
+        *kept = Some(error);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_failure_with_the_longest_retry_after_is_kept() {
+        struct Failed(Option<u64>);
+        impl Classify for Failed {
+            fn verdict(&self) -> Verdict {
+                Verdict::Retry {
+                    after: self.0.map(Duration::from_secs),
+                }
+            }
+        }
+        let mut kept = None;
+        for after in [None, Some(3), Some(1), None] {
+            keep_longest(&mut kept, Failed(after));
+        }
+        assert_eq!(kept.and_then(|failed| failed.0), Some(3));
+    }
 
     #[test]
     fn http_statuses() {

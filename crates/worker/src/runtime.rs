@@ -21,6 +21,14 @@
 //! - **Shutdown**: when asked, the work in flight may finish within the grace period; then
 //!   the cursor is flushed. A worker dropped mid-flight (killed) keeps unfinished items ahead
 //!   of its cursor, so the restarted worker handles them again.
+//! - **Current copy before a first show**: with a cursor, a `Requested` event may be a replay
+//!   of something long past (a restarted worker replays everything after its cursor), so the
+//!   approval is read as the server has it now before it is shown: no request message goes out
+//!   for an approval resolved meanwhile. (Without a cursor a start takes a snapshot, whose
+//!   copies are current.)
+//! - **Shows asked for beside the loop**: [`ShowRequests`] lets the handler of an approver's
+//!   action have an approval shown in its lane now (the copy Decide answered with), or read
+//!   and shown as it is now, instead of waiting for its event.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -30,6 +38,7 @@ use std::time::Duration;
 
 use countersign_client::{pb, Client, ClientError, Watch, WatchItem, WatchOptions};
 use pb::EventKind;
+use tokio::sync::mpsc;
 
 use crate::approval::is_granted;
 use crate::channel::Channel;
@@ -74,6 +83,43 @@ pub enum RuntimeError {
     Unfinished { channel: String, message: String },
 }
 
+/// What code beside the loop asks the runtime to show.
+enum ShowRequest {
+    /// This copy of the approval.
+    Copy(Box<pb::Approval>),
+    /// The approval as the server has it now.
+    Current(String),
+}
+
+/// Lets code beside the loop (the handler of an approver's action on the platform) have
+/// approvals shown in their lanes, like the runtime's own shows. Cloning gives another handle
+/// to the same runtime; requests made before it runs wait for it.
+#[derive(Clone)]
+pub struct ShowRequests(mpsc::UnboundedSender<ShowRequest>);
+
+/// The runtime's end of [`ShowRequests`], given to [`run_with_requests`].
+pub struct ShowQueue(mpsc::UnboundedReceiver<ShowRequest>);
+
+/// A handle for asking a runtime to show approvals, and the queue to run that runtime with.
+pub fn show_requests() -> (ShowRequests, ShowQueue) {
+    let (sender, receiver) = mpsc::unbounded_channel();
+    (ShowRequests(sender), ShowQueue(receiver))
+}
+
+impl ShowRequests {
+    /// Shows this copy of the approval (one a Decide answer brought) in its lane. The channel
+    /// sees it like any other copy: one older than what it shows must not undo a newer state.
+    pub fn show(&self, approval: pb::Approval) {
+        // Once the runtime stopped there is nothing left to show on.
+        let _ = self.0.send(ShowRequest::Copy(Box::new(approval)));
+    }
+
+    /// Reads the approval as the server has it now and shows it in its lane.
+    pub fn show_current(&self, approval_id: &str) {
+        let _ = self.0.send(ShowRequest::Current(approval_id.to_owned()));
+    }
+}
+
 /// Runs `channel` until `shutdown` completes (the work in flight then gets the grace period,
 /// the cursor is flushed and `Ok` is returned) or an error that retrying cannot fix occurs.
 /// Dropping the returned future stops everything at once, as a killed worker would.
@@ -81,6 +127,18 @@ pub async fn run<C: Channel>(
     client: Client,
     channel: C,
     options: RuntimeOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), RuntimeError> {
+    let (_, queue) = show_requests();
+    run_with_requests(client, channel, options, queue, shutdown).await
+}
+
+/// [`run`], also showing what is asked through the [`ShowRequests`] of `queue`.
+pub async fn run_with_requests<C: Channel>(
+    client: Client,
+    channel: C,
+    options: RuntimeOptions,
+    queue: ShowQueue,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RuntimeError> {
     let (cursor, resume_after) = match &options.cursor_path {
@@ -145,6 +203,7 @@ pub async fn run<C: Channel>(
         // Serving ends only with an error.
         result = serve_metrics => result.map_err(RuntimeError::from),
         () = runtime.retry_due() => Ok(()),
+        () = runtime.show_requested(queue) => Ok(()),
         result = persist => result,
         () = shutdown => {
             tracing::info!(channel = runtime.channel.name(), in_flight = lanes.busy(), "shutting down; finishing the work in flight");
@@ -209,7 +268,12 @@ impl<C: Channel> Runtime<C> {
                         tracing::debug!(approval_id = %approval.id, seq = event.seq, ?kind, "approval event");
                         let granted = kind == EventKind::Requested && is_granted(approval);
                         if changes_message(kind) {
-                            self.enqueue_show(approval.clone(), part.as_ref().map(Part::share));
+                            let share = part.as_ref().map(Part::share);
+                            if kind == EventKind::Requested && self.cursor.is_some() {
+                                self.enqueue_show_current(approval.clone(), share);
+                            } else {
+                                self.enqueue_show(approval.clone(), share);
+                            }
                         }
                         if !changes_message(kind) || granted {
                             self.enqueue_notice(event, part.as_ref().map(Part::share));
@@ -267,6 +331,34 @@ impl<C: Channel> Runtime<C> {
                 self.enqueue_refresh(approval_id, None);
             }
         }
+    }
+
+    /// Shows what [`ShowRequests`] ask for, until every handle is gone.
+    async fn show_requested(self: &Arc<Self>, mut queue: ShowQueue) {
+        while let Some(request) = queue.0.recv().await {
+            match request {
+                ShowRequest::Copy(approval) => self.enqueue_show(*approval, None),
+                ShowRequest::Current(approval_id) => self.enqueue_refresh(approval_id, None),
+            }
+        }
+        std::future::pending().await
+    }
+
+    /// Shows the approval as the server has it now, or `approval` when it cannot be read.
+    fn enqueue_show_current(self: &Arc<Self>, approval: pb::Approval, part: Option<Part>) {
+        let runtime = self.clone();
+        let key = approval.id.clone();
+        self.lanes.push(&key, async move {
+            let approval = match runtime.client.get_approval(&approval.id).await {
+                Ok(current) => current,
+                Err(error) => {
+                    tracing::debug!(approval_id = %approval.id, %error, "cannot read the approval before showing it; showing the event's copy");
+                    approval
+                }
+            };
+            runtime.show(&approval).await;
+            runtime.job_over(&approval.id, part);
+        });
     }
 
     fn enqueue_show(self: &Arc<Self>, approval: pb::Approval, part: Option<Part>) {

@@ -2,7 +2,7 @@
 //! channel that records every call: the "platform" holds one message per approval (so
 //! showing is idempotent), and each approval's next calls can be scripted, by the agent's
 //! idempotency key and before the request, to fail with a retry-after, to be held, or to
-//! take a while.
+//! take a while. Notices are recorded too, and can be scripted to fail.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -15,7 +15,7 @@ use countersign_testkit::http;
 use countersign_testkit::server::TestServer;
 use countersign_worker::channel::Channel;
 use countersign_worker::retry::{Backoff, Classify, Verdict};
-use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions};
+use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions, ShowRequests};
 use pb::ApprovalState;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -56,6 +56,10 @@ struct Record {
     notices: Vec<(String, pb::EventKind)>,
     /// How many of the next notices fail with a retryable error.
     failing_notices: usize,
+    /// Every notice call: the approval's key, the event's kind, when.
+    notice_calls: Vec<(String, pb::EventKind, Instant)>,
+    /// Per approval, the retry-afters its next notices fail with.
+    notices_failing_after: HashMap<String, VecDeque<Duration>>,
 }
 
 #[derive(Clone, Default)]
@@ -81,6 +85,19 @@ impl Recorder {
             .filter(|call| call.key == key)
             .cloned()
             .collect()
+    }
+
+    /// The states of every call for the approval, in order, shown or not.
+    fn called_states(&self, key: &str) -> Vec<ApprovalState> {
+        self.calls_of(key).iter().map(|call| call.state).collect()
+    }
+
+    /// Waits until the approval had `count` calls.
+    async fn until_calls(&self, key: &str, count: usize) {
+        self.until(&format!("{key} had {count} calls"), |record| {
+            record.calls.iter().filter(|call| call.key == key).count() == count
+        })
+        .await;
     }
 
     /// The states shown for the approval, in order, each change once.
@@ -191,16 +208,29 @@ impl Channel for TestChannel {
     }
 
     async fn notice(&self, event: &pb::ApprovalEvent) -> Result<(), Unavailable> {
-        let mut record = self.0.lock();
-        if record.failing_notices > 0 {
-            record.failing_notices -= 1;
-            return Err(Unavailable(None));
-        }
         let key = event
             .approval
             .as_ref()
             .map(|approval| approval.idempotency_key.clone())
             .unwrap_or_default();
+        let mut record = self.0.lock();
+        if record.running.get(&key).is_some_and(|running| *running > 0) {
+            record.overlapped = true;
+        }
+        record
+            .notice_calls
+            .push((key.clone(), event.kind(), Instant::now()));
+        let failing_after = record
+            .notices_failing_after
+            .get_mut(&key)
+            .and_then(VecDeque::pop_front);
+        if let Some(after) = failing_after {
+            return Err(Unavailable(Some(after)));
+        }
+        if record.failing_notices > 0 {
+            record.failing_notices -= 1;
+            return Err(Unavailable(None));
+        }
         record.notices.push((key, event.kind()));
         Ok(())
     }
@@ -227,10 +257,12 @@ struct Harness {
     _state: tempfile::TempDir,
 }
 
-/// A running runtime and the trigger of its graceful shutdown.
+/// A running runtime, the trigger of its graceful shutdown, and the handle that asks it to
+/// show approvals.
 struct Running {
     task: JoinHandle<Result<(), RuntimeError>>,
     stop: oneshot::Sender<()>,
+    shows: ShowRequests,
 }
 
 impl Running {
@@ -277,10 +309,17 @@ impl Harness {
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let channel = TestChannel(self.recorder.clone());
-        let task = tokio::spawn(runtime::run(client, channel, options, async {
-            let _ = stopped.await;
-        }));
-        Running { task, stop }
+        let (shows, queue) = runtime::show_requests();
+        let task = tokio::spawn(runtime::run_with_requests(
+            client,
+            channel,
+            options,
+            queue,
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        Running { task, stop, shows }
     }
 
     async fn request(&self, key: &str) -> pb::Approval {
@@ -570,6 +609,134 @@ async fn a_snapshot_corrects_what_was_resolved_while_stopped() {
         vec![ApprovalState::Pending, ApprovalState::Cancelled]
     );
     assert_eq!(harness.recorder.lock().snapshots, 2);
+    running.shut_down().await;
+}
+
+/// With a cursor, a replayed `Requested` event is shown as the approval is now: an approval
+/// requested and cancelled while the runtime was stopped is never shown pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_cursor_a_replayed_request_is_shown_as_the_approval_is_now() {
+    let harness = Harness::new(true).await;
+    let running = harness.start(GRACE);
+    harness.request_shown("before").await;
+    running.shut_down().await;
+
+    let gone = harness.request("cancelled-while-away").await;
+    harness.cancel(&gone).await;
+    let (running, _) = harness.restart_until_shown("before").await;
+    harness
+        .recorder
+        .until_shown("cancelled-while-away", ApprovalState::Cancelled)
+        .await;
+    let states = harness.recorder.called_states("cancelled-while-away");
+    assert!(
+        !states.contains(&ApprovalState::Pending),
+        "shown pending after it was cancelled: {states:?}"
+    );
+    running.shut_down().await;
+}
+
+/// The request of a call a session grant approved at once, an event that changes no
+/// message, goes to the channel's notice, in the approval's lane after its show; a notice
+/// that fails with a retry-after is tried again, not before it. Requests someone is asked
+/// about get no notice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_s_use_is_a_notice_retried_after_the_platform_s_retry_after() {
+    let harness = Harness::new(false).await;
+    let running = harness.start(GRACE);
+    let asked = harness.request_shown("asked").await;
+    harness
+        .agent
+        .decide(pb::DecideRequest {
+            approval_id: asked.id.clone(),
+            verdict: pb::Verdict::Approve.into(),
+            scope: pb::Scope::Session.into(),
+            decider: Some(pb::Decider {
+                channel: "cli".into(),
+                user_id: "carol".into(),
+                display_name: "Carol".into(),
+            }),
+            idempotency_key: "carol-asked".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    harness
+        .recorder
+        .until_shown("asked", ApprovalState::Approved)
+        .await;
+    let retry_after = Duration::from_millis(800);
+    harness
+        .recorder
+        .lock()
+        .notices_failing_after
+        .insert("granted".into(), VecDeque::from([retry_after]));
+    let granted = harness.request("granted").await;
+    assert_eq!(
+        granted.state(),
+        ApprovalState::Approved,
+        "approved by the grant"
+    );
+    harness
+        .recorder
+        .until("the notice is tried again", |record| {
+            record
+                .notice_calls
+                .iter()
+                .filter(|n| n.0 == "granted")
+                .count()
+                == 2
+        })
+        .await;
+    let (notices, overlapped) = {
+        let record = harness.recorder.lock();
+        (record.notice_calls.clone(), record.overlapped)
+    };
+    assert!(
+        notices
+            .iter()
+            .all(|n| n.0 == "granted" && n.1 == pb::EventKind::Requested),
+        "{notices:?}"
+    );
+    let waited = notices[1].2 - notices[0].2;
+    assert!(waited >= retry_after, "retried after {waited:?}");
+    assert!(!overlapped, "a notice ran beside a show of its approval");
+    running.shut_down().await;
+}
+
+/// An approval asked for through [`ShowRequests`] (a copy, or as it is now) is shown in its
+/// lane: after the show in flight, never beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shows_asked_beside_the_loop_run_in_the_approval_s_lane() {
+    let harness = Harness::new(false).await;
+    let running = harness.start(GRACE);
+    let pending = harness.request_shown("asked").await;
+    let (release, held) = oneshot::channel();
+    harness.recorder.script("asked", Step::Hold(held));
+    harness.cancel(&pending).await;
+    harness.recorder.until_calls("asked", 2).await;
+    running.shows.show(pending.clone());
+    running.shows.show_current(&pending.id);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        harness.recorder.calls_of("asked").len(),
+        2,
+        "waiting behind the held show"
+    );
+    release.send(()).unwrap();
+    harness.recorder.until_calls("asked", 4).await;
+    let states = harness.recorder.called_states("asked");
+    assert_eq!(
+        states,
+        vec![
+            ApprovalState::Pending,
+            ApprovalState::Cancelled,
+            ApprovalState::Pending,
+            ApprovalState::Cancelled
+        ],
+        "the copy as given, then the approval as it is now"
+    );
+    assert!(!harness.recorder.lock().overlapped);
     running.shut_down().await;
 }
 

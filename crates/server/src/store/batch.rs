@@ -9,6 +9,7 @@
 //! each change's code is short; split by kind, every piece would reach into the same private
 //! state.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use countersign_core::groups::Delegation;
@@ -16,12 +17,11 @@ use countersign_core::{
     Approval, ApprovalRequest, ConsumeOutcome, DecideOutcome, Decision, Delivery, Disposition,
     EditedVersion, Error as DomainError, EventKind, Millis, ResolvedBy, State, Verdict,
 };
-use serde_json::Value;
 
 use super::error::StoreError;
 use super::event::{EventBody, StoredEvent};
 use super::records::{ChainHead, Grant, Requested};
-use crate::audit::{chain_hash, Columns};
+use crate::audit::{chain_hash_at, content_before_seq, Columns};
 
 /// How many due approvals one expiry sweep expires at most; the next sweep takes the rest.
 pub const EXPIRY_SWEEP_LIMIT: i64 = 1000;
@@ -35,6 +35,8 @@ pub(crate) enum Change {
         ttl_seconds: u32,
         disposition: Disposition,
         max_pending: u32,
+        /// The new approval as the caller's task made it, if the request creates one.
+        prepared: Option<Box<PreparedRequest>>,
     },
     Decide {
         approval_id: String,
@@ -173,7 +175,8 @@ pub struct EventWrite {
     pub approval_id: String,
     pub kind: EventKind,
     pub at: Millis,
-    pub body: Value,
+    /// The stored JSON, encoded.
+    pub body: String,
     pub columns: Columns,
     pub prev_hash: String,
     pub hash: String,
@@ -194,9 +197,26 @@ pub struct WriteSet {
     pub prune_before: Option<Millis>,
     /// New or revoked delegations, as they are at the end of the batch.
     pub delegations: BTreeMap<String, Delegation>,
+    /// Row bodies of `approvals` encoded before the writer had them (new approvals made in
+    /// their callers' tasks); an approval changed later in the batch is no longer here.
+    pub encoded: HashMap<String, String>,
 }
 
 impl WriteSet {
+    /// Each approval to write with its row body (the stored JSON).
+    pub fn approval_rows(&self) -> Result<Vec<(&Approval, Cow<'_, str>)>, serde_json::Error> {
+        self.approvals
+            .values()
+            .map(|approval| {
+                let body = match self.encoded.get(&approval.id) {
+                    Some(body) => Cow::Borrowed(body.as_str()),
+                    None => Cow::Owned(serde_json::to_string(approval)?),
+                };
+                Ok((approval, body))
+            })
+            .collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.approvals.is_empty()
             && self.events.is_empty()
@@ -204,6 +224,90 @@ impl WriteSet {
             && self.revoked_grants.is_empty()
             && self.prune_before.is_none()
             && self.delegations.is_empty()
+    }
+}
+
+/// An event in its stored form before it has a place in the chain: its encoded body, its
+/// columns and the canonical content its hash covers up to the seq. Nothing of it depends on
+/// the order of the batch, so a caller's task can make it before it queues.
+pub(crate) struct SealedEvent {
+    kind: EventKind,
+    at: Millis,
+    text: String,
+    columns: Columns,
+    before_seq: String,
+}
+
+impl SealedEvent {
+    pub(crate) fn of(
+        kind: EventKind,
+        at: Millis,
+        body: &EventBody,
+    ) -> Result<SealedEvent, StoreError> {
+        let mut json = body.stored(kind)?;
+        let columns = Columns::of(&json);
+        let before_seq = content_before_seq(&body.approval.id, kind.as_str(), at, &mut json);
+        Ok(SealedEvent {
+            kind,
+            at,
+            text: json.to_string(),
+            columns,
+            before_seq,
+        })
+    }
+}
+
+/// A request's new approval, its row body and its REQUESTED event, made in the caller's task
+/// (the serializing, canonical JSON and most of the hashing are then off the writer's serial
+/// path). The writer uses them when the request creates the approval that was expected: its
+/// idempotency key is new and no session grant approves it.
+pub(crate) struct PreparedRequest {
+    approval: Approval,
+    row_body: String,
+    requested: SealedEvent,
+}
+
+impl PreparedRequest {
+    /// None for a request that is resolved at once (the writer then makes its events).
+    pub(crate) fn of(
+        request: &ApprovalRequest,
+        ttl_seconds: u32,
+        disposition: &Disposition,
+        now: Millis,
+    ) -> Result<Option<PreparedRequest>, StoreError> {
+        if *disposition != Disposition::RequireHuman {
+            return Ok(None);
+        }
+        let approval = Approval::new(
+            uuid::Uuid::now_v7().to_string(),
+            request.clone(),
+            ttl_seconds,
+            disposition.clone(),
+            now,
+        );
+        let requested = SealedEvent::of(
+            EventKind::Requested,
+            now,
+            &event_body(&approval, None, None),
+        )?;
+        Ok(Some(PreparedRequest {
+            row_body: serde_json::to_string(&approval)?,
+            approval,
+            requested,
+        }))
+    }
+}
+
+fn event_body(
+    approval: &Approval,
+    decision: Option<Decision>,
+    delivery: Option<Delivery>,
+) -> EventBody {
+    EventBody {
+        approval: approval.clone(),
+        decision,
+        delivery,
+        detail: None,
     }
 }
 
@@ -362,6 +466,7 @@ impl Plan {
                 approval.id.clone(),
             );
         }
+        self.writes.encoded.remove(&approval.id);
         let written_before = self
             .writes
             .approvals
@@ -378,17 +483,14 @@ impl Plan {
         at: Millis,
         body: EventBody,
     ) -> Result<StoredEvent, StoreError> {
+        let sealed = SealedEvent::of(kind, at, &body)?;
+        Ok(self.append_sealed(sealed, body))
+    }
+
+    /// Appends an event made before: only its seq and hash depend on the order.
+    fn append_sealed(&mut self, sealed: SealedEvent, body: EventBody) -> StoredEvent {
         let seq = self.head.seq + 1;
-        let mut json = body.stored(kind)?;
-        let columns = Columns::of(&json);
-        let hash = chain_hash(
-            &self.head.hash,
-            seq,
-            &body.approval.id,
-            kind.as_str(),
-            at,
-            &mut json,
-        );
+        let hash = chain_hash_at(&self.head.hash, &sealed.before_seq, seq);
         let prev_hash = std::mem::replace(
             &mut self.head,
             ChainHead {
@@ -400,22 +502,22 @@ impl Plan {
         self.writes.events.push(EventWrite {
             seq,
             approval_id: body.approval.id.clone(),
-            kind,
-            at,
-            body: json,
-            columns,
+            kind: sealed.kind,
+            at: sealed.at,
+            body: sealed.text,
+            columns: sealed.columns,
             prev_hash,
             hash,
         });
-        Ok(StoredEvent {
+        StoredEvent {
             seq,
-            kind,
-            at,
+            kind: sealed.kind,
+            at: sealed.at,
             approval: body.approval,
             decision: body.decision,
             delivery: body.delivery,
             detail: body.detail,
-        })
+        }
     }
 
     fn append_event(
@@ -426,13 +528,7 @@ impl Plan {
         decision: Option<Decision>,
         delivery: Option<Delivery>,
     ) -> Result<StoredEvent, StoreError> {
-        let body = EventBody {
-            approval: approval.clone(),
-            decision,
-            delivery,
-            detail: None,
-        };
-        self.append(kind, at, body)
+        self.append(kind, at, event_body(approval, decision, delivery))
     }
 
     /// Keeps a new or revoked delegation for the rest of the batch and for the write.
@@ -471,7 +567,15 @@ impl Plan {
                 ttl_seconds,
                 disposition,
                 max_pending,
-            } => self.request(request, ttl_seconds, disposition, max_pending, now),
+                prepared,
+            } => self.request(
+                request,
+                ttl_seconds,
+                disposition,
+                max_pending,
+                prepared,
+                now,
+            ),
             Change::Decide {
                 approval_id,
                 decision,
@@ -631,6 +735,7 @@ impl Plan {
         ttl_seconds: u32,
         disposition: Disposition,
         max_pending: u32,
+        prepared: Option<Box<PreparedRequest>>,
         now: Millis,
     ) -> Result<Applied, StoreError> {
         let key = (request.agent_id.clone(), request.idempotency_key.clone());
@@ -678,6 +783,25 @@ impl Plan {
             let pending = live.clone().count() as i64;
             let next_expiry = live.min().copied();
             check_pending_limit(&request.agent_id, pending, next_expiry, max_pending, now)?;
+        }
+        if let Some(prepared) =
+            prepared.filter(|p| disposition == Disposition::RequireHuman && p.approval.is_pending())
+        {
+            let PreparedRequest {
+                approval,
+                row_body,
+                requested,
+            } = *prepared;
+            self.save(&approval);
+            self.writes.encoded.insert(approval.id.clone(), row_body);
+            let event = self.append_sealed(requested, event_body(&approval, None, None));
+            return Ok(Applied {
+                reply: Reply::Requested(Requested {
+                    approval,
+                    created: true,
+                }),
+                events: vec![event],
+            });
         }
         let approval = Approval::new(
             uuid::Uuid::now_v7().to_string(),
@@ -800,6 +924,7 @@ impl Plan {
             }
             if let Some(approval) = self.writes.approvals.get_mut(&id) {
                 redact(approval);
+                self.writes.encoded.remove(&id);
             }
             if !self.writes.redact.contains(&id) {
                 self.writes.redact.push(id);

@@ -51,7 +51,7 @@ use crate::config::{Database, StorageConfig};
 use crate::hub::Hub;
 use audit_sql::IntegrityError;
 use backend::Backend;
-use batch::{Change, Reply};
+use batch::{Change, PreparedRequest, Reply};
 pub use error::StoreError;
 pub(crate) use event::{AuditedEvent, EventFilter, StoredEvent};
 use records::Snapshot;
@@ -178,11 +178,14 @@ impl Store {
         max_pending: u32,
         now: Millis,
     ) -> Result<Requested, StoreError> {
+        // Made here, on the caller's task, while the writer commits other batches.
+        let prepared = PreparedRequest::of(&request, ttl_seconds, &disposition, now)?.map(Box::new);
         let change = Change::Request {
             request,
             ttl_seconds,
             disposition,
             max_pending,
+            prepared,
         };
         match self.submit(change, now).await? {
             Reply::Requested(requested) => Ok(requested),
@@ -573,28 +576,28 @@ mod tests {
         }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_decisions_in_one_batch_have_exactly_one_winner() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store.db");
+    /// A store on `path` that records the size of every batch it commits.
+    async fn observed_store(path: &Path) -> (Store, Arc<BatchSizes>) {
         let sizes = Arc::new(BatchSizes::default());
         let store = Store::open(
-            &path,
+            path,
             &StorageConfig::default(),
             Hub::new(1024),
             Some(sizes.clone()),
         )
         .await
         .unwrap();
-        let now = now_millis();
-        let approval = store
-            .request(request("contested"), 60, Disposition::RequireHuman, 0, now)
-            .await
-            .unwrap()
-            .approval;
+        (store, sizes)
+    }
 
-        // Hold the database's write lock so that the writer waits on its next batch while
-        // the decisions queue up behind it and form one batch together.
+    /// Holds the database's write lock so that the writer waits on its next batch while the
+    /// changes `spawn` starts queue up behind it and form one batch together; returns their
+    /// results.
+    async fn in_one_batch<T: Send + 'static>(
+        path: &Path,
+        store: &Store,
+        spawn: impl FnOnce(&Store) -> Vec<tokio::task::JoinHandle<T>>,
+    ) -> Vec<T> {
         let mut blocker = SqliteConnection::connect(&format!("sqlite:{}", path.display()))
             .await
             .unwrap();
@@ -607,26 +610,95 @@ mod tests {
             async move { store.sweep_due(now_millis()).await }
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let deciders: Vec<_> = (0..40)
-            .map(|i| {
-                let store = store.clone();
-                let id = approval.id.clone();
-                tokio::spawn(async move {
-                    let mut decision = approve_by(&format!("approver-{i}"));
-                    if i % 2 == 1 {
-                        decision.verdict = Verdict::Reject;
-                    }
-                    store.decide(&id, decision, None, 0, now_millis()).await
-                })
-            })
-            .collect();
+        let changes = spawn(store);
         tokio::time::sleep(Duration::from_millis(300)).await;
         sqlx::query("COMMIT").execute(&mut blocker).await.unwrap();
         stuck.await.unwrap().unwrap();
+        let mut results = Vec::with_capacity(changes.len());
+        for change in changes {
+            results.push(change.await.unwrap());
+        }
+        results
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_made_in_their_callers_tasks_keep_idempotency_and_the_chain_in_one_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let (store, sizes) = observed_store(&path).await;
+        // Each key twice, and one request a policy resolves at once (its events are made by
+        // the writer): all in one batch.
+        let requested = in_one_batch(&path, &store, |store| {
+            (0..11)
+                .map(|i| {
+                    let store = store.clone();
+                    let (key, disposition) = match i {
+                        10 => ("auto".to_string(), auto_approved()),
+                        i => (format!("key-{}", i % 5), Disposition::RequireHuman),
+                    };
+                    tokio::spawn(async move {
+                        store
+                            .request(request(&key), 60, disposition, 0, now_millis())
+                            .await
+                    })
+                })
+                .collect()
+        })
+        .await;
+        assert!(
+            sizes.0.lock().unwrap().iter().any(|&size| size >= 11),
+            "the requests did not land in one batch: {:?}",
+            sizes.0.lock().unwrap()
+        );
+        let requested: Vec<Requested> = requested.into_iter().map(Result::unwrap).collect();
+        for key in 0..5 {
+            let (first, again) = (&requested[key], &requested[key + 5]);
+            assert_eq!(first.approval.id, again.approval.id, "key-{key}");
+            assert!(first.created != again.created, "key-{key}: one creates it");
+        }
+        for requested in &requested {
+            let stored = store.get(&requested.approval.id).await.unwrap();
+            assert_eq!(stored, requested.approval);
+        }
+        assert!(!requested[10].approval.is_pending());
+        let report = store.verify_audit().await.unwrap();
+        assert_eq!(report.broken, None, "{report:?}");
+        // Five REQUESTED, and REQUESTED + RESOLVED of the resolved one.
+        assert_eq!(report.events_checked, 7, "{report:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_decisions_in_one_batch_have_exactly_one_winner() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let (store, sizes) = observed_store(&path).await;
+        let now = now_millis();
+        let approval = store
+            .request(request("contested"), 60, Disposition::RequireHuman, 0, now)
+            .await
+            .unwrap()
+            .approval;
+
+        let deciders = in_one_batch(&path, &store, |store| {
+            (0..40)
+                .map(|i| {
+                    let store = store.clone();
+                    let id = approval.id.clone();
+                    tokio::spawn(async move {
+                        let mut decision = approve_by(&format!("approver-{i}"));
+                        if i % 2 == 1 {
+                            decision.verdict = Verdict::Reject;
+                        }
+                        store.decide(&id, decision, None, 0, now_millis()).await
+                    })
+                })
+                .collect()
+        })
+        .await;
 
         let mut resolved = 0;
         for decider in deciders {
-            let (outcome, _) = decider.await.unwrap().unwrap();
+            let (outcome, _) = decider.unwrap();
             match outcome {
                 DecideOutcome::Resolved => resolved += 1,
                 DecideOutcome::AlreadyResolved => {}

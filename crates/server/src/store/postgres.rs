@@ -293,11 +293,9 @@ impl WriterConnection for PgWriter {
 
     async fn write(&mut self, writes: &WriteSet) -> Result<u64, StoreError> {
         if !writes.approvals.is_empty() || !writes.events.is_empty() {
-            let approvals: Vec<&Approval> = writes.approvals.values().collect();
-            let bodies = approvals
-                .iter()
-                .map(serde_json::to_string)
-                .collect::<Result<Vec<String>, _>>()?;
+            let (approvals, bodies): (Vec<&Approval>, Vec<_>) =
+                writes.approval_rows()?.into_iter().unzip();
+            let bodies: Vec<&str> = bodies.iter().map(|body| body.as_ref()).collect();
             let events = &writes.events;
             sqlx::query(WRITE_APPROVALS_AND_EVENTS)
                 .bind(column(&approvals, |a| a.id.as_str()))
@@ -315,7 +313,7 @@ impl WriterConnection for PgWriter {
                 .bind(column(events, |e| e.approval_id.as_str()))
                 .bind(column(events, |e| e.kind.as_str()))
                 .bind(column(events, |e| e.at))
-                .bind(column(events, |e| e.body.to_string()))
+                .bind(column(events, |e| e.body.as_str()))
                 .bind(column(events, |e| e.columns.agent_id.as_str()))
                 .bind(column(events, |e| e.columns.decider.as_str()))
                 .bind(column(events, |e| e.columns.approver.as_str()))

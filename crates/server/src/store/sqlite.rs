@@ -284,11 +284,11 @@ impl WriterConnection for SqliteWriter {
 
     async fn write(&mut self, writes: &WriteSet) -> Result<u64, StoreError> {
         // Each row is a tuple serialized straight into its statement's JSON array.
-        let approvals = writes
-            .approvals
-            .values()
-            .map(|a| {
-                Ok((
+        let approvals: Vec<_> = writes
+            .approval_rows()?
+            .into_iter()
+            .map(|(a, body)| {
+                (
                     &a.id,
                     &a.agent_id,
                     &a.idempotency_key,
@@ -298,11 +298,11 @@ impl WriterConnection for SqliteWriter {
                     channels_column(a),
                     a.created_at,
                     a.expires_at,
-                    serde_json::to_string(a)?,
+                    body,
                     a.next_due(),
-                ))
+                )
             })
-            .collect::<Result<Vec<_>, serde_json::Error>>()?;
+            .collect();
         let events: Vec<_> = writes
             .events
             .iter()
@@ -312,7 +312,7 @@ impl WriterConnection for SqliteWriter {
                     &e.approval_id,
                     e.kind.as_str(),
                     e.at,
-                    e.body.to_string(),
+                    &e.body,
                     &e.columns.agent_id,
                     &e.columns.decider,
                     &e.columns.approver,
