@@ -515,7 +515,8 @@ impl GitHubApi {
         .inspect(|placed| tracing::debug!(%issue, approval_id, comment_id = placed.item.id, found = placed.found, "request comment in place"))
     }
 
-    async fn find_marked_comment(
+    /// The request comment the worker wrote for `approval_id` on `issue` (by its marker).
+    pub async fn find_marked_comment(
         &self,
         issue: &IssueRef,
         approval_id: &str,
@@ -586,7 +587,8 @@ impl GitHubApi {
         }
     }
 
-    async fn find_marked_issue(
+    /// The issue the worker opened for `approval_id` in `repo` (by the marker in its body).
+    pub async fn find_marked_issue(
         &self,
         repo: &RepoName,
         approval_id: &str,

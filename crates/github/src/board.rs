@@ -40,7 +40,7 @@ pub struct Message {
     pub kind: MessageKind,
     /// When GitHub created it: catching up and polling for commands start there.
     pub created_at: OffsetDateTime,
-    /// The body as last written.
+    /// The body as last written (empty when it could not be read: rewritten at the next show).
     pub rendered: String,
 }
 
@@ -84,7 +84,9 @@ struct State {
     resolved: VecDeque<String>,
     /// Targets a request is being posted on.
     posting: Vec<Target>,
-    /// Messages whose comments were caught up on in this run.
+    /// Messages found from an earlier run whose comments are yet to be listed.
+    owed: HashSet<(IssueRef, String)>,
+    /// Messages whose comments were listed in this run (or are being listed).
     caught_up: HashSet<(IssueRef, String)>,
 }
 
@@ -138,11 +140,29 @@ impl Board {
         true
     }
 
-    /// Whether the comments under `message` are yet to be caught up on in this run (and from
-    /// now on, they are not).
-    pub fn first_catch_up(&self, message: &Message) -> bool {
-        let key = (message.issue.clone(), message.message_ref());
-        self.lock().caught_up.insert(key)
+    /// The comments under `message` (found from an earlier run) are to be listed, unless
+    /// they were in this run.
+    pub fn owe_catch_up(&self, message: &Message) {
+        let mut state = self.lock();
+        let key = catch_up_key(message);
+        if !state.caught_up.contains(&key) {
+            state.owed.insert(key);
+        }
+    }
+
+    /// Whether the comments under `message` are owed; if so, they are now being listed.
+    pub fn claim_catch_up(&self, message: &Message) -> bool {
+        let mut state = self.lock();
+        let key = catch_up_key(message);
+        state.owed.remove(&key) && state.caught_up.insert(key)
+    }
+
+    /// Listing the comments under `message` failed: they are owed again.
+    pub fn unclaim_catch_up(&self, message: &Message) {
+        let mut state = self.lock();
+        let key = catch_up_key(message);
+        state.caught_up.remove(&key);
+        state.owed.insert(key);
     }
 
     pub fn posting(&self, target: &Target, now: bool) {
@@ -167,6 +187,16 @@ impl Board {
             .shown
             .values()
             .any(|shown| shown.messages.iter().any(|m| m.issue == *issue))
+    }
+
+    /// The approvals shown as pending.
+    pub fn pending_ids(&self) -> Vec<String> {
+        self.lock()
+            .shown
+            .values()
+            .filter(|shown| shown.approval.state() == pb::ApprovalState::Pending)
+            .map(|shown| shown.approval.id.clone())
+            .collect()
     }
 
     /// Whether a pending approval other than `except` has a request on `issue`.
@@ -204,6 +234,10 @@ impl Board {
             .map(|shown| shown.approval.clone())
             .collect()
     }
+}
+
+fn catch_up_key(message: &Message) -> (IssueRef, String) {
+    (message.issue.clone(), message.message_ref())
 }
 
 #[cfg(test)]

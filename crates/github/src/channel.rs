@@ -21,14 +21,14 @@ use countersign_worker::outbox::{Outbox, OutboxError};
 use countersign_worker::retry::{Classify, Verdict};
 use pb::ApprovalState;
 use time::OffsetDateTime;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
-use crate::api::{ApiError, GitHubApi, Placed};
+use crate::api::{ApiError, GitHubApi, IssueComment, IssueSummary, Placed};
 use crate::board::{Board, Message, MessageKind};
 use crate::commands::Input;
 use crate::incoming::{unedited, PollTargets};
 use crate::render;
-use crate::target::{IssueRef, Target};
+use crate::target::{IssueRef, RepoName, Target};
 
 pub const CHANNEL: &str = "github";
 /// Resolved approvals looked at after a snapshot, to correct comments left pending.
@@ -67,6 +67,9 @@ pub struct GitHubChannel {
     pub poll_targets: Option<Arc<PollTargets>>,
     /// Where comments found by catching up go (the commands' queue).
     pub inputs: mpsc::Sender<Input>,
+    /// True once the start-up adoption ([`GitHubChannel::adopt_pending`]) has put every
+    /// pending approval on the board.
+    pub adopted: watch::Receiver<bool>,
 }
 
 impl Channel for GitHubChannel {
@@ -79,6 +82,11 @@ impl Channel for GitHubChannel {
     /// Posts the request on every target not delivered yet (while pending) and edits every
     /// message that does not show the approval as it is.
     async fn show(&self, approval: &pb::Approval) -> Result<(), ShowError> {
+        if self.board.get(&approval.id).is_none() {
+            // The start-up adoption may be reading this approval's messages: not twice. A
+            // start-up adoption that ended without a word lets it go too.
+            let _ = self.adopted.clone().wait_for(|adopted| *adopted).await;
+        }
         let (approval, mut messages) = match self.board.get(&approval.id) {
             Some(shown) => (approval.clone(), shown.messages),
             // First seen in this run: as the server has it now (a replayed event's copy may be
@@ -88,15 +96,19 @@ impl Channel for GitHubChannel {
                 let adopted = self.adopt(&current).await?;
                 self.board.put(&current, adopted.clone());
                 if current.state() == ApprovalState::Pending {
-                    for message in &adopted {
-                        self.follow(message, true).await;
-                    }
+                    self.follow(&adopted, true);
                 }
                 (current, adopted)
             }
         };
         let pending = approval.state() == ApprovalState::Pending;
         let mut failed = None;
+        if pending {
+            // Owed by this adoption, or by an earlier one whose listing failed.
+            if let Err(error) = self.catch_up(&messages).await {
+                failed = failed.or(keep(&approval, error.into()));
+            }
+        }
         if pending {
             for target in self.targets_of(&approval) {
                 if messages.iter().any(|message| message.covers(&target)) {
@@ -114,9 +126,20 @@ impl Channel for GitHubChannel {
                 // Commands parked while the request was being posted.
                 let _ = self.inputs.send(Input::Posted).await;
                 match placed {
-                    Ok((message, found)) => self.follow(&message, found).await,
+                    Ok((message, found)) => {
+                        let message = std::slice::from_ref(&message);
+                        self.follow(message, found);
+                        if let Err(error) = self.catch_up(message).await {
+                            failed = failed.or(keep(&approval, error.into()));
+                        }
+                    }
                     Err(error) => failed = failed.or(keep(&approval, error)),
                 }
+            }
+        }
+        if !pending {
+            if let Err(error) = self.find_unfinished_posts(&approval, &mut messages).await {
+                failed = failed.or(keep(&approval, error));
             }
         }
         let body = render::request_body(&approval);
@@ -135,8 +158,10 @@ impl Channel for GitHubChannel {
         failed.map_or(Ok(()), Err)
     }
 
-    /// The approvals left in the outbox, and the most recently resolved ones with a request
-    /// on GitHub: their messages may still say "waiting".
+    /// The approvals left in the outbox, those shown as pending (after a snapshot in mid-run
+    /// one may have been resolved in the gap, behind any number of newer ones), and the most
+    /// recently resolved ones with a request on GitHub: their messages may still say
+    /// "waiting".
     async fn unfinished(&self) -> Result<Vec<String>, ShowError> {
         let mut ids: Vec<String> = self
             .outbox
@@ -144,6 +169,7 @@ impl Channel for GitHubChannel {
             .flat_map(Outbox::all_unsettled)
             .map(|e| e.key)
             .collect();
+        ids.extend(self.board.pending_ids());
         ids.extend(recently_resolved_with_deliveries(&self.client, CHANNEL, RESYNC_PAGE).await?);
         ids.sort();
         ids.dedup();
@@ -219,15 +245,30 @@ impl GitHubChannel {
             if messages.iter().any(|m| m.issue == issue && m.kind == kind) {
                 continue;
             }
-            let found = match &kind {
-                MessageKind::Comment(id) => (self.api.get_comment(&issue.repo, *id).await?)
-                    .map(|c| (c.text().to_owned(), c.created_at)),
-                MessageKind::IssueBody => (self.api.get_issue(&issue).await?)
-                    .map(|i| (i.body.unwrap_or_default(), i.created_at)),
+            let read = match &kind {
+                MessageKind::Comment(id) => (self.api.get_comment(&issue.repo, *id).await)
+                    .map(|found| found.map(|c| (c.text().to_owned(), c.created_at))),
+                MessageKind::IssueBody => (self.api.get_issue(&issue).await)
+                    .map(|found| found.map(|i| (i.body.unwrap_or_default(), i.created_at))),
             };
-            let Some((rendered, created_at)) = found else {
-                tracing::warn!(%issue, approval_id = %approval.id, "the recorded request message is gone");
-                continue;
+            let (rendered, created_at) = match read {
+                Ok(Some(found)) => found,
+                Ok(None) => {
+                    tracing::warn!(%issue, approval_id = %approval.id, "the recorded request message is gone");
+                    self.settle_gone(approval, &issue, &kind).await?;
+                    continue;
+                }
+                Err(error) if matches!(error.verdict(), Verdict::Final) => {
+                    tracing::warn!(%issue, approval_id = %approval.id, %error, "the recorded request message cannot be read; left alone");
+                    self.settle_gone(approval, &issue, &kind).await?;
+                    continue;
+                }
+                // Kept as unknown: the next show rewrites it, and commands under it count
+                // from the approval's creation on (no later than the message).
+                Err(error) => {
+                    tracing::warn!(%issue, approval_id = %approval.id, %error, "cannot read the recorded request message now; it is rewritten at the next change");
+                    (String::new(), created_at(approval))
+                }
             };
             let message = Message {
                 issue,
@@ -244,24 +285,31 @@ impl GitHubChannel {
     /// At a start: the messages of every pending approval, and the commands written under
     /// them meanwhile. A watch that resumes after its cursor replays only what came after
     /// it, so without this a command on a request posted before the restart would find no
-    /// approval it answers.
-    pub async fn adopt_pending(&self, max_backoff: std::time::Duration) {
+    /// approval it answers. `ready` is sent once every pending approval is on the board: a
+    /// command checked before then could miss the approval it names, or take the only one
+    /// adopted so far for the only one pending. Then each issue's comments are listed once,
+    /// from its earliest request on.
+    pub async fn adopt_pending(
+        &self,
+        max_backoff: std::time::Duration,
+        ready: watch::Sender<bool>,
+    ) {
         let pending = match pending_approvals(&self.client, CHANNEL, max_backoff).await {
             Ok(pending) => pending,
             Err(error) => {
                 tracing::error!(%error, "cannot list the pending approvals; their comments are adopted at their next event");
+                ready.send_replace(true);
                 return;
             }
         };
+        let mut adopted = Vec::new();
         for approval in pending {
             if self.board.get(&approval.id).is_some() {
                 continue;
             }
             match self.adopt(&approval).await {
                 Ok(messages) if self.board.put_if_unknown(&approval, messages.clone()) => {
-                    for message in &messages {
-                        self.follow(message, true).await;
-                    }
+                    adopted.extend(messages);
                 }
                 Ok(_) => {}
                 Err(error) => {
@@ -269,6 +317,74 @@ impl GitHubChannel {
                 }
             }
         }
+        self.follow(&adopted, true);
+        ready.send_replace(true);
+        // Lost commands otherwise: tried until it works (or GitHub refuses for good).
+        let mut pause = std::time::Duration::from_millis(100);
+        loop {
+            match self.catch_up(&adopted).await {
+                Ok(()) => return,
+                Err(error) if error.is_transient() => {
+                    tracing::warn!(%error, "cannot list the comments written while away; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(max_backoff);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot list the comments written while away; listed at the approval's next change");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// A post cut off (by a crash) before GitHub's answer leaves only its intent in the
+    /// outbox. Once the approval is no longer pending nothing is posted for it; the comment
+    /// (or issue) that post may have left is looked for by its marker, adopted and recorded,
+    /// so that it gets edited to the outcome. The intent is settled either way.
+    async fn find_unfinished_posts(
+        &self,
+        approval: &pb::Approval,
+        messages: &mut Vec<Message>,
+    ) -> Result<(), ShowError> {
+        let Some(outbox) = &self.outbox else {
+            return Ok(());
+        };
+        let cut_off = outbox.unsettled(&approval.id);
+        for entry in cut_off.iter().filter(|e| e.message_ref.is_none()) {
+            let since = created_at(approval);
+            let found = match entry.target.parse::<Target>() {
+                Ok(Target::Issue(issue)) => self
+                    .api
+                    .find_marked_comment(&issue, &approval.id, since)
+                    .await
+                    .map(|found| found.map(|comment| comment_message(&issue, comment))),
+                Ok(Target::Repo(repo)) => self
+                    .api
+                    .find_marked_issue(&repo, &approval.id, since)
+                    .await
+                    .map(|found| found.map(|opened| issue_message(&repo, opened))),
+                Err(_) => Ok(None),
+            };
+            match found {
+                Ok(Some(message)) => {
+                    tracing::info!(approval_id = %approval.id, issue = %message.issue, message_ref = %message.message_ref(), "adopted a request left by a cut-off post");
+                    self.settle(approval, &message).await?;
+                    if !messages
+                        .iter()
+                        .any(|m| m.issue == message.issue && m.kind == message.kind)
+                    {
+                        messages.push(message);
+                    }
+                }
+                Ok(None) => {}
+                Err(error) if error.is_transient() => return Err(error.into()),
+                Err(error) => {
+                    tracing::warn!(approval_id = %approval.id, target = %entry.target, %error, "cannot look for the request of a cut-off post");
+                }
+            }
+            outbox.done(entry.id).await?;
+        }
+        Ok(())
     }
 
     /// Posts the request on `target`, or finds the one an earlier attempt or run posted.
@@ -328,14 +444,7 @@ impl GitHubChannel {
                     let item = api.create_comment(issue, body).await?;
                     Placed { item, found: false }
                 };
-                let comment = placed.item;
-                let message = Message {
-                    issue: issue.clone(),
-                    kind: MessageKind::Comment(comment.id),
-                    created_at: comment.created_at,
-                    rendered: comment.text().to_owned(),
-                };
-                (message, placed.found)
+                (comment_message(issue, placed.item), placed.found)
             }
             Target::Repo(repo) => {
                 let title = render::issue_title(approval);
@@ -346,17 +455,7 @@ impl GitHubChannel {
                     let item = api.create_issue(repo, &title, body).await?;
                     Placed { item, found: false }
                 };
-                let opened = placed.item;
-                let message = Message {
-                    issue: IssueRef {
-                        repo: repo.clone(),
-                        number: opened.number,
-                    },
-                    kind: MessageKind::IssueBody,
-                    created_at: opened.created_at,
-                    rendered: opened.body.unwrap_or_default(),
-                };
-                (message, placed.found)
+                (issue_message(repo, placed.item), placed.found)
             }
         })
     }
@@ -394,32 +493,80 @@ impl GitHubChannel {
         Ok(())
     }
 
-    /// Commands for a pending approval's message: its issue is polled (when polling), and,
-    /// when the message was `found` from an earlier attempt or run, the comments written
-    /// under it meanwhile are listed once (GitHub does not deliver a webhook again).
-    async fn follow(&self, message: &Message, found: bool) {
-        if let Some(poll_targets) = &self.poll_targets {
-            poll_targets.watch(&message.issue, message.created_at);
+    /// The outbox entries of a message that is gone are settled: nothing is left to adopt.
+    async fn settle_gone(
+        &self,
+        approval: &pb::Approval,
+        issue: &IssueRef,
+        kind: &MessageKind,
+    ) -> Result<(), OutboxError> {
+        let Some(outbox) = &self.outbox else {
+            return Ok(());
+        };
+        let gone = Message {
+            issue: issue.clone(),
+            kind: kind.clone(),
+            created_at: created_at(approval),
+            rendered: String::new(),
         }
-        if !found || !self.board.first_catch_up(message) {
-            return;
-        }
-        let issue = &message.issue;
-        match self
-            .api
-            .list_comments(issue, Some(message.created_at))
-            .await
-        {
-            Ok(comments) => {
-                let _ = self
-                    .inputs
-                    .send(Input::Comments(unedited(issue, comments)))
-                    .await;
-            }
-            Err(error) => {
-                tracing::warn!(%issue, %error, "cannot list the comments written while away")
+        .message_ref();
+        for entry in outbox.unsettled(&approval.id) {
+            if entry.message_ref.as_deref() == Some(gone.as_str()) {
+                outbox.done(entry.id).await?;
             }
         }
+        Ok(())
+    }
+
+    /// Commands for a pending approval's messages: their issues are polled (when polling),
+    /// and, when the messages were `found` from an earlier attempt or run, the comments
+    /// written under them meanwhile are owed a listing (GitHub does not deliver a webhook
+    /// again): see [`Self::catch_up`].
+    fn follow(&self, messages: &[Message], found: bool) {
+        for message in messages {
+            if let Some(poll_targets) = &self.poll_targets {
+                poll_targets.watch(&message.issue, message.created_at);
+            }
+            if found {
+                self.board.owe_catch_up(message);
+            }
+        }
+    }
+
+    /// Lists the comments owed under `messages`, once per issue from the earliest of them,
+    /// for the commands. Those not listed (the first error is returned) stay owed.
+    async fn catch_up(&self, messages: &[Message]) -> Result<(), ApiError> {
+        let mut since: Vec<(IssueRef, OffsetDateTime, Vec<&Message>)> = Vec::new();
+        for message in messages {
+            if !self.board.claim_catch_up(message) {
+                continue;
+            }
+            match since.iter_mut().find(|(issue, ..)| *issue == message.issue) {
+                Some((_, at, claimed)) => {
+                    *at = (*at).min(message.created_at);
+                    claimed.push(message);
+                }
+                None => since.push((message.issue.clone(), message.created_at, vec![message])),
+            }
+        }
+        let mut failed = None;
+        for (issue, at, claimed) in since {
+            match self.api.list_comments(&issue, Some(at)).await {
+                Ok(comments) => {
+                    let _ = self
+                        .inputs
+                        .send(Input::Comments(unedited(&issue, comments)))
+                        .await;
+                }
+                Err(error) => {
+                    for message in claimed {
+                        self.board.unclaim_catch_up(message);
+                    }
+                    failed = failed.or(Some(error));
+                }
+            }
+        }
+        failed.map_or(Ok(()), Err)
     }
 
     fn stop_polling_if_idle(&self, issue: &IssueRef, approval_id: &str) {
@@ -452,6 +599,27 @@ impl GitHubChannel {
             }
         }
         targets
+    }
+}
+
+fn comment_message(issue: &IssueRef, comment: IssueComment) -> Message {
+    Message {
+        issue: issue.clone(),
+        kind: MessageKind::Comment(comment.id),
+        created_at: comment.created_at,
+        rendered: comment.text().to_owned(),
+    }
+}
+
+fn issue_message(repo: &RepoName, opened: IssueSummary) -> Message {
+    Message {
+        issue: IssueRef {
+            repo: repo.clone(),
+            number: opened.number,
+        },
+        kind: MessageKind::IssueBody,
+        created_at: opened.created_at,
+        rendered: opened.body.unwrap_or_default(),
     }
 }
 

@@ -154,11 +154,19 @@ impl Worker {
             inputs.clone(),
             config.retry_interval,
         );
+        // Commands wait until every pending approval's request is on the board (see
+        // `GitHubChannel::adopt_pending`); they queue up meanwhile.
+        let (ready, adopted) = watch::channel(false);
         let stop = stopped(shutdown_rx.clone());
+        let mut commands_wait = adopted.clone();
         other_tasks.push(tokio::spawn(async move {
             tokio::select! {
                 () = stop => {}
-                () = commands.run(inputs_rx) => {}
+                () = async {
+                    // A start-up adoption that ended without a word lets them go too.
+                    let _ = commands_wait.wait_for(|adopted| *adopted).await;
+                    commands.run(inputs_rx).await;
+                } => {}
             }
         }));
 
@@ -170,13 +178,14 @@ impl Worker {
             default_target: config.default_target.clone(),
             poll_targets,
             inputs,
+            adopted,
         };
         let adopting = channel.clone();
         let (stop, max_backoff) = (stopped(shutdown_rx.clone()), config.server.max_backoff);
         other_tasks.push(tokio::spawn(async move {
             tokio::select! {
                 () = stop => {}
-                () = adopting.adopt_pending(max_backoff) => {}
+                () = adopting.adopt_pending(max_backoff, ready) => {}
             }
         }));
         let options = RuntimeOptions {

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{github_decider, Harness, Mode, PATIENCE, REPO, SECRET};
@@ -1251,21 +1252,7 @@ async fn with_a_state_dir_a_comment_resolved_behind_60_newer_approvals_is_correc
     }
     harness.stop_worker().await;
 
-    harness
-        .agent
-        .cancel_approval(&approval.id, "superseded")
-        .await
-        .expect("cancel");
-    for n in 0..60 {
-        let newer = harness
-            .request_approval(harness.request(&format!("newer-{n}"), ""))
-            .await;
-        harness
-            .agent
-            .cancel_approval(&newer.id, "superseded")
-            .await
-            .expect("cancel");
-    }
+    cancel_behind_60_newer(&harness, &approval.id).await;
     let mut watch = harness
         .agent
         .watch(countersign_client::WatchOptions::channel("github"));
@@ -1541,4 +1528,469 @@ async fn with_a_state_dir_a_resumed_worker_applies_commands_on_earlier_requests(
         pb::ApprovalState::Rejected
     );
     assert_eq!(harness.reactions(command.id, 1).await, vec!["-1"]);
+}
+
+/// Two requests pending on one issue, and commands written under them while the worker was
+/// down. The restarted worker checks them only once both requests are adopted (here the
+/// second adoption's read is held): a bare `/approve` is refused as ambiguous instead of
+/// approving the one adopted first, and `/approve <second>` approves the second instead of
+/// being answered "unknown id". Each issue is listed once.
+#[tokio::test]
+async fn commands_written_while_down_wait_until_every_pending_request_is_adopted() {
+    let state = tempfile::tempdir().expect("a state directory");
+    let mut harness = Harness::start_without_worker(Mode::Webhook).await;
+    harness.state_dir = Some(state.path().to_owned());
+    harness.start_worker().await;
+    let first = harness.request_approval(harness.request("first", "")).await;
+    let second = harness
+        .request_approval(harness.request("second", ""))
+        .await;
+    wait_delivered(&harness, &first.id).await;
+    wait_delivered(&harness, &second.id).await;
+    harness.stop_worker().await;
+    let bare = harness
+        .github
+        .add_comment(REPO, harness.issue, &harness.writer, "/approve");
+    let named = harness.github.add_comment(
+        REPO,
+        harness.issue,
+        &harness.writer,
+        &format!("/approve {}", short_id(&second.id)),
+    );
+
+    let (read_before, listed_before) = (
+        harness.github.requests_to(Endpoint::GetComment).len(),
+        harness.github.requests_to(Endpoint::ListComments).len(),
+    );
+    harness.github.hold_after(Endpoint::GetComment, 1);
+    harness.start_worker().await;
+    harness
+        .github
+        .wait_for(
+            "the second adoption's read",
+            Duration::from_secs(20),
+            |github| {
+                (github.requests_to(Endpoint::GetComment).len() >= read_before + 2).then_some(())
+            },
+        )
+        .await;
+    // One request adopted, the other not yet: nothing listed, nothing checked.
+    assert_eq!(
+        harness.github.requests_to(Endpoint::ListComments).len(),
+        listed_before
+    );
+    harness.github.release(Endpoint::GetComment);
+
+    approved_by(&harness, &second.id, &named).await;
+    let reply = harness.reply_to(harness.issue, bare.id).await;
+    assert!(
+        reply.body.contains("several approvals are pending"),
+        "{}",
+        reply.body
+    );
+    assert_eq!(harness.reactions(bare.id, 1).await, vec!["confused"]);
+    assert!(harness.approval(&first.id).await.decisions.is_empty());
+    assert_eq!(
+        harness.github.requests_to(Endpoint::ListComments).len(),
+        listed_before + 1,
+        "one catch-up listing for the issue"
+    );
+}
+
+/// GitHub cannot answer the read of a pending approval's request comment at a start (502
+/// past every attempt). The comment stays the approval's, with a body taken as unknown: a
+/// command under it is applied, and the comment is rewritten to show the outcome.
+#[tokio::test]
+async fn a_request_comment_unreadable_at_a_start_still_takes_commands() {
+    let state = tempfile::tempdir().expect("a state directory");
+    let mut harness = Harness::start_without_worker(Mode::Webhook).await;
+    harness.state_dir = Some(state.path().to_owned());
+    harness.max_attempts = Some(2);
+    harness.start_worker().await;
+    let approval = harness
+        .request_approval(harness.request("unreadable", ""))
+        .await;
+    let comment = harness.request_comment(&approval.id).await;
+    wait_delivered(&harness, &approval.id).await;
+    restart_with_failing_reads(&mut harness, 2, Failure::BadGateway).await;
+    let command = harness.say(&harness.writer, "/approve").await;
+    approved_by(&harness, &approval.id, &command).await;
+    harness
+        .request_comment_where(comment.id, "the approved comment", |body| {
+            body.contains("✅ **Approved** by @alice")
+        })
+        .await;
+}
+
+/// One of a pending approval's two request comments is on an issue deleted while the worker
+/// was down (410). The restarted worker leaves that one alone and adopts the other: a command
+/// under it is applied.
+#[tokio::test]
+async fn a_deleted_issue_does_not_cost_the_approval_its_other_request() {
+    let state = tempfile::tempdir().expect("a state directory");
+    let mut harness = Harness::start_without_worker(Mode::Webhook).await;
+    harness.state_dir = Some(state.path().to_owned());
+    harness.start_worker().await;
+    let other = harness.github.add_issue(REPO, "a second issue");
+    let mut request = harness.request("two-issues", "");
+    request.routes.push(pb::Route {
+        channel: "github".to_string(),
+        target: format!("{REPO}#{other}"),
+    });
+    let approval = harness.request_approval(request).await;
+    harness.request_comment(&approval.id).await;
+    harness.request_comment_on(other, &approval.id).await;
+    for _ in 0..200 {
+        if harness.approval(&approval.id).await.deliveries.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(harness.approval(&approval.id).await.deliveries.len(), 2);
+    let read_before = restart_with_failing_reads(&mut harness, 1, Failure::Gone).await;
+    // The comment read second is the one still there.
+    let readable = harness.github.requests_to(Endpoint::GetComment)[read_before + 1]
+        .path
+        .clone();
+    let issue = if harness
+        .github
+        .comments(REPO, other)
+        .iter()
+        .any(|c| readable.ends_with(&format!("/comments/{}", c.id)))
+    {
+        other
+    } else {
+        harness.issue
+    };
+    let command = harness.say_on(issue, &harness.writer, "/approve").await;
+    approved_by(&harness, &approval.id, &command).await;
+}
+
+/// The catch-up listing of a restarted worker fails (502 past every attempt): it is tried
+/// again, and the command written while the worker was down is applied.
+#[tokio::test]
+async fn a_failed_catch_up_listing_is_tried_again() {
+    let state = tempfile::tempdir().expect("a state directory");
+    let mut harness = Harness::start_without_worker(Mode::Webhook).await;
+    harness.state_dir = Some(state.path().to_owned());
+    harness.max_attempts = Some(2);
+    harness.start_worker().await;
+    let approval = harness
+        .request_approval(harness.request("unlisted", ""))
+        .await;
+    wait_delivered(&harness, &approval.id).await;
+    harness.stop_worker().await;
+    let command = harness
+        .github
+        .add_comment(REPO, harness.issue, &harness.writer, "/approve");
+
+    harness
+        .github
+        .fail_next(Endpoint::ListComments, 2, Failure::BadGateway);
+    harness.start_worker().await;
+    approved_by(&harness, &approval.id, &command).await;
+    assert_eq!(harness.reactions(command.id, 1).await, vec!["+1"]);
+}
+
+/// A TCP relay between the worker and the server that the test can cut: while cut, every
+/// connection is dropped at once.
+struct Relay {
+    addr: std::net::SocketAddr,
+    open: Arc<std::sync::atomic::AtomicBool>,
+    connections: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(to: std::net::SocketAddr) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the relay");
+        let addr = listener.local_addr().expect("the relay's address");
+        let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let connections = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (accepting, tasks) = (Arc::clone(&open), Arc::clone(&connections));
+        let task = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !accepting.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue;
+                }
+                let relayed = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                tasks.lock().expect("relay tasks").push(relayed);
+            }
+        });
+        Relay {
+            addr,
+            open,
+            connections,
+            task,
+        }
+    }
+
+    fn cut(&self) {
+        self.open.store(false, std::sync::atomic::Ordering::SeqCst);
+        for connection in self.connections.lock().expect("relay tasks").drain(..) {
+            connection.abort();
+        }
+    }
+
+    fn mend(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.cut();
+        self.task.abort();
+    }
+}
+
+/// In mid-run the worker loses the server for longer than the server keeps events: it
+/// resumes with a snapshot. An approval it showed as pending, cancelled in the gap behind
+/// more newer resolved approvals than the correction pass looks at (50), still gets its
+/// comment corrected: what the worker shows as pending counts as unfinished.
+#[tokio::test]
+async fn a_comment_resolved_in_a_gap_past_retention_is_corrected() {
+    let server = countersign_testkit::server::TestServer::start_with(|config| {
+        config.watch.retention_seconds = 1;
+        config.approvals.sweep_interval_ms = 100;
+    })
+    .await;
+    let mut harness = Harness::with_server_without_worker(Mode::Webhook, server).await;
+    let relay = Relay::start(harness.server.addr()).await;
+    let mut file = harness.file_config();
+    file.server.url = format!("http://{}", relay.addr);
+    file.server.max_backoff_secs = 1;
+    let config = countersign_github::config::Config::from_file(file, &common::NoEnvironment)
+        .expect("worker config");
+    harness.worker = Some(
+        countersign_github::Worker::start(config)
+            .await
+            .expect("start the worker"),
+    );
+    let approval = harness.request_approval(harness.request("old", "")).await;
+    let comment = harness.request_comment(&approval.id).await;
+    wait_delivered(&harness, &approval.id).await;
+
+    let mut watch = harness
+        .agent
+        .watch(countersign_client::WatchOptions::channel("github"));
+    watch.next().await.expect("a snapshot");
+    let head_at_cut = watch.cursor().expect("the head seq");
+    drop(watch);
+    relay.cut();
+    cancel_behind_60_newer(&harness, &approval.id).await;
+    // Until the server no longer keeps the events after the cut (it keeps the newest).
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let mut resumed = harness.agent.watch(countersign_client::WatchOptions {
+            resume_after: Some(head_at_cut),
+            ..countersign_client::WatchOptions::channel("github")
+        });
+        if let countersign_client::WatchItem::Snapshot(_) =
+            resumed.next().await.expect("a watch item")
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "events after {head_at_cut} never pruned"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    relay.mend();
+
+    harness
+        .request_comment_where(comment.id, "the cancelled comment", |body| {
+            body.contains("🚫 **Cancelled**: superseded")
+        })
+        .await;
+}
+
+/// The worker process is killed while GitHub holds the answer to its post (the outbox has
+/// the intent only), and the approval is cancelled while it is down. The restarted worker
+/// posts nothing, finds the comment by its marker, records it, edits it to the outcome and
+/// settles the outbox entry.
+#[tokio::test]
+async fn a_post_cut_off_by_a_crash_for_an_approval_resolved_meanwhile_is_corrected() {
+    let harness = Harness::start_without_worker(Mode::Webhook).await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let state = tempfile::tempdir().expect("a state directory");
+    let config_path = write_worker_config(
+        &harness,
+        dir.path(),
+        &format!(
+            "state_dir = {:?}\n\n[webhook]\nlisten = \"127.0.0.1:0\"\nsecret = \"unused-by-this-test\"\n",
+            state.path().display().to_string()
+        ),
+    );
+
+    harness.github.hold(Endpoint::CreateComment);
+    let mut first_run = spawn_worker_process(&config_path);
+    let approval = harness
+        .request_approval(harness.request("call-cut-off", ""))
+        .await;
+    let comment = harness.request_comment(&approval.id).await;
+    first_run.kill().await.expect("kill the worker");
+    harness.github.release(Endpoint::CreateComment);
+    harness
+        .agent
+        .cancel_approval(&approval.id, "superseded")
+        .await
+        .expect("cancel");
+
+    let mut second_run = spawn_worker_process(&config_path);
+    harness
+        .request_comment_where(comment.id, "the cancelled comment", |body| {
+            body.contains("🚫 **Cancelled**: superseded")
+        })
+        .await;
+    let delivered = wait_delivered(&harness, &approval.id).await;
+    assert_eq!(delivered.message_ref, format!("comment/{}", comment.id));
+    assert_eq!(harness.github.requests_to(Endpoint::CreateComment).len(), 1);
+    let outbox = std::fs::read_to_string(state.path().join("outbox.jsonl")).expect("the outbox");
+    assert!(outbox.contains(r#""op":"done""#), "{outbox}");
+    second_run.kill().await.expect("kill the worker");
+}
+
+/// An earlier run's outbox names a comment it posted (its id known, the delivery not yet
+/// recorded) that has since been deleted, and the approval is no longer pending. The worker
+/// settles that entry instead of keeping it (and the approval) unfinished for ever; it posts
+/// nothing.
+#[tokio::test]
+async fn an_outbox_entry_for_a_deleted_comment_is_settled() {
+    let state = tempfile::tempdir().expect("a state directory");
+    let mut harness = Harness::start_without_worker(Mode::Webhook).await;
+    harness.state_dir = Some(state.path().to_owned());
+    let approval = harness
+        .request_approval(harness.request("deleted-comment", ""))
+        .await;
+    harness
+        .agent
+        .cancel_approval(&approval.id, "superseded")
+        .await
+        .expect("cancel");
+    let outbox_path = state.path().join("outbox.jsonl");
+    std::fs::write(
+        &outbox_path,
+        format!(
+            "{{\"op\":\"intent\",\"id\":1,\"key\":\"{id}\",\"target\":\"{REPO}#{issue}\",\"after\":null}}\n{{\"op\":\"sent\",\"id\":1,\"message_ref\":\"comment/987654321\"}}\n",
+            id = approval.id,
+            issue = harness.issue
+        ),
+    )
+    .expect("write the outbox");
+
+    harness.start_worker().await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let outbox = std::fs::read_to_string(&outbox_path).expect("the outbox");
+        if outbox.contains(r#""op":"done""#) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the entry was never settled: {outbox}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(harness
+        .github
+        .requests_to(Endpoint::CreateComment)
+        .is_empty());
+    assert!(harness.approval(&approval.id).await.deliveries.is_empty());
+}
+
+/// Waits until `approval_id` is resolved, and checks it was approved by `command`.
+async fn approved_by(harness: &Harness, approval_id: &str, command: &Comment) {
+    let resolved = harness.resolved(approval_id).await;
+    assert_eq!(resolved.state(), pb::ApprovalState::Approved);
+    assert_eq!(
+        resolved.decisions[0].idempotency_key,
+        command.id.to_string()
+    );
+}
+
+/// Restarts the worker with the next `count` reads of a comment answered with `failure`, and
+/// waits for the second read of its start-up adoption; returns the reads made before.
+async fn restart_with_failing_reads(
+    harness: &mut Harness,
+    count: usize,
+    failure: Failure,
+) -> usize {
+    harness.stop_worker().await;
+    let read_before = harness.github.requests_to(Endpoint::GetComment).len();
+    harness
+        .github
+        .fail_next(Endpoint::GetComment, count, failure);
+    harness.start_worker().await;
+    harness
+        .github
+        .wait_for("two reads of the adoption", PATIENCE, |github| {
+            (github.requests_to(Endpoint::GetComment).len() >= read_before + 2).then_some(())
+        })
+        .await;
+    read_before
+}
+
+/// Cancels `approval_id`, then requests and cancels 60 more: more newer resolved approvals
+/// than the correction pass after a snapshot looks at (50).
+async fn cancel_behind_60_newer(harness: &Harness, approval_id: &str) {
+    harness
+        .agent
+        .cancel_approval(approval_id, "superseded")
+        .await
+        .expect("cancel");
+    for n in 0..60 {
+        let newer = harness
+            .request_approval(harness.request(&format!("newer-{n}"), ""))
+            .await;
+        harness
+            .agent
+            .cancel_approval(&newer.id, "superseded")
+            .await
+            .expect("cancel");
+    }
+}
+
+/// A start without a state directory: the snapshot shows the pending approval while the
+/// start-up adoption is reading its request comment (held here). The comment is read once,
+/// not once by each, and a command under it is applied.
+#[tokio::test]
+async fn a_start_adopts_a_pending_request_once() {
+    let mut harness = Harness::start(Mode::Webhook).await;
+    let approval = harness
+        .request_approval(harness.request("adopted-once", ""))
+        .await;
+    wait_delivered(&harness, &approval.id).await;
+    harness.stop_worker().await;
+
+    let read_before = harness.github.requests_to(Endpoint::GetComment).len();
+    harness.github.hold(Endpoint::GetComment);
+    harness.start_worker().await;
+    harness
+        .github
+        .wait_for("the adoption's read", PATIENCE, |github| {
+            (github.requests_to(Endpoint::GetComment).len() > read_before).then_some(())
+        })
+        .await;
+    // Time for the snapshot's show to read it too, were it to.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        harness.github.requests_to(Endpoint::GetComment).len(),
+        read_before + 1
+    );
+    harness.github.release(Endpoint::GetComment);
+
+    let command = harness.say(&harness.writer, "/approve").await;
+    approved_by(&harness, &approval.id, &command).await;
+    assert_eq!(
+        harness.github.requests_to(Endpoint::GetComment).len(),
+        read_before + 1
+    );
 }

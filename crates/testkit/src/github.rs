@@ -226,6 +226,8 @@ pub enum Failure {
     BadGatewayAfterWrite,
     /// 422 "Validation Failed" on the body, as GitHub refuses a body it will not take.
     BodyRefused,
+    /// 410 "This issue was deleted", as GitHub answers for a deleted issue's comments.
+    Gone,
 }
 
 struct Injected {
@@ -256,6 +258,8 @@ struct FakeState {
     /// Added before every answer, as a distant server would.
     latency: std::time::Duration,
     held: HashSet<Endpoint>,
+    /// Endpoints held once the given number of further calls has been answered.
+    hold_after: HashMap<Endpoint, usize>,
     rate_used: u64,
 }
 
@@ -333,6 +337,7 @@ impl FakeGitHub {
             rate_limited_until: None,
             latency: std::time::Duration::ZERO,
             held: HashSet::new(),
+            hold_after: HashMap::new(),
             rate_used: 0,
         };
         let (version, _) = watch::channel(0);
@@ -506,6 +511,13 @@ impl FakeGitHub {
     /// Calls of `endpoint` do their work, then wait for [`FakeGitHub::release`] before answering.
     pub fn hold(&self, endpoint: Endpoint) {
         self.shared.lock().held.insert(endpoint);
+        self.shared.changed();
+    }
+
+    /// The next `passing` calls of `endpoint` are answered; the ones after them are held as by
+    /// [`FakeGitHub::hold`] (until [`FakeGitHub::release`]).
+    pub fn hold_after(&self, endpoint: Endpoint, passing: usize) {
+        self.shared.lock().hold_after.insert(endpoint, passing);
         self.shared.changed();
     }
 
@@ -943,6 +955,7 @@ async fn answer(
             Some(primary_rate_limit_answer(&state.bot, until))
         }
         Some(Failure::BadGateway) => Some(Answer::error(StatusCode::BAD_GATEWAY, "Server Error")),
+        Some(Failure::Gone) => Some(Answer::error(StatusCode::GONE, "This issue was deleted")),
         Some(Failure::BadGatewayAfterWrite) => None,
         Some(Failure::BodyRefused) => {
             let too_long = "x".repeat(MAX_BODY_CHARS + 1);
@@ -963,6 +976,14 @@ async fn answer(
             })
             .and_then(|token| state.user_for_token(token))
             .unwrap_or_else(|| state.app_bot.clone());
+        match state.hold_after.get_mut(&endpoint) {
+            Some(0) => {
+                state.hold_after.remove(&endpoint);
+                state.held.insert(endpoint);
+            }
+            Some(passing) => *passing -= 1,
+            None => {}
+        }
         serve(&mut state, route, caller, query, body)
     };
     shared.changed();

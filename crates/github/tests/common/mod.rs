@@ -76,6 +76,11 @@ impl Harness {
         harness
     }
 
+    /// Against `server`, without a worker yet.
+    pub async fn with_server_without_worker(mode: Mode, server: TestServer) -> Harness {
+        Harness::with_server(mode, server).await
+    }
+
     async fn with_server(mode: Mode, server: TestServer) -> Harness {
         let github = FakeGitHub::start().await;
         let issue = github.add_issue(REPO, "Deploy approvals");
