@@ -337,7 +337,7 @@ impl<C: Channel> Runtime<C> {
     async fn show_requested(self: &Arc<Self>, mut queue: ShowQueue) {
         while let Some(request) = queue.0.recv().await {
             match request {
-                ShowRequest::Copy(approval) => self.enqueue_show(*approval, None),
+                ShowRequest::Copy(approval) => self.enqueue_copy(*approval),
                 ShowRequest::Current(approval_id) => self.enqueue_refresh(approval_id, None),
             }
         }
@@ -358,6 +358,22 @@ impl<C: Channel> Runtime<C> {
             };
             runtime.show(&approval).await;
             runtime.job_over(&approval.id, part);
+        });
+    }
+
+    /// Shows a copy asked for beside the loop, unless the approval waits for a retry: the
+    /// retry shows it as it is then, and a copy older than what failed (a Decide's answer
+    /// overtaken by the watch) must not pass for its success and cancel it.
+    fn enqueue_copy(self: &Arc<Self>, approval: pb::Approval) {
+        let runtime = self.clone();
+        let key = approval.id.clone();
+        self.lanes.push(&key, async move {
+            if runtime.retries.is_scheduled(&approval.id) {
+                tracing::debug!(approval_id = %approval.id, "a retry is scheduled; leaving the copy to it");
+                return;
+            }
+            runtime.show(&approval).await;
+            runtime.job_over(&approval.id, None);
         });
     }
 

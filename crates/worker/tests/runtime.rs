@@ -29,6 +29,8 @@ enum Step {
     Hold(oneshot::Receiver<()>),
     /// Takes this long, then shows.
     Slow(Duration),
+    /// Waits until the sender fires (or is dropped), then fails as `Fail(None)` does.
+    HoldThenFail(oneshot::Receiver<()>),
 }
 
 #[derive(Clone, Debug)]
@@ -187,6 +189,10 @@ impl Channel for TestChannel {
             Some(Step::Hold(release)) => {
                 let _ = release.await;
                 Ok(())
+            }
+            Some(Step::HoldThenFail(release)) => {
+                let _ = release.await;
+                Err(Unavailable(None))
             }
             Some(Step::Slow(pause)) => {
                 tokio::time::sleep(pause).await;
@@ -737,6 +743,38 @@ async fn shows_asked_beside_the_loop_run_in_the_approval_s_lane() {
         "the copy as given, then the approval as it is now"
     );
     assert!(!harness.recorder.lock().overlapped);
+    running.shut_down().await;
+}
+
+/// A copy asked for beside the loop while the approval waits for a retry (an older state
+/// than the one that failed) leaves the retry alone: the retry shows the approval as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_asked_for_while_a_retry_waits_does_not_cancel_it() {
+    let harness = Harness::new(true).await;
+    let running = harness.start(GRACE);
+    let pending = harness.request_shown("overtaken").await;
+    let (release, held) = oneshot::channel();
+    harness
+        .recorder
+        .script("overtaken", Step::HoldThenFail(held));
+    harness.cancel(&pending).await;
+    harness.recorder.until_calls("overtaken", 2).await;
+    // Queued behind the cancelled state's show, which then fails.
+    running.shows.show(pending.clone());
+    release.send(()).unwrap();
+    harness
+        .recorder
+        .until_shown("overtaken", ApprovalState::Cancelled)
+        .await;
+    assert_eq!(
+        harness.recorder.called_states("overtaken"),
+        vec![
+            ApprovalState::Pending,
+            ApprovalState::Cancelled,
+            ApprovalState::Cancelled
+        ],
+        "the older copy is not shown; the retry shows the cancellation"
+    );
     running.shut_down().await;
 }
 
