@@ -28,9 +28,8 @@ use crate::board::{Board, Message, MessageKind};
 use crate::commands::Input;
 use crate::incoming::{unedited, PollTargets};
 use crate::render;
-use crate::target::{IssueRef, RepoName, Target};
+use crate::target::{IssueRef, RepoName, Target, CHANNEL};
 
-pub const CHANNEL: &str = "github";
 /// Resolved approvals looked at after a snapshot, to correct comments left pending.
 const RESYNC_PAGE: u32 = 50;
 

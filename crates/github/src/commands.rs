@@ -14,12 +14,11 @@ use tokio::sync::mpsc;
 
 use crate::api::{ApiError, Author, GitHubApi, IssueComment, ReactionContent};
 use crate::board::Board;
-use crate::channel::CHANNEL;
 use crate::command::{parse_command, Command, Verdict};
 use crate::incoming::IncomingComment;
 use crate::recent::RecentSet;
 use crate::render::{self, replied_comment_id, Reply};
-use crate::target::{IssueRef, RepoName};
+use crate::target::{IssueRef, RepoName, CHANNEL};
 
 const REMEMBERED_COMMENTS: usize = 50_000;
 /// How often a command that failed for a transient reason is tried.

@@ -4,6 +4,9 @@
 use std::fmt;
 use std::str::FromStr;
 
+/// The channel name approvals are routed to GitHub by.
+pub const CHANNEL: &str = "github";
+
 /// A repository, `owner/name`, kept in lower case: GitHub names are case-insensitive, and one
 /// spelling keeps comparisons and map keys simple.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
