@@ -100,7 +100,7 @@ def test_a_server_that_stays_down_is_logged_again_while_the_retries_go_on(
     monkeypatch.setattr(Backoff, "WARN_EVERY", 0.5)
     caplog.set_level(logging.DEBUG, logger="countersign")
     with Client("127.0.0.1:1", timeout=0.5) as client, pytest.raises(Unavailable):
-        client.request_and_wait(agent_id="agent-down", tool_name="deploy", idempotency_key="k", deadline=2.2)
+        client.request_and_wait(agent_id="agent-down", tool_name="deploy", idempotency_key="k", deadline=4.0)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) >= 3, warnings
     assert "still failing" not in warnings[0]
