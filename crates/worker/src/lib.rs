@@ -1,11 +1,10 @@
-//! The runtime every countersign channel worker (Telegram, GitHub, the web inbox, ntfy, the
-//! webhook channel) shares, so that each channel crate keeps only its platform's parts
+//! The runtime every countersign channel worker (Telegram, GitHub, Slack, ntfy, the webhook
+//! channel; the web inbox uses some of its pieces) shares, so that each channel crate keeps only its platform's parts
 //! (rendering, parsing, API calls):
 //!
 //! - [`runtime::run`]: the loop itself — the watch with its persisted cursor (or a snapshot
 //!   and reconciliation), lanes, retries, graceful shutdown — driving a [`channel::Channel`],
-//!   which holds only platform operations. The pieces below are what it is built from; the
-//!   workers not yet moved onto it use them directly.
+//!   which holds only platform operations. The pieces below are what it is built from.
 //! - [`lanes::Lanes`]: one ordered queue per approval, many approvals in flight at once, so
 //!   that one slow or failing approval never delays another; graceful shutdown finishes the
 //!   writes in flight.
