@@ -9,6 +9,9 @@ pub enum StoreError {
     Domain(#[from] DomainError),
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+    /// From the SQLite writer's connection (`sqlite_writer.rs`).
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("stored data is unreadable: {0}")]

@@ -32,6 +32,7 @@ pub(crate) mod postgres;
 mod reads;
 mod records;
 pub(crate) mod sqlite;
+mod sqlite_writer;
 mod writer;
 
 use std::path::Path;

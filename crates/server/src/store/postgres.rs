@@ -28,7 +28,9 @@ use super::batch::{BatchKeys, BoundedGrant, Loaded, WriteSet, EXPIRY_SWEEP_LIMIT
 use super::error::StoreError;
 use super::event::{AuditedEvent, EventBody, EventFilter, StoredEvent};
 use super::reads::readable_approvals;
-use super::records::{channels_column, ChainHead, Grant, GrantFilter, ListFilter, Snapshot};
+use super::records::{
+    channels_column, ChainHead, Grant, GrantFilter, ListFilter, Snapshot, GRANT_COLUMNS,
+};
 use crate::audit::AuditReport;
 use crate::backup::{Backup, BackupError};
 use crate::config::StorageConfig;
@@ -537,4 +539,23 @@ pub(crate) async fn connect_migrated(url: &str) -> Result<PgConnection, StoreErr
     let mut conn = PgConnection::connect(url).await?;
     MIGRATOR.run_direct(&mut conn).await?;
     Ok(conn)
+}
+
+fn bounded_grant_from_row(row: &PgRow) -> Result<BoundedGrant, sqlx::Error> {
+    Ok(BoundedGrant {
+        grant: Grant {
+            id: row.try_get("id")?,
+            agent_id: row.try_get("agent_id")?,
+            session_id: row.try_get("session_id")?,
+            tool_name: row.try_get("tool_name")?,
+            approval_id: row.try_get("approval_id")?,
+            granted_by: row.try_get("granted_by")?,
+            created_at: row.try_get("created_at_ms")?,
+            expires_at: row.try_get("expires_at_ms")?,
+            revoked_at: row.try_get("revoked_at_ms")?,
+        },
+        max_risk_rank: row.try_get("max_risk_rank")?,
+        max_required_approvals: row.try_get("max_required_approvals")?,
+        scope: row.try_get("scope")?,
+    })
 }

@@ -74,11 +74,6 @@ macro_rules! sql_reads {
             a.body AS current
             FROM events AS e LEFT JOIN approvals AS a ON a.id = e.approval_id";
 
-        /// A grant's columns, with the bounds of the approval that made it.
-        const GRANT_COLUMNS: &str = "id, agent_id, session_id, tool_name, approval_id,
-            granted_by, created_at_ms, expires_at_ms, revoked_at_ms, max_risk_rank,
-            max_required_approvals, scope";
-
         const DELEGATION_COLUMNS: &str = "id, delegator, delegate, created_at_ms, until_ms,
             revoked_at_ms, reason, created_by";
 
@@ -118,25 +113,6 @@ macro_rules! sql_reads {
                 .iter()
                 .map(delegation_from_row)
                 .collect::<Result<_, _>>()?)
-        }
-
-        fn bounded_grant_from_row(row: &$row) -> Result<BoundedGrant, sqlx::Error> {
-            Ok(BoundedGrant {
-                grant: Grant {
-                    id: row.try_get("id")?,
-                    agent_id: row.try_get("agent_id")?,
-                    session_id: row.try_get("session_id")?,
-                    tool_name: row.try_get("tool_name")?,
-                    approval_id: row.try_get("approval_id")?,
-                    granted_by: row.try_get("granted_by")?,
-                    created_at: row.try_get("created_at_ms")?,
-                    expires_at: row.try_get("expires_at_ms")?,
-                    revoked_at: row.try_get("revoked_at_ms")?,
-                },
-                max_risk_rank: row.try_get("max_risk_rank")?,
-                max_required_approvals: row.try_get("max_required_approvals")?,
-                scope: row.try_get("scope")?,
-            })
         }
 
         /// The pending approvals routed to a channel (`$1`; all when empty), by id.
