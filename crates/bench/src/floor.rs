@@ -7,17 +7,16 @@
 //! The database is one the server created and migrated (its schema, every migration), and the
 //! rows are copies of an approval the server itself wrote there, so row sizes and indexes are
 //! exactly the server's; agents and idempotency keys have the shape of the RequestApproval
-//! figures' calls. The statements are the writer's: rows as a JSON array expanded by
-//! `json_each` on SQLite, arrays expanded by `unnest` under the chain head's row lock on
-//! PostgreSQL.
+//! figures' calls. The statements are the writer's: on SQLite prepared once and stepped row by
+//! row on a rusqlite connection, as the server's writer does; on PostgreSQL arrays expanded by
+//! `unnest` under the chain head's row lock.
 
 use std::path::Path;
 use std::str::FromStr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteSynchronous};
 use sqlx::Connection;
 
 use crate::error::BenchError;
@@ -60,7 +59,6 @@ struct ApprovalColumns(
 struct EventColumns(String, String, String, String);
 
 /// One approval row as the writer binds it (`migrations/*`: approvals).
-#[derive(Serialize)]
 struct ApprovalRow<'a>(
     String,
     String,
@@ -76,7 +74,6 @@ struct ApprovalRow<'a>(
 );
 
 /// One event row as the writer binds it (events).
-#[derive(Serialize)]
 struct EventRow<'a>(
     i64,
     String,
@@ -188,10 +185,6 @@ fn next_hash(random: &mut u64) -> String {
     hex
 }
 
-fn json(rows: &impl Serialize) -> Result<String, BenchError> {
-    serde_json::to_string(rows).map_err(|e| BenchError::Setup(format!("storage floor: {e}")))
-}
-
 /// The idempotency lookup found none of the batch's keys, as for new requests.
 fn keys_are_new(existing: Result<i64, sqlx::Error>) -> Result<(), BenchError> {
     match existing.map_err(db_error)? {
@@ -270,97 +263,121 @@ fn rows<'a>(
     })
 }
 
+/// The SQLite floor, on the writer's terms: a rusqlite connection used in place, the
+/// writer's statements (`crates/server/src/store/sqlite_writer.rs`) prepared once and stepped
+/// row by row, an idempotency lookup per key.
 async fn sqlite(
     path: &Path,
     template: &Template,
     batch: usize,
     load: &Load,
 ) -> Result<Floor, BenchError> {
-    // The server's writer settings (crates/server/src/store/sqlite.rs), durability full.
-    let options = SqliteConnectOptions::from_str("sqlite:")
-        .map_err(db_error)?
-        .filename(path)
-        .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Full)
-        .foreign_keys(true)
-        .busy_timeout(Duration::from_secs(10))
-        .pragma("wal_autocheckpoint", "10000")
-        .pragma("temp_store", "memory");
-    let mut conn = SqliteConnection::connect_with(&options)
-        .await
-        .map_err(db_error)?;
-    let (approval, event): (String, String) = sqlx::query_as(
-        "SELECT json_array(a.session_id, a.tool_name, a.state, a.channels, a.created_at_ms,
-                           a.expires_at_ms, a.body, a.due_at_ms),
-                json_array(e.kind, e.body, e.decider, e.approver)
-           FROM approvals AS a JOIN events AS e ON e.approval_id = a.id
-          WHERE a.id = ? ORDER BY e.seq LIMIT 1",
+    let conn = open_sqlite(path)?;
+    // The server's writer settings, durability full.
+    conn.execute_batch(
+        "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = memory;
+         PRAGMA wal_autocheckpoint = 10000;",
     )
-    .bind(&template.id)
-    .fetch_one(&mut conn)
-    .await
-    .map_err(db_error)?;
+    .map_err(sqlite_error)?;
+    let (approval, event): (String, String) = conn
+        .query_row(
+            "SELECT json_array(a.session_id, a.tool_name, a.state, a.channels, a.created_at_ms,
+                               a.expires_at_ms, a.body, a.due_at_ms),
+                    json_array(e.kind, e.body, e.decider, e.approver)
+               FROM approvals AS a JOIN events AS e ON e.approval_id = a.id
+              WHERE a.id = ?1 ORDER BY e.seq LIMIT 1",
+            [&template.id],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .map_err(sqlite_error)?;
     let mut rows = rows(template, &approval, &event, load)?;
-    let mut head_seq: i64 = sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM events")
-        .fetch_one(&mut conn)
-        .await
-        .map_err(db_error)?;
+    let mut head_seq: i64 = conn
+        .query_row("SELECT coalesce(max(seq), 0) FROM events", [], |row| {
+            row.get(0)
+        })
+        .map_err(sqlite_error)?;
     // The server's checkpointer: passive, on a connection of its own, every 200 ms of commits.
-    let (stop, mut stopped) = tokio::sync::watch::channel(());
-    let checkpoints = tokio::spawn(async move {
-        let mut conn = SqliteConnection::connect_with(&options).await?;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-                _ = stopped.changed() => return Ok::<(), sqlx::Error>(()),
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let checkpointer = {
+        let (stop, path) = (stop.clone(), path.to_path_buf());
+        std::thread::spawn(move || -> Result<(), BenchError> {
+            let conn = open_sqlite(&path)?;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(200));
+                conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                    .map_err(sqlite_error)?;
             }
-            sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-                .execute(&mut conn)
-                .await?;
-        }
-    });
+            Ok(())
+        })
+    };
     let floor = timed(load, batch, async || {
         let written = rows.next_batch(batch, head_seq);
         head_seq += batch as i64;
-        let (agents, keys) = written.keys();
-        let lookup: Vec<(&str, &str)> = agents.into_iter().zip(keys).collect();
-        statement(&mut conn, "BEGIN IMMEDIATE").await?;
-        let existing = sqlx::query_scalar(
-            "SELECT count(*) FROM approvals
-              WHERE (agent_id, idempotency_key) IN (SELECT value->>0, value->>1 FROM json_each(?))",
-        )
-        .bind(json(&lookup)?)
-        .fetch_one(&mut conn)
-        .await;
-        keys_are_new(existing)?;
-        sqlx::query(
-            "INSERT INTO approvals (id, agent_id, idempotency_key, session_id, tool_name, state,
-                                    channels, created_at_ms, expires_at_ms, body, due_at_ms)
-             SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6,
-                    value->>7, value->>8, value->>9, value->>10
-               FROM json_each(?);
-             INSERT INTO events (seq, approval_id, kind, at_ms, body, agent_id, decider,
-                                 approver, prev_hash, hash)
-             SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5,
-                    value->>6, value->>7, value->>8, value->>9
-               FROM json_each(?)",
-        )
-        .bind(json(&written.approvals)?)
-        .bind(json(&written.events)?)
-        .execute(&mut conn)
-        .await
-        .map_err(db_error)?;
-        statement(&mut conn, "COMMIT").await
+        conn.execute_batch("BEGIN IMMEDIATE")
+            .map_err(sqlite_error)?;
+        let mut lookup = conn
+            .prepare_cached(
+                "SELECT body FROM approvals WHERE agent_id = ?1 AND idempotency_key = ?2",
+            )
+            .map_err(sqlite_error)?;
+        for a in &written.approvals {
+            if lookup.exists([&a.1, &a.2]).map_err(sqlite_error)? {
+                return Err(BenchError::Setup(
+                    "storage floor: an idempotency key repeated".into(),
+                ));
+            }
+        }
+        let mut insert = conn
+            .prepare_cached(
+                "INSERT INTO approvals (id, agent_id, idempotency_key, session_id, tool_name,
+                 state, channels, created_at_ms, expires_at_ms, body, due_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                 ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body,
+                   channels = excluded.channels, expires_at_ms = excluded.expires_at_ms,
+                   due_at_ms = excluded.due_at_ms",
+            )
+            .map_err(sqlite_error)?;
+        for a in &written.approvals {
+            insert
+                .execute(rusqlite::params![
+                    a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9, a.10
+                ])
+                .map_err(sqlite_error)?;
+        }
+        let mut insert = conn
+            .prepare_cached(
+                "INSERT INTO events (seq, approval_id, kind, at_ms, body, agent_id, decider,
+                 approver, prev_hash, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )
+            .map_err(sqlite_error)?;
+        for e in &written.events {
+            insert
+                .execute(rusqlite::params![
+                    e.0, e.1, e.2, e.3, e.4, e.5, e.6, e.7, e.8, e.9
+                ])
+                .map_err(sqlite_error)?;
+        }
+        conn.execute_batch("COMMIT").map_err(sqlite_error)
     })
     .await;
-    let _ = stop.send(());
-    let checkpointed = checkpoints
-        .await
-        .map_err(|e| BenchError::Setup(format!("storage floor checkpointer: {e}")))?;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let checkpointed = checkpointer
+        .join()
+        .map_err(|_| BenchError::Setup("storage floor checkpointer panicked".into()))?;
     let floor = floor?;
-    checkpointed.map_err(db_error)?;
-    conn.close().await.map_err(db_error)?;
+    checkpointed?;
     Ok(floor)
+}
+
+fn open_sqlite(path: &Path) -> Result<rusqlite::Connection, BenchError> {
+    let conn = rusqlite::Connection::open(path).map_err(sqlite_error)?;
+    conn.busy_timeout(Duration::from_secs(10))
+        .map_err(sqlite_error)?;
+    Ok(conn)
+}
+
+fn sqlite_error(e: rusqlite::Error) -> BenchError {
+    BenchError::Setup(format!("storage floor: {e}"))
 }
 
 async fn postgres(

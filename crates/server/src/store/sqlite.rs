@@ -22,9 +22,9 @@ use super::backend::{Backend, SharedReads, WriterConnection};
 use super::error::StoreError;
 use super::event::{AuditedEvent, EventBody, EventFilter, StoredEvent};
 use super::records::{Grant, GrantFilter, ListFilter, Snapshot};
+use super::sqlite_writer::{SqliteWriter, WriterSettings};
 use crate::audit::AuditReport;
 use crate::backup::{self, Backup, BackupError};
-use super::sqlite_writer::{SqliteWriter, WriterSettings};
 use crate::config::{StorageConfig, WalCheckpoints};
 use countersign_core::groups::Delegation;
 
