@@ -16,7 +16,13 @@ const USAGE: &str = "usage: storage-floor DIR full|minimal FULL|NORMAL BATCH AGE
   FULL     synchronous=FULL (the server's durable setting); NORMAL: synchronous=NORMAL
   BATCH    changes per transaction (64 calls in flight give the server about 32)
   AGENTS   distinct agent ids
-  SECONDS  how long to write";
+  SECONDS  how long to write
+
+Environment, for layouts the server does not have (what a leaner layout could save):
+  PAGE=1024          SQLite's page size for the new database (default 4096)
+  EXTRA_SQL='...'    run after the server's migrations (e.g. DROP INDEX approvals_pending_by_agent)
+  APPROVAL_BODY=N    bytes of each approval's body (default 1200, as the server writes them)
+  EVENT_BODY=N       bytes of each REQUESTED event's body (default 1000)";
 
 fn main() -> std::process::ExitCode {
     match run() {
@@ -47,6 +53,10 @@ fn run() -> Result<(), Box<dyn Error>> {
     }
     let conn = Connection::open(&path)?;
     // The server's writer settings (crates/server/src/store/sqlite.rs).
+    if let Ok(page) = std::env::var("PAGE") {
+        let page: u32 = page.parse().map_err(|e| format!("PAGE={page}: {e}"))?;
+        conn.execute_batch(&format!("PRAGMA page_size = {page};"))?;
+    }
     conn.execute_batch(&format!(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; PRAGMA temp_store = memory;
          PRAGMA wal_autocheckpoint = 10000;"
@@ -59,6 +69,9 @@ fn run() -> Result<(), Box<dyn Error>> {
         files.sort();
         for file in files {
             conn.execute_batch(&std::fs::read_to_string(file)?)?;
+        }
+        if let Ok(extra) = std::env::var("EXTRA_SQL") {
+            conn.execute_batch(&extra)?;
         }
     } else {
         conn.execute_batch(
@@ -75,8 +88,8 @@ fn run() -> Result<(), Box<dyn Error>> {
     }
 
     // Row sizes as the server writes them for the bench's requests.
-    let approval_body = "a".repeat(1200);
-    let event_body = "e".repeat(1000);
+    let approval_body = "a".repeat(size_from_env("APPROVAL_BODY", 1200)?);
+    let event_body = "e".repeat(size_from_env("EVENT_BODY", 1000)?);
     let mut random = XorShift(0x9E37_79B9_7F4A_7C15);
     let mut seq: i64 = 0;
     let mut hash = format!("{:064x}", 0);
@@ -148,6 +161,14 @@ fn run() -> Result<(), Box<dyn Error>> {
         written / changes as f64 / 1024.0
     );
     Ok(())
+}
+
+/// A size from the environment, or the default when the variable is not set.
+fn size_from_env(name: &str, default: usize) -> Result<usize, Box<dyn Error>> {
+    match std::env::var(name) {
+        Ok(value) => Ok(value.parse().map_err(|e| format!("{name}={value}: {e}"))?),
+        Err(_) => Ok(default),
+    }
 }
 
 /// This process's user + system CPU time.

@@ -1,1 +1,0 @@
-/work/main/scripts/storage-floor/target/release/storage-floor: /work/main/scripts/storage-floor/src/main.rs
