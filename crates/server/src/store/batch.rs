@@ -2,7 +2,8 @@
 //! from the database once ([`BatchKeys`] → [`Loaded`]), every change is applied in queue order
 //! to that state (so a later change sees the earlier ones: two decisions on one approval in one
 //! batch, the first wins), and what changed is collected as one [`WriteSet`] that the backend
-//! writes with a fixed number of set-based statements.
+//! writes (PostgreSQL with a fixed number of set-based statements, SQLite one prepared
+//! statement per row, stepped in place).
 //!
 //! Over 800 lines: one [`Plan`] applies every kind of change (request, decide, cancel,
 //! consume, delivery, sweep, grants, delegations, pruning) to one view with one undo log, and

@@ -9,12 +9,12 @@
 //! - `writer.rs`: the single writer and, on a shared database, the follower;
 //! - `audit_sql.rs`: the audit chain's anchor, its SQL and the start-up checks;
 //! - `reads.rs`: the reads both backends make with the same SQL, written once;
-//! - `sqlite.rs`, `postgres.rs`: the two backends.
+//! - `sqlite.rs`, `postgres.rs`: the two backends; `sqlite_writer.rs`: SQLite's writing connection.
 //!
 //! One writer task owns the only writing connection. It takes every change waiting in its
 //! queue as one batch (group commit), reads what the batch needs in a few statements, applies
-//! the changes in queue order in memory, writes the result with a fixed number of set-based
-//! statements and commits; it answers each caller only after that commit, and then publishes
+//! the changes in queue order in memory, writes the result (on PostgreSQL with a fixed number
+//! of set-based statements, on SQLite row by row with prepared statements) and commits; it answers each caller only after that commit, and then publishes
 //! the events to the hub, so seqs are assigned in commit order and nothing unpublished is ever
 //! visible. Each appended event is chained to the one before it by a hash (see `audit`).
 //!

@@ -21,7 +21,7 @@ pub(super) fn readable_approvals(bodies: &[String]) -> Vec<Approval> {
 
 /// Defines, in the calling backend module, the shared reads over `$pool` (rows of `$row`,
 /// database `$db`): `list`, `count_pending`, `events_after`, `list_events`, `list_grants`,
-/// `list_delegations`, `event_from_row`, `bounded_grant_from_row` and `delegation_from_row`;
+/// `list_delegations`, `event_from_row` and `delegation_from_row`;
 /// and implements [`super::backend::SharedReads`] for `$backend` with them, on its `reads`
 /// pool.
 macro_rules! sql_reads {

@@ -72,13 +72,13 @@ pub struct ChainHead {
     pub hash: String,
 }
 
-/// The `channels` column: where an approval is shown.
 /// A grant's columns, with the bounds of the approval that made it, in the order the writers
 /// read them.
 pub(super) const GRANT_COLUMNS: &str = "id, agent_id, session_id, tool_name, approval_id,
     granted_by, created_at_ms, expires_at_ms, revoked_at_ms, max_risk_rank,
     max_required_approvals, scope";
 
+/// The `channels` column: where an approval is shown.
 pub(crate) fn channels_column(approval: &Approval) -> String {
     if approval.routes.is_empty() {
         return "*".to_string();

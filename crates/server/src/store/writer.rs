@@ -2,8 +2,7 @@
 //! in its queue as one batch (group commit), plans it in memory ([`super::batch`]; what does
 //! not depend on the order inside the batch, a request's new approval with its encoded row and
 //! event, is made in the caller's task before it queues, and the writer only assigns the seq
-//! and chain hash), writes it
-//! with a fixed number of statements and commits, answers each caller only after that commit,
+//! and chain hash), writes it and commits, answers each caller only after that commit,
 //! and then publishes the events to the hub. On a shared database (PostgreSQL) the hub is fed
 //! instead by the follower ([`follow`]), which reads every server's events in seq order.
 
