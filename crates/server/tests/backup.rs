@@ -448,3 +448,46 @@ async fn with_external_checkpoints_the_server_never_checkpoints() {
     server.tamper("PRAGMA wal_checkpoint(PASSIVE)").await;
     assert!(size() > at_start, "the external checkpoint copied the WAL");
 }
+
+/// With `wal_checkpoints = "external"`, commits found in the WAL at start-up stay there too:
+/// the server's start never closes the database's last connection (which would checkpoint).
+#[tokio::test]
+async fn with_external_checkpoints_a_start_leaves_the_wal_as_it_found_it() {
+    if postgres::skip_unless_sqlite("WAL checkpoints are SQLite's") {
+        return;
+    }
+    let mut server = TestServer::start_with(|config| {
+        config.storage.wal_checkpoints = WalCheckpoints::External;
+    })
+    .await;
+    let database = server.database_path();
+    let size = || std::fs::metadata(&database).unwrap().len();
+    let wal = || {
+        std::fs::metadata(format!("{}-wal", database.display()))
+            .map(|m| m.len())
+            .unwrap_or(0)
+    };
+    let mut client = ApprovalServiceClient::new(channel(&server.url()).await);
+    for n in 0..50 {
+        client.request_approval(request(0, n)).await.unwrap();
+    }
+    // Another process holds the database open across the stop, as Litestream does, and
+    // closes without checkpointing: the commits stay in the WAL.
+    let holder = rusqlite::Connection::open(&database).unwrap();
+    holder
+        .set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )
+        .unwrap();
+    server.stop().await;
+    drop(holder);
+    let (file_before, wal_before) = (size(), wal());
+    assert!(wal_before > 0, "the commits are in the WAL");
+
+    server.restart().await;
+    let mut client = ApprovalServiceClient::new(channel(&server.url()).await);
+    client.request_approval(request(0, 50)).await.unwrap();
+    assert_eq!(size(), file_before, "the start checkpointed the WAL");
+    assert!(wal() >= wal_before, "the WAL was started over");
+}

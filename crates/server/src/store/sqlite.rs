@@ -53,6 +53,10 @@ impl SqliteBackend {
         config: &StorageConfig,
         writer_alive: watch::Receiver<bool>,
     ) -> Result<(SqliteBackend, Box<dyn WriterConnection>), StoreError> {
+        let autocheckpoint = match config.wal_checkpoints {
+            WalCheckpoints::Server => WRITER_AUTOCHECKPOINT_PAGES,
+            WalCheckpoints::External => "0",
+        };
         let options = SqliteConnectOptions::from_str("sqlite:")?
             .filename(path)
             .create_if_missing(true)
@@ -60,9 +64,10 @@ impl SqliteBackend {
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
         let reads = options.clone().create_if_missing(false).read_only(true);
-        let mut conn = SqliteConnection::connect_with(&options).await?;
-        MIGRATOR.run_direct(&mut conn).await?;
-        conn.close().await?;
+        // The migrations' writes follow the same checkpoint setting as the writer's.
+        let options = options.pragma("wal_autocheckpoint", autocheckpoint);
+        let mut migrations = SqliteConnection::connect_with(&options).await?;
+        MIGRATOR.run_direct(&mut migrations).await?;
         let checkpointer = Arc::new(Notify::new());
         if config.wal_checkpoints == WalCheckpoints::Server {
             tokio::spawn(checkpoint(
@@ -78,12 +83,12 @@ impl SqliteBackend {
         let writer = WriterSettings {
             path: path.to_path_buf(),
             durability: config.durability,
-            autocheckpoint: match config.wal_checkpoints {
-                WalCheckpoints::Server => WRITER_AUTOCHECKPOINT_PAGES,
-                WalCheckpoints::External => "0",
-            },
+            autocheckpoint,
         };
         let first = SqliteWriter::open(&writer, checkpointer.clone())?;
+        // Closed only now that other connections are open: the last connection to close
+        // checkpoints the WAL, which `wal_checkpoints = "external"` leaves to another process.
+        migrations.close().await?;
         let backend = SqliteBackend {
             writer,
             reads,
