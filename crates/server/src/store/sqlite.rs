@@ -30,9 +30,14 @@ use countersign_core::groups::Delegation;
 
 pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
-/// WAL pages after which a commit of the writer checkpoints by itself: only a backstop for a
-/// checkpointer that cannot keep up (SQLite's default is 1,000).
-const WRITER_AUTOCHECKPOINT_PAGES: &str = "10000";
+/// WAL pages after which a commit checkpoints by itself ("0": never). With the server's
+/// checkpointer only a backstop for one that cannot keep up (SQLite's default is 1,000).
+pub(super) fn autocheckpoint_pages(checkpoints: WalCheckpoints) -> &'static str {
+    match checkpoints {
+        WalCheckpoints::Server => "10000",
+        WalCheckpoints::External => "0",
+    }
+}
 /// How long the checkpointer lets commits gather after one wakes it: a page that several
 /// commits rewrote (the tail of a table or an index) is copied into the database once.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(200);
@@ -53,10 +58,6 @@ impl SqliteBackend {
         config: &StorageConfig,
         writer_alive: watch::Receiver<bool>,
     ) -> Result<(SqliteBackend, Box<dyn WriterConnection>), StoreError> {
-        let autocheckpoint = match config.wal_checkpoints {
-            WalCheckpoints::Server => WRITER_AUTOCHECKPOINT_PAGES,
-            WalCheckpoints::External => "0",
-        };
         let options = SqliteConnectOptions::from_str("sqlite:")?
             .filename(path)
             .create_if_missing(true)
@@ -65,7 +66,10 @@ impl SqliteBackend {
             .busy_timeout(Duration::from_secs(10));
         let reads = options.clone().create_if_missing(false).read_only(true);
         // The migrations' writes follow the same checkpoint setting as the writer's.
-        let options = options.pragma("wal_autocheckpoint", autocheckpoint);
+        let options = options.pragma(
+            "wal_autocheckpoint",
+            autocheckpoint_pages(config.wal_checkpoints),
+        );
         let mut migrations = SqliteConnection::connect_with(&options).await?;
         MIGRATOR.run_direct(&mut migrations).await?;
         let checkpointer = Arc::new(Notify::new());
@@ -83,7 +87,7 @@ impl SqliteBackend {
         let writer = WriterSettings {
             path: path.to_path_buf(),
             durability: config.durability,
-            autocheckpoint,
+            wal_checkpoints: config.wal_checkpoints,
         };
         let first = SqliteWriter::open(&writer, checkpointer.clone())?;
         // Closed only now that other connections are open: the last connection to close

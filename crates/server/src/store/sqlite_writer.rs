@@ -14,6 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use countersign_core::groups::Delegation;
 use countersign_core::Millis;
+use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 use tokio::sync::Notify;
 
@@ -23,7 +24,8 @@ use super::batch::{BatchKeys, BoundedGrant, Loaded, WriteSet, EXPIRY_SWEEP_LIMIT
 use super::error::StoreError;
 use super::reads::readable_approvals;
 use super::records::{channels_column, ChainHead, Grant, GRANT_COLUMNS};
-use crate::config::Durability;
+use super::sqlite::autocheckpoint_pages;
+use crate::config::{Durability, WalCheckpoints};
 
 /// Statements kept prepared on the connection (every one below fits).
 const PREPARED_STATEMENTS: usize = 32;
@@ -71,8 +73,7 @@ const PROBE: &str = "INSERT INTO storage_probe (id, at_ms) VALUES (1, ?1)
 pub(super) struct WriterSettings {
     pub path: PathBuf,
     pub durability: Durability,
-    /// WAL pages after which a commit checkpoints by itself ("0": never).
-    pub autocheckpoint: &'static str,
+    pub wal_checkpoints: WalCheckpoints,
 }
 
 /// The only writing connection. Transactions are begun and committed with plain SQL: after
@@ -100,8 +101,14 @@ impl SqliteWriter {
         conn.execute_batch(&format!(
             "PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;
              PRAGMA temp_store = memory; PRAGMA wal_autocheckpoint = {};",
-            settings.autocheckpoint
+            autocheckpoint_pages(settings.wal_checkpoints)
         ))?;
+        // SQLite checkpoints when a database's last connection closes; the writer's is often
+        // the last (the reads' are read-only and cannot), and may close after the server has
+        // returned from its shutdown.
+        if settings.wal_checkpoints == WalCheckpoints::External {
+            conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+        }
         conn.set_prepared_statement_cache_capacity(PREPARED_STATEMENTS);
         Ok(SqliteWriter { conn, checkpointer })
     }
@@ -380,5 +387,42 @@ impl WriterConnection for SqliteWriter {
     async fn probe(&mut self, now: Millis) -> Result<(), StoreError> {
         self.conn.prepare_cached(PROBE)?.execute([now])?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Closed as the database's only connection, the writer leaves the WAL to the process
+    /// that checkpoints it; with the server's own checkpoints, SQLite's close may copy it.
+    #[test]
+    fn with_external_checkpoints_the_last_close_leaves_the_wal() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("writer.db");
+        let setup = Connection::open(&path).unwrap();
+        setup
+            .execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x INTEGER);")
+            .unwrap();
+        drop(setup);
+        let wal = || std::fs::metadata(dir.path().join("writer.db-wal")).map(|m| m.len());
+
+        for (checkpoints, kept) in [
+            (WalCheckpoints::External, true),
+            (WalCheckpoints::Server, false),
+        ] {
+            let settings = WriterSettings {
+                path: path.clone(),
+                durability: Durability::Full,
+                wal_checkpoints: checkpoints,
+            };
+            let writer = SqliteWriter::open(&settings, Arc::new(Notify::new())).unwrap();
+            writer.run("INSERT INTO t (x) VALUES (1)").unwrap();
+            let wal_before = wal().unwrap();
+            assert!(wal_before > 0);
+            drop(writer);
+            // A checkpoint on close copies the WAL and deletes it.
+            assert_eq!(wal().ok() == Some(wal_before), kept, "{checkpoints:?}");
+        }
     }
 }
