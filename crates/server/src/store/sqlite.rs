@@ -22,7 +22,7 @@ use super::backend::{Backend, SharedReads, WriterConnection};
 use super::error::StoreError;
 use super::event::{AuditedEvent, EventBody, EventFilter, StoredEvent};
 use super::records::{Grant, GrantFilter, ListFilter, Snapshot};
-use super::sqlite_writer::{SqliteWriter, WriterSettings};
+use super::sqlite_writer::{autocheckpoint_pages, SqliteWriter, WriterSettings};
 use crate::audit::AuditReport;
 use crate::backup::{self, Backup, BackupError};
 use crate::config::{StorageConfig, WalCheckpoints};
@@ -30,14 +30,6 @@ use countersign_core::groups::Delegation;
 
 pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
-/// WAL pages after which a commit checkpoints by itself ("0": never). With the server's
-/// checkpointer only a backstop for one that cannot keep up (SQLite's default is 1,000).
-pub(super) fn autocheckpoint_pages(checkpoints: WalCheckpoints) -> &'static str {
-    match checkpoints {
-        WalCheckpoints::Server => "10000",
-        WalCheckpoints::External => "0",
-    }
-}
 /// How long the checkpointer lets commits gather after one wakes it: a page that several
 /// commits rewrote (the tail of a table or an index) is copied into the database once.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(200);

@@ -24,7 +24,6 @@ use super::batch::{BatchKeys, BoundedGrant, Loaded, WriteSet, EXPIRY_SWEEP_LIMIT
 use super::error::StoreError;
 use super::reads::readable_approvals;
 use super::records::{channels_column, ChainHead, Grant, GRANT_COLUMNS};
-use super::sqlite::autocheckpoint_pages;
 use crate::config::{Durability, WalCheckpoints};
 
 /// Statements kept prepared on the connection (every one below fits).
@@ -67,6 +66,15 @@ const UPSERT_DELEGATION: &str = "INSERT INTO delegations (id, delegator, delegat
  ON CONFLICT (id) DO UPDATE SET revoked_at_ms = excluded.revoked_at_ms";
 const PROBE: &str = "INSERT INTO storage_probe (id, at_ms) VALUES (1, ?1)
  ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms";
+
+/// WAL pages after which a commit checkpoints by itself ("0": never). With the server's
+/// checkpointer only a backstop for one that cannot keep up (SQLite's default is 1,000).
+pub(super) fn autocheckpoint_pages(checkpoints: WalCheckpoints) -> &'static str {
+    match checkpoints {
+        WalCheckpoints::Server => "10000",
+        WalCheckpoints::External => "0",
+    }
+}
 
 /// How the writer's connection is opened.
 #[derive(Clone)]
