@@ -15,6 +15,7 @@
 //! dependency's `preserve_order` feature could change.
 
 use std::fmt;
+use std::fmt::Write as _;
 
 use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
@@ -178,6 +179,8 @@ pub fn canonical_json(value: &Value) -> String {
     out
 }
 
+// Written straight into `out`: the chain hash of every event is made from this, on the
+// calls' threads, so no key or number gets a string of its own.
 fn write_canonical(value: &Value, out: &mut String) {
     match value {
         Value::Object(map) => {
@@ -189,7 +192,7 @@ fn write_canonical(value: &Value, out: &mut String) {
                 if i > 0 {
                     out.push(',');
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
+                write_string(key, out);
                 out.push(':');
                 write_canonical(item, out);
             }
@@ -205,14 +208,50 @@ fn write_canonical(value: &Value, out: &mut String) {
             }
             out.push(']');
         }
-        Value::Number(number) => match (number.as_i64(), number.as_u64(), number.as_f64()) {
-            (Some(i), _, _) => out.push_str(&i.to_string()),
-            (_, Some(u), _) => out.push_str(&u.to_string()),
-            (_, _, Some(f)) => out.push_str(&ecmascript_number(f)),
-            _ => out.push_str(&number.to_string()),
-        },
-        scalar => out.push_str(&scalar.to_string()),
+        Value::Number(number) => {
+            // Writing into a String cannot fail.
+            let _ = match (number.as_i64(), number.as_u64(), number.as_f64()) {
+                (Some(i), _, _) => write!(out, "{i}"),
+                (_, Some(u), _) => write!(out, "{u}"),
+                (_, _, Some(f)) => out.write_str(&ecmascript_number(f)),
+                _ => write!(out, "{number}"),
+            };
+        }
+        Value::String(text) => write_string(text, out),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Null => out.push_str("null"),
     }
+}
+
+/// A JSON string as JCS escapes it (see the module's comment).
+fn write_string(text: &str, out: &mut String) {
+    out.push('"');
+    let mut plain = 0;
+    for (at, byte) in text.bytes().enumerate() {
+        let short = match byte {
+            b'"' => Some("\\\""),
+            b'\\' => Some("\\\\"),
+            0x08 => Some("\\b"),
+            0x0c => Some("\\f"),
+            b'\n' => Some("\\n"),
+            b'\r' => Some("\\r"),
+            b'\t' => Some("\\t"),
+            0x00..=0x1f => None,
+            _ => continue,
+        };
+        // Escaped bytes are ASCII, so `at` is a character boundary.
+        out.push_str(&text[plain..at]);
+        match short {
+            Some(escape) => out.push_str(escape),
+            None => {
+                let _ = write!(out, "\\u{byte:04x}");
+            }
+        }
+        plain = at + 1;
+    }
+    out.push_str(&text[plain..]);
+    out.push('"');
 }
 
 /// ECMAScript's `Number.prototype.toString` of a finite double (RFC 8785, 3.2.2.3).

@@ -184,6 +184,16 @@ proptest! {
     }
 
     #[test]
+    fn strings_and_keys_are_escaped_as_serde_json_escapes_them(text in "(?s)\\PC*|[\\x00-\\x7f]*") {
+        // The chain hashes of stored events were made with serde_json's escaping: the same
+        // bytes, for every string.
+        let escaped = serde_json::to_string(&text).expect("serializes");
+        prop_assert_eq!(canonical_json(&Value::String(text.clone())), escaped.clone());
+        let object = serde_json::json!({ text: [true, null, -1] });
+        prop_assert_eq!(canonical_json(&object), format!("{{{escaped}:[true,null,-1]}}"));
+    }
+
+    #[test]
     fn canonical_form_is_compact_and_reads_back(value in json_value()) {
         let canonical = canonical_json(&value);
         let back: Value = serde_json::from_str(&canonical).expect("canonical JSON parses");
