@@ -15,34 +15,43 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::{Config, LogFormat};
 
-/// Escapes what could break a log line or change how it reads.
-pub(crate) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control() || is_invisible(c) || c == '\u{2028}' || c == '\u{2029}' => {
-                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+/// Writes through to `W` with what could break a log line or change how it reads escaped:
+/// a field's value is formatted into the line directly, with no string of its own.
+struct Escaping<'a, W: std::fmt::Write>(&'a mut W);
+
+impl<W: std::fmt::Write> std::fmt::Write for Escaping<'_, W> {
+    fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        let mut plain = 0;
+        for (at, c) in text.char_indices() {
+            let short = match c {
+                '\n' => Some("\\n"),
+                '\r' => Some("\\r"),
+                '\t' => Some("\\t"),
+                '\\' => Some("\\\\"),
+                c if c.is_control() || is_invisible(c) || c == '\u{2028}' || c == '\u{2029}' => {
+                    None
+                }
+                _ => continue,
+            };
+            self.0.write_str(&text[plain..at])?;
+            match short {
+                Some(escape) => self.0.write_str(escape)?,
+                None => write!(self.0, "\\u{{{:x}}}", u32::from(c))?,
             }
-            c => out.push(c),
+            plain = at + c.len_utf8();
         }
+        self.0.write_str(&text[plain..])
     }
-    out
 }
 
 /// The text format's field writer: `name=value`, values escaped, separated by spaces.
 pub(crate) fn escaped_fields() -> impl for<'w> FormatFields<'w> + Send + Sync + 'static {
     tracing_subscriber::fmt::format::debug_fn(
         |writer: &mut Writer<'_>, field: &Field, value: &dyn std::fmt::Debug| {
-            let text = escape(&format!("{value:?}"));
-            if field.name() == "message" {
-                writer.write_str(&text)
-            } else {
-                write!(writer, "{}={}", field.name(), text)
+            if field.name() != "message" {
+                write!(writer, "{}=", field.name())?;
             }
+            write!(Escaping(writer), "{value:?}")
         },
     )
     .delimited(" ")
@@ -63,6 +72,12 @@ pub fn init(config: &Config) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn escape(text: &str) -> String {
+        let mut out = String::new();
+        write!(Escaping(&mut out), "{text}").unwrap();
+        out
+    }
 
     #[test]
     fn every_field_is_escaped() {
