@@ -646,13 +646,15 @@ async fn sigterm_ends_open_event_streams_and_exits() {
         .send()
         .await
         .unwrap();
-    // Whether the stream starts with a resync (opened before the inbox's first snapshot) or
-    // not, the new approval's row is the last event read.
+    // The new approval comes as its row, or, when the inbox's watch opened only after the
+    // request (a slow start), inside the first snapshot's resync: the last event read.
     let approval = setup.request("coder", "a row", pb::Risk::Low).await;
     let mut events = Vec::new();
     while !events
         .iter()
-        .any(|(_, kind, data): &(u64, String, String)| kind == "row" && data.contains(&approval.id))
+        .any(|(_, kind, data): &(u64, String, String)| {
+            (kind == "row" || kind == "resync") && data.contains(&approval.id)
+        })
     {
         events.extend(read_events(&mut stream, 1).await);
     }
