@@ -14,9 +14,10 @@
 //! One writer task owns the only writing connection. It takes every change waiting in its
 //! queue as one batch (group commit), reads what the batch needs in a few statements, applies
 //! the changes in queue order in memory, writes the result (on PostgreSQL with a fixed number
-//! of set-based statements, on SQLite row by row with prepared statements) and commits; it answers each caller only after that commit, and then publishes
-//! the events to the hub, so seqs are assigned in commit order and nothing unpublished is ever
-//! visible. Each appended event is chained to the one before it by a hash (see `audit`).
+//! of set-based statements, on SQLite row by row with prepared statements) and commits; it
+//! answers each caller only after that commit, and then publishes the events to the hub, so
+//! seqs are assigned in commit order and nothing unpublished is ever visible. Each appended
+//! event is chained to the one before it by a hash (see `audit`).
 //!
 //! On a database that several servers share (PostgreSQL), each batch reads the chain head
 //! under the row lock that serializes the servers' writers, and the hub is fed by a follower
