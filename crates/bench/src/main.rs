@@ -21,7 +21,7 @@ use clap::{Parser, ValueEnum};
 
 use crate::error::BenchError;
 use crate::figures::Load;
-use crate::process::{Served, ServerSettings};
+use crate::process::{Served, ServerSettings, ThreadTimes};
 use crate::report::{Figure, Report};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -209,14 +209,18 @@ async fn measure(args: &Args, servers: &mut Option<Servers>) -> Result<Report, B
 
     progress("echo baseline");
     let echo = process::start_echo().await?;
-    let cpu_before = echo.cpu_by_thread()?;
+    let cpu_before = echo.times_by_thread()?;
     let mut baseline = figures::echo_baseline(&echo.url(), &load).await?;
     let rate = baseline.per_second.unwrap_or_default();
-    let cpu = cpu_per_call(&cpu_before, &echo.cpu_by_thread()?, rate, &load);
+    let cpu = cpu_per_call(&cpu_before, &echo.times_by_thread()?, rate, &load);
     baseline.note = cpu.note();
     baseline
         .extra
-        .insert("server_cpu_us_per_call".into(), cpu.json());
+        .insert("server_cpu_us_per_call".into(), cpu.cpu_json());
+    baseline.extra.insert(
+        "server_waited_for_cpu_us_per_call".into(),
+        cpu.waited_json(),
+    );
     echo.stop().await?;
     figures.push(baseline.clone());
 
@@ -238,12 +242,12 @@ async fn measure(args: &Args, servers: &mut Option<Servers>) -> Result<Report, B
                 ] {
                     progress(name);
                     let (served, _) = servers.start(durability, group_commit).await?;
-                    let cpu_before = served.cpu_by_thread()?;
+                    let cpu_before = served.times_by_thread()?;
                     let summary = figures::request_throughput(&served.url(), &load).await?;
                     let mut figure = Figure::throughput(name, &summary);
                     let cpu = cpu_per_call(
                         &cpu_before,
-                        &served.cpu_by_thread()?,
+                        &served.times_by_thread()?,
                         summary.per_second,
                         &load,
                     );
@@ -263,7 +267,11 @@ async fn measure(args: &Args, servers: &mut Option<Servers>) -> Result<Report, B
                     figure.note = notes.join(", ");
                     figure
                         .extra
-                        .insert("server_cpu_us_per_call".into(), cpu.json());
+                        .insert("server_cpu_us_per_call".into(), cpu.cpu_json());
+                    figure.extra.insert(
+                        "server_waited_for_cpu_us_per_call".into(),
+                        cpu.waited_json(),
+                    );
                     served.stop().await?;
                     figures.push(figure);
                 }
@@ -475,53 +483,81 @@ async fn storage_floor(
     Ok(figure)
 }
 
-/// Server CPU time per call, by thread kind.
-struct CpuPerCall(Vec<(String, f64)>);
+/// Server time per call, by thread kind: the CPU it used, and the time its threads waited,
+/// runnable, for a CPU (what the machine's other work cost a serial section such as the
+/// writer's).
+struct CpuPerCall {
+    cpu: Vec<(String, f64)>,
+    waited: Vec<(String, f64)>,
+}
 
 impl CpuPerCall {
-    fn total(&self) -> f64 {
-        self.0.iter().map(|(_, us)| us).sum()
-    }
-
     fn note(&self) -> String {
-        let parts: Vec<String> = self
-            .0
-            .iter()
-            .filter(|(_, us)| *us >= 1.0)
-            .map(|(name, us)| format!("{name} {us:.0}"))
-            .collect();
-        format!(
+        let mut note = format!(
             "server CPU ~{:.0} us/call ({})",
-            self.total(),
-            parts.join(", ")
-        )
+            total(&self.cpu),
+            parts(&self.cpu)
+        );
+        if total(&self.waited) >= 1.0 {
+            note.push_str(&format!(
+                ", waited for a CPU ~{:.0} us/call ({})",
+                total(&self.waited),
+                parts(&self.waited)
+            ));
+        }
+        note
     }
 
-    fn json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "total": self.total(),
-            "by_thread": self.0.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
-        })
+    fn cpu_json(&self) -> serde_json::Value {
+        by_kind_json(&self.cpu)
+    }
+
+    fn waited_json(&self) -> serde_json::Value {
+        by_kind_json(&self.waited)
     }
 }
 
-/// CPU used between two readings over the calls made meanwhile. The readings span the
+fn total(by_kind: &[(String, f64)]) -> f64 {
+    by_kind.iter().map(|(_, us)| us).sum()
+}
+
+fn parts(by_kind: &[(String, f64)]) -> String {
+    by_kind
+        .iter()
+        .filter(|(_, us)| *us >= 1.0)
+        .map(|(name, us)| format!("{name} {us:.0}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn by_kind_json(by_kind: &[(String, f64)]) -> serde_json::Value {
+    serde_json::json!({
+        "total": total(by_kind),
+        "by_thread": by_kind.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+    })
+}
+
+/// Time used between two readings over the calls made meanwhile. The readings span the
 /// warm-up too, so the calls are estimated from the measured rate over the whole span.
 fn cpu_per_call(
-    before: &[(String, Duration)],
-    after: &[(String, Duration)],
+    before: &[(String, ThreadTimes)],
+    after: &[(String, ThreadTimes)],
     per_second: f64,
     load: &Load,
 ) -> CpuPerCall {
     let calls = (per_second * (load.warmup + load.duration).as_secs_f64()).max(1.0);
-    let mut kinds: Vec<(String, f64)> = Vec::new();
+    let mut per_call = CpuPerCall {
+        cpu: Vec::new(),
+        waited: Vec::new(),
+    };
     for (name, used) in after {
         let earlier = before
             .iter()
             .find(|(n, _)| n == name)
-            .map(|(_, d)| *d)
+            .map(|(_, times)| *times)
             .unwrap_or_default();
-        let us = used.saturating_sub(earlier).as_secs_f64() * 1e6 / calls;
+        let us =
+            |now: Duration, then: Duration| now.saturating_sub(then).as_secs_f64() * 1e6 / calls;
         // Thread names are cut at 15 characters: "sqlx-sqlite-wor", "tokio-rt-worker",
         // "store-writer".
         let kind = match name.as_str() {
@@ -530,12 +566,17 @@ fn cpu_per_call(
             n if n.starts_with("store-writer") => "writer",
             _ => "other",
         };
-        match kinds.iter_mut().find(|(k, _)| k == kind) {
-            Some((_, total)) => *total += us,
-            None => kinds.push((kind.to_string(), us)),
-        }
+        add(&mut per_call.cpu, kind, us(used.cpu, earlier.cpu));
+        add(&mut per_call.waited, kind, us(used.waited, earlier.waited));
     }
-    CpuPerCall(kinds)
+    per_call
+}
+
+fn add(by_kind: &mut Vec<(String, f64)>, kind: &str, us: f64) {
+    match by_kind.iter_mut().find(|(k, _)| k == kind) {
+        Some((_, total)) => *total += us,
+        None => by_kind.push((kind.to_string(), us)),
+    }
 }
 
 /// Starts servers, each configuration on a database of its own: a SQLite file in a temporary

@@ -13,6 +13,13 @@ use crate::error::BenchError;
 
 const START_PATIENCE: Duration = Duration::from_secs(60);
 
+/// Time a thread (or the threads of one name) ran, and waited runnable for a CPU.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ThreadTimes {
+    pub cpu: Duration,
+    pub waited: Duration,
+}
+
 /// How the measured server is configured.
 #[derive(Debug, Clone)]
 pub struct ServerSettings {
@@ -70,9 +77,10 @@ impl Served {
             .ok_or_else(|| BenchError::Setup("no VmRSS in /proc status".into()))
     }
 
-    /// CPU time the process has used so far, by thread name (tokio workers, SQLite
-    /// workers, …), from `/proc`.
-    pub fn cpu_by_thread(&self) -> Result<Vec<(String, Duration)>, BenchError> {
+    /// Time the process's threads have run so far and waited, runnable, for a CPU, by thread
+    /// name (tokio workers, SQLite workers, …), from `/proc`. The wait is 0 where the kernel
+    /// keeps no scheduler statistics.
+    pub fn times_by_thread(&self) -> Result<Vec<(String, ThreadTimes)>, BenchError> {
         let pid = self
             .child
             .id()
@@ -81,7 +89,7 @@ impl Served {
         let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
         let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
             .map_err(|e| BenchError::Setup(format!("cannot list threads of {pid}: {e}")))?;
-        let mut by_name: Vec<(String, Duration)> = Vec::new();
+        let mut by_name: Vec<(String, ThreadTimes)> = Vec::new();
         for task in tasks.flatten() {
             let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
             // "pid (name) state ppid …": fields after the name, utime and stime are 12th and 13th.
@@ -98,10 +106,22 @@ impl Served {
                 .iter()
                 .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
                 .sum();
-            let used = Duration::from_secs_f64(ticks as f64 / ticks_per_second);
+            // "run-time wait-time timeslices", in nanoseconds: the second is time spent
+            // runnable on a run queue.
+            let waited_ns: u64 = std::fs::read_to_string(task.path().join("schedstat"))
+                .ok()
+                .and_then(|line| line.split_whitespace().nth(1)?.parse().ok())
+                .unwrap_or(0);
+            let times = ThreadTimes {
+                cpu: Duration::from_secs_f64(ticks as f64 / ticks_per_second),
+                waited: Duration::from_nanos(waited_ns),
+            };
             match by_name.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, total)) => *total += used,
-                None => by_name.push((name, used)),
+                Some((_, total)) => {
+                    total.cpu += times.cpu;
+                    total.waited += times.waited;
+                }
+                None => by_name.push((name, times)),
             }
         }
         Ok(by_name)

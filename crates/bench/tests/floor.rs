@@ -50,6 +50,20 @@ fn the_floor_is_measured_and_request_figures_are_compared_to_it() {
         Some(mean_batch.round().max(1.0) as u64),
         "{floor}"
     );
+    // The time each kind of the server's threads waited, runnable, for a CPU, beside the CPU it
+    // used (from the kernel's scheduler statistics), for the writer too.
+    for key in [
+        "server_cpu_us_per_call",
+        "server_waited_for_cpu_us_per_call",
+    ] {
+        let times = &requests["extra"][key];
+        let by_thread = times["by_thread"].as_object().expect(key);
+        let writer = by_thread["writer"].as_f64().unwrap_or(-1.0);
+        assert!(writer >= 0.0, "{key}: no writer figure: {times}");
+        let sum: f64 = by_thread.values().filter_map(|us| us.as_f64()).sum();
+        let total = times["total"].as_f64().expect("a total");
+        assert!((sum - total).abs() < 1e-6, "{key}: {times}");
+    }
     for figure in figures.iter().filter(|f| {
         f["name"]
             .as_str()
