@@ -209,17 +209,17 @@ async fn measure(args: &Args, servers: &mut Option<Servers>) -> Result<Report, B
 
     progress("echo baseline");
     let echo = process::start_echo().await?;
-    let cpu_before = echo.times_by_thread()?;
+    let times_before = echo.times_by_thread()?;
     let mut baseline = figures::echo_baseline(&echo.url(), &load).await?;
     let rate = baseline.per_second.unwrap_or_default();
-    let cpu = cpu_per_call(&cpu_before, &echo.times_by_thread()?, rate, &load);
-    baseline.note = cpu.note();
+    let times = times_per_call(&times_before, &echo.times_by_thread()?, rate, &load);
+    baseline.note = times.note();
     baseline
         .extra
-        .insert("server_cpu_us_per_call".into(), cpu.cpu_json());
+        .insert("server_cpu_us_per_call".into(), times.cpu_json());
     baseline.extra.insert(
         "server_waited_for_cpu_us_per_call".into(),
-        cpu.waited_json(),
+        times.waited_json(),
     );
     echo.stop().await?;
     figures.push(baseline.clone());
@@ -242,11 +242,11 @@ async fn measure(args: &Args, servers: &mut Option<Servers>) -> Result<Report, B
                 ] {
                     progress(name);
                     let (served, _) = servers.start(durability, group_commit).await?;
-                    let cpu_before = served.times_by_thread()?;
+                    let times_before = served.times_by_thread()?;
                     let summary = figures::request_throughput(&served.url(), &load).await?;
                     let mut figure = Figure::throughput(name, &summary);
-                    let cpu = cpu_per_call(
-                        &cpu_before,
+                    let times = times_per_call(
+                        &times_before,
                         &served.times_by_thread()?,
                         summary.per_second,
                         &load,
@@ -263,14 +263,14 @@ async fn measure(args: &Args, servers: &mut Option<Servers>) -> Result<Report, B
                             .extra
                             .insert("writer_us_per_change".into(), serde_json::json!(writer_us));
                     }
-                    notes.push(cpu.note());
+                    notes.push(times.note());
                     figure.note = notes.join(", ");
                     figure
                         .extra
-                        .insert("server_cpu_us_per_call".into(), cpu.cpu_json());
+                        .insert("server_cpu_us_per_call".into(), times.cpu_json());
                     figure.extra.insert(
                         "server_waited_for_cpu_us_per_call".into(),
-                        cpu.waited_json(),
+                        times.waited_json(),
                     );
                     served.stop().await?;
                     figures.push(figure);
@@ -486,12 +486,12 @@ async fn storage_floor(
 /// Server time per call, by thread kind: the CPU it used, and the time its threads waited,
 /// runnable, for a CPU (what the machine's other work cost a serial section such as the
 /// writer's).
-struct CpuPerCall {
+struct TimesPerCall {
     cpu: Vec<(String, f64)>,
     waited: Vec<(String, f64)>,
 }
 
-impl CpuPerCall {
+impl TimesPerCall {
     fn note(&self) -> String {
         let mut note = format!(
             "server CPU ~{:.0} us/call ({})",
@@ -539,14 +539,14 @@ fn by_kind_json(by_kind: &[(String, f64)]) -> serde_json::Value {
 
 /// Time used between two readings over the calls made meanwhile. The readings span the
 /// warm-up too, so the calls are estimated from the measured rate over the whole span.
-fn cpu_per_call(
+fn times_per_call(
     before: &[(String, ThreadTimes)],
     after: &[(String, ThreadTimes)],
     per_second: f64,
     load: &Load,
-) -> CpuPerCall {
+) -> TimesPerCall {
     let calls = (per_second * (load.warmup + load.duration).as_secs_f64()).max(1.0);
-    let mut per_call = CpuPerCall {
+    let mut per_call = TimesPerCall {
         cpu: Vec::new(),
         waited: Vec::new(),
     };
