@@ -214,13 +214,7 @@ async fn measure(args: &Args, servers: &mut Option<Servers>) -> Result<Report, B
     let rate = baseline.per_second.unwrap_or_default();
     let times = times_per_call(&times_before, &echo.times_by_thread()?, rate, &load);
     baseline.note = times.note();
-    baseline
-        .extra
-        .insert("server_cpu_us_per_call".into(), times.cpu_json());
-    baseline.extra.insert(
-        "server_waited_for_cpu_us_per_call".into(),
-        times.waited_json(),
-    );
+    times.record(&mut baseline.extra);
     echo.stop().await?;
     figures.push(baseline.clone());
 
@@ -265,13 +259,7 @@ async fn measure(args: &Args, servers: &mut Option<Servers>) -> Result<Report, B
                     }
                     notes.push(times.note());
                     figure.note = notes.join(", ");
-                    figure
-                        .extra
-                        .insert("server_cpu_us_per_call".into(), times.cpu_json());
-                    figure.extra.insert(
-                        "server_waited_for_cpu_us_per_call".into(),
-                        times.waited_json(),
-                    );
+                    times.record(&mut figure.extra);
                     served.stop().await?;
                     figures.push(figure);
                 }
@@ -508,12 +496,13 @@ impl TimesPerCall {
         note
     }
 
-    fn cpu_json(&self) -> serde_json::Value {
-        by_kind_json(&self.cpu)
-    }
-
-    fn waited_json(&self) -> serde_json::Value {
-        by_kind_json(&self.waited)
+    /// Both figures, by thread kind, among a figure's extra figures.
+    fn record(&self, extra: &mut serde_json::Map<String, serde_json::Value>) {
+        extra.insert("server_cpu_us_per_call".into(), by_kind_json(&self.cpu));
+        extra.insert(
+            "server_waited_for_cpu_us_per_call".into(),
+            by_kind_json(&self.waited),
+        );
     }
 }
 
