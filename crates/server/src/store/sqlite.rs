@@ -43,9 +43,9 @@ pub struct SqliteBackend {
     reads: SqlitePool,
     /// Woken by each commit of the writer.
     checkpointer: Arc<Notify>,
-    /// The server's checkpoints and the task that makes them after commits; None with
-    /// `wal_checkpoints = "external"`, where another process owns them.
-    checkpoints: Option<(Arc<Checkpoints>, std::sync::Mutex<Option<JoinHandle<()>>>)>,
+    /// The server's checkpoints; None with `wal_checkpoints = "external"`, where another
+    /// process owns them.
+    checkpoints: Option<Arc<Checkpoints>>,
 }
 
 impl SqliteBackend {
@@ -75,13 +75,18 @@ impl SqliteBackend {
             let checkpoints = Arc::new(Checkpoints {
                 options: options.clone(),
                 conn: Mutex::new(None),
+                after_commits: std::sync::Mutex::new(None),
             });
             let task = tokio::spawn(checkpoint(
                 checkpoints.clone(),
                 checkpointer.clone(),
                 writer_alive,
             ));
-            (checkpoints, std::sync::Mutex::new(Some(task)))
+            *checkpoints
+                .after_commits
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(task);
+            checkpoints
         });
         let reads = SqlitePoolOptions::new()
             .max_connections(config.read_connections)
@@ -112,6 +117,8 @@ impl SqliteBackend {
 struct Checkpoints {
     options: SqliteConnectOptions,
     conn: Mutex<Option<SqliteConnection>>,
+    /// The task that checkpoints after commits ([`checkpoint`]).
+    after_commits: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
 /// How far a checkpoint went.
@@ -241,7 +248,7 @@ impl Backend for SqliteBackend {
             let mut conn = self.reads.acquire().await.map_err(StoreError::from)?;
             backup::copy(&mut conn, into).await?
         };
-        if let Some((checkpoints, _)) = &self.checkpoints {
+        if let Some(checkpoints) = &self.checkpoints {
             match checkpoints.run(&["PASSIVE", "TRUNCATE"]).await {
                 Ok(Checkpointed::Fully) => {}
                 Ok(Checkpointed::Partly) => tracing::info!(
@@ -258,11 +265,12 @@ impl Backend for SqliteBackend {
     /// into the database file and empties it, so that the file alone holds every commit.
     /// With `wal_checkpoints = "external"` the WAL is left to the process that owns it.
     async fn close(&self) {
-        let Some((checkpoints, checkpointer)) = &self.checkpoints else {
+        let Some(checkpoints) = &self.checkpoints else {
             self.reads.close().await;
             return;
         };
-        let checkpointer = checkpointer
+        let checkpointer = checkpoints
+            .after_commits
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
