@@ -76,7 +76,18 @@ pub async fn verify_file(file: &Path) -> Result<AuditReport, VerifyError> {
     if !path.is_file() {
         return Err(VerifyError::NoDatabase(path.to_path_buf()));
     }
-    let mut conn = open_existing(path, true).await?;
+    // Without a WAL beside it the file is read as immutable: no lock, and no `-wal` or `-shm`
+    // created beside it (a read-only connection would leave both behind). A WAL beside it
+    // holds commits of the database, so then it is read as SQLite reads it, WAL included.
+    let wal = wal_of(path);
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(false)
+        .read_only(true)
+        .immutable(!wal.exists());
+    let mut conn = SqliteConnection::connect_with(&options)
+        .await
+        .map_err(StoreError::from)?;
     let problems: Vec<String> = sqlx::query_scalar("PRAGMA integrity_check")
         .fetch_all(&mut conn)
         .await
@@ -90,6 +101,13 @@ pub async fn verify_file(file: &Path) -> Result<AuditReport, VerifyError> {
         Some((seq, problem)) => Err(VerifyError::Broken { seq, problem }),
         None => Ok(report),
     }
+}
+
+/// The WAL file of the SQLite database at `path`.
+pub fn wal_of(path: &Path) -> PathBuf {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    PathBuf::from(wal)
 }
 
 /// The longest file name `file_in` accepts.

@@ -282,6 +282,13 @@ async fn backup(config: &Config, file: &std::path::Path) -> ExitCode {
 
 /// `verify FILE`.
 async fn verify(file: &std::path::Path) -> ExitCode {
+    let wal = countersign_server::backup::wal_of(file);
+    if wal.exists() {
+        eprintln!(
+            "countersign-server verify: {} is beside the file and is read as part of it (its commits belong to the database). If it was not written with this file, move it away: SQLite would replay it onto the file",
+            wal.display()
+        );
+    }
     match countersign_server::backup::verify_file(file).await {
         Ok(report) => {
             println!(

@@ -705,6 +705,13 @@ async fn countersign_server_verify_names_what_was_edited_in_a_backup_file() {
         untouched,
         "verify changes nothing"
     );
+    for beside in ["-wal", "-shm"] {
+        let beside = format!("{}{beside}", backup.display());
+        assert!(
+            !std::path::Path::new(&beside).exists(),
+            "verify left {beside}"
+        );
+    }
 
     let approval_of_seq_4: String = {
         use sqlx::Connection;
