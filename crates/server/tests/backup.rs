@@ -757,6 +757,18 @@ async fn countersign_server_verify_names_what_was_edited_in_a_backup_file() {
         assert!(stderr.contains(named.as_str()), "{edit}: {stderr}");
     }
 
+    // The restore steps of docs/deployment.md begin with this check.
+    let deployment = include_str!("../../../docs/deployment.md");
+    let restore = deployment
+        .split("**Restore.**")
+        .nth(1)
+        .and_then(|steps| steps.split("\n\n").nth(1))
+        .expect("restore steps in docs/deployment.md");
+    assert!(
+        restore.starts_with("1. Verify the backup: `countersign-server verify "),
+        "{restore}"
+    );
+
     // A file whose pages were damaged fails SQLite's integrity check.
     let damaged = dir.path().join("damaged.db");
     let mut bytes = untouched.clone();
