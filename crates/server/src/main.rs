@@ -304,7 +304,10 @@ async fn verify(file: &std::path::Path) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("countersign-server verify: {}: {e}", file.display());
+            eprintln!(
+                "countersign-server verify: {}: {e}",
+                countersign_server::config::Database::of(file)
+            );
             ExitCode::FAILURE
         }
     }
