@@ -3,6 +3,9 @@
 //! are of one moment), flushed to disk, then verified with the same audit verification as
 //! `VerifyAudit`. A file that exists is never touched, and a copy whose chain does not verify
 //! is removed and reported instead of kept. PostgreSQL is backed up with pg_dump.
+//!
+//! A database file at rest (a backup before it is restored) is checked in full by
+//! [`verify_file`]: SQLite's own integrity check, then the same audit verification.
 
 use std::path::{Path, PathBuf};
 
@@ -43,6 +46,68 @@ pub enum BackupError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Why a database file at rest does not verify.
+#[derive(Debug, Error)]
+pub enum VerifyError {
+    #[error("there is no SQLite database file at {0}")]
+    NoDatabase(PathBuf),
+    #[error("this checks a SQLite file; a PostgreSQL database is checked where it runs, with VerifyAudit (`countersign verify-audit`)")]
+    Postgres,
+    #[error("SQLite's integrity check fails: {0}")]
+    Damaged(String),
+    #[error("the audit trail does not verify at seq {seq}: {problem}")]
+    Broken { seq: i64, problem: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// `countersign-server verify FILE`: checks a SQLite database file in full without changing
+/// it: SQLite's `PRAGMA integrity_check` (every page, index and constraint), then the audit
+/// verification `VerifyAudit` makes (every event's hash in seq order, the chain's ends against
+/// the anchor, every approval against its events). The start-up checks read only the chain's
+/// ends; this is the check for a file about to be restored.
+pub async fn verify_file(file: &Path) -> Result<AuditReport, VerifyError> {
+    let path = match Database::of(file) {
+        Database::Postgres(_) => return Err(VerifyError::Postgres),
+        Database::Sqlite(path) => path,
+    };
+    if !path.is_file() {
+        return Err(VerifyError::NoDatabase(path.to_path_buf()));
+    }
+    // Without a WAL beside it the file is read as immutable: no lock, and no `-wal` or `-shm`
+    // created beside it (a read-only connection would leave both behind). A WAL beside it
+    // holds commits of the database, so then it is read as SQLite reads it, WAL included.
+    let wal = wal_of(path);
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(false)
+        .read_only(true)
+        .immutable(!wal.exists());
+    let mut conn = SqliteConnection::connect_with(&options)
+        .await
+        .map_err(StoreError::from)?;
+    let problems: Vec<String> = sqlx::query_scalar("PRAGMA integrity_check")
+        .fetch_all(&mut conn)
+        .await
+        .map_err(StoreError::from)?;
+    if problems != ["ok"] {
+        return Err(VerifyError::Damaged(problems.join("; ")));
+    }
+    let report = conn.verify().await?;
+    conn.close().await.map_err(StoreError::from)?;
+    match report.broken {
+        Some((seq, problem)) => Err(VerifyError::Broken { seq, problem }),
+        None => Ok(report),
+    }
+}
+
+/// The WAL file of the SQLite database at `path`.
+pub fn wal_of(path: &Path) -> PathBuf {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    PathBuf::from(wal)
 }
 
 /// The longest file name `file_in` accepts.

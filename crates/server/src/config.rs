@@ -180,6 +180,9 @@ pub struct StorageConfig {
     pub redact_arguments: bool,
     /// Who checkpoints the SQLite WAL (copies its pages into the database file).
     pub wal_checkpoints: WalCheckpoints,
+    /// The size the SQLite WAL is cut back to when it starts over after a checkpoint (SQLite's
+    /// `journal_size_limit`); it grows past it only between two checkpoints.
+    pub wal_size_limit_bytes: u64,
     /// The directory where `BackupDatabase` writes its copies. None: the database file's
     /// directory.
     pub backup_dir: Option<PathBuf>,
@@ -194,6 +197,7 @@ impl Default for StorageConfig {
             read_connections: 4,
             redact_arguments: false,
             wal_checkpoints: WalCheckpoints::Server,
+            wal_size_limit_bytes: 16 * 1024 * 1024,
             backup_dir: None,
         }
     }

@@ -178,8 +178,8 @@ pub async fn serve_with_metrics(
         });
     // A hard deadline: calls that outlive the grace period are dropped with their connections.
     let grace = Duration::from_secs(config.serving.shutdown_grace_seconds);
-    tokio::select! {
-        served = serving => served?,
+    let served = tokio::select! {
+        served = serving => served,
         () = async {
             if draining.await.is_err() {
                 std::future::pending::<()>().await;
@@ -187,13 +187,18 @@ pub async fn serve_with_metrics(
             tokio::time::sleep(grace).await;
         } => {
             tracing::warn!(grace_seconds = grace.as_secs(), "shutdown deadline passed; closing the connections still open");
+            Ok(())
         }
-    }
+    };
     sweeper.abort();
     health_follower.abort();
     for task in metrics_tasks.into_iter().flatten() {
         task.abort();
     }
+    // Also after a failed serve: what was acknowledged goes into the database file.
+    store.close().await;
+    tracing::info!("the store is closed");
+    served?;
     Ok(())
 }
 

@@ -69,6 +69,18 @@ enum Command {
         /// The new backup file.
         file: PathBuf,
     },
+    /// Check a SQLite database file in full (a backup before restoring it), changing nothing:
+    /// SQLite's integrity check, the whole audit hash chain event by event, its ends against
+    /// the anchor, and every approval against its events. Prints a summary as JSON and exits
+    /// 0, or names the first bad seq or approval and exits 1.
+    ///
+    /// The start-up checks read only the chain's ends: run this on a copy before restoring it
+    /// (docs/deployment.md#backup-and-restore-sqlite). A PostgreSQL database is checked where
+    /// it runs, with VerifyAudit.
+    Verify {
+        /// The database file.
+        file: PathBuf,
+    },
     /// The audit chain's anchor in the database (run with the server stopped or running).
     Audit {
         #[command(subcommand)]
@@ -138,6 +150,9 @@ fn main() -> ExitCode {
     }
     if let Some(Command::Backup { file }) = &args.command {
         return runtime.block_on(backup(&config, file));
+    }
+    if let Some(Command::Verify { file }) = &args.command {
+        return runtime.block_on(verify(file));
     }
     match runtime.block_on(run(config)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -259,6 +274,39 @@ async fn backup(config: &Config, file: &std::path::Path) -> ExitCode {
             eprintln!(
                 "countersign-server backup: {}: {e}",
                 countersign_server::config::Database::of(&config.database)
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `verify FILE`.
+async fn verify(file: &std::path::Path) -> ExitCode {
+    let wal = countersign_server::backup::wal_of(file);
+    if wal.exists() {
+        eprintln!(
+            "countersign-server verify: {} is beside the file and is read as part of it (its commits belong to the database). If it was not written with this file, move it away: SQLite would replay it onto the file",
+            wal.display()
+        );
+    }
+    match countersign_server::backup::verify_file(file).await {
+        Ok(report) => {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "path": file.display().to_string(),
+                    "integrity": "ok",
+                    "events_checked": report.events_checked,
+                    "first_seq": report.first_seq,
+                    "newest_seq": report.last_seq,
+                })
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!(
+                "countersign-server verify: {}: {e}",
+                countersign_server::config::Database::of(file)
             );
             ExitCode::FAILURE
         }

@@ -490,3 +490,299 @@ async fn with_external_checkpoints_a_stop_and_a_start_leave_the_wal_as_they_foun
     assert_eq!(size(), file_before, "the start checkpointed the WAL");
     assert!(wal() > wal_before, "the WAL was started over");
 }
+
+/// Every approval id stored in the SQLite file `database`.
+async fn approval_ids(database: &std::path::Path) -> std::collections::HashSet<String> {
+    use sqlx::Connection;
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(database)
+        .create_if_missing(false);
+    let mut conn = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .unwrap();
+    let ids: Vec<String> = sqlx::query_scalar("SELECT id FROM approvals")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    ids.into_iter().collect()
+}
+
+/// The size of the WAL beside `database`; 0 when there is none.
+fn wal_bytes(database: &std::path::Path) -> u64 {
+    std::fs::metadata(format!("{}-wal", database.display()))
+        .map(|m| m.len())
+        .unwrap_or(0)
+}
+
+/// A connection to `database` that holds one read snapshot until [`unpin`]: the commits
+/// after it stay in the WAL, whatever the checkpoints do.
+async fn pin_the_wal(database: &std::path::Path) -> sqlx::SqliteConnection {
+    use sqlx::Connection;
+    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(database);
+    let mut reader = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN").execute(&mut reader).await.unwrap();
+    let _: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM approvals")
+        .fetch_one(&mut reader)
+        .await
+        .unwrap();
+    reader
+}
+
+async fn unpin(mut reader: sqlx::SqliteConnection) {
+    use sqlx::Connection;
+    sqlx::query("ROLLBACK").execute(&mut reader).await.unwrap();
+    reader.close().await.unwrap();
+}
+
+/// A clean stop (SIGTERM) under load leaves everything acknowledged in the database file
+/// itself: copied alone, as docs/deployment.md allows for a stopped server, the file holds
+/// every acknowledged approval, and no WAL is left beside it (issue 44, item 6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_clean_stop_under_load_leaves_every_acknowledged_approval_in_the_database_file() {
+    if postgres::skip_unless_sqlite("a database file at rest is SQLite's") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let database = dir.path().join("countersign.db");
+    let mut server = Server::new(dir.path(), &database.display().to_string(), 0);
+    server.start().await;
+    let url = server.url();
+
+    let acknowledged: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut writers = Vec::new();
+    for writer in 0..8 {
+        let mut client = ApprovalServiceClient::new(channel(&url).await);
+        let acknowledged = acknowledged.clone();
+        writers.push(tokio::spawn(async move {
+            for n in 0.. {
+                match client.request_approval(request(writer, n)).await {
+                    Ok(answer) => acknowledged
+                        .lock()
+                        .unwrap()
+                        .push(answer.into_inner().approval.unwrap().id),
+                    Err(_) => return,
+                }
+            }
+        }));
+    }
+    let count = || acknowledged.lock().unwrap().len();
+    until("100 requests are acknowledged", || count() >= 100).await;
+    // A reader in another process that holds one snapshot meanwhile (a backup's copy, the
+    // sqlite3 shell) keeps the commits after it in the WAL: the server's passive checkpoints
+    // cannot copy them. It lets go only once the stop has begun.
+    let reader = pin_the_wal(&database).await;
+    until("400 requests are acknowledged", || count() >= 400).await;
+    server.terminate();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    unpin(reader).await;
+    let status = server.exited().await;
+    assert!(status.success(), "a clean stop exits 0: {status}");
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    let wal_left = wal_bytes(&database);
+
+    let elsewhere = tempfile::tempdir().unwrap();
+    let copy = elsewhere.path().join("countersign.db");
+    std::fs::copy(&database, &copy).unwrap();
+    let stored = approval_ids(&copy).await;
+    let missing: Vec<&String> = acknowledged
+        .iter()
+        .filter(|id| !stored.contains(*id))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged approvals are not in the copied file, e.g. {:?}",
+        missing.len(),
+        acknowledged.len(),
+        missing.first()
+    );
+    assert_eq!(wal_left, 0, "a clean stop leaves no WAL");
+}
+
+/// The WAL does not stay at its largest: past a burst it shrinks back to
+/// `storage.wal_size_limit_bytes` as commits go on, and a backup (whose long read keeps every
+/// commit meanwhile in the WAL) ends with the WAL emptied (issue 44, item 6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wal_shrinks_back_to_its_limit_after_a_burst_and_a_backup() {
+    if postgres::skip_unless_sqlite("the WAL is SQLite's") {
+        return;
+    }
+    const LIMIT: u64 = 64 * 1024;
+    let server = TestServer::start_with(|config| {
+        config.tokens = vec![token("ops", Role::Admin, &[], ADMIN)];
+        config.storage.wal_size_limit_bytes = LIMIT;
+    })
+    .await;
+    let database = server.database_path();
+    let mut client = ApprovalServiceClient::new(channel(&server.url()).await);
+    let mut n = 0;
+    let mut request_one = || {
+        n += 1;
+        with_token(request(0, n), ADMIN)
+    };
+
+    // A reader that holds one snapshot keeps every later commit in the WAL: it grows past the
+    // limit whatever the checkpoints do.
+    client.request_approval(request_one()).await.unwrap();
+    let reader = pin_the_wal(&database).await;
+    while wal_bytes(&database) <= 2 * LIMIT {
+        client.request_approval(request_one()).await.unwrap();
+    }
+    unpin(reader).await;
+
+    // With the reader gone, the checkpoints catch up and the next commits start the WAL over,
+    // cut back to the limit.
+    tokio::time::timeout(PATIENCE, async {
+        while wal_bytes(&database) > LIMIT {
+            client.request_approval(request_one()).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "the WAL stayed at {} bytes past its limit of {LIMIT}",
+            wal_bytes(&database)
+        )
+    });
+
+    // Again past the limit, then a backup: it ends with the WAL emptied.
+    let reader = pin_the_wal(&database).await;
+    while wal_bytes(&database) <= 2 * LIMIT {
+        client.request_approval(request_one()).await.unwrap();
+    }
+    unpin(reader).await;
+    backup(&server, ADMIN, "after-burst.db").await.unwrap();
+    assert_eq!(wal_bytes(&database), 0, "the backup leaves the WAL empty");
+    client.request_approval(request_one()).await.unwrap();
+    assert!(wal_bytes(&database) <= LIMIT);
+}
+
+fn verify_command(file: &std::path::Path) -> (bool, String, String) {
+    let output = std::process::Command::new(SERVER)
+        .arg("verify")
+        .arg(file)
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// `countersign-server verify FILE` checks a database file at rest in full: SQLite's own
+/// integrity check, the whole hash chain event by event and every approval against its events.
+/// A copy edited in the middle (which the start-up checks of the chain's ends let through)
+/// fails, naming the first bad seq or approval; the untouched copy passes (issue 44, item 8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn countersign_server_verify_names_what_was_edited_in_a_backup_file() {
+    let server = server_with_tokens().await;
+    if postgres::enabled() {
+        // A file at rest is SQLite's; a PostgreSQL database is checked where it runs. The
+        // message names the database without the credentials its URL may carry.
+        let (passed, _, stderr) = verify_command(&server.database_path());
+        assert!(!passed);
+        assert!(stderr.contains("VerifyAudit"), "{stderr}");
+        let url = server.database_path().display().to_string();
+        let password_and_host = url.split("://").nth(1).unwrap();
+        assert!(!stderr.contains(password_and_host), "{stderr}");
+        return;
+    }
+    request_some(&server, 6).await;
+    let dir = tempfile::tempdir().unwrap();
+    let backup = dir.path().join("backup.db");
+    assert!(backup_command(&server.database_path(), &backup)
+        .status
+        .success());
+    let untouched = std::fs::read(&backup).unwrap();
+
+    let (passed, stdout, stderr) = verify_command(&backup);
+    assert!(passed, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["events_checked"], 6, "{report}");
+    assert_eq!(report["newest_seq"], 6, "{report}");
+    assert_eq!(
+        std::fs::read(&backup).unwrap(),
+        untouched,
+        "verify changes nothing"
+    );
+    for beside in ["-wal", "-shm"] {
+        let beside = format!("{}{beside}", backup.display());
+        assert!(
+            !std::path::Path::new(&beside).exists(),
+            "verify left {beside}"
+        );
+    }
+
+    let approval_of_seq_4: String = {
+        use sqlx::Connection;
+        let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&backup);
+        let mut conn = sqlx::SqliteConnection::connect_with(&options)
+            .await
+            .unwrap();
+        sqlx::query_scalar("SELECT approval_id FROM events WHERE seq = 4")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+    };
+    let edits = [
+        (
+            "UPDATE events SET body = replace(body, 'deploy', 'destroy') WHERE seq = 3",
+            "seq 3".to_string(),
+        ),
+        (
+            "DELETE FROM events WHERE seq = 3",
+            "rows 3 to 3 are missing".to_string(),
+        ),
+        (
+            "UPDATE approvals SET state = 'APPROVED', body = json_set(body, '$.state', 'APPROVED')
+              WHERE id = (SELECT approval_id FROM events WHERE seq = 4)",
+            format!("approval {approval_of_seq_4}"),
+        ),
+    ];
+    for (number, (edit, named)) in edits.iter().enumerate() {
+        let edited = dir.path().join(format!("edited-{number}.db"));
+        std::fs::write(&edited, &untouched).unwrap();
+        {
+            use sqlx::Connection;
+            let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&edited);
+            let mut conn = sqlx::SqliteConnection::connect_with(&options)
+                .await
+                .unwrap();
+            let changed = sqlx::query(edit).execute(&mut conn).await.unwrap();
+            assert_eq!(changed.rows_affected(), 1, "{edit}");
+            conn.close().await.unwrap();
+        }
+        let (passed, _, stderr) = verify_command(&edited);
+        assert!(!passed, "{edit}: the edited copy verified");
+        assert!(stderr.contains(named.as_str()), "{edit}: {stderr}");
+    }
+
+    // The restore steps of docs/deployment.md begin with this check.
+    let deployment = include_str!("../../../docs/deployment.md");
+    let restore = deployment
+        .split("**Restore.**")
+        .nth(1)
+        .and_then(|steps| steps.split("\n\n").nth(1))
+        .expect("restore steps in docs/deployment.md");
+    assert!(
+        restore.starts_with("1. Verify the backup: `countersign-server verify "),
+        "{restore}"
+    );
+
+    // A file whose pages were damaged fails SQLite's integrity check.
+    let damaged = dir.path().join("damaged.db");
+    let mut bytes = untouched.clone();
+    let page = 4096;
+    let last_page = bytes.len() - page;
+    bytes[last_page + 8..last_page + 200].fill(0xA5);
+    std::fs::write(&damaged, &bytes).unwrap();
+    let (passed, _, stderr) = verify_command(&damaged);
+    assert!(!passed, "the damaged copy verified");
+    assert!(stderr.contains(&damaged.display().to_string()), "{stderr}");
+}

@@ -73,24 +73,6 @@ impl Server {
             .fold(f64::INFINITY, f64::min)
             .min(1e9) as u64
     }
-
-    /// SIGTERM and a graceful shutdown.
-    async fn terminate(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let pid = child.id().unwrap();
-            let status = std::process::Command::new("kill")
-                .arg("-TERM")
-                .arg(pid.to_string())
-                .status()
-                .unwrap();
-            assert!(status.success());
-            let exited = tokio::time::timeout(START_PATIENCE, child.wait())
-                .await
-                .expect("graceful shutdown in time")
-                .unwrap();
-            assert!(exited.success(), "{exited}");
-        }
-    }
 }
 
 /// What the clients saw acknowledged.
@@ -417,7 +399,12 @@ async fn crash_loop(
         client.await.unwrap();
     }
     for server in &mut servers {
-        server.terminate().await;
+        // SIGTERM and a graceful shutdown.
+        server.terminate();
+        let exited = tokio::time::timeout(START_PATIENCE, server.exited())
+            .await
+            .expect("graceful shutdown in time");
+        assert!(exited.success(), "{exited}");
     }
     let elapsed = started.elapsed();
 

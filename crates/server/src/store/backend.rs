@@ -89,6 +89,9 @@ pub trait Backend: SharedReads {
     /// Writes a consistent copy of the database to the new file `into` while serving goes on,
     /// and verifies the copy's audit chain; see [`crate::backup`].
     async fn backup(&self, into: &Path) -> Result<Backup, BackupError>;
+    /// Closes the backend's connections at a clean stop, once the writer has closed its own
+    /// (SQLite: ending with a full checkpoint, see `sqlite.rs`).
+    async fn close(&self) {}
     /// Whether this server runs the background sweeps (expiry, pruning) now: always on a
     /// database of its own; on a shared one, only the server holding the sweep lock.
     async fn leads_sweeps(&self) -> bool {

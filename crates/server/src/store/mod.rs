@@ -67,6 +67,10 @@ pub struct Store {
     jobs: mpsc::Sender<Job>,
     backend: Arc<dyn Backend>,
     writable: watch::Receiver<bool>,
+    /// Tells the writer to stop ([`Store::close`]).
+    stop_writer: Arc<Notify>,
+    /// Closed once the writer's thread has ended, its connection closed.
+    writer_running: watch::Receiver<()>,
 }
 
 impl Store {
@@ -126,16 +130,21 @@ impl Store {
         // (The runtime is built on that thread: one dropped inside the server's runtime, as
         // after a failed spawn, would panic.)
         let (started, on_start) = oneshot::channel();
+        let stop_writer = Arc::new(Notify::new());
+        let stop = stop_writer.clone();
+        let (running, writer_running) = watch::channel(());
         std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || {
+                // Dropped when the thread ends, after the writer and its connection.
+                let _running = running;
                 match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
                 {
                     Ok(runtime) => {
                         let _ = started.send(Ok(()));
-                        runtime.block_on(writer.run(queue, max_batch, hub, observer));
+                        runtime.block_on(writer.run(queue, max_batch, hub, observer, stop));
                     }
                     Err(e) => {
                         let _ = started.send(Err(e));
@@ -151,7 +160,21 @@ impl Store {
             jobs,
             backend,
             writable,
+            stop_writer,
+            writer_running,
         })
+    }
+
+    /// Closes the store at a clean stop: the writer commits the changes already queued (later
+    /// ones fail with [`StoreError::Closed`]) and closes its connection, then the backend
+    /// closes the others. On SQLite the last one checkpoints the whole WAL into the database
+    /// file (unless another process owns the checkpoints), so a copy of that file alone holds
+    /// every change acknowledged.
+    pub async fn close(&self) {
+        self.stop_writer.notify_one();
+        let mut writer_running = self.writer_running.clone();
+        while writer_running.changed().await.is_ok() {}
+        self.backend.close().await;
     }
 
     /// Whether the database accepts writes: false from a failed commit until a later write

@@ -1,7 +1,9 @@
 //! The SQLite backend: one file in WAL mode, schema from `migrations/`. The writer's
 //! connection is rusqlite's, used in place on the writer's thread (`sqlite_writer.rs`); the
 //! migrations, the reads and the checkpointer are sqlx's. Checkpoints (copying the WAL's pages
-//! into the database file) run on a connection of their own, off the writer's path.
+//! into the database file) run on a connection of their own, off the writer's path. A clean
+//! stop ends with a full checkpoint on the database's last connection, so that the database
+//! file alone holds every commit (unless another process owns the checkpoints).
 
 use std::path::Path;
 use std::str::FromStr;
@@ -15,7 +17,8 @@ use sqlx::sqlite::{
     SqliteRow,
 };
 use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteExecutor};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{watch, Mutex, Notify};
+use tokio::task::JoinHandle;
 
 use super::audit_sql::{self, AuditSql, IntegrityError};
 use super::backend::{Backend, SharedReads, WriterConnection};
@@ -40,6 +43,9 @@ pub struct SqliteBackend {
     reads: SqlitePool,
     /// Woken by each commit of the writer.
     checkpointer: Arc<Notify>,
+    /// The server's checkpoints; None with `wal_checkpoints = "external"`, where another
+    /// process owns them.
+    checkpoints: Option<Arc<Checkpoints>>,
 }
 
 impl SqliteBackend {
@@ -65,13 +71,23 @@ impl SqliteBackend {
         let mut migrations = SqliteConnection::connect_with(&options).await?;
         MIGRATOR.run_direct(&mut migrations).await?;
         let checkpointer = Arc::new(Notify::new());
-        if config.wal_checkpoints == WalCheckpoints::Server {
-            tokio::spawn(checkpoint(
-                options.clone(),
+        let checkpoints = (config.wal_checkpoints == WalCheckpoints::Server).then(|| {
+            let checkpoints = Arc::new(Checkpoints {
+                options: options.clone(),
+                conn: Mutex::new(None),
+                after_commits: std::sync::Mutex::new(None),
+            });
+            let task = tokio::spawn(checkpoint(
+                checkpoints.clone(),
                 checkpointer.clone(),
                 writer_alive,
             ));
-        }
+            *checkpoints
+                .after_commits
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(task);
+            checkpoints
+        });
         let reads = SqlitePoolOptions::new()
             .max_connections(config.read_connections)
             .connect_with(reads)
@@ -80,6 +96,7 @@ impl SqliteBackend {
             path: path.to_path_buf(),
             durability: config.durability,
             wal_checkpoints: config.wal_checkpoints,
+            wal_size_limit_bytes: config.wal_size_limit_bytes,
         };
         let first = SqliteWriter::open(&writer, checkpointer.clone())?;
         // Closed only now that other connections are open: the last connection to close
@@ -89,40 +106,88 @@ impl SqliteBackend {
             writer,
             reads,
             checkpointer,
+            checkpoints,
         };
         Ok((backend, Box::new(first)))
     }
 }
 
+/// The connection the server checkpoints on, used by one checkpoint at a time: SQLite answers
+/// a second checkpoint at once with SQLITE_BUSY instead of waiting for the first.
+struct Checkpoints {
+    options: SqliteConnectOptions,
+    conn: Mutex<Option<SqliteConnection>>,
+    /// The task that checkpoints after commits ([`checkpoint`]).
+    after_commits: std::sync::Mutex<Option<JoinHandle<()>>>,
+}
+
+/// How far a checkpoint went.
+enum Checkpointed {
+    /// Every frame of the WAL is in the database file.
+    Fully,
+    /// A reader or a writer kept some frames in the WAL; they stay there for the next one.
+    Partly,
+}
+
+impl Checkpoints {
+    /// Runs `PRAGMA wal_checkpoint(mode)` with each of `modes` in turn; how far the last went.
+    async fn run(&self, modes: &[&str]) -> Result<Checkpointed, sqlx::Error> {
+        let mut conn = self.conn.lock().await;
+        let ran = async {
+            let conn = match conn.as_mut() {
+                Some(conn) => conn,
+                None => conn.insert(SqliteConnection::connect_with(&self.options).await?),
+            };
+            let mut last = Checkpointed::Fully;
+            for mode in modes {
+                let (busy, log, copied): (i64, i64, i64) =
+                    sqlx::query_as(&format!("PRAGMA wal_checkpoint({mode})"))
+                        .fetch_one(&mut *conn)
+                        .await?;
+                last = if busy == 0 && log == copied {
+                    Checkpointed::Fully
+                } else {
+                    Checkpointed::Partly
+                };
+            }
+            Ok(last)
+        }
+        .await;
+        if ran.is_err() {
+            *conn = None;
+        }
+        ran
+    }
+
+    /// Closes the connection. As the database's last, SQLite checkpoints on the close and
+    /// removes the WAL.
+    async fn close(&self) {
+        if let Some(conn) = self.conn.lock().await.take() {
+            if let Err(e) = conn.close().await {
+                tracing::warn!(error = %e, "cannot close the checkpoints' connection");
+            }
+        }
+    }
+}
+
 /// Copies committed WAL pages into the database file, [`CHECKPOINT_INTERVAL`] after a commit
 /// woke it, without ever blocking the writer (PASSIVE: it copies what no reader still needs;
-/// the writer starts the WAL over once everything is copied). A failed checkpoint (a full
-/// disk) loses nothing: the pages stay in the WAL for the next one.
+/// the writer starts the WAL over once everything is copied, cutting it back to
+/// `wal_size_limit_bytes`). A failed checkpoint (a full disk) loses nothing: the pages stay in
+/// the WAL for the next one.
 async fn checkpoint(
-    options: SqliteConnectOptions,
+    checkpoints: Arc<Checkpoints>,
     commits: Arc<Notify>,
     mut writer_alive: watch::Receiver<bool>,
 ) {
-    let mut conn: Option<SqliteConnection> = None;
     loop {
         tokio::select! {
             _ = commits.notified() => {}
             changed = writer_alive.changed() => if changed.is_err() { break },
         }
         tokio::time::sleep(CHECKPOINT_INTERVAL).await;
-        let checkpointed = async {
-            let conn = match conn.as_mut() {
-                Some(conn) => conn,
-                None => conn.insert(SqliteConnection::connect_with(&options).await?),
-            };
-            sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-                .execute(conn)
-                .await
-        }
-        .await;
-        if let Err(e) = checkpointed {
+        if let Err(e) = checkpoints.run(&["PASSIVE"]).await {
             tracing::warn!(error = %e, "cannot checkpoint the WAL; the next commit tries again");
-            conn = None;
         }
     }
     tracing::debug!("checkpointer stopped");
@@ -175,9 +240,53 @@ impl Backend for SqliteBackend {
         self.reads.acquire().await?.verify().await
     }
 
+    /// After the copy, the commits its long read kept in the WAL are checkpointed and the WAL
+    /// emptied (PASSIVE first, which never blocks the writer, then TRUNCATE for the rest):
+    /// otherwise the WAL would stay at the size the backup let it grow to.
     async fn backup(&self, into: &Path) -> Result<Backup, BackupError> {
-        let mut conn = self.reads.acquire().await.map_err(StoreError::from)?;
-        backup::copy(&mut conn, into).await
+        let made = {
+            let mut conn = self.reads.acquire().await.map_err(StoreError::from)?;
+            backup::copy(&mut conn, into).await?
+        };
+        if let Some(checkpoints) = &self.checkpoints {
+            match checkpoints.run(&["PASSIVE", "TRUNCATE"]).await {
+                Ok(Checkpointed::Fully) => {}
+                Ok(Checkpointed::Partly) => tracing::info!(
+                    "after the backup a reader or writer kept part of the WAL; the next checkpoints copy it"
+                ),
+                Err(e) => tracing::warn!(error = %e, "cannot checkpoint the WAL after the backup"),
+            }
+        }
+        Ok(made)
+    }
+
+    /// Runs once the writer has closed its connection: the checkpointer ends, the reads close,
+    /// and a last TRUNCATE checkpoint on the database's last connection copies the whole WAL
+    /// into the database file and empties it, so that the file alone holds every commit.
+    /// With `wal_checkpoints = "external"` the WAL is left to the process that owns it.
+    async fn close(&self) {
+        let Some(checkpoints) = &self.checkpoints else {
+            self.reads.close().await;
+            return;
+        };
+        let checkpointer = checkpoints
+            .after_commits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(checkpointer) = checkpointer {
+            // It ends when the writer does; joined so that no checkpoint runs beside the last.
+            let _ = checkpointer.await;
+        }
+        self.reads.close().await;
+        match checkpoints.run(&["TRUNCATE"]).await {
+            Ok(Checkpointed::Fully) => tracing::info!("the WAL is checkpointed into the database file"),
+            Ok(Checkpointed::Partly) => tracing::error!(
+                "at the stop another process kept part of the WAL: copy the database with its -wal file, or with `countersign-server backup`"
+            ),
+            Err(e) => tracing::error!(error = %e, "cannot checkpoint the WAL at the stop: copy the database with its -wal file, or with `countersign-server backup`"),
+        }
+        checkpoints.close().await;
     }
 }
 

@@ -82,6 +82,8 @@ pub(super) struct WriterSettings {
     pub path: PathBuf,
     pub durability: Durability,
     pub wal_checkpoints: WalCheckpoints,
+    /// The size the WAL is cut back to when this connection starts it over.
+    pub wal_size_limit_bytes: u64,
 }
 
 /// The only writing connection. Transactions are begun and committed with plain SQL: after
@@ -114,8 +116,17 @@ impl SqliteWriter {
         // SQLite checkpoints when a database's last connection closes; the writer's is often
         // the last (the reads' are read-only and cannot), and may close after the server has
         // returned from its shutdown.
-        if settings.wal_checkpoints == WalCheckpoints::External {
-            conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+        match settings.wal_checkpoints {
+            WalCheckpoints::External => {
+                conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+            }
+            // The WAL keeps its largest size otherwise: a burst, or a backup's long read,
+            // would leave it at tens of megabytes for good. (The process that owns the
+            // checkpoints also owns the WAL's size.)
+            WalCheckpoints::Server => conn.execute_batch(&format!(
+                "PRAGMA journal_size_limit = {};",
+                i64::try_from(settings.wal_size_limit_bytes).unwrap_or(i64::MAX)
+            ))?,
         }
         conn.set_prepared_statement_cache_capacity(PREPARED_STATEMENTS);
         Ok(SqliteWriter { conn, checkpointer })
@@ -423,6 +434,7 @@ mod tests {
                 path: path.clone(),
                 durability: Durability::Full,
                 wal_checkpoints: checkpoints,
+                wal_size_limit_bytes: 0,
             };
             let writer = SqliteWriter::open(&settings, Arc::new(Notify::new())).unwrap();
             writer.run("INSERT INTO t (x) VALUES (1)").unwrap();

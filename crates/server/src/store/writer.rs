@@ -98,30 +98,45 @@ pub(super) struct Writer {
 type Outcomes = Vec<Result<Applied, StoreError>>;
 
 impl Writer {
+    /// Commits batches from `queue` until every sender is gone or `stop` is notified; at a
+    /// stop, the changes already queued are committed and later ones refused.
     pub(super) async fn run(
         mut self,
         mut queue: mpsc::Receiver<Job>,
         max_batch: usize,
         hub: Hub,
         observer: Option<Arc<dyn CommitObserver>>,
+        stop: Arc<Notify>,
     ) {
         let mut batch: Vec<Job> = Vec::with_capacity(max_batch);
         let mut next_probe = Instant::now();
+        let mut stopping = false;
         loop {
             if !*self.health.borrow() && Instant::now() >= next_probe {
                 self.probe().await;
                 next_probe = Instant::now() + PROBE_INTERVAL;
             }
-            let received = if *self.health.borrow() {
-                queue.recv_many(&mut batch, max_batch).await
-            } else {
-                let deadline = tokio::time::Instant::from_std(next_probe);
-                match tokio::time::timeout_at(deadline, queue.recv_many(&mut batch, max_batch))
-                    .await
-                {
-                    Ok(received) => received,
-                    Err(_) => continue,
+            let healthy = *self.health.borrow();
+            let receiving = async {
+                if healthy {
+                    Some(queue.recv_many(&mut batch, max_batch).await)
+                } else {
+                    let deadline = tokio::time::Instant::from_std(next_probe);
+                    tokio::time::timeout_at(deadline, queue.recv_many(&mut batch, max_batch))
+                        .await
+                        .ok()
                 }
+            };
+            let received = tokio::select! {
+                () = stop.notified(), if !stopping => {
+                    stopping = true;
+                    queue.close();
+                    continue;
+                }
+                received = receiving => match received {
+                    Some(received) => received,
+                    None => continue,
+                },
             };
             if received == 0 {
                 break;

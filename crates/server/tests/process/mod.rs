@@ -92,6 +92,20 @@ impl Server {
         }
     }
 
+    /// Asks the server to stop cleanly (SIGTERM); [`Server::exited`] waits for it.
+    pub fn terminate(&self) {
+        let child = self.child.as_ref().expect("a running server");
+        let pid = child.id().expect("the server has not been reaped") as libc::pid_t;
+        // SAFETY: kill with the id of a child we spawned and have not reaped.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+
+    /// Waits for the server to exit.
+    pub async fn exited(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("a running server");
+        child.wait().await.unwrap()
+    }
+
     pub async fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             child.kill().await.unwrap();
