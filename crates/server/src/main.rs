@@ -327,34 +327,47 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         }
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
     }
+    // The handlers are in place before the bind: a SIGTERM that comes once the port answers
+    // (while the store opens) is a clean stop, not the default action's death by signal.
+    let stop = shutdown_signal();
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
-    countersign_server::serve(config, listener, shutdown_signal()).await?;
+    countersign_server::serve(config, listener, stop).await?;
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
+/// Resolves on SIGINT or SIGTERM. The handlers are registered when this is called, not when
+/// the future is first polled.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
-        let mut terminate = match tokio::signal::unix::signal(
-            tokio::signal::unix::SignalKind::terminate(),
-        ) {
-            Ok(signal) => signal,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the server");
-                let _ = interrupt.await;
-                return;
+        use tokio::signal::unix::{signal, SignalKind};
+        let interrupt = signal(SignalKind::interrupt());
+        let terminate = signal(SignalKind::terminate());
+        async move {
+            match (interrupt, terminate) {
+                (Ok(mut interrupt), Ok(mut terminate)) => {
+                    tokio::select! {
+                        _ = interrupt.recv() => {}
+                        _ = terminate.recv() => {}
+                    }
+                }
+                (Ok(mut only), Err(e)) | (Err(e), Ok(mut only)) => {
+                    tracing::warn!(error = %e, "cannot listen for one of SIGINT and SIGTERM; the other stops the server");
+                    only.recv().await;
+                }
+                (Err(e), Err(_)) => {
+                    tracing::warn!(error = %e, "cannot listen for SIGINT or SIGTERM; the server stops only when killed");
+                    std::future::pending::<()>().await;
+                }
             }
-        };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = terminate.recv() => {}
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = interrupt.await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

@@ -211,6 +211,21 @@ fn sigterm_with_an_idle_pre_handshake_connection_exits_within_the_deadline() {
     drop(silent);
 }
 
+/// The port answers before the store is open; a SIGTERM in that window was the default
+/// action's death by signal (status 15) until the handlers were registered before the bind.
+#[test]
+fn sigterm_as_soon_as_the_port_answers_is_a_clean_stop() {
+    for _ in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = free_addr();
+        let server = spawn(dir.path(), &config(addr, dir.path(), ""), None);
+        drop(connect_when_listening(addr));
+        terminate(&server);
+        let (output, _) = exit_within(server, Duration::from_secs(20));
+        assert!(output.status.success(), "{output:?}");
+    }
+}
+
 #[test]
 fn a_non_loopback_listen_without_tokens_is_refused_before_binding() {
     let dir = tempfile::tempdir().unwrap();
