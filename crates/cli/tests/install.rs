@@ -152,7 +152,7 @@ async fn install_writes_each_hosts_file_and_format() {
     assert_eq!(
         read_json(&project.path().join(".gemini/settings.json")),
         json!({"hooks": {"BeforeTool": [{
-            "matcher": "run_shell_command|write_file|replace|web_fetch|mcp__.*",
+            "matcher": "run_shell_command|write_file|replace|web_fetch|^mcp_.*",
             "hooks": [{"name": "countersign", "type": "command", "command": format!("{exe} hook gemini --timeout 540s --server http://127.0.0.1:1"), "timeout": 600000}],
         }]}})
     );
@@ -274,4 +274,143 @@ async fn doctor_checks_the_server_the_token_and_the_installed_hooks() {
     )
     .await;
     assert_exit(&output, 69);
+}
+
+/// Whether a host runs a hook for `tool`: all three read a matcher holding regex characters
+/// as an unanchored regex (Gemini CLI `new RegExp(m).test(name)`, Codex and Claude Code alike),
+/// and `*` as every tool.
+fn host_runs_hook(matcher: &str, tool: &str) -> bool {
+    matcher == "*" || regex::Regex::new(matcher).unwrap().is_match(tool)
+}
+
+/// The default matchers, as `install` writes them, gate each host's shells, file changes,
+/// fetches and MCP tools under the names the host documents, and leave its reads alone.
+#[tokio::test]
+async fn install_matchers_cover_each_hosts_documented_tool_names() {
+    let project = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    // (host, event, settings key, gated tools, tools left alone)
+    let cases: [(&str, &str, &str, &[&str], &[&str]); 5] = [
+        (
+            "claude-code",
+            "pre-tool-use",
+            "PreToolUse",
+            &[
+                "Bash",
+                "Edit",
+                "Write",
+                "MultiEdit",
+                "NotebookEdit",
+                "WebFetch",
+                "mcp__github__create_issue",
+            ],
+            &["Read", "Grep", "Glob"],
+        ),
+        (
+            "claude-code",
+            "permission-request",
+            "PermissionRequest",
+            &["Bash", "mcp__github__create_issue"],
+            &[],
+        ),
+        (
+            "codex",
+            "pre-tool-use",
+            "PreToolUse",
+            &["Bash", "apply_patch", "mcp__github__create_issue"],
+            &[],
+        ),
+        (
+            "codex",
+            "permission-request",
+            "PermissionRequest",
+            &["Bash", "apply_patch", "mcp__github__create_issue"],
+            &[],
+        ),
+        (
+            "gemini",
+            "pre-tool-use",
+            "BeforeTool",
+            &[
+                "run_shell_command",
+                "write_file",
+                "replace",
+                "web_fetch",
+                // Gemini CLI: `mcp_<server>_<tool>`, single underscores.
+                "mcp_github_create_issue",
+                "mcp_my-server_write",
+            ],
+            &[
+                "read_file",
+                "glob",
+                "list_mcp_resources",
+                "read_mcp_resource",
+            ],
+        ),
+    ];
+    for (host, event, key, gated, left_alone) in cases {
+        let output = run_in(
+            "http://127.0.0.1:1",
+            project.path(),
+            home.path(),
+            &["install", host, "--event", event, "--print"],
+        )
+        .await;
+        assert_exit(&output, 0);
+        let snippet: Value = serde_json::from_str(&stdout(&output)).unwrap();
+        let matcher = snippet["hooks"][key][0]["matcher"].as_str().unwrap();
+        for tool in gated {
+            assert!(
+                host_runs_hook(matcher, tool),
+                "{host} {event}: {matcher:?} lets {tool} run ungated"
+            );
+        }
+        for tool in left_alone {
+            assert!(
+                !host_runs_hook(matcher, tool),
+                "{host} {event}: {matcher:?} asks about {tool}"
+            );
+        }
+    }
+}
+
+/// A hook installed with a matcher that misses the host's MCP tools (Gemini CLI's before
+/// `mcp_` was matched) fails `doctor`, which names the fix.
+#[tokio::test]
+async fn doctor_fails_a_matcher_that_leaves_mcp_tools_ungated() {
+    let server = TestServer::start().await;
+    let project = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    for (host, path, key, old_matcher) in [
+        (
+            "gemini",
+            ".gemini/settings.json",
+            "BeforeTool",
+            "run_shell_command|write_file|replace|web_fetch|mcp__.*",
+        ),
+        (
+            "claude-code",
+            ".claude/settings.json",
+            "PreToolUse",
+            "Bash|Edit|Write",
+        ),
+    ] {
+        let output = run_in(&server.url(), project.path(), home.path(), &["install", host]).await;
+        assert_exit(&output, 0);
+        let output = run_in(&server.url(), project.path(), home.path(), &["doctor", host]).await;
+        assert_exit(&output, 0);
+
+        let path = project.path().join(path);
+        let mut settings = read_json(&path);
+        settings["hooks"][key][0]["matcher"] = json!(old_matcher);
+        std::fs::write(&path, settings.to_string()).unwrap();
+        let output = run_in(&server.url(), project.path(), home.path(), &["doctor", host]).await;
+        assert_exit(&output, 70);
+        let report = stdout(&output);
+        assert!(
+            report.contains("leaves MCP tools ungated")
+                && report.contains(&format!("run countersign install {host} again")),
+            "{report}"
+        );
+    }
 }
