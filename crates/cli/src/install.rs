@@ -43,6 +43,11 @@ fn settings_path(host: Host, user: bool) -> Result<PathBuf, CliError> {
         Host::Codex => ".codex/hooks.json",
         Host::Gemini => ".gemini/settings.json",
     };
+    if user && host == Host::Codex {
+        return crate::codex_trust::codex_home()
+            .map(|home| home.join("hooks.json"))
+            .ok_or_else(|| CliError::Usage("--user needs $CODEX_HOME or $HOME".into()));
+    }
     let base = if user {
         std::env::var_os("HOME")
             .filter(|home| !home.is_empty())
@@ -267,6 +272,9 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
     if let Some(server) = local.and_then(|local| local.server) {
         println!("the hook asks the local countersign instance at {server} (countersign up)");
     }
+    if args.host == Host::Codex {
+        println!("{}", crate::codex_trust::trust_steps(&path));
+    }
     Ok(Exit::Success)
 }
 
@@ -473,12 +481,23 @@ pub async fn doctor(client: &Client, only: Option<Host>) -> Exit {
             for installed_hook in countersign_hooks(&settings, host) {
                 installed += 1;
                 let event = &installed_hook.event;
-                match check_hook(host, &installed_hook, user) {
-                    Ok(summary) => println!("ok    {} {event}: {summary}", path.display()),
-                    Err(problem) => fail(
-                        format!("{} {event}: {problem}", path.display()),
-                        Exit::Failure,
-                    ),
+                let mut checks = vec![check_hook(host, &installed_hook, user)];
+                if host == Host::Codex {
+                    checks.push(crate::codex_trust::check(
+                        &path,
+                        event,
+                        installed_hook.group_index,
+                        installed_hook.handler_index,
+                    ));
+                }
+                for check in checks {
+                    match check {
+                        Ok(summary) => println!("ok    {} {event}: {summary}", path.display()),
+                        Err(problem) => fail(
+                            format!("{} {event}: {problem}", path.display()),
+                            Exit::Failure,
+                        ),
+                    }
                 }
             }
         }
@@ -496,6 +515,9 @@ pub async fn doctor(client: &Client, only: Option<Host>) -> Exit {
 /// A countersign hook found in a settings file.
 struct InstalledHook {
     event: String,
+    /// Its place: the index of its group under the event, and its index in the group.
+    group_index: usize,
+    handler_index: usize,
     /// Its group's matcher (`None`: no matcher, every tool).
     matcher: Option<String>,
     hook: Value,
@@ -508,12 +530,14 @@ fn countersign_hooks(settings: &Value, host: Host) -> Vec<InstalledHook> {
     };
     let mut found = Vec::new();
     for (event, groups) in events {
-        for group in groups.as_array().into_iter().flatten() {
+        for (group_index, group) in groups.as_array().into_iter().flatten().enumerate() {
             let hooks = group.get("hooks").and_then(Value::as_array);
-            for hook in hooks.into_iter().flatten() {
+            for (handler_index, hook) in hooks.into_iter().flatten().enumerate() {
                 if is_countersign_hook(hook, host) {
                     found.push(InstalledHook {
                         event: event.clone(),
+                        group_index,
+                        handler_index,
                         matcher: group
                             .get("matcher")
                             .and_then(Value::as_str)

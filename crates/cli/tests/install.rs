@@ -17,7 +17,11 @@ fn read_json(path: &Path) -> Value {
 /// repeated in installed hook commands, as the host may not have the same environment.
 async fn run_in(server: &str, project: &Path, home: &Path, args: &[&str]) -> std::process::Output {
     let mut command = countersign(server);
-    command.current_dir(project).env("HOME", home).args(args);
+    command
+        .current_dir(project)
+        .env("HOME", home)
+        .env_remove("CODEX_HOME")
+        .args(args);
     tokio::time::timeout(STEP, command.output())
         .await
         .expect("countersign hung")
@@ -413,4 +417,60 @@ async fn doctor_fails_a_matcher_that_leaves_mcp_tools_ungated() {
             "{report}"
         );
     }
+}
+
+/// Codex skips a hook nobody trusted, with only a warning, and runs the tools ungated:
+/// `install codex` says how to trust it, and `doctor codex` fails until Codex's config records
+/// the trust of the project and of the hook (as Codex's `/hooks` writes it).
+#[tokio::test]
+async fn codex_hooks_must_be_trusted_in_codex_and_doctor_says_how() {
+    let server = TestServer::start().await;
+    let project = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let project_dir = project.path().canonicalize().unwrap();
+    let project_key = format!("{:?}", project_dir.display().to_string());
+    let output = run_in(&server.url(), &project_dir, home.path(), &["install", "codex"]).await;
+    assert_exit(&output, 0);
+    let said = stdout(&output);
+    assert!(
+        said.contains("type /hooks and trust the countersign hook")
+            && said.contains(&format!(
+                "[projects.{project_key}] trust_level = \"trusted\""
+            )),
+        "{said}"
+    );
+
+    let config = home.path().join(".codex/config.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    let project_trusted = format!("[projects.{project_key}]\ntrust_level = \"trusted\"\n");
+    let hook_key = format!(
+        "{}:pre_tool_use:0:0",
+        project_dir.join(".codex/hooks.json").display()
+    );
+    for (recorded, problem) in [
+        (String::new(), "untrusted project"),
+        (project_trusted.clone(), "Codex has not trusted this hook"),
+        (
+            format!("{project_trusted}[hooks.state.{hook_key:?}]\nenabled = false\ntrusted_hash = \"sha256:00\"\n"),
+            "the hook is disabled in Codex",
+        ),
+    ] {
+        std::fs::write(&config, recorded).unwrap();
+        let output = run_in(&server.url(), &project_dir, home.path(), &["doctor", "codex"]).await;
+        assert_exit(&output, 70);
+        let report = stdout(&output);
+        assert!(
+            report.contains(&format!("FAIL  {}", project_dir.join(".codex/hooks.json").display()))
+                && report.contains(problem),
+            "{report}"
+        );
+    }
+    std::fs::write(
+        &config,
+        format!("{project_trusted}[hooks.state.{hook_key:?}]\ntrusted_hash = \"sha256:00\"\n"),
+    )
+    .unwrap();
+    let output = run_in(&server.url(), &project_dir, home.path(), &["doctor", "codex"]).await;
+    assert_exit(&output, 0);
+    assert!(stdout(&output).contains("trusted in Codex"), "{}", stdout(&output));
 }
