@@ -792,3 +792,28 @@ async fn up_runs_the_ntfy_worker_of_its_config_and_its_button_decides() {
     );
     terminate(&home, &mut up).await;
 }
+
+/// An instance with no channel, whose approvers decide in a terminal (`countersign watch`,
+/// `approve ID`), is a valid set-up: `doctor` notes it and passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_notes_an_instance_decided_in_the_terminal_only_and_passes() {
+    let home = Home::new("http://127.0.0.1:9");
+    std::fs::create_dir_all(home.config_file().parent().unwrap()).unwrap();
+    std::fs::write(
+        home.config_file(),
+        "[[approvers]]\nid = \"tester\"\nmax_risk = \"critical\"\nidentities = { cli = [\"tester\"] }\n",
+    )
+    .unwrap();
+    let mut up = home.up().await;
+    let installed = home.run(&["install", "claude-code"]).await;
+    assert!(installed.status.success(), "{}", text(&installed));
+    let doctor = home.run(&["doctor", "claude-code"]).await;
+    let shown = text(&doctor);
+    assert_eq!(doctor.status.code(), Some(0), "{shown}");
+    assert!(!shown.contains("FAIL"), "{shown}");
+    assert!(
+        shown.contains("--    no channel is set up: approvals are decided in a terminal only"),
+        "{shown}"
+    );
+    terminate(&home, &mut up).await;
+}
