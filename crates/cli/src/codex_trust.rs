@@ -26,8 +26,10 @@ fn user_config() -> Option<PathBuf> {
 /// The project whose `.codex/hooks.json` this is; `None` for the user's own hooks file.
 fn project_of(hooks_file: &Path) -> Option<&Path> {
     let dot_codex = hooks_file.parent()?;
-    let in_codex_home = codex_home().is_some_and(|home| home == dot_codex);
-    (!in_codex_home).then(|| dot_codex.parent()).flatten()
+    if codex_home().is_some_and(|home| home == dot_codex) {
+        return None;
+    }
+    dot_codex.parent()
 }
 
 /// What the person has to do in Codex before the hook runs, for `install codex` to print.
@@ -68,9 +70,9 @@ pub fn check(
 ) -> Result<String, String> {
     let config_path = user_config().ok_or("cannot find Codex's home: set $CODEX_HOME or $HOME")?;
     let config = match std::fs::read_to_string(&config_path) {
-        Ok(text) => text.parse::<toml::Table>().map_err(|error| {
-            format!("{} is not valid TOML: {error}", config_path.display())
-        })?,
+        Ok(text) => text
+            .parse::<toml::Table>()
+            .map_err(|error| format!("{} is not valid TOML: {error}", config_path.display()))?,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => toml::Table::new(),
         Err(error) => return Err(format!("cannot read {}: {error}", config_path.display())),
     };

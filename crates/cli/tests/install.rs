@@ -399,16 +399,34 @@ async fn doctor_fails_a_matcher_that_leaves_mcp_tools_ungated() {
             "Bash|Edit|Write",
         ),
     ] {
-        let output = run_in(&server.url(), project.path(), home.path(), &["install", host]).await;
+        let output = run_in(
+            &server.url(),
+            project.path(),
+            home.path(),
+            &["install", host],
+        )
+        .await;
         assert_exit(&output, 0);
-        let output = run_in(&server.url(), project.path(), home.path(), &["doctor", host]).await;
+        let output = run_in(
+            &server.url(),
+            project.path(),
+            home.path(),
+            &["doctor", host],
+        )
+        .await;
         assert_exit(&output, 0);
 
         let path = project.path().join(path);
         let mut settings = read_json(&path);
         settings["hooks"][key][0]["matcher"] = json!(old_matcher);
         std::fs::write(&path, settings.to_string()).unwrap();
-        let output = run_in(&server.url(), project.path(), home.path(), &["doctor", host]).await;
+        let output = run_in(
+            &server.url(),
+            project.path(),
+            home.path(),
+            &["doctor", host],
+        )
+        .await;
         assert_exit(&output, 70);
         let report = stdout(&output);
         assert!(
@@ -429,7 +447,13 @@ async fn codex_hooks_must_be_trusted_in_codex_and_doctor_says_how() {
     let home = tempfile::tempdir().unwrap();
     let project_dir = project.path().canonicalize().unwrap();
     let project_key = format!("{:?}", project_dir.display().to_string());
-    let output = run_in(&server.url(), &project_dir, home.path(), &["install", "codex"]).await;
+    let output = run_in(
+        &server.url(),
+        &project_dir,
+        home.path(),
+        &["install", "codex"],
+    )
+    .await;
     assert_exit(&output, 0);
     let said = stdout(&output);
     assert!(
@@ -470,7 +494,17 @@ async fn codex_hooks_must_be_trusted_in_codex_and_doctor_says_how() {
         format!("{project_trusted}[hooks.state.{hook_key:?}]\ntrusted_hash = \"sha256:00\"\n"),
     )
     .unwrap();
-    let output = run_in(&server.url(), &project_dir, home.path(), &["doctor", "codex"]).await;
+    let output = run_in(
+        &server.url(),
+        &project_dir,
+        home.path(),
+        &["doctor", "codex"],
+    )
+    .await;
     assert_exit(&output, 0);
-    assert!(stdout(&output).contains("trusted in Codex"), "{}", stdout(&output));
+    assert!(
+        stdout(&output).contains("trusted in Codex"),
+        "{}",
+        stdout(&output)
+    );
 }

@@ -666,7 +666,11 @@ async fn the_permission_relay_answers_from_the_phone_and_supersedes_stale_prompt
     // the tool's input, as a hook's request does, not the preview's JSON text inside JSON.
     channel.permission_request("abcde", "make deploy").await;
     let message = request_message(&telegram, alice.id, 0).await;
-    assert!(message.text.contains("run: make deploy"), "{}", message.text);
+    assert!(
+        message.text.contains("run: make deploy"),
+        "{}",
+        message.text
+    );
     assert!(!message.text.contains("input_preview"), "{}", message.text);
     telegram.tap_button(
         &alice,
@@ -732,7 +736,8 @@ async fn the_permission_relay_answers_from_the_phone_and_supersedes_stale_prompt
         .await;
     let cut = request_message(&telegram, alice.id, 4).await;
     assert!(
-        cut.text.contains(r#"Bash {"command":"make release && make pub…"#),
+        cut.text
+            .contains(r#"Bash {"command":"make release && make pub…"#),
         "{}",
         cut.text
     );
