@@ -287,6 +287,16 @@ fn host_runs_hook(matcher: &str, tool: &str) -> bool {
     matcher == "*" || regex::Regex::new(matcher).unwrap().is_match(tool)
 }
 
+/// A host and event, its key in the settings, the tools its matcher must gate and those it
+/// must leave alone.
+type MatcherCase = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+    &'static [&'static str],
+);
+
 /// The default matchers, as `install` writes them, gate each host's shells, file changes,
 /// fetches and MCP tools under the names the host documents, and leave its reads alone.
 #[tokio::test]
@@ -294,7 +304,7 @@ async fn install_matchers_cover_each_hosts_documented_tool_names() {
     let project = tempfile::tempdir().unwrap();
     let home = tempfile::tempdir().unwrap();
     // (host, event, settings key, gated tools, tools left alone)
-    let cases: [(&str, &str, &str, &[&str], &[&str]); 5] = [
+    let cases: [MatcherCase; 5] = [
         (
             "claude-code",
             "pre-tool-use",
