@@ -224,7 +224,11 @@ async fn decide(
             approval.id
         );
     }
-    let withdraw_reason = format!("no decision within {}", humantime::format_duration(budget));
+    // The time it really waited: the budget less what is kept to withdraw and answer.
+    let withdraw_reason = format!(
+        "no decision within {}",
+        humantime::format_duration(deadline - started)
+    );
     let verdict = gate::await_verdict(&client, approval, deadline, &withdraw_reason).await;
     if call.key_is_derived() {
         gate::hand_off(&client, verdict, host_name).await

@@ -43,6 +43,11 @@ fn settings_path(host: Host, user: bool) -> Result<PathBuf, CliError> {
         Host::Codex => ".codex/hooks.json",
         Host::Gemini => ".gemini/settings.json",
     };
+    if user && host == Host::Codex {
+        return crate::codex_trust::codex_home()
+            .map(|home| home.join("hooks.json"))
+            .ok_or_else(|| CliError::Usage("--user needs $CODEX_HOME or $HOME".into()));
+    }
     let base = if user {
         std::env::var_os("HOME")
             .filter(|home| !home.is_empty())
@@ -57,7 +62,9 @@ fn settings_path(host: Host, user: bool) -> Result<PathBuf, CliError> {
 }
 
 /// The tools gated unless `--matcher` says otherwise: shells, file changes, fetches and MCP
-/// tools (reads stay local).
+/// tools (reads stay local), in each host's names. Gemini CLI names MCP tools
+/// `mcp_<server>_<tool>` and matches unanchored, so `^` keeps its `list_mcp_resources` and
+/// `read_mcp_resource` (reads) out.
 fn default_matcher(host: Host, event: HookEvent) -> &'static str {
     match (host, event) {
         (Host::ClaudeCode, HookEvent::PreToolUse) => {
@@ -66,7 +73,39 @@ fn default_matcher(host: Host, event: HookEvent) -> &'static str {
         (Host::ClaudeCode, HookEvent::PermissionRequest) => "*",
         (Host::Codex, HookEvent::PreToolUse) => "Bash|apply_patch|mcp__.*",
         (Host::Codex, HookEvent::PermissionRequest) => ".*",
-        (Host::Gemini, _) => "run_shell_command|write_file|replace|web_fetch|mcp__.*",
+        (Host::Gemini, _) => "run_shell_command|write_file|replace|web_fetch|^mcp_.*",
+    }
+}
+
+/// An MCP tool's name as the host hands it to hooks: `mcp__<server>__<tool>` in Claude Code
+/// and Codex, `mcp_<server>_<tool>` in Gemini CLI.
+fn mcp_tool_example(host: Host) -> &'static str {
+    match host {
+        Host::ClaudeCode | Host::Codex => "mcp__github__create_issue",
+        Host::Gemini => "mcp_github_create_issue",
+    }
+}
+
+/// Whether the host runs a hook whose group has `matcher` for the tool `tool_name`. `*` and
+/// the empty matcher match every tool on all three hosts. Claude Code and Codex read a
+/// matcher of only letters, digits, `_` and `|` as a list of exact names and any other as an
+/// unanchored regex; Gemini CLI reads every matcher as an unanchored regex, one that does not
+/// compile as an exact name.
+fn matcher_matches(host: Host, matcher: &str, tool_name: &str) -> bool {
+    if matcher.is_empty() || matcher == "*" {
+        return true;
+    }
+    let exact_names = matcher
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '|');
+    match host {
+        Host::ClaudeCode | Host::Codex if exact_names => {
+            matcher.split('|').any(|name| name == tool_name)
+        }
+        _ => match regex::Regex::new(matcher) {
+            Ok(regex) => regex.is_match(tool_name),
+            Err(_) => host == Host::Gemini && matcher == tool_name,
+        },
     }
 }
 
@@ -232,6 +271,9 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
     );
     if let Some(server) = local.and_then(|local| local.server) {
         println!("the hook asks the local countersign instance at {server} (countersign up)");
+    }
+    if args.host == Host::Codex {
+        println!("{}", crate::codex_trust::trust_steps(&path));
     }
     Ok(Exit::Success)
 }
@@ -436,14 +478,26 @@ pub async fn doctor(client: &Client, only: Option<Host>) -> Exit {
                     continue;
                 }
             };
-            for (event, hook) in countersign_hooks(&settings, host) {
+            for installed_hook in countersign_hooks(&settings, host) {
                 installed += 1;
-                match check_hook(host, &hook) {
-                    Ok(summary) => println!("ok    {} {event}: {summary}", path.display()),
-                    Err(problem) => fail(
-                        format!("{} {event}: {problem}", path.display()),
-                        Exit::Failure,
-                    ),
+                let event = &installed_hook.event;
+                let mut checks = vec![check_hook(host, &installed_hook, user)];
+                if host == Host::Codex {
+                    checks.push(crate::codex_trust::check(
+                        &path,
+                        event,
+                        installed_hook.group_index,
+                        installed_hook.handler_index,
+                    ));
+                }
+                for check in checks {
+                    match check {
+                        Ok(summary) => println!("ok    {} {event}: {summary}", path.display()),
+                        Err(problem) => fail(
+                            format!("{} {event}: {problem}", path.display()),
+                            Exit::Failure,
+                        ),
+                    }
                 }
             }
         }
@@ -458,28 +512,59 @@ pub async fn doctor(client: &Client, only: Option<Host>) -> Exit {
     exit
 }
 
-/// The countersign hooks of `host` in a settings file, with their event names.
-fn countersign_hooks(settings: &Value, host: Host) -> Vec<(String, Value)> {
+/// A countersign hook found in a settings file.
+struct InstalledHook {
+    event: String,
+    /// Its place: the index of its group under the event, and its index in the group.
+    group_index: usize,
+    handler_index: usize,
+    /// Its group's matcher (`None`: no matcher, every tool).
+    matcher: Option<String>,
+    hook: Value,
+}
+
+/// The countersign hooks of `host` in a settings file.
+fn countersign_hooks(settings: &Value, host: Host) -> Vec<InstalledHook> {
     let Some(events) = settings.get("hooks").and_then(Value::as_object) else {
         return Vec::new();
     };
-    events
-        .iter()
-        .flat_map(|(event, groups)| {
-            groups
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|group| group.get("hooks").and_then(Value::as_array))
-                .flatten()
-                .filter(|hook| is_countersign_hook(hook, host))
-                .map(move |hook| (event.clone(), hook.clone()))
-        })
-        .collect()
+    let mut found = Vec::new();
+    for (event, groups) in events {
+        for (group_index, group) in groups.as_array().into_iter().flatten().enumerate() {
+            let hooks = group.get("hooks").and_then(Value::as_array);
+            for (handler_index, hook) in hooks.into_iter().flatten().enumerate() {
+                if is_countersign_hook(hook, host) {
+                    found.push(InstalledHook {
+                        event: event.clone(),
+                        group_index,
+                        handler_index,
+                        matcher: group
+                            .get("matcher")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
+                        hook: hook.clone(),
+                    });
+                }
+            }
+        }
+    }
+    found
 }
 
-/// The host must time the hook out later than countersign gives up waiting.
-fn check_hook(host: Host, hook: &Value) -> Result<String, String> {
+/// The hook must be run for MCP tools, and the host must time it out later than countersign
+/// gives up waiting.
+fn check_hook(host: Host, installed: &InstalledHook, user: bool) -> Result<String, String> {
+    let hook = &installed.hook;
+    if let Some(matcher) = &installed.matcher {
+        let mcp_tool = mcp_tool_example(host);
+        if !matcher_matches(host, matcher, mcp_tool) {
+            return Err(format!(
+                "the matcher {matcher:?} leaves MCP tools ungated (this host names them like {mcp_tool}): run countersign install {}{} again (its default matcher covers them) or add them to --matcher",
+                host_word(host),
+                if user { " --user" } else { "" }
+            ));
+        }
+    }
     let command = hook
         .get("command")
         .and_then(Value::as_str)

@@ -2,6 +2,7 @@
 
 mod args;
 mod channels;
+mod codex_trust;
 mod commands;
 mod config_file;
 mod edit;

@@ -452,13 +452,25 @@ impl Tools {
         };
         // The call id makes a resent prompt the same approval; the session keeps it apart from
         // another Claude Code session's prompt of the same id.
+        // Claude Code sends the tool's input as JSON text, cut when long: the input itself when
+        // it parses, else the text as Claude Code sent it (never JSON inside JSON).
+        let (input, action) = match serde_json::from_str::<Value>(&prompt.input_preview) {
+            Ok(input @ Value::Object(_)) => (input, None),
+            _ => (
+                json!({"input_preview": prompt.input_preview}),
+                Some(format!("{tool_name} {}", prompt.input_preview)),
+            ),
+        };
         let call = Call::new(
             self.session_id.clone(),
             tool_name,
-            json!({"input_preview": prompt.input_preview}),
+            input,
             Some(format!("{}:{}", self.session_id, prompt.request_id)),
         );
         let mut request = call.request(&self.settings, &self.args.gate, APPROVE_AGENT);
+        if let Some(action) = action {
+            request.action = gate::truncate(&action, gate::MAX_ACTION_CHARS);
+        }
         if !prompt.description.trim().is_empty() {
             request.reason = prompt.description;
         }

@@ -630,14 +630,20 @@ impl Channel {
 
     /// Claude Code showing a permission dialog.
     async fn permission_request(&mut self, request_id: &str, command: &str) {
+        self.permission_preview(request_id, &json!({"command": command}).to_string())
+            .await;
+    }
+
+    /// Claude Code showing a permission dialog whose input it previews as `input_preview`.
+    async fn permission_preview(&mut self, request_id: &str, input_preview: &str) {
         self.send(json!({
             "jsonrpc": "2.0",
             "method": "notifications/claude/channel/permission_request",
             "params": {
                 "request_id": request_id,
                 "tool_name": "Bash",
-                "description": format!("Run {command}"),
-                "input_preview": json!({"command": command}).to_string(),
+                "description": "Run a command",
+                "input_preview": input_preview,
             },
         }))
         .await;
@@ -656,10 +662,16 @@ async fn the_permission_relay_answers_from_the_phone_and_supersedes_stale_prompt
     let mut up = paired_and_up(&home, &telegram).await;
     let mut channel = Channel::start(&home).await;
 
-    // Approve on the phone: the verdict comes back with the same request_id.
+    // Approve on the phone: the verdict comes back with the same request_id. The phone shows
+    // the tool's input, as a hook's request does, not the preview's JSON text inside JSON.
     channel.permission_request("abcde", "make deploy").await;
     let message = request_message(&telegram, alice.id, 0).await;
-    assert!(message.text.contains("make deploy"), "{}", message.text);
+    assert!(
+        message.text.contains("run: make deploy"),
+        "{}",
+        message.text
+    );
+    assert!(!message.text.contains("input_preview"), "{}", message.text);
     telegram.tap_button(
         &alice,
         alice.id,
@@ -717,6 +729,18 @@ async fn the_permission_relay_answers_from_the_phone_and_supersedes_stale_prompt
         verdict["params"],
         json!({"request_id": "pqrst", "behavior": "allow"})
     );
+
+    // A preview Claude Code cut short is no JSON: shown as the text it sent, escaped once.
+    channel
+        .permission_preview("uvwxy", r#"{"command":"make release && make pub…"#)
+        .await;
+    let cut = request_message(&telegram, alice.id, 4).await;
+    assert!(
+        cut.text
+            .contains(r#"Bash {"command":"make release && make pub…"#),
+        "{}",
+        cut.text
+    );
     terminate(&home, &mut up).await;
 }
 
@@ -770,6 +794,31 @@ async fn up_runs_the_ntfy_worker_of_its_config_and_its_button_decides() {
     assert_eq!(
         answer["hookSpecificOutput"]["permissionDecision"], "allow",
         "{answer}"
+    );
+    terminate(&home, &mut up).await;
+}
+
+/// An instance with no channel, whose approvers decide in a terminal (`countersign watch`,
+/// `approve ID`), is a valid set-up: `doctor` notes it and passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_notes_an_instance_decided_in_the_terminal_only_and_passes() {
+    let home = Home::new("http://127.0.0.1:9");
+    std::fs::create_dir_all(home.config_file().parent().unwrap()).unwrap();
+    std::fs::write(
+        home.config_file(),
+        "[[approvers]]\nid = \"tester\"\nmax_risk = \"critical\"\nidentities = { cli = [\"tester\"] }\n",
+    )
+    .unwrap();
+    let mut up = home.up().await;
+    let installed = home.run(&["install", "claude-code"]).await;
+    assert!(installed.status.success(), "{}", text(&installed));
+    let doctor = home.run(&["doctor", "claude-code"]).await;
+    let shown = text(&doctor);
+    assert_eq!(doctor.status.code(), Some(0), "{shown}");
+    assert!(!shown.contains("FAIL"), "{shown}");
+    assert!(
+        shown.contains("--    no channel is set up: approvals are decided in a terminal only"),
+        "{shown}"
     );
     terminate(&home, &mut up).await;
 }

@@ -455,6 +455,32 @@ impl Config {
         }
         Ok(())
     }
+
+    /// `storage.backup_dir`, when set, must be a directory the server can create files in:
+    /// checked at start-up (by creating and removing a file there), not found out by the first
+    /// backup.
+    pub fn check_backup_dir(&self) -> Result<(), ConfigError> {
+        let Some(directory) = &self.storage.backup_dir else {
+            return Ok(());
+        };
+        let refused = |problem: String| {
+            ConfigError::Invalid(format!(
+                "storage.backup_dir {}: {problem}; create it, writable by the server, or change storage.backup_dir",
+                directory.display()
+            ))
+        };
+        if !directory.is_dir() {
+            return Err(refused("no such directory".into()));
+        }
+        let probe = directory.join(format!(".countersign-write-check-{}", std::process::id()));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+            .map_err(|e| refused(format!("cannot create a file in it ({e})")))?;
+        std::fs::remove_file(&probe)
+            .map_err(|e| refused(format!("cannot remove {} ({e})", probe.display())))
+    }
 }
 
 #[cfg(test)]

@@ -83,6 +83,7 @@ pub async fn serve_with_metrics(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     config.validate()?;
+    config.check_backup_dir()?;
     let listen = listener.local_addr().map_err(ServeError::Listener)?;
     let security = Arc::new(Security::from_config(&config, listen)?);
     let tls = config.tls.as_ref().map(security::server_tls).transpose()?;

@@ -22,14 +22,14 @@ use tonic_health::pb::HealthCheckRequest;
 #[command(name = "countersign-server", version)]
 struct Args {
     /// TOML configuration file.
-    #[arg(long, env = "COUNTERSIGN_CONFIG")]
+    #[arg(long, env = "COUNTERSIGN_CONFIG", global = true)]
     config: Option<PathBuf>,
     /// gRPC listen address [default: 127.0.0.1:50051].
     #[arg(long, env = "COUNTERSIGN_LISTEN")]
     listen: Option<SocketAddr>,
     /// SQLite database file, created when missing [default: ./countersign.db], or a
     /// PostgreSQL URL (postgres://user:password@host/database) that several replicas share.
-    #[arg(long, env = "COUNTERSIGN_DATABASE")]
+    #[arg(long, env = "COUNTERSIGN_DATABASE", global = true)]
     database: Option<PathBuf>,
     /// Log format: text or json [default: text].
     #[arg(long, env = "COUNTERSIGN_LOG_FORMAT", value_parser = ["text", "json"])]
@@ -59,11 +59,12 @@ enum Command {
     /// Write a consistent copy of the SQLite database to FILE while the server keeps serving,
     /// then verify the copy's audit chain and print its newest seq as JSON.
     ///
-    /// Run it on the server's machine with the server's --config or --database; it reads the
+    /// Run it on the server's machine with the server's --config or --database (before or
+    /// after `backup FILE`); it reads the
     /// database with a connection of its own. FILE must not exist (it is never overwritten),
     /// and a database whose audit chain does not verify is reported and not copied. From
     /// another machine: `countersign backup NAME` (admin token) has the server write the copy
-    /// into its `storage.backup_dir`. Restoring: docs/deployment.md#backup-and-restore. On
+    /// into its `storage.backup_dir`. Restoring: docs/deployment.md#backup-and-restore-sqlite. On
     /// PostgreSQL, back up with pg_dump.
     Backup {
         /// The new backup file.
@@ -316,6 +317,7 @@ async fn verify(file: &std::path::Path) -> ExitCode {
 async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     // Refusals that need no socket come before the bind: a refused server never listens.
     config.validate()?;
+    config.check_backup_dir()?;
     #[cfg(unix)]
     match countersign_server::serving::raise_open_file_limit() {
         Ok((before, after)) => {

@@ -785,4 +785,147 @@ async fn countersign_server_verify_names_what_was_edited_in_a_backup_file() {
     let (passed, _, stderr) = verify_command(&damaged);
     assert!(!passed, "the damaged copy verified");
     assert!(stderr.contains(&damaged.display().to_string()), "{stderr}");
+/// The server's `--database` and `--config` are read after the subcommand as before it
+/// (`backup FILE --database X` was refused as an unexpected argument).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_flags_work_after_the_subcommand() {
+    let server = server_with_tokens().await;
+    request_some(&server, 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("countersign.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "database = {:?}\n",
+            server.database_path().display().to_string()
+        ),
+    )
+    .unwrap();
+    for (name, flag, value) in [
+        ("database.db", "--database", server.database_path()),
+        ("config.db", "--config", config.clone()),
+    ] {
+        let file = dir.path().join(name);
+        let output = std::process::Command::new(SERVER)
+            .arg("backup")
+            .arg(&file)
+            .arg(flag)
+            .arg(&value)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if postgres::enabled() {
+            assert!(stderr.contains("pg_dump"), "{flag}: {stderr}");
+            continue;
+        }
+        assert!(output.status.success(), "{flag}: {stderr}");
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(report["newest_seq"], 1, "{flag}: {report}");
+        assert!(file.exists());
+    }
+}
+
+/// A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces as `-`.
+fn anchor_of(heading: &str) -> String {
+    heading
+        .trim_start_matches('#')
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a Markdown page's headings (code blocks left out).
+fn anchors_of(page: &str) -> Vec<String> {
+    let mut in_code = false;
+    let mut anchors = Vec::new();
+    for line in page.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+        } else if !in_code && line.starts_with('#') {
+            anchors.push(anchor_of(line));
+        }
+    }
+    anchors
+}
+
+/// Every `docs/PAGE.md#anchor` the server's help texts point to is a heading of that page
+/// (`backup --help` pointed to `#backup-and-restore`, the heading is "Backup and restore
+/// (SQLite)").
+#[test]
+fn the_help_texts_point_to_headings_that_exist() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut links = 0;
+    for args in [
+        &["--help"][..],
+        &["backup", "--help"],
+        &["audit", "--help"],
+        &["healthcheck", "--help"],
+    ] {
+        let output = std::process::Command::new(SERVER)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{args:?}");
+        let help = String::from_utf8(output.stdout).unwrap();
+        for word in help.split_whitespace() {
+            let Some(at) = word.find("docs/") else {
+                continue;
+            };
+            let link = word[at..].trim_end_matches(|c: char| !c.is_alphanumeric());
+            let Some((page, anchor)) = link.split_once('#') else {
+                continue;
+            };
+            links += 1;
+            let text = std::fs::read_to_string(root.join(page)).unwrap();
+            assert!(
+                anchors_of(&text).iter().any(|found| found == anchor),
+                "{args:?} points to {link}, a heading {page} does not have"
+            );
+        }
+    }
+    assert!(links > 0, "no help text points into the docs");
+}
+
+/// A `storage.backup_dir` that is missing, or not a directory, stops the server at start-up
+/// with the option named, instead of failing the first backup.
+#[tokio::test]
+async fn a_backup_directory_that_is_not_there_is_refused_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_a_directory = dir.path().join("a-file");
+    std::fs::write(&not_a_directory, "").unwrap();
+    for backup_dir in [dir.path().join("missing"), not_a_directory] {
+        let config = dir.path().join("countersign.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[storage]\nbackup_dir = {:?}\n",
+                backup_dir.display().to_string()
+            ),
+        )
+        .unwrap();
+        let output = tokio::time::timeout(
+            PATIENCE,
+            tokio::process::Command::new(SERVER)
+                .arg("--config")
+                .arg(&config)
+                .arg("--listen")
+                .arg("127.0.0.1:0")
+                .arg("--database")
+                .arg(dir.path().join("countersign.db"))
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("the server started instead of refusing its backup_dir")
+        .unwrap();
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!("storage.backup_dir {}", backup_dir.display())),
+            "{stderr}"
+        );
+    }
 }
