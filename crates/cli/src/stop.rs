@@ -11,10 +11,12 @@ use countersign_client::gate::{self, Verdict};
 use countersign_client::withdrawal::WITHDRAWN_REASON_PREFIX;
 use countersign_client::Client;
 
-/// How long withdrawing on a stop may take: within the 100 ms between Claude Code's SIGINT and
-/// SIGTERM, leaving time to exit. What does not make it is withdrawn by the server when the
-/// connection closes.
-pub const WITHDRAW_LIMIT: Duration = Duration::from_millis(80);
+/// How long a stopped process waits for the server to confirm its withdrawals before it exits.
+/// The cancellation is sent at once, well within the 100 ms between Claude Code's SIGINT and
+/// SIGTERM (the SIGTERM is caught too); waiting for the answer beyond them costs nothing, as a
+/// SIGKILL meanwhile cannot take back a request already sent, and whatever the server never
+/// got it withdraws itself once the connection is gone.
+pub const WITHDRAW_LIMIT: Duration = Duration::from_secs(1);
 
 /// The signals that stop `hook` and `mcp` after a withdrawal; a missing one (it could not be
 /// installed) never arrives, and that signal then stops the process as it would anyway.
