@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use crate::args::{GateArgs, HookArgs, HookEvent, Host, OnError};
 use crate::exit::CliError;
 use crate::settings::{local_user, Settings};
+use crate::stop::{self, StopSignals};
 
 /// The most hook input read from stdin; more is refused (and denied).
 const MAX_INPUT_BYTES: u64 = 4 << 20;
@@ -142,18 +143,34 @@ impl Call {
     }
 }
 
-/// Runs the hook; returns the exit code (always 0: the answer is on stdout).
+/// An approval the hook asked for and waits on.
+struct Asked {
+    client: Client,
+    approval_id: String,
+}
+
+/// Runs the hook; returns the exit code (always 0: the answer is on stdout). Stopped by a
+/// signal (the host killed it), it withdraws what it asked for and denies.
 pub async fn run(settings: Result<Settings, CliError>, args: HookArgs) -> i32 {
     let started = Instant::now();
+    let mut stops = StopSignals::install();
     let budget = args.gate.timeout.unwrap_or(default_timeout(args.host));
     let mut tool_name = String::new();
-    let decided = decide(settings, &args, started, budget, &mut tool_name);
-    let verdict = match tokio::time::timeout(budget, decided).await {
-        Ok(verdict) => verdict,
-        Err(_) => Verdict::failed(format!(
+    let mut asked = None;
+    let ended = {
+        let decided = decide(settings, &args, started, budget, &mut tool_name, &mut asked);
+        tokio::select! {
+            decided = tokio::time::timeout(budget, decided) => Ok(decided),
+            signal = stops.recv() => Err(signal),
+        }
+    };
+    let verdict = match ended {
+        Ok(Ok(verdict)) => verdict,
+        Ok(Err(_)) => Verdict::failed(format!(
             "countersign: no decision within {}",
             humantime::format_duration(budget)
         )),
+        Err(signal) => stopped(signal, asked).await,
     };
     let failure = matches!(verdict, Verdict::Deny { failure: true, .. });
     tracing::info!(
@@ -175,13 +192,38 @@ pub async fn run(settings: Result<Settings, CliError>, args: HookArgs) -> i32 {
     0
 }
 
-/// Asks countersign about the call on stdin; names its tool in `tool_name` once known.
+/// The answer of a hook stopped by `signal`: what it asked for is withdrawn, the call denied.
+async fn stopped(signal: &str, asked: Option<Asked>) -> Verdict {
+    let reason = stop::withdrawn_reason("the hook", signal);
+    let Some(asked) = asked else {
+        return Verdict::failed(format!(
+            "countersign: the hook was stopped ({signal}) before it asked"
+        ));
+    };
+    let id = asked.approval_id;
+    let outcome = match stop::withdraw(&asked.client, &id, &reason).await {
+        // Withdrawn, or decided against meanwhile.
+        Some(verdict) if !verdict.is_allow() => return verdict,
+        // Approved meanwhile; the host stopped waiting, so nothing runs.
+        Some(_) => "was approved too late",
+        None => "could not be withdrawn in time; the server withdraws it once this hook is gone",
+    };
+    Verdict::Deny {
+        explanation: format!("countersign: {reason}; approval {id} {outcome}"),
+        failure: true,
+        approval_id: Some(id),
+    }
+}
+
+/// Asks countersign about the call on stdin; names its tool in `tool_name` once known, and the
+/// approval in `asked` while it waits.
 async fn decide(
     settings: Result<Settings, CliError>,
     args: &HookArgs,
     started: Instant,
     budget: Duration,
     tool_name: &mut String,
+    asked: &mut Option<Asked>,
 ) -> Verdict {
     let host_name = default_agent(args.host);
     if args.host == Host::Gemini && args.event == HookEvent::PermissionRequest {
@@ -212,7 +254,7 @@ async fn decide(
     };
     let mut request = call.request(&settings, &args.gate, host_name);
     let deadline = wait_deadline(started, budget);
-    gate::expire_with_the_wait(&mut request, deadline);
+    gate::tie_to_the_waiting_caller(&mut request, deadline);
     let approval = match gate::request(&client, &request, deadline, call.key_is_derived()).await {
         Ok(approval) => approval,
         Err(error) => return Verdict::failed(gate::failure_text(&error, client.url())),
@@ -223,6 +265,10 @@ async fn decide(
             "countersign: waiting for a decision on approval {}",
             approval.id
         );
+        *asked = Some(Asked {
+            client: client.clone(),
+            approval_id: approval.id.clone(),
+        });
     }
     // The time it really waited: the budget less what is kept to withdraw and answer.
     let withdraw_reason = format!(

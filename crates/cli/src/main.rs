@@ -18,6 +18,7 @@ mod settings;
 mod setup;
 mod setup_github;
 mod setup_web;
+mod stop;
 mod up;
 mod waiting;
 

@@ -32,6 +32,7 @@ use crate::args::{McpArgs, Risk};
 use crate::exit::{CliError, Exit};
 use crate::hook::Call;
 use crate::settings::Settings;
+use crate::stop::{self, StopSignals};
 
 /// Protocol revisions this server speaks, newest first; a client asking for another gets the
 /// newest.
@@ -58,8 +59,9 @@ const INVALID_REQUEST: i64 = -32600;
 const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
 
-/// Serves until stdin closes.
+/// Serves until stdin closes or a stop signal arrives.
 pub async fn serve(client: Client, settings: &Settings, args: McpArgs) -> Result<Exit, CliError> {
+    let mut stops = StopSignals::install();
     let (out, out_rx) = mpsc::unbounded_channel::<Value>();
     let writer = std::thread::spawn(move || write_messages(out_rx));
     let mut lines = read_lines();
@@ -75,8 +77,12 @@ pub async fn serve(client: Client, settings: &Settings, args: McpArgs) -> Result
     tracing::info!(session_id = %tools.session_id, "MCP server ready on stdio");
     let mut in_flight: HashMap<String, oneshot::Sender<String>> = HashMap::new();
     let mut calls: JoinSet<String> = JoinSet::new();
-    loop {
+    // Why the calls still waiting are withdrawn, and how long they get for it.
+    let (why, grace) = loop {
         tokio::select! {
+            signal = stops.recv() => {
+                break (stop::withdrawn_reason("countersign mcp", signal), stop::WITHDRAW_LIMIT);
+            }
             line = lines.recv() => match line {
                 Some(line) if line.trim().is_empty() => {}
                 Some(line) => {
@@ -84,7 +90,8 @@ pub async fn serve(client: Client, settings: &Settings, args: McpArgs) -> Result
                         let _ = out.send(reply);
                     }
                 }
-                None => break,
+                // The client is gone: withdraw what is still waiting, so approvers see why.
+                None => break ("the MCP client disconnected".to_owned(), SHUTDOWN_GRACE),
             },
             Some(done) = calls.join_next() => {
                 if let Ok(key) = done {
@@ -92,15 +99,11 @@ pub async fn serve(client: Client, settings: &Settings, args: McpArgs) -> Result
                 }
             }
         }
-    }
-    // The client is gone: withdraw what is still waiting, so approvers see why.
+    };
     for (_, cancel) in in_flight.drain() {
-        let _ = cancel.send("the MCP client disconnected".into());
+        let _ = cancel.send(why.clone());
     }
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, async {
-        while calls.join_next().await.is_some() {}
-    })
-    .await;
+    let _ = tokio::time::timeout(grace, async { while calls.join_next().await.is_some() {} }).await;
     // A call still running after the grace (a server that does not answer) holds the output:
     // stop it, or the writer below never finishes and the process never exits.
     calls.abort_all();
@@ -569,7 +572,7 @@ impl Tools {
         mut cancelled: oneshot::Receiver<String>,
     ) -> Option<Verdict> {
         let deadline = Instant::now() + self.timeout;
-        gate::expire_with_the_wait(&mut request, deadline);
+        gate::tie_to_the_waiting_caller(&mut request, deadline);
         // Not raced against a cancellation: the request may be stored already, and must then
         // be withdrawn below.
         let approval = match gate::request(&self.client, &request, deadline, renew_ended).await {

@@ -74,6 +74,9 @@ pub fn approval_request(
         labels: call.labels.iter().cloned().collect(),
         approver_groups: call.groups.clone(),
         follow_up: follow_up(call),
+        // `request --wait` and `exec` withdraw nothing when stopped: a request may outlive
+        // them on purpose (`request` without `--wait`, a decision read later).
+        withdraw_when_caller_leaves: false,
     })
 }
 

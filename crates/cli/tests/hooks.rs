@@ -794,3 +794,113 @@ async fn a_hook_command_line_the_host_cannot_use_blocks_the_call() {
         .unwrap();
     assert_exit(&output, 64);
 }
+
+/// The rest of a child's stderr, kept open while the child runs (a hook whose stderr is closed
+/// cannot print its explanation).
+type Stderr = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>;
+
+/// A Claude Code hook for call `variant` in `session` (see [`Surface::payload`]), started on
+/// `server`, once it waits for a decision: the child, its stderr and the approval it waits on.
+async fn waiting_hook(
+    server: &TestServer,
+    watch: &mut countersign_client::Watch,
+    session: &str,
+    variant: u32,
+) -> (tokio::process::Child, Stderr, pb::Approval) {
+    use tokio::io::AsyncBufReadExt;
+    let surface = ClaudePreToolUse;
+    let mut command = surface.command(&server.url(), &[]);
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stdin, &surface.payload(session, variant))
+        .await
+        .unwrap();
+    drop(stdin);
+    let approval = next_pending(watch).await;
+    // The hook says so once it holds the approval it waits on.
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    loop {
+        let line = tokio::time::timeout(STEP, stderr.next_line())
+            .await
+            .expect("the hook waits in time")
+            .unwrap()
+            .expect("the hook waits");
+        if line.contains("waiting for a decision on approval") {
+            assert!(line.contains(&approval.id), "{line}");
+            break;
+        }
+    }
+    (child, stderr, approval)
+}
+
+/// Claude Code kills a hook when the user presses Esc, and hosts stop hooks with SIGTERM or
+/// SIGHUP: the hook withdraws its approval (approvers no longer see buttons for a call nobody
+/// waits for), still answers with a denial, and exits.
+#[tokio::test]
+async fn a_hook_stopped_by_a_signal_withdraws_its_approval_and_exits() {
+    let server = TestServer::start().await;
+    let client = client(&server.url());
+    let mut watch = watch_requests(&server.url()).await;
+    for (variant, signal) in (1..).zip(["INT", "TERM", "HUP"]) {
+        let (child, _stderr, approval) =
+            waiting_hook(&server, &mut watch, &format!("stop-{signal}"), variant).await;
+        send_signal(&child, signal);
+        let output = tokio::time::timeout(STEP, child.wait_with_output())
+            .await
+            .unwrap_or_else(|_| panic!("the hook did not exit on SIG{signal}"))
+            .unwrap();
+        let reason = format!("withdrawn: the hook was stopped (SIG{signal})");
+        assert_answer(
+            ClaudePreToolUse,
+            &output,
+            ClaudePreToolUse.denied(&format!(
+                "countersign: {reason}; approval {} was withdrawn",
+                approval.id
+            )),
+        );
+        let withdrawn = client.get_approval(&approval.id).await.unwrap();
+        assert_eq!(
+            withdrawn.state(),
+            pb::ApprovalState::Cancelled,
+            "SIG{signal}"
+        );
+        assert_eq!(withdrawn.resolution.unwrap().reason, reason);
+    }
+}
+
+/// A hook killed outright (SIGKILL) cannot withdraw anything: its approval asked the server
+/// to, and the server does once the hook's connection is gone for the grace.
+#[tokio::test]
+async fn a_killed_hook_s_approval_is_withdrawn_by_the_server() {
+    let server = TestServer::start_with(|config| config.approvals.caller_grace_ms = 300).await;
+    let mut watch = watch_requests(&server.url()).await;
+    let (mut child, _stderr, approval) = waiting_hook(&server, &mut watch, "killed", 0).await;
+    assert!(approval.withdraw_when_caller_leaves, "the hook asks for it");
+    send_signal(&child, "KILL");
+    tokio::time::timeout(STEP, child.wait())
+        .await
+        .expect("killed")
+        .unwrap();
+    // Watched, not waited for: a wait would be a caller still there.
+    let withdrawn = loop {
+        let item = tokio::time::timeout(STEP, watch.next())
+            .await
+            .expect("withdrawn in time")
+            .unwrap();
+        if let countersign_client::WatchItem::Event(event) = item {
+            let changed = event.approval.unwrap_or_default();
+            if changed.id == approval.id && changed.state() != pb::ApprovalState::Pending {
+                break changed;
+            }
+        }
+    };
+    assert_eq!(withdrawn.state(), pb::ApprovalState::Cancelled);
+    assert_eq!(
+        withdrawn.resolution.unwrap().reason,
+        "withdrawn: the caller left"
+    );
+}

@@ -474,3 +474,57 @@ async fn an_approval_whose_caller_gave_up_while_the_server_was_down_expires_with
         .unwrap();
     assert_eq!(expired.state(), pb::ApprovalState::Expired);
 }
+
+/// Claude Code stops a stdio MCP server with SIGINT, then SIGTERM, then SIGKILL, and never
+/// closes its stdin: stopped by any of the signals, the server withdraws what it asked for
+/// (a permission tool call and a relayed permission prompt) and exits.
+#[tokio::test]
+async fn a_server_stopped_by_a_signal_withdraws_what_it_asked_for_and_exits() {
+    let server = TestServer::start().await;
+    let client = client(&server.url());
+    let mut watch = watch_requests(&server.url()).await;
+    for signal in ["INT", "TERM", "HUP"] {
+        let mut mcp = McpClient::start_with(&server.url(), &["--channel"]);
+        mcp.initialize().await;
+        mcp.call_tool(
+            1,
+            "approve",
+            json!({"tool_name": "Bash", "input": {"command": format!("make release-{signal}")}}),
+            None,
+        )
+        .await;
+        let called = next_pending(&mut watch).await;
+        mcp.send(json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/claude/channel/permission_request",
+            "params": {
+                "request_id": format!("relay{signal}"),
+                "tool_name": "Bash",
+                "description": "Run make deploy",
+                "input_preview": json!({"command": "make deploy"}).to_string(),
+            },
+        }))
+        .await;
+        let relayed = next_pending(&mut watch).await;
+        send_signal(&mcp.child, signal);
+        let status = tokio::time::timeout(STEP, mcp.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the server did not exit on SIG{signal}"))
+            .unwrap();
+        assert!(mcp.stdin.is_some(), "stdin stayed open");
+        assert_eq!(status.code(), Some(0), "SIG{signal}");
+        for approval in [called, relayed] {
+            let withdrawn = client.get_approval(&approval.id).await.unwrap();
+            assert!(withdrawn.withdraw_when_caller_leaves);
+            assert_eq!(
+                withdrawn.state(),
+                pb::ApprovalState::Cancelled,
+                "SIG{signal}"
+            );
+            assert_eq!(
+                withdrawn.resolution.unwrap().reason,
+                format!("withdrawn: countersign mcp was stopped (SIG{signal})")
+            );
+        }
+    }
+}

@@ -212,6 +212,16 @@ pub fn expire_with_the_wait(request: &mut pb::RequestApprovalRequest, deadline_a
     }
 }
 
+/// Prepares `request` for a caller that waits for its decision until `deadline_at` and cannot
+/// act on it once gone (a hook, the MCP server): the approval expires with the wait
+/// ([`expire_with_the_wait`]), and the server withdraws it once the caller's connection is
+/// gone (`withdraw_when_caller_leaves`), which covers a caller killed outright, where it
+/// cannot withdraw the approval itself.
+pub fn tie_to_the_waiting_caller(request: &mut pb::RequestApprovalRequest, deadline_at: Instant) {
+    expire_with_the_wait(request, deadline_at);
+    request.withdraw_when_caller_leaves = true;
+}
+
 /// Waits for the decision on `approval` until `deadline_at`. Still pending then: the approval
 /// is withdrawn (cancelled with `withdraw_reason`, so approvers see why) and the call denied.
 pub async fn await_verdict(

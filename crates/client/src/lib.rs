@@ -51,6 +51,7 @@ pub mod gate;
 pub mod groups;
 pub mod version;
 mod watch;
+pub mod withdrawal;
 
 pub use client::Client;
 pub use connection::ClientConfig;

@@ -229,6 +229,16 @@ pub struct Consumption {
     pub consumed_at: Millis,
 }
 
+/// How a cancellation's reason starts when the caller withdrew its own request because it
+/// stopped or left (a signal, a lost connection): channels then say "withdrawn".
+pub const WITHDRAWN_REASON_PREFIX: &str = "withdrawn: ";
+
+/// Whether a cancellation's reason marks a withdrawal by the caller
+/// ([`WITHDRAWN_REASON_PREFIX`]).
+pub fn is_withdrawal(cancellation_reason: &str) -> bool {
+    cancellation_reason.starts_with(WITHDRAWN_REASON_PREFIX)
+}
+
 /// A validated request for approval, before policy and storage give it an id and a state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApprovalRequest {
@@ -259,6 +269,9 @@ pub struct ApprovalRequest {
     pub approver_groups: Vec<GroupQuorum>,
     /// Reminder, escalation and timeout plan; `None`: expire at the deadline.
     pub follow_up: Option<FollowUp>,
+    /// The server withdraws the approval, while pending, once its caller no longer waits for
+    /// it (its waits' connections are gone for a grace period).
+    pub withdraw_when_caller_leaves: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -302,6 +315,9 @@ pub struct Approval {
     pub approver_groups: Vec<GroupQuorum>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follow_up: Option<FollowUp>,
+    /// See [`ApprovalRequest::withdraw_when_caller_leaves`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub withdraw_when_caller_leaves: bool,
 }
 
 fn separation_of_duties_default() -> bool {

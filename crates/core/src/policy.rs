@@ -336,6 +336,7 @@ impl Policy {
             grant_scope: String::new(),
             approver_groups: approval.approver_groups.clone(),
             follow_up: None,
+            withdraw_when_caller_leaves: false,
         };
         let (shaped, disposition) = self.apply(request);
         if let Disposition::Resolve {

@@ -46,6 +46,7 @@ impl Approval {
             edit: None,
             approver_groups: request.approver_groups,
             follow_up: request.follow_up.filter(FollowUp::is_active),
+            withdraw_when_caller_leaves: request.withdraw_when_caller_leaves,
         };
         if let Disposition::Resolve {
             verdict,

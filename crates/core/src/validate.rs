@@ -54,6 +54,8 @@ pub struct RequestInput {
     pub approver_groups: Vec<GroupQuorum>,
     /// The requested follow-up; `escalate_to` names the group only.
     pub follow_up: Option<FollowUp>,
+    /// See [`ApprovalRequest::withdraw_when_caller_leaves`].
+    pub withdraw_when_caller_leaves: bool,
 }
 
 /// The most groups one request may name.
@@ -185,6 +187,7 @@ pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<Approval
         grant_scope: String::new(),
         approver_groups: input.approver_groups,
         follow_up: input.follow_up,
+        withdraw_when_caller_leaves: input.withdraw_when_caller_leaves,
     })
 }
 

@@ -10,10 +10,10 @@
 //! full arguments. The first line of the request comment is a hidden marker with the
 //! approval id, which is how the worker recognises its own comment after a crash.
 
-use countersign_client::{groups, pb, version};
+use countersign_client::{groups, pb, version, withdrawal};
 use countersign_worker::agent_text;
 pub use countersign_worker::approval::short_id;
-use countersign_worker::approval::{format_time, reminder_detail};
+use countersign_worker::approval::{cancelled_word, format_time, reminder_detail};
 
 use crate::target::RepoName;
 
@@ -145,6 +145,7 @@ fn title(approval: &pb::Approval) -> String {
         State::Consumed => "✅ Approved and executed",
         State::Rejected => "❌ Rejected",
         State::Expired => "⌛ Expired",
+        State::Cancelled if withdrawal::is_withdrawn(approval) => "🚫 Withdrawn",
         State::Cancelled => "🚫 Cancelled",
     };
     format!("### {what}: {}\n\n", inline(&approval.tool_name, 200))
@@ -321,7 +322,7 @@ fn status_line(approval: &pb::Approval) -> String {
         }
         State::Rejected => format!("❌ **Rejected**{}{reason}{at}", by(resolution)),
         State::Expired => format!("⌛ **Expired** without a decision{reason}{at}"),
-        State::Cancelled => format!("🚫 **Cancelled**{reason}{at}"),
+        State::Cancelled => format!("🚫 **{}**{reason}{at}", cancelled_word(approval)),
         State::Unspecified => "❔ **Unknown state**".to_string(),
     }
 }
@@ -729,6 +730,16 @@ mod tests {
             ..Default::default()
         });
         assert!(request_body(&cancelled).contains("🚫 **Cancelled**: agent stopped"));
+
+        if let Some(resolution) = cancelled.resolution.as_mut() {
+            resolution.reason = "withdrawn: the hook was stopped (SIGINT)".to_string();
+        }
+        let body = request_body(&cancelled);
+        assert!(body.contains("### 🚫 Withdrawn: "), "{body}");
+        assert!(
+            body.contains(r"🚫 **Withdrawn**: withdrawn\: the hook was stopped \(SIGINT\)"),
+            "{body}"
+        );
     }
 
     #[test]

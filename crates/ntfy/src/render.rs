@@ -3,7 +3,7 @@
 //! each with hidden characters made visible ([`agent_text::one_line`]), the action and reason
 //! together under "The agent says", so they cannot pass for the worker's own lines.
 
-use countersign_client::{pb, version};
+use countersign_client::{pb, version, withdrawal};
 use countersign_worker::agent_text;
 use countersign_worker::approval::{format_time, or_dash, outcome_word, prefix, short_id};
 use pb::{ApprovalState, Risk};
@@ -84,7 +84,7 @@ pub fn outcome(approval: &pb::Approval, topic: &str) -> Publish {
         sequence_id: sequence_id(&approval.id),
         title: format!(
             "{}: {}",
-            outcome_word(approval.state()),
+            outcome_word(approval),
             agent_text::one_line(&approval.tool_name, TOOL_LIMIT)
         ),
         message: format!("{}\n{}", resolution_line(approval), body(approval)),
@@ -122,6 +122,9 @@ fn resolution_line(approval: &pb::Approval) -> String {
     let Some(decision) = approval.decisions.last() else {
         return match approval.state() {
             ApprovalState::Expired => "No one decided in time.".to_owned(),
+            ApprovalState::Cancelled if withdrawal::is_withdrawn(approval) => {
+                "Withdrawn: the agent stopped waiting for it.".to_owned()
+            }
             ApprovalState::Cancelled => "The request was withdrawn.".to_owned(),
             _ => "Decided by policy or a session grant.".to_owned(),
         };
@@ -248,6 +251,23 @@ mod tests {
             shown.message
         );
         assert_eq!(shown.sequence_id, sequence_id(&rejected.id));
+
+        let mut withdrawn = approval();
+        withdrawn.state = ApprovalState::Cancelled.into();
+        withdrawn.resolution = Some(pb::Resolution {
+            reason: "withdrawn: the caller left".into(),
+            ..Default::default()
+        });
+        let shown = outcome(&withdrawn, "ops");
+        assert!(shown.actions.is_empty());
+        assert_eq!(shown.title, "🚫 Withdrawn: bash");
+        assert!(
+            shown
+                .message
+                .starts_with("Withdrawn: the agent stopped waiting for it."),
+            "{}",
+            shown.message
+        );
     }
 
     #[test]

@@ -119,6 +119,10 @@ pub struct ApprovalsConfig {
     pub max_wait_seconds: u32,
     /// How often the sweeper expires approvals past their deadline.
     pub sweep_interval_ms: u64,
+    /// How long an approval requested with `withdraw_when_caller_leaves` stays pending with
+    /// no WaitForDecision call open for it (its caller's connection gone) before it is
+    /// withdrawn: time for a caller to re-attach after a broken connection.
+    pub caller_grace_ms: u64,
 }
 
 impl Default for ApprovalsConfig {
@@ -129,6 +133,7 @@ impl Default for ApprovalsConfig {
             max_ttl_seconds: 7 * 24 * 3600,
             max_wait_seconds: 60,
             sweep_interval_ms: 1000,
+            caller_grace_ms: 5000,
         }
     }
 }
@@ -437,9 +442,9 @@ impl Config {
                     .into(),
             ));
         }
-        if a.max_wait_seconds == 0 || a.sweep_interval_ms == 0 {
+        if a.max_wait_seconds == 0 || a.sweep_interval_ms == 0 || a.caller_grace_ms == 0 {
             return Err(ConfigError::Invalid(
-                "approvals.max_wait_seconds and approvals.sweep_interval_ms must be positive"
+                "approvals.max_wait_seconds, approvals.sweep_interval_ms and approvals.caller_grace_ms must be positive"
                     .into(),
             ));
         }

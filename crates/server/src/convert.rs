@@ -348,6 +348,7 @@ pub fn approval_to_pb(approval: &Approval) -> pb::Approval {
             .map(|(g, approved)| group_to_pb(g, approved))
             .collect(),
         follow_up: approval.follow_up.as_ref().map(follow_up_to_pb),
+        withdraw_when_caller_leaves: approval.withdraw_when_caller_leaves,
     }
 }
 
@@ -412,6 +413,7 @@ pub fn request_from_pb(request: pb::RequestApprovalRequest) -> Result<RequestInp
             })
             .collect(),
         follow_up: request.follow_up.map(follow_up_from_pb).transpose()?,
+        withdraw_when_caller_leaves: request.withdraw_when_caller_leaves,
     })
 }
 

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use countersign_client::{pb, version};
+use countersign_client::{pb, version, withdrawal};
 use countersign_worker::agent_text;
 use countersign_worker::approval::{format_time, or_dash, outcome_word, prefix, short_id};
 use pb::{ApprovalState, ResolvedBy, Risk, Scope, Verdict};
@@ -66,7 +66,7 @@ pub fn message(approval: &pb::Approval) -> SlackMessageContent {
         let warning = matches!(approval.risk(), Risk::High | Risk::Critical);
         format!("{}Approve {tool}?", if warning { "⚠️ " } else { "" })
     } else {
-        format!("{}: {tool}", outcome_word(approval.state()))
+        format!("{}: {tool}", outcome_word(approval))
     };
     let mut blocks: Vec<SlackBlock> = vec![
         SlackHeaderBlock::new(pt!(title.clone())).into(),
@@ -178,12 +178,15 @@ fn status(approval: &pb::Approval) -> String {
             });
             format!(
                 "{} by {}{}",
-                outcome_word(state),
+                outcome_word(approval),
                 resolver(approval),
                 if session { " for this session" } else { "" }
             )
         }
         ApprovalState::Expired => "⌛ Expired: no one decided in time".to_owned(),
+        ApprovalState::Cancelled if withdrawal::is_withdrawn(approval) => {
+            "🚫 Withdrawn: the agent stopped waiting for it".to_owned()
+        }
         ApprovalState::Cancelled => "🚫 Cancelled: the request was withdrawn".to_owned(),
         ApprovalState::Unspecified => "❔ Unknown state".to_owned(),
     };
@@ -284,5 +287,28 @@ mod tests {
         assert!(shown.contains("❌ Rejected by `alice` (slack)"), "{shown}");
         assert!(shown.contains("*Note:* `not today`"), "{shown}");
         assert_eq!(shown_key(&rejected), "final:APPROVAL_STATE_REJECTED");
+    }
+
+    #[test]
+    fn a_withdrawn_approval_says_withdrawn() {
+        let mut cancelled = approval();
+        cancelled.state = ApprovalState::Cancelled.into();
+        cancelled.resolution = Some(pb::Resolution {
+            resolved_by: ResolvedBy::Cancellation.into(),
+            reason: "no longer needed".into(),
+            ..Default::default()
+        });
+        let shown = text(&message(&cancelled));
+        assert!(shown.contains("🚫 Cancelled: bash"), "{shown}");
+        if let Some(resolution) = cancelled.resolution.as_mut() {
+            resolution.reason = "withdrawn: the caller left".into();
+        }
+        let shown = text(&message(&cancelled));
+        assert!(shown.contains("🚫 Withdrawn: bash"), "{shown}");
+        assert!(
+            shown.contains("🚫 Withdrawn: the agent stopped waiting for it"),
+            "{shown}"
+        );
+        assert!(!shown.contains(APPROVE), "{shown}");
     }
 }

@@ -9,7 +9,9 @@ use countersign_client::{groups, pb, version};
 use pb::{ApprovalState, ResolvedBy, Risk, Scope, Verdict};
 
 use countersign_worker::agent_text;
-use countersign_worker::approval::{format_time, or_dash, reminder_detail, short_id};
+use countersign_worker::approval::{
+    cancelled_word, format_time, or_dash, reminder_detail, short_id,
+};
 
 use crate::callback::{ButtonAction, CallbackData};
 
@@ -95,7 +97,7 @@ fn header_html(approval: &pb::Approval) -> String {
         ApprovalState::Consumed => "▶️ <b>Approved and executed</b>".to_owned(),
         ApprovalState::Rejected => "❌ <b>Rejected</b>".to_owned(),
         ApprovalState::Expired => "⌛ <b>Expired</b> without a decision".to_owned(),
-        ApprovalState::Cancelled => "🚫 <b>Cancelled</b>".to_owned(),
+        ApprovalState::Cancelled => format!("🚫 <b>{}</b>", cancelled_word(approval)),
     }
 }
 
@@ -311,7 +313,11 @@ fn status_html(approval: &pb::Approval) -> String {
             resolution_reason_html(approval)
         ),
         ApprovalState::Cancelled => {
-            let mut html = format!("🚫 <b>Cancelled</b>{}", at_html(approval));
+            let mut html = format!(
+                "🚫 <b>{}</b>{}",
+                cancelled_word(approval),
+                at_html(approval)
+            );
             html.push_str(&resolution_reason_html(approval));
             html
         }
@@ -522,7 +528,7 @@ pub fn already_resolved_text(approval: &pb::Approval) -> String {
         ApprovalState::Approved | ApprovalState::Consumed => format!("Already approved{}", by()),
         ApprovalState::Rejected => format!("Already rejected{}", by()),
         ApprovalState::Expired => "Expired".to_owned(),
-        ApprovalState::Cancelled => "Cancelled".to_owned(),
+        ApprovalState::Cancelled => cancelled_word(approval).to_owned(),
         ApprovalState::Pending | ApprovalState::Unspecified => "Still pending".to_owned(),
     };
     limit_chars(&text, MAX_ANSWER_CHARS)
@@ -870,6 +876,19 @@ mod tests {
         let html = render_approval(&cancelled, &ButtonAction::ALL).html;
         assert!(html.contains("🚫 <b>Cancelled</b>"), "{html}");
         assert!(html.contains("agent gave up"), "{html}");
+
+        // A caller that stopped or left withdrew it: the message says so.
+        if let Some(resolution) = cancelled.resolution.as_mut() {
+            resolution.reason = "withdrawn: the caller left".into();
+        }
+        let message = render_approval(&cancelled, &ButtonAction::ALL);
+        assert!(
+            message.html.contains("🚫 <b>Withdrawn</b>"),
+            "{}",
+            message.html
+        );
+        assert!(!message.html.contains("Cancelled"), "{}", message.html);
+        assert!(message.keyboard.is_empty());
     }
 
     #[test]

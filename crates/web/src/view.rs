@@ -4,6 +4,7 @@
 
 use countersign_client::{groups, pb, version, Timestamp};
 use countersign_worker::agent_text::one_line;
+use countersign_worker::approval::cancelled_word;
 use serde_json::Value;
 
 /// The longest action shown in a list row.
@@ -193,7 +194,8 @@ fn outcome_text(approval: &pb::Approval, resolution: &pb::Resolution) -> String 
         (pb::ApprovalState::Expired, _) => return "Expired without a decision".into(),
         (pb::ApprovalState::Cancelled, _) => {
             return format!(
-                "Cancelled by the agent{}",
+                "{} by the agent{}",
+                cancelled_word(approval),
                 reason_suffix(&resolution.reason)
             )
         }
@@ -449,5 +451,26 @@ mod tests {
         sort_inbox(&mut rows);
         let ids: Vec<_> = rows.iter().map(|r| r.id.as_str()).collect();
         assert_eq!(ids, ["old-high", "new-high", "old-low"]);
+    }
+
+    #[test]
+    fn a_withdrawn_approval_says_withdrawn() {
+        let cancelled = |reason: &str| pb::Approval {
+            state: pb::ApprovalState::Cancelled.into(),
+            resolution: Some(pb::Resolution {
+                resolved_by: pb::ResolvedBy::Cancellation.into(),
+                reason: reason.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(Status::of(&cancelled("no longer needed"))
+            .outcome
+            .starts_with("Cancelled by the agent"));
+        let withdrawn = Status::of(&cancelled("withdrawn: the caller left")).outcome;
+        assert!(
+            withdrawn.starts_with("Withdrawn by the agent"),
+            "{withdrawn}"
+        );
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use countersign_client::{pb, Client, ClientError};
+use countersign_client::{pb, withdrawal, Client, ClientError};
 
 /// Whether a session grant approved the approval at once (no one was asked): channels post a
 /// short notice, so approvers see every use of the grants they gave.
@@ -27,15 +27,27 @@ pub fn short_id(id: &str) -> &str {
 }
 
 /// A resolved approval's state in a word, with its sign (`✅ Approved`), for headings.
-pub fn outcome_word(state: pb::ApprovalState) -> &'static str {
+pub fn outcome_word(approval: &pb::Approval) -> &'static str {
     use pb::ApprovalState;
-    match state {
+    match approval.state() {
         ApprovalState::Approved => "✅ Approved",
         ApprovalState::Consumed => "▶️ Approved and executed",
         ApprovalState::Rejected => "❌ Rejected",
         ApprovalState::Expired => "⌛ Expired",
+        ApprovalState::Cancelled if withdrawal::is_withdrawn(approval) => "🚫 Withdrawn",
         ApprovalState::Cancelled => "🚫 Cancelled",
         ApprovalState::Pending | ApprovalState::Unspecified => "Pending",
+    }
+}
+
+/// How every channel names a cancelled approval: "Withdrawn" when its caller withdrew it
+/// because it stopped or left (or the server did, for a caller whose connection was gone),
+/// else "Cancelled".
+pub fn cancelled_word(approval: &pb::Approval) -> &'static str {
+    if withdrawal::is_withdrawn(approval) {
+        "Withdrawn"
+    } else {
+        "Cancelled"
     }
 }
 

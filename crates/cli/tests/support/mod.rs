@@ -209,3 +209,14 @@ pub async fn next_json_line(stdout: &mut Lines<BufReader<ChildStdout>>) -> Value
         .expect("stdout closed");
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
 }
+
+/// Sends `signal` ("INT", "TERM", "HUP", "KILL") to `child`, as its host would.
+pub fn send_signal(child: &tokio::process::Child, signal: &str) {
+    let pid = child.id().expect("the child runs");
+    let sent = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill -{signal} {pid}");
+}

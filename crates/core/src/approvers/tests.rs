@@ -51,6 +51,7 @@ fn approval(risk: Risk, requester: &str) -> Approval {
         grant_scope: String::new(),
         approver_groups: Vec::new(),
         follow_up: None,
+        withdraw_when_caller_leaves: false,
     };
     Approval::new("id-1".into(), request, 60, Disposition::RequireHuman, 0)
 }

@@ -26,6 +26,7 @@ fn request(required: u32) -> ApprovalRequest {
         grant_scope: String::new(),
         approver_groups: Vec::new(),
         follow_up: None,
+        withdraw_when_caller_leaves: false,
     }
 }
 

@@ -8,6 +8,7 @@
 //! This file only declares and re-exports; what the use cases share ([`App`]) is `shared.rs`.
 
 mod admin;
+mod callers;
 mod decide;
 mod lifecycle;
 mod rates;

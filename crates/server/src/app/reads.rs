@@ -35,7 +35,9 @@ impl App {
     }
 
     /// The approval once it is no longer pending, or as it is when `timeout_ms` (0: the
-    /// server's maximum wait, which also caps it) passed or the server shuts down.
+    /// server's maximum wait, which also caps it) passed or the server shuts down. While it
+    /// waits on an approval to withdraw when its caller leaves, the call counts as its
+    /// caller's (see `callers.rs`).
     pub async fn wait(
         &self,
         caller: &Caller,
@@ -55,28 +57,36 @@ impl App {
         if !approval.is_pending() {
             return Ok(approval);
         }
+        let open_wait = approval
+            .withdraw_when_caller_leaves
+            .then(|| self.callers.wait_opened(approval_id));
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
-        loop {
+        let waited = loop {
             tokio::select! {
-                _ = &mut deadline => break,
-                _ = shutdown.changed() => break,
+                _ = &mut deadline => break self.load(approval_id).await,
+                _ = shutdown.changed() => break self.load(approval_id).await,
                 received = live.recv() => match received {
                     Ok(event) if event.approval.id == approval_id && !event.approval.is_pending() => {
-                        return Ok(event.approval.clone());
+                        break Ok(event.approval.clone());
                     }
                     Ok(_) => {}
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         let approval = self.load(approval_id).await?;
                         if !approval.is_pending() {
-                            return Ok(approval);
+                            break Ok(approval);
                         }
                     }
-                    Err(broadcast::error::RecvError::Closed) => break,
+                    Err(broadcast::error::RecvError::Closed) => break self.load(approval_id).await,
                 },
             }
+        };
+        if let (Some(open_wait), Ok(approval)) = (open_wait, &waited) {
+            if !approval.is_pending() {
+                open_wait.resolved();
+            }
         }
-        self.load(approval_id).await
+        waited
     }
 
     /// A page of the approvals the caller may see, newest first, and the token of the next

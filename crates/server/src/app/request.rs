@@ -50,6 +50,9 @@ impl App {
                 now_millis(),
             )
             .await?;
+        if requested.approval.withdraw_when_caller_leaves && requested.approval.is_pending() {
+            self.callers.requested(&requested.approval.id);
+        }
         if requested.created {
             tracing::info!(
                 approval_id = %requested.approval.id,

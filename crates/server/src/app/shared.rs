@@ -3,11 +3,13 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use countersign_core::fields::required;
 use countersign_core::validate::Limits;
 use countersign_core::Approval;
 
+use super::callers::Callers;
 use super::rates;
 use crate::auth::{Caller, Role};
 use crate::config::Config;
@@ -31,6 +33,8 @@ pub struct App {
     /// Where `BackupDatabase` writes; None on PostgreSQL.
     pub(super) backups: Option<PathBuf>,
     pub(super) shutdown: tokio::sync::watch::Receiver<bool>,
+    /// The waits of approvals to withdraw when their caller leaves.
+    pub(super) callers: Callers,
 }
 
 impl App {
@@ -49,6 +53,11 @@ impl App {
                 .backup_dir
                 .clone()
                 .or_else(|| crate::backup::default_directory(&config.database)),
+            callers: Callers::new(
+                store.clone(),
+                Duration::from_millis(config.approvals.caller_grace_ms),
+                shutdown.clone(),
+            ),
             store,
             hub,
             config,

@@ -505,6 +505,7 @@ mod tests {
             grant_scope: String::new(),
             approver_groups: Vec::new(),
             follow_up: None,
+            withdraw_when_caller_leaves: false,
         }
     }
 

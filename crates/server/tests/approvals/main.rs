@@ -5,6 +5,7 @@ mod common;
 mod decisions;
 mod input_and_lists;
 mod lifecycle;
+mod withdrawal;
 
 use std::time::{Duration, Instant};
 

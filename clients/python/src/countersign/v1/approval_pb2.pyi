@@ -226,7 +226,7 @@ class Consumption(_message.Message):
     def __init__(self, outcome: _Optional[_Union[ConsumeOutcome, str]] = ..., detail: _Optional[str] = ..., consumed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Approval(_message.Message):
-    __slots__ = ("id", "agent_id", "session_id", "requester", "idempotency_key", "tool_name", "arguments_json", "args_digest", "action", "reason", "risk", "routes", "required_approvals", "labels", "state", "decisions", "resolution", "deliveries", "created_at", "expires_at", "resolved_at", "consumption", "policy_rule", "edited_arguments_json", "edited_args_digest", "editor", "edited_at", "approver_groups", "follow_up")
+    __slots__ = ("id", "agent_id", "session_id", "requester", "idempotency_key", "tool_name", "arguments_json", "args_digest", "action", "reason", "risk", "routes", "required_approvals", "labels", "state", "decisions", "resolution", "deliveries", "created_at", "expires_at", "resolved_at", "consumption", "policy_rule", "edited_arguments_json", "edited_args_digest", "editor", "edited_at", "approver_groups", "follow_up", "withdraw_when_caller_leaves")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -263,6 +263,7 @@ class Approval(_message.Message):
     EDITED_AT_FIELD_NUMBER: _ClassVar[int]
     APPROVER_GROUPS_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_UP_FIELD_NUMBER: _ClassVar[int]
+    WITHDRAW_WHEN_CALLER_LEAVES_FIELD_NUMBER: _ClassVar[int]
     id: str
     agent_id: str
     session_id: str
@@ -292,10 +293,11 @@ class Approval(_message.Message):
     edited_at: _timestamp_pb2.Timestamp
     approver_groups: _containers.RepeatedCompositeFieldContainer[GroupQuorum]
     follow_up: FollowUp
-    def __init__(self, id: _Optional[str] = ..., agent_id: _Optional[str] = ..., session_id: _Optional[str] = ..., requester: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., args_digest: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., risk: _Optional[_Union[Risk, str]] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., required_approvals: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., decisions: _Optional[_Iterable[_Union[Decision, _Mapping]]] = ..., resolution: _Optional[_Union[Resolution, _Mapping]] = ..., deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., consumption: _Optional[_Union[Consumption, _Mapping]] = ..., policy_rule: _Optional[str] = ..., edited_arguments_json: _Optional[str] = ..., edited_args_digest: _Optional[str] = ..., editor: _Optional[_Union[Decider, _Mapping]] = ..., edited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., approver_groups: _Optional[_Iterable[_Union[GroupQuorum, _Mapping]]] = ..., follow_up: _Optional[_Union[FollowUp, _Mapping]] = ...) -> None: ...
+    withdraw_when_caller_leaves: bool
+    def __init__(self, id: _Optional[str] = ..., agent_id: _Optional[str] = ..., session_id: _Optional[str] = ..., requester: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., args_digest: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., risk: _Optional[_Union[Risk, str]] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., required_approvals: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., decisions: _Optional[_Iterable[_Union[Decision, _Mapping]]] = ..., resolution: _Optional[_Union[Resolution, _Mapping]] = ..., deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., consumption: _Optional[_Union[Consumption, _Mapping]] = ..., policy_rule: _Optional[str] = ..., edited_arguments_json: _Optional[str] = ..., edited_args_digest: _Optional[str] = ..., editor: _Optional[_Union[Decider, _Mapping]] = ..., edited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., approver_groups: _Optional[_Iterable[_Union[GroupQuorum, _Mapping]]] = ..., follow_up: _Optional[_Union[FollowUp, _Mapping]] = ..., withdraw_when_caller_leaves: _Optional[bool] = ...) -> None: ...
 
 class RequestApprovalRequest(_message.Message):
-    __slots__ = ("agent_id", "session_id", "requester", "idempotency_key", "tool_name", "arguments_json", "action", "reason", "risk", "routes", "required_approvals", "ttl_seconds", "labels", "approver_groups", "follow_up")
+    __slots__ = ("agent_id", "session_id", "requester", "idempotency_key", "tool_name", "arguments_json", "action", "reason", "risk", "routes", "required_approvals", "ttl_seconds", "labels", "approver_groups", "follow_up", "withdraw_when_caller_leaves")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -318,6 +320,7 @@ class RequestApprovalRequest(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     APPROVER_GROUPS_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_UP_FIELD_NUMBER: _ClassVar[int]
+    WITHDRAW_WHEN_CALLER_LEAVES_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     session_id: str
     requester: str
@@ -333,7 +336,8 @@ class RequestApprovalRequest(_message.Message):
     labels: _containers.ScalarMap[str, str]
     approver_groups: _containers.RepeatedCompositeFieldContainer[GroupQuorum]
     follow_up: FollowUp
-    def __init__(self, agent_id: _Optional[str] = ..., session_id: _Optional[str] = ..., requester: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., risk: _Optional[_Union[Risk, str]] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., required_approvals: _Optional[int] = ..., ttl_seconds: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., approver_groups: _Optional[_Iterable[_Union[GroupQuorum, _Mapping]]] = ..., follow_up: _Optional[_Union[FollowUp, _Mapping]] = ...) -> None: ...
+    withdraw_when_caller_leaves: bool
+    def __init__(self, agent_id: _Optional[str] = ..., session_id: _Optional[str] = ..., requester: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., risk: _Optional[_Union[Risk, str]] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., required_approvals: _Optional[int] = ..., ttl_seconds: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., approver_groups: _Optional[_Iterable[_Union[GroupQuorum, _Mapping]]] = ..., follow_up: _Optional[_Union[FollowUp, _Mapping]] = ..., withdraw_when_caller_leaves: _Optional[bool] = ...) -> None: ...
 
 class RequestApprovalResponse(_message.Message):
     __slots__ = ("approval", "created")
