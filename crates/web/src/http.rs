@@ -70,9 +70,14 @@ impl IntoResponse for Refusal {
             ),
             Refusal::Server(error) => {
                 tracing::warn!(%error, "countersign server call failed");
+                let title = if is_unreachable(&error) {
+                    "Server unavailable"
+                } else {
+                    "Server error"
+                };
                 (
                     StatusCode::BAD_GATEWAY,
-                    "Server unavailable",
+                    title,
                     format!("{}.", server_failure(&error)),
                 )
             }
@@ -92,17 +97,22 @@ impl IntoResponse for Refusal {
 /// What a person is told when a call to the server failed: what it means and what to do,
 /// never the internals (the log has those).
 pub(crate) fn server_failure(error: &ClientError) -> &'static str {
-    match error {
-        ClientError::Unavailable(_) | ClientError::DeadlineExceeded(_) => {
-            "The countersign server cannot be reached right now, so nothing can be shown or \
-             decided here. Try again in a minute; if it goes on, tell whoever runs countersign \
-             (the web inbox's log says what failed)"
-        }
-        _ => {
-            "The countersign server could not serve this request. Try again; if it goes on, \
-             tell whoever runs countersign (the web inbox's log says what failed)"
-        }
+    if is_unreachable(error) {
+        "The countersign server cannot be reached right now, so nothing can be shown or \
+         decided here. Try again in a minute; if it goes on, tell whoever runs countersign \
+         (the web inbox's log says what failed)"
+    } else {
+        "The countersign server could not serve this request. Try again; if it goes on, \
+         tell whoever runs countersign (the web inbox's log says what failed)"
     }
+}
+
+/// Whether the call failed because the server could not be reached in time.
+fn is_unreachable(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::Unavailable(_) | ClientError::DeadlineExceeded(_)
+    )
 }
 
 #[derive(Template)]
