@@ -105,27 +105,51 @@ export interface ApprovalPage {
   nextPageToken: string;
 }
 
+/** The options the environment gives (the names the CLI and the Python client read). */
+function environmentOptions(): ClientOptions {
+  const env = process.env;
+  return definedOnly({
+    address: env.COUNTERSIGN_ADDRESS || env.COUNTERSIGN_SERVER || undefined,
+    token: env.COUNTERSIGN_TOKEN || undefined,
+    caFile: env.COUNTERSIGN_CA_FILE || env.COUNTERSIGN_CA_CERT || undefined,
+  });
+}
+
+/** `options` over the environment's; a `ca` given replaces the environment's CA file. */
+function withEnvironment(options: ClientOptions): ClientOptions {
+  const merged = { ...environmentOptions(), ...definedOnly(options) };
+  if (options.ca !== undefined && options.caFile === undefined) {
+    delete merged.caFile;
+  }
+  return merged;
+}
+
+/** The options that are set: an explicit `undefined` does not hide the environment's value. */
+function definedOnly(options: ClientOptions): ClientOptions {
+  return Object.fromEntries(
+    Object.entries(options).filter(([, value]) => value !== undefined),
+  ) as ClientOptions;
+}
+
 /** A connection to a countersign server. */
 export class Client {
   readonly connection: Connection;
   private readonly stub: ConnectClient<typeof pb.ApprovalService>;
 
+  /** Without an `address`, the server, token and CA come from the environment as in
+   * {@link Client.fromEnv}, each overridden by the options given. */
   constructor(options: ClientOptions = {}) {
-    this.connection = connectionOf(options);
+    this.connection = connectionOf(
+      options.address === undefined ? withEnvironment(options) : options,
+    );
     this.stub = createClient(pb.ApprovalService, transportOf(this.connection));
   }
 
   /** A client for COUNTERSIGN_ADDRESS or COUNTERSIGN_SERVER (default 127.0.0.1:50051) with
    * COUNTERSIGN_TOKEN and COUNTERSIGN_CA_FILE or COUNTERSIGN_CA_CERT when set (the names the
-   * CLI and the Python client read). */
+   * CLI and the Python client read); `overrides` win, an address among them included. */
   static fromEnv(overrides: ClientOptions = {}): Client {
-    const env = process.env;
-    return new Client({
-      address: env.COUNTERSIGN_ADDRESS || env.COUNTERSIGN_SERVER || undefined,
-      token: env.COUNTERSIGN_TOKEN || undefined,
-      caFile: env.COUNTERSIGN_CA_FILE || env.COUNTERSIGN_CA_CERT || undefined,
-      ...overrides,
-    });
+    return new Client(withEnvironment(overrides));
   }
 
   private async call<T>(

@@ -156,14 +156,20 @@ function nameOf<T extends string>(values: Record<number, string>, value: number)
   return name.toLowerCase() as T;
 }
 
-/** The proto enum number of a lower-case name; the TypeError names the choices. */
-function numberOf(values: Record<string, string | number>, kind: string, name: string): number {
-  const value = values[name.toUpperCase()];
-  if (typeof value !== "number" || name.toUpperCase() === "UNSPECIFIED") {
+/** The proto enum number of a lower-case name; the TypeError names the field and its choices
+ * (plain JavaScript may pass anything, `risk: 2` included). */
+function numberOf(values: Record<string, string | number>, kind: string, name: unknown): number {
+  const key = typeof name === "string" ? name.toUpperCase() : undefined;
+  const value = key === undefined || key === "UNSPECIFIED" ? undefined : values[key];
+  if (typeof value !== "number") {
     const choices = Object.keys(values)
       .filter((key) => Number.isNaN(Number(key)) && key !== "UNSPECIFIED")
       .map((key) => key.toLowerCase());
-    throw new TypeError(`${kind} ${JSON.stringify(name)} is not one of: ${choices.join(", ")}`);
+    const given =
+      typeof name === "string" ? JSON.stringify(name) : `${String(name)} (${typeof name})`;
+    throw new TypeError(
+      `${kind} must be one of ${choices.map((c) => `"${c}"`).join(", ")}, not ${given}`,
+    );
   }
   return value;
 }

@@ -131,6 +131,25 @@ describe("client", () => {
     assert.throws(() => new Client({ token: "a\nb" }), ConfigError);
   });
 
+  test("an enum option of the wrong type from plain JavaScript names the field and its values", async () => {
+    const plain = shared.client as unknown as {
+      requestApproval(request: Record<string, unknown>): Promise<unknown>;
+    };
+    for (const risk of [2, "severe", true]) {
+      await assert.rejects(
+        plain.requestApproval({ agentId: agentId(), toolName: "bash", risk }),
+        (error: unknown) => {
+          assert.ok(error instanceof TypeError, String(error));
+          assert.match(
+            error.message,
+            /^risk must be one of "low", "medium", "high", "critical", not /,
+          );
+          return true;
+        },
+      );
+    }
+  });
+
   test("a wait returns the approval still pending at its deadline", async () => {
     const agent = agentId();
     const approval = await shared.client.requestAndWait(

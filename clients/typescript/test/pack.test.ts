@@ -1,5 +1,6 @@
-// The tarball `npm pack` makes installs into an empty project and works against a running
-// server, with its type declarations.
+// The tarball `npm pack` makes installs into an empty project (as `npm init` makes it, no
+// "type": "module") and works against a running server: imported, required (Node's
+// require(esm)), and with its type declarations.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readdirSync, writeFileSync } from "node:fs";
@@ -22,6 +23,15 @@ const approval = await waiting;
 let invalid = false;
 try { await client.requestApproval({ agentId: "", toolName: "x" }); } catch (e) { invalid = e instanceof InvalidArgument; }
 console.log(JSON.stringify({ state: approval.state, invalid, adapter: typeof countersignCanUseTool }));
+`;
+
+// CommonJS, as a .js file of a default `npm init` project is; the server from the environment.
+const REQUIRED = `
+const { Client } = require("countersign");
+const { countersignCanUseTool } = require("countersign/claude-agent-sdk");
+new Client().list({ states: ["pending"] }).then((page) => {
+  console.log(JSON.stringify({ listed: Array.isArray(page.approvals), adapter: typeof countersignCanUseTool }));
+});
 `;
 
 const TYPED = `
@@ -48,7 +58,7 @@ test("the npm pack tarball installs into an empty project and works", async () =
   assert.ok(tarball, "npm pack made a tarball");
   const project = join(dir, "project");
   execFileSync("mkdir", [project]);
-  writeFileSync(join(project, "package.json"), JSON.stringify({ name: "empty", type: "module" }));
+  execFileSync("npm", ["init", "--yes"], { cwd: project, stdio: "ignore" });
   execFileSync(
     "npm",
     ["install", "--no-audit", "--no-fund", "--prefer-offline", join(dir, tarball)],
@@ -60,8 +70,15 @@ test("the npm pack tarball installs into an empty project and works", async () =
     encoding: "utf8",
   });
   assert.deepEqual(JSON.parse(output), { state: "approved", invalid: true, adapter: "function" });
+  writeFileSync(join(project, "index.js"), REQUIRED);
+  const required = execFileSync("node", ["index.js"], {
+    cwd: project,
+    encoding: "utf8",
+    env: { ...process.env, COUNTERSIGN_ADDRESS: server.address },
+  });
+  assert.deepEqual(JSON.parse(required), { listed: true, adapter: "function" });
   // The declarations type-check a consumer (tsc of this package's own dev dependencies).
-  writeFileSync(join(project, "typed.ts"), TYPED);
+  writeFileSync(join(project, "typed.mts"), TYPED);
   writeFileSync(
     join(project, "tsconfig.json"),
     JSON.stringify({
@@ -73,7 +90,7 @@ test("the npm pack tarball installs into an empty project and works", async () =
         skipLibCheck: true,
         types: [],
       },
-      files: ["typed.ts"],
+      files: ["typed.mts"],
     }),
   );
   execFileSync(join(PACKAGE_DIR, "node_modules", ".bin", "tsc"), ["-p", project], {

@@ -5,7 +5,7 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { PermissionDenied, Unauthenticated, Unavailable } from "../src/index.js";
+import { Client, PermissionDenied, Unauthenticated, Unavailable } from "../src/index.js";
 import { AGENT_TOKEN, ALICE, Server, TOKEN_ENV, TOKENS, WORKER_TOKEN } from "./support.js";
 
 describe("tokens", () => {
@@ -39,6 +39,32 @@ describe("tokens", () => {
       }
     }, PermissionDenied);
     assert.equal(watch.reconnects, 0);
+  });
+
+  test("new Client() without an address takes the server and token from the environment", async () => {
+    const saved = { ...process.env };
+    try {
+      process.env.COUNTERSIGN_ADDRESS = server.address;
+      process.env.COUNTERSIGN_TOKEN = AGENT_TOKEN;
+      const fromEnvironment = new Client();
+      const { approval } = await fromEnvironment.requestApproval({
+        agentId: "coder-1",
+        toolName: "bash",
+      });
+      assert.equal(approval.state, "pending");
+      // An option given wins over the environment's value.
+      await assert.rejects(
+        new Client({ token: "wrong-token-0123456789" }).getApproval(approval.id),
+        Unauthenticated,
+      );
+      // An address given means exactly the options given: no token from the environment.
+      await assert.rejects(
+        new Client({ address: server.address }).getApproval(approval.id),
+        Unauthenticated,
+      );
+    } finally {
+      process.env = saved;
+    }
   });
 
   test("a missing or wrong token is Unauthenticated", async () => {

@@ -389,4 +389,100 @@ mod tests {
             assert_eq!(field_of(validate_request(bad, &limits)), field);
         }
     }
+
+    /// The field-length table of docs/security.md: each row's field and its limit.
+    fn documented_lengths() -> Vec<(String, usize)> {
+        let doc = include_str!("../../../docs/security.md");
+        let section = doc
+            .split("## Limits")
+            .nth(1)
+            .expect("docs/security.md has a \"Limits\" section");
+        section
+            .lines()
+            .skip_while(|line| !line.starts_with("| field | at most |"))
+            .skip(2)
+            .take_while(|line| line.starts_with('|'))
+            .map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                let limit = cells[2]
+                    .parse()
+                    .unwrap_or_else(|_| panic!("not a number of characters: {line}"));
+                (cells[1].to_owned(), limit)
+            })
+            .collect()
+    }
+
+    /// Validates a request, or a decision, whose documented `field` holds `text`; the field
+    /// a refusal names, or `None` when accepted.
+    fn refused_field(field: &str, text: String) -> Option<String> {
+        let mut request = input();
+        let mut decider = Decider {
+            channel: "telegram".into(),
+            user_id: "42".into(),
+            display_name: "Alice".into(),
+        };
+        let mut decision_reason = String::new();
+        match field {
+            "`agent_id`" => request.agent_id = text,
+            "`session_id`" => request.session_id = text,
+            "`tool_name`" => request.tool_name = text,
+            "`requester`" => request.requester = text,
+            "`idempotency_key`" => request.idempotency_key = text,
+            "`action`" => request.action = text,
+            "`reason`" => request.reason = text,
+            "`routes[].target`" => {
+                request.routes = vec![Route {
+                    channel: "telegram".into(),
+                    target: text,
+                }]
+            }
+            "`labels` key" => {
+                request.labels.insert(text, "x".into());
+            }
+            "`labels` value" => {
+                request.labels.insert("team".into(), text);
+            }
+            "`approver_groups[].group`" => {
+                request.approver_groups = vec![GroupQuorum {
+                    group: text,
+                    required: 1,
+                    ..GroupQuorum::default()
+                }]
+            }
+            "`decider.user_id`" => decider.user_id = text,
+            "`decider.display_name`" => decider.display_name = text,
+            "a decision's `reason`" => decision_reason = text,
+            other => panic!("docs/security.md lists a field this test does not know: {other}"),
+        }
+        let error = if field.starts_with("`decider.") || field.starts_with("a decision's") {
+            validate_decider(&decider, &decision_reason, "decision-1").err()
+        } else {
+            validate_request(request, &Limits::default()).err()
+        };
+        error.map(|error| match error {
+            Error::InvalidArgument { field, .. } => field,
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        })
+    }
+
+    #[test]
+    fn the_field_lengths_in_the_security_guide_are_the_ones_enforced() {
+        let rows = documented_lengths();
+        assert!(rows.len() >= 14, "{rows:?}");
+        for (field, limit) in rows {
+            assert_eq!(
+                refused_field(&field, "a".repeat(limit)),
+                None,
+                "{field} of {limit} characters"
+            );
+            let named = refused_field(&field, "a".repeat(limit + 1))
+                .unwrap_or_else(|| panic!("{field} of {} characters was accepted", limit + 1));
+            let bare = field.split('`').nth(1).unwrap_or_default();
+            let (head, _) = bare.split_once("[]").unwrap_or((bare, ""));
+            assert!(
+                named.starts_with(head.split(' ').next().unwrap_or_default()),
+                "{field}: the refusal names {named}"
+            );
+        }
+    }
 }

@@ -257,6 +257,31 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_table_gives_each_key_its_default() {
+        let documented =
+            countersign_testkit::docs::table_defaults(include_str!("../README.md"), "ntfy.");
+        let ntfy = parse(
+            "[server]\nurl = \"http://127.0.0.1:1\"\n[ntfy]\npublic_url = \"https://a.example/\"\n",
+        )
+        .ntfy;
+        let actual = [
+            ("public_url", "—".to_owned()),
+            ("server_url", ntfy.server_url),
+            ("default_topic", "—".to_owned()),
+            ("listen", ntfy.listen.to_string()),
+            ("state_dir", ntfy.state_dir.display().to_string()),
+            ("request_timeout_ms", ntfy.request_timeout_ms.to_string()),
+            ("retry_interval_ms", ntfy.retry_interval_ms.to_string()),
+            ("max_retry_wait_ms", ntfy.max_retry_wait_ms.to_string()),
+        ];
+        let actual: Vec<(String, String)> = actual
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), value))
+            .collect();
+        assert_eq!(documented, actual);
+    }
+
+    #[test]
     fn a_file_is_read_and_tokens_come_from_the_environment() {
         let env = |name: &str| match name {
             ACCESS_TOKEN_ENV => Some("tk_secret".to_owned()),

@@ -238,27 +238,30 @@ impl NtfyChannel {
     }
 
     /// The topics an approval goes to: each `ntfy` route's target (a topic), the default topic
-    /// for an empty target or an approval without routes.
+    /// for an empty target, a target that is not a configured topic (logged: the approval
+    /// still reaches approvers, and an agent still cannot publish anywhere else), or an
+    /// approval without routes.
     fn topics_of(&self, approval: &pb::Approval) -> Vec<&Topic> {
         let mut topics: Vec<&Topic> = Vec::new();
         for target in route_targets(approval, CHANNEL) {
-            let name = if target.is_empty() {
-                match &self.settings.default_topic {
-                    Some(name) => name.as_str(),
-                    None => {
-                        tracing::warn!(approval_id = %approval.id, "approval for the default ntfy topic, but none is configured");
-                        continue;
-                    }
-                }
-            } else {
-                target
-            };
-            match self.settings.topic(name) {
-                Some(topic) if !topics.iter().any(|t| t.name == name) => topics.push(topic),
-                Some(_) => {}
+            let configured = self.settings.topic(target);
+            if !target.is_empty() && configured.is_none() {
+                tracing::warn!(approval_id = %approval.id, target = ?target, "an ntfy route names a topic that is not a [[topics]] entry: publishing to the default topic instead");
+            }
+            let topic = match configured.or_else(|| {
+                self.settings
+                    .default_topic
+                    .as_deref()
+                    .and_then(|name| self.settings.topic(name))
+            }) {
+                Some(topic) => topic,
                 None => {
-                    tracing::warn!(approval_id = %approval.id, "ignoring an ntfy route whose target is not a configured topic")
+                    tracing::warn!(approval_id = %approval.id, "no ntfy.default_topic is configured for this approval's route: it is published to no topic");
+                    continue;
                 }
+            };
+            if !topics.iter().any(|t| t.name == topic.name) {
+                topics.push(topic);
             }
         }
         topics

@@ -99,6 +99,11 @@ impl Harness {
     }
 
     async fn request(&self, key: &str, ttl_seconds: u32) -> pb::Approval {
+        self.request_to("", key, ttl_seconds).await
+    }
+
+    /// An approval routed to the ntfy topic `target` (empty: the default topic).
+    async fn request_to(&self, target: &str, key: &str, ttl_seconds: u32) -> pb::Approval {
         self.agent
             .request_approval(pb::RequestApprovalRequest {
                 agent_id: "coder-1".into(),
@@ -111,7 +116,7 @@ impl Harness {
                 risk: pb::Risk::High.into(),
                 routes: vec![pb::Route {
                     channel: "ntfy".into(),
-                    target: String::new(),
+                    target: target.into(),
                 }],
                 ttl_seconds,
                 ..Default::default()
@@ -239,6 +244,18 @@ async fn the_request_is_shown_with_three_buttons_and_priority_from_risk() {
     let delivery = &harness.state_of(&approval.id).await.deliveries[0];
     assert_eq!(delivery.channel, "ntfy");
     assert_eq!(delivery.target, TOPIC);
+}
+
+/// A route naming a topic the worker does not publish to still reaches approvers: on the
+/// default topic, never on the topic named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_to_a_topic_not_configured_is_published_to_the_default_topic() {
+    let harness = Harness::start().await;
+    let approval = harness
+        .request_to("someone-elses-phone", "elsewhere", 600)
+        .await;
+    harness.request_notification(&approval.id).await;
+    assert!(harness.ntfy.notifications("someone-elses-phone").is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

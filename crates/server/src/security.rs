@@ -109,4 +109,54 @@ mod tests {
         assert_eq!(config.limits.decisions_per_minute, 30);
         assert!(config.tls.is_some() && config.storage.redact_arguments);
     }
+
+    /// The rule docs/integrations.md gives for letting `git status` run, applied to the hook
+    /// payloads of Claude Code, Codex and Gemini CLI (the CLI's fixtures, as each host sends
+    /// them): the host's tool name and the `/command` pointer the page names match exactly
+    /// that command, and a command that only starts with it still goes to a human.
+    #[test]
+    fn the_documented_rule_for_each_hosts_shell_matches_its_payload() {
+        let doc = include_str!("../../../docs/integrations.md");
+        let example = doc
+            .split("## Policy rules for each host's tools")
+            .nth(1)
+            .and_then(|section| section.split("```toml\n").nth(1))
+            .and_then(|rest| rest.split("```").next())
+            .expect(
+                "a TOML rule under \"Policy rules for each host's tools\" in docs/integrations.md",
+            );
+        let config = Config::parse(example).unwrap();
+        let policy = Policy::compile(&config.rules, &config.request_limits()).unwrap();
+        let payloads = [
+            include_str!("../../cli/tests/fixtures/claude-code/pre-tool-use.json"),
+            include_str!("../../cli/tests/fixtures/codex/pre-tool-use.json"),
+            include_str!("../../cli/tests/fixtures/gemini/before-tool.json"),
+        ];
+        for payload in payloads {
+            let payload: serde_json::Value = serde_json::from_str(payload).unwrap();
+            let tool = payload["tool_name"].as_str().unwrap();
+            for (command, allowed) in [("git status", true), ("git status; rm -rf ~", false)] {
+                let mut input = payload["tool_input"].clone();
+                input["command"] = command.into();
+                let request = countersign_core::validate::validate_request(
+                    countersign_core::validate::RequestInput {
+                        agent_id: "coder-1".into(),
+                        idempotency_key: "call-1".into(),
+                        tool_name: tool.into(),
+                        arguments_json: input.to_string(),
+                        risk: Some(countersign_core::Risk::High),
+                        ..Default::default()
+                    },
+                    &config.request_limits(),
+                )
+                .unwrap();
+                let (_, disposition) = policy.apply(request);
+                assert_eq!(
+                    matches!(disposition, countersign_core::Disposition::Resolve { .. }),
+                    allowed,
+                    "{tool} {command:?}: {disposition:?}"
+                );
+            }
+        }
+    }
 }

@@ -312,6 +312,34 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_table_gives_each_key_its_default() {
+        let documented =
+            countersign_testkit::docs::table_defaults(include_str!("../README.md"), "slack.");
+        let file: FileConfig = toml::from_str(
+            "[server]\nurl = \"http://127.0.0.1:1\"\n[slack]\nchannels = [\"C0OPS\"]\n",
+        )
+        .unwrap();
+        let slack = file.slack;
+        let actual = [
+            ("channels", "—".to_owned()),
+            ("default_channel", "—".to_owned()),
+            ("allowed_user_ids", format!("{:?}", slack.allowed_user_ids)),
+            ("state_dir", slack.state_dir.display().to_string()),
+            ("mode", format!("{:?}", slack.mode).to_lowercase()),
+            ("listen", slack.listen.to_string()),
+            ("api_url", slack.api_url),
+            ("request_timeout_ms", slack.request_timeout_ms.to_string()),
+            ("retry_interval_ms", slack.retry_interval_ms.to_string()),
+            ("max_retry_wait_ms", slack.max_retry_wait_ms.to_string()),
+        ];
+        let actual: Vec<(String, String)> = actual
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), value))
+            .collect();
+        assert_eq!(documented, actual);
+    }
+
+    #[test]
     fn the_example_configuration_loads() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/slack.example.toml");
         let settings = Settings::from_file(read_toml(&path).unwrap(), env).unwrap();

@@ -238,25 +238,28 @@ impl SlackChannel {
     }
 
     /// The Slack channels an approval goes to: each `slack` route's target (a channel id),
-    /// the default channel for an empty target or an approval without routes; a target that
-    /// is not a configured channel is ignored.
+    /// the default channel for an empty target, a target that is not a configured channel
+    /// (logged: the approval still reaches approvers, and an agent still cannot post
+    /// anywhere else), or an approval without routes.
     fn channels_of(&self, approval: &pb::Approval) -> Vec<String> {
         let mut channels: Vec<String> = Vec::new();
         for target in route_targets(approval, CHANNEL) {
-            let channel = if target.is_empty() {
+            let configured = self.settings.channels.iter().any(|c| c == target);
+            if !target.is_empty() && !configured {
+                tracing::warn!(approval_id = %approval.id, target = ?target, "a Slack route names a channel that is not in slack.channels: posting in the default channel instead");
+            }
+            let channel = if configured {
+                target
+            } else {
                 match &self.settings.default_channel {
                     Some(channel) => channel.as_str(),
                     None => {
-                        tracing::warn!(approval_id = %approval.id, "approval for the default Slack channel, but none is configured");
+                        tracing::warn!(approval_id = %approval.id, "no slack.default_channel is configured for this approval's route: it is posted in no Slack channel");
                         continue;
                     }
                 }
-            } else {
-                target
             };
-            if !self.settings.channels.iter().any(|c| c == channel) {
-                tracing::warn!(approval_id = %approval.id, "ignoring a Slack route whose target is not a configured channel");
-            } else if !channels.iter().any(|c| c == channel) {
+            if !channels.iter().any(|c| c == channel) {
                 channels.push(channel.to_owned());
             }
         }

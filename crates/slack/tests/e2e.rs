@@ -260,6 +260,21 @@ async fn the_request_is_shown_with_three_buttons_and_the_agent_text_escaped() {
     assert_eq!(deliveries[0].message_ref, format!("{CHANNEL}:{}", shown.ts));
 }
 
+/// A route naming a channel the worker does not post in still reaches approvers: in the
+/// default channel, never in the channel named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_to_a_channel_not_configured_is_posted_in_the_default_channel() {
+    let harness = Harness::start().await;
+    let mut asked = request("elsewhere", 600);
+    asked.routes[0].target = "C0ELSEWHERE".into();
+    let approval = harness.request_with(asked).await;
+    harness.request_message(&approval.id).await;
+    assert!(harness.slack.messages("C0ELSEWHERE").is_empty());
+    let deliveries = harness.delivered(&approval.id).await;
+    assert_eq!(deliveries.len(), 1);
+    assert_eq!(deliveries[0].target, CHANNEL);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approve_decides_once_even_when_the_envelope_is_redelivered() {
     let harness = Harness::start().await;

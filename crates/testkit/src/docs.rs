@@ -27,3 +27,18 @@ pub fn quickstart_commands() -> Vec<&'static str> {
         .filter(|line| !line.trim().is_empty())
         .collect()
 }
+
+/// The defaults a configuration table documents: for each row whose key (first cell, in
+/// backticks) starts with `prefix`, the key without it and the first backticked value of the
+/// default (second) cell; `—` where it has none.
+pub fn table_defaults(doc: &str, prefix: &str) -> Vec<(String, String)> {
+    doc.lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let key = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            let key = key.strip_prefix(prefix)?;
+            let default = cells.get(2)?.split('`').nth(1).unwrap_or("—").to_owned();
+            Some((key.to_owned(), default))
+        })
+        .collect()
+}

@@ -12,7 +12,10 @@
   // ---- connection ----
   // Whether this page hears from the inbox, and whether the inbox hears from the server: while
   // either is not the case the page says so, since what it shows may be out of date.
-  const link = { page: true, server: true };
+  // Until the stream's first `link` event says otherwise, the server's link is as the page was
+  // rendered: a banner shown at load stays up when the stream opens (no blink off and on).
+  const rendered = document.getElementById("connection");
+  const link = { page: true, server: !rendered || rendered.hidden };
 
   function showConnection() {
     const banner = document.getElementById("connection");
@@ -261,20 +264,21 @@
     const inbox = document.getElementById("inbox");
     if (inbox) {
       follow(inbox, { row: upsertRow, resync: resyncRows });
-      document.querySelectorAll(".select-agent").forEach(function (button) {
-        button.addEventListener("click", function () {
-          rows().forEach(function (row) {
-            if (row.dataset.agent === button.dataset.agent) row.querySelector("input[type=checkbox]").checked = true;
-          });
-          refreshTicked();
+      const selectAgent = document.getElementById("select-agent");
+      if (selectAgent) selectAgent.addEventListener("change", function () {
+        rows().forEach(function (row) {
+          if (row.dataset.agent === selectAgent.value) row.querySelector("input[type=checkbox]").checked = true;
         });
+        // Back to the prompt: the control ticks, it does not hold a choice.
+        selectAgent.value = "";
+        refreshTicked();
       });
       const batch = document.getElementById("batch");
       batch.addEventListener("change", refreshTicked);
       batch.addEventListener("submit", function (event) {
         if (refreshTicked() > 0) return;
         event.preventDefault();
-        formError(batch, "Tick at least one approval (or Select all of an agent), then click Review selected.");
+        formError(batch, "Tick at least one approval (or choose an agent in Select all of…), then click Review selected.");
       });
       refreshCount();
     }

@@ -14,6 +14,10 @@ pub enum Refusal {
     Csrf,
     Forbidden(String),
     NotFound(String),
+    /// No page at this address (the router's fallback).
+    NoSuchPage,
+    /// A page, asked for with a method it does not take.
+    WrongMethod,
     BadRequest(String),
     Server(ClientError),
     Internal(String),
@@ -50,12 +54,31 @@ impl IntoResponse for Refusal {
             Refusal::Forbidden(why) => (StatusCode::FORBIDDEN, "Not allowed", why),
             Refusal::NotFound(what) => (StatusCode::NOT_FOUND, "Not found", what),
             Refusal::BadRequest(what) => (StatusCode::BAD_REQUEST, "Bad request", what),
+            Refusal::NoSuchPage => (
+                StatusCode::NOT_FOUND,
+                "No such page",
+                "There is no page at this address. The inbox lists every approval waiting \
+                 for you; each links to its own page."
+                    .to_owned(),
+            ),
+            Refusal::WrongMethod => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "Not a page to open this way",
+                "This address takes only what the inbox's own links and buttons send; \
+                 nothing was changed."
+                    .to_owned(),
+            ),
             Refusal::Server(error) => {
                 tracing::warn!(%error, "countersign server call failed");
+                let title = if is_unreachable(&error) {
+                    "Server unavailable"
+                } else {
+                    "Server error"
+                };
                 (
                     StatusCode::BAD_GATEWAY,
-                    "Server unavailable",
-                    format!("The countersign server did not answer: {error}"),
+                    title,
+                    format!("{}.", server_failure(&error)),
                 )
             }
             Refusal::Internal(error) => {
@@ -69,6 +92,27 @@ impl IntoResponse for Refusal {
         };
         (status, message_page(title, &text, None)).into_response()
     }
+}
+
+/// What a person is told when a call to the server failed: what it means and what to do,
+/// never the internals (the log has those).
+pub(crate) fn server_failure(error: &ClientError) -> &'static str {
+    if is_unreachable(error) {
+        "The countersign server cannot be reached right now, so nothing can be shown or \
+         decided here. Try again in a minute; if it goes on, tell whoever runs countersign \
+         (the web inbox's log says what failed)"
+    } else {
+        "The countersign server could not serve this request. Try again; if it goes on, \
+         tell whoever runs countersign (the web inbox's log says what failed)"
+    }
+}
+
+/// Whether the call failed because the server could not be reached in time.
+fn is_unreachable(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::Unavailable(_) | ClientError::DeadlineExceeded(_)
+    )
 }
 
 #[derive(Template)]

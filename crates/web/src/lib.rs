@@ -34,6 +34,7 @@ use tokio::net::TcpListener;
 pub use crate::app::App;
 
 pub use config::Settings;
+use http::Refusal;
 use live::Live;
 use sessions::{SessionError, Sessions};
 
@@ -151,6 +152,9 @@ pub fn router(app: Arc<App>) -> Router {
             get(|| asset(APP_CSS.as_bytes(), "text/css; charset=utf-8")),
         )
         .route("/favicon.ico", get(|| asset(FAVICON, "image/x-icon")))
+        // A page of the inbox's own, with a way back, instead of the browser's empty error.
+        .method_not_allowed_fallback(|| async { Refusal::WrongMethod })
+        .fallback(|| async { Refusal::NoSuchPage })
         .layer(axum::middleware::map_response(security_headers))
         .with_state(app)
 }

@@ -13,7 +13,7 @@ use countersign_client::{pb, ClientError};
 use crate::app::App;
 use crate::auth::{session_cookie, SignedForm, Viewer, SESSION_COOKIE};
 use crate::config::CHANNEL;
-use crate::http::{message_page, render, FormFields, Refusal};
+use crate::http::{message_page, render, server_failure, FormFields, Refusal};
 use crate::sessions::random_token;
 use crate::view::{self, Filters, Row, Status, TimelineEntry};
 
@@ -311,7 +311,14 @@ async fn decide_one(
         // A malformed edit, or arguments edited since the page was shown.
         Err(ClientError::InvalidArgument(why)) => ("invalid", format!("refused: {why}"), None),
         Err(ClientError::FailedPrecondition(why)) => ("changed", format!("refused: {why}"), None),
-        Err(error) => ("failed", format!("failed: {error}"), None),
+        Err(error) => {
+            tracing::warn!(%error, approval = %approval_id, "countersign server call failed");
+            (
+                "failed",
+                format!("failed: {}", server_failure(&error)),
+                None,
+            )
+        }
     };
     DecideResult {
         class,
@@ -480,7 +487,7 @@ fn batch_ids(form: &FormFields) -> Result<Vec<String>, String> {
     ids.dedup();
     if ids.is_empty() {
         return Err(
-            "Tick at least one approval (or Select all of an agent), then click Review selected."
+            "Tick at least one approval (or choose an agent in Select all of…), then click Review selected."
                 .into(),
         );
     }

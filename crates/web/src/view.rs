@@ -134,6 +134,11 @@ pub struct Filters {
 }
 
 impl Filters {
+    /// Whether any filter narrows the list (the page then shows them open).
+    pub fn is_set(&self) -> bool {
+        !(self.agent.is_empty() && self.tool.is_empty() && self.risk.is_empty())
+    }
+
     pub fn admit(&self, approval: &pb::Approval) -> bool {
         (self.agent.is_empty() || self.agent == approval.agent_id)
             && (self.tool.is_empty() || self.tool == approval.tool_name)

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use countersign_client::pb;
 use fantoccini::{Client, Locator};
 
-use crate::browser::{click, element, script, sign_in, text, text_becomes, WAIT};
+use crate::browser::{click, element, script, select_all_of, sign_in, text, text_becomes, WAIT};
 use crate::chromium::Chromium;
 use crate::common::{eventually, Mode};
 use crate::common::{request, Setup};
@@ -22,10 +22,10 @@ const ENTER: &str = "\u{E007}";
 const SETTLE: Duration = Duration::from_millis(700);
 
 const LAPTOP: (u32, u32) = (1280, 800);
-const PHONE: (u32, u32) = (390, 844);
+pub const PHONE: (u32, u32) = (390, 844);
 
 /// A call as an agent asks for it.
-async fn ask(
+pub async fn ask(
     setup: &Setup,
     agent: &str,
     tool: &str,
@@ -49,7 +49,7 @@ async fn ask(
 }
 
 /// A shell command, with the action line the hooks give it.
-async fn run(
+pub async fn run(
     setup: &Setup,
     agent: &str,
     command: &str,
@@ -101,7 +101,7 @@ async fn undecided(setup: &Setup, approval: &pb::Approval, after: &str) {
 }
 
 /// Opens `path` and waits until its live stream is open.
-async fn open_live(browser: &Client, setup: &Setup, path: &str) {
+pub async fn open_live(browser: &Client, setup: &Setup, path: &str) {
     browser
         .goto(&format!("{}{path}", setup.web.url))
         .await
@@ -212,7 +212,7 @@ async fn enter_in_any_field_of_a_decision_form_decides_nothing() {
     .await;
     open_live(browser, &setup, "/").await;
     element(browser, &format!("#row-{}", second.id)).await;
-    click(browser, ".select-agent[data-agent=\"release-bot\"]").await;
+    select_all_of(browser, "release-bot").await;
     click(browser, "#batch button[type=submit]").await;
     element(browser, "#batch-decide").await;
     script(browser, "window.probe = 'unchanged'; return null;").await;
@@ -325,7 +325,7 @@ async fn twenty_page_loads_in_a_row_do_not_stall() {
 }
 
 /// The window's size in CSS pixels.
-async fn resize(browser: &Client, (width, height): (u32, u32)) {
+pub async fn resize(browser: &Client, (width, height): (u32, u32)) {
     browser
         .set_window_size(width, height)
         .await
@@ -444,7 +444,7 @@ async fn an_approver_walks_the_whole_inbox_and_decides_only_what_they_meant() {
     text_becomes(browser, "#form-error", "Tick").await;
     element(browser, "#inbox").await;
     // Tick the release, which the button counts (and the error goes), and review it.
-    click(browser, ".select-agent[data-agent=\"release-bot\"]").await;
+    select_all_of(browser, "release-bot").await;
     assert_eq!(text(browser, "#review").await, "Review selected (3)");
     assert!(!element(browser, "#form-error")
         .await

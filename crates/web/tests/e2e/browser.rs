@@ -54,6 +54,15 @@ pub async fn text_becomes(browser: &Client, css: &str, expected: &str) {
     }
 }
 
+/// Ticks every row of `agent` with the inbox's "Select all of…" control.
+pub async fn select_all_of(browser: &Client, agent: &str) {
+    element(browser, "#select-agent")
+        .await
+        .select_by_value(agent)
+        .await
+        .unwrap_or_else(|error| panic!("cannot select all of {agent}: {error}"));
+}
+
 /// Types `key` on the page itself (not into a form field).
 pub async fn press(browser: &Client, key: &str) {
     script(
@@ -206,7 +215,7 @@ async fn an_approver_works_through_the_inbox_in_a_real_browser() {
     for approval in &batch {
         element(browser, &format!("#row-{}", approval.id)).await;
     }
-    click(browser, ".select-agent[data-agent=\"batcher\"]").await;
+    select_all_of(browser, "batcher").await;
     chromium.screenshot("04-inbox-batch-selected").await;
     click(browser, "#batch button[type=submit]").await;
     element(browser, "#batch-decide").await;

@@ -5,8 +5,13 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
+use std::str::FromStr;
+
+use axum::http::Method;
+use fantoccini::wd::WebDriverCompatibleCommand;
 use fantoccini::{Client, ClientBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
+use reqwest::Url;
 use serde_json::json;
 use tokio::process::{Child, Command};
 
@@ -71,6 +76,19 @@ impl Chromium {
         panic!("cannot start a Chromium session through chromedriver: {last_error:?}");
     }
 
+    /// Runs `source` in every page this browser loads from now on, before the page's own
+    /// scripts and whatever its CSP says (DevTools' `Page.addScriptToEvaluateOnNewDocument`
+    /// through chromedriver): a probe that sees a page from its first node.
+    pub async fn run_on_every_page(&self, source: &str) {
+        self.client
+            .issue_cmd(DevTools {
+                command: "Page.addScriptToEvaluateOnNewDocument",
+                params: json!({ "source": source }),
+            })
+            .await
+            .expect("DevTools command through chromedriver");
+    }
+
     /// Saves a PNG of the page under target/tmp/web-screenshots/.
     pub async fn screenshot(&self, name: &str) -> PathBuf {
         let png = self.client.screenshot().await.expect("screenshot");
@@ -82,5 +100,30 @@ impl Chromium {
     pub async fn stop(mut self) {
         let _ = self.client.close().await;
         let _ = self.driver.kill().await;
+    }
+}
+
+/// A DevTools command, through chromedriver's `goog/cdp/execute` endpoint.
+#[derive(Debug)]
+struct DevTools {
+    command: &'static str,
+    params: serde_json::Value,
+}
+
+impl WebDriverCompatibleCommand for DevTools {
+    fn endpoint(
+        &self,
+        base_url: &Url,
+        session_id: Option<&str>,
+    ) -> Result<Url, <Url as FromStr>::Err> {
+        base_url.join(&format!(
+            "session/{}/goog/cdp/execute",
+            session_id.unwrap_or_default()
+        ))
+    }
+
+    fn method_and_body(&self, _request_url: &Url) -> (Method, Option<String>) {
+        let body = json!({ "cmd": self.command, "params": self.params });
+        (Method::POST, Some(body.to_string()))
     }
 }

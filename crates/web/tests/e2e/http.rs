@@ -769,3 +769,74 @@ async fn a_form_without_an_explicit_verdict_decides_nothing_and_comes_back_with_
     assert!(favicon.bytes().await.unwrap().starts_with(&[0, 0, 1, 0]));
     setup.web.stop().await;
 }
+
+/// Asserts `body` is one of the inbox's own pages with a link back to the inbox, saying `says`.
+fn a_page_with_a_way_back(body: &str, says: &str) {
+    assert!(body.contains("<a href=\"/\" id=\"back\">"), "{body}");
+    assert!(
+        body.contains("/assets/app.css"),
+        "in the inbox's style: {body}"
+    );
+    assert!(body.contains(says), "{body}");
+}
+
+#[tokio::test]
+async fn unknown_pages_wrong_methods_and_a_lost_server_answer_with_a_page_and_a_way_back() {
+    let mut setup = Setup::start(Mode::Login).await;
+    let cookie = sign_in(&setup, "alice", "Alice").await;
+
+    // An address that is no page, signed in or not.
+    for cookie in [cookie.as_str(), ""] {
+        let (status, body) = get(&setup, "/no/such/page", cookie).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        a_page_with_a_way_back(&body, "There is no page at this address");
+    }
+
+    // A method the address does not take: 405 with Allow, and a page.
+    let approval = setup.request("coder", "deploy", pb::Risk::High).await;
+    for (method, path, allowed) in [
+        (reqwest::Method::POST, "/".to_owned(), "GET"),
+        (
+            reqwest::Method::GET,
+            format!("/approvals/{}/decide", approval.id),
+            "POST",
+        ),
+        (reqwest::Method::DELETE, "/history".to_owned(), "GET"),
+    ] {
+        let response = http()
+            .request(method.clone(), format!("{}{path}", setup.web.url))
+            .header(COOKIE, &cookie)
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(
+            response.status(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {path}"
+        );
+        let allow = response.headers()["allow"]
+            .to_str()
+            .expect("ascii")
+            .to_owned();
+        assert!(allow.contains(allowed), "{method} {path}: Allow {allow}");
+        assert!(response.headers().contains_key(CONTENT_SECURITY_POLICY));
+        a_page_with_a_way_back(&response.text().await.expect("body"), "nothing was changed");
+    }
+
+    // The server gone: what it means and what to do, no transport internals.
+    setup.server.stop().await;
+    let (status, body) = get(&setup, &format!("/approvals/{}", approval.id), &cookie).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    a_page_with_a_way_back(&body, "The countersign server cannot be reached right now");
+    assert!(body.contains("tell whoever runs countersign"), "{body}");
+    for internal in [
+        "tcp",
+        "connect error",
+        "transport",
+        "Unavailable",
+        "unavailable:",
+    ] {
+        assert!(!body.contains(internal), "{internal:?} in {body}");
+    }
+    setup.web.stop().await;
+}

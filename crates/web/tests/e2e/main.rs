@@ -7,3 +7,4 @@ mod browser;
 mod chromium;
 mod common;
 mod http;
+mod screens;
