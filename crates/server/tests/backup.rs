@@ -785,6 +785,8 @@ async fn countersign_server_verify_names_what_was_edited_in_a_backup_file() {
     let (passed, _, stderr) = verify_command(&damaged);
     assert!(!passed, "the damaged copy verified");
     assert!(stderr.contains(&damaged.display().to_string()), "{stderr}");
+}
+
 /// The server's `--database` and `--config` are read after the subcommand as before it
 /// (`backup FILE --database X` was refused as an unexpected argument).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
