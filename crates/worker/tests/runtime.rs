@@ -469,6 +469,45 @@ async fn a_retry_waits_for_the_platform_s_retry_after_and_shows_the_latest_state
     running.shut_down().await;
 }
 
+/// A platform's retry-after holds every call to it, not only the limited approval's: an
+/// approval requested after the 429 is not shown before the retry-after passed (it was shown
+/// 20–50 ms later), and neither is a notice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_holds_the_calls_of_every_approval_until_it_passed() {
+    let harness = Harness::new(false).await;
+    let running = harness.start(GRACE);
+    let retry_after = Duration::from_secs(2);
+    harness
+        .recorder
+        .script("limited", Step::Fail(Some(retry_after)));
+    harness.request("limited").await;
+    harness.recorder.until_called("limited").await;
+    let limited_at = harness.recorder.calls_of("limited")[0].started;
+    harness.request("other").await;
+    harness
+        .recorder
+        .until_shown("other", ApprovalState::Pending)
+        .await;
+    harness
+        .recorder
+        .until_shown("limited", ApprovalState::Pending)
+        .await;
+    let record = harness.recorder.lock();
+    let after_the_429: Vec<Duration> = record
+        .calls
+        .iter()
+        .map(|call| call.started.duration_since(limited_at))
+        .filter(|since| !since.is_zero())
+        .collect();
+    assert_eq!(after_the_429.len(), 2, "the retry and the other approval");
+    assert!(
+        after_the_429.iter().all(|since| *since >= retry_after),
+        "calls {after_the_429:?} after the 429, before its retry-after of {retry_after:?}"
+    );
+    drop(record);
+    running.shut_down().await;
+}
+
 /// A restarted runtime resumes after its cursor: no snapshot, and what happened while it was
 /// stopped is replayed (the cancellation of an approval it showed, a new request), while
 /// what it had fully handled is not.
