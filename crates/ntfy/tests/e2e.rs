@@ -463,8 +463,8 @@ async fn a_429_holds_every_approval_until_its_retry_after() {
     );
 }
 
-/// Arguments and an action that grow when made visible (a bidirectional control becomes
-/// `⟨U+202E⟩`, 11 bytes) or take 4 bytes a character still fit ntfy's 4,096-byte message,
+/// Arguments that grow when made visible (a bidirectional control becomes `⟨U+202E⟩`, 11
+/// bytes) and an action of 4 bytes a character still fit ntfy's 4,096-byte message,
 /// which the fake enforces as ntfy does (a longer one is refused: no attachment cache).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_that_grows_when_made_visible_fits_ntfy_s_4096_bytes() {
@@ -475,7 +475,8 @@ async fn a_message_that_grows_when_made_visible_fits_ntfy_s_4096_bytes() {
             "hostile",
             600,
             &serde_json::json!({ "command": hostile }).to_string(),
-            &"\u{202E}".repeat(1_000),
+            // The server refuses hidden characters in the action; 4 bytes a character it takes.
+            &"😀".repeat(1_000),
         )
         .await;
     let shown = harness.request_notification(&approval.id).await;
