@@ -501,8 +501,9 @@ async fn a_retry_after_holds_the_calls_of_every_approval_until_it_passed() {
         .recorder
         .until_shown("limited", ApprovalState::Pending)
         .await;
-    let record = harness.recorder.lock();
-    let after_the_429: Vec<Duration> = record
+    let after_the_429: Vec<Duration> = harness
+        .recorder
+        .lock()
         .calls
         .iter()
         .map(|call| call.started.duration_since(limited_at))
@@ -513,7 +514,6 @@ async fn a_retry_after_holds_the_calls_of_every_approval_until_it_passed() {
         after_the_429.iter().all(|since| *since >= retry_after),
         "calls {after_the_429:?} after the 429, before its retry-after of {retry_after:?}"
     );
-    drop(record);
     running.shut_down().await;
 }
 
