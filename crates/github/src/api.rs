@@ -235,7 +235,8 @@ pub struct GitHubApi {
     settings: GitHubSettings,
     /// When the next write may go out.
     next_write: Mutex<Instant>,
-    /// Set when GitHub reported the primary limit used up: nothing goes out before.
+    /// Set when GitHub reported the primary limit used up, or answered a secondary limit
+    /// (403/429 with `Retry-After`): no call goes out before.
     blocked_until: std::sync::Mutex<Option<Instant>>,
 }
 
@@ -684,9 +685,11 @@ impl GitHubApi {
                     path,
                     status,
                     wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                    "GitHub rate limit; waiting before trying again"
+                    "GitHub rate limit; holding every call until it has passed"
                 );
-                tokio::time::sleep(wait).await;
+                // GitHub limits the account (secondary limits too), not this one call: every
+                // call waits at the top of the loop, this one included.
+                self.hold_until(Instant::now() + wait);
                 attempt += 1;
                 continue;
             }
@@ -721,26 +724,36 @@ impl GitHubApi {
     }
 
     async fn wait_until_unblocked(&self) {
-        let until = *self
-            .blocked_until
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(until) = until {
-            tokio::time::sleep_until(until).await;
+        // A hold made while waiting is waited for too.
+        loop {
+            let until = *self
+                .blocked_until
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            match until {
+                Some(until) if until > Instant::now() => tokio::time::sleep_until(until).await,
+                _ => return,
+            }
         }
     }
 
     /// After an answer reporting the quota used up, hold further calls until it resets.
     fn note_quota(&self, headers: &http::HeaderMap) {
+        if header_u64(headers, "x-ratelimit-remaining") == Some(0) {
+            if let Some(reset) = header_u64(headers, "x-ratelimit-reset") {
+                self.hold_until(Instant::now() + until_reset(reset));
+            }
+        }
+    }
+
+    /// Holds every call until `until` (a later hold already in place stays; one that has
+    /// passed holds nothing).
+    fn hold_until(&self, until: Instant) {
         let mut blocked = self
             .blocked_until
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        *blocked = match header_u64(headers, "x-ratelimit-remaining") {
-            Some(0) => header_u64(headers, "x-ratelimit-reset").map(until_reset),
-            _ => None,
-        }
-        .map(|wait| Instant::now() + wait);
+        *blocked = (*blocked).max(Some(until));
     }
 }
 

@@ -598,6 +598,51 @@ async fn rate_limits_are_waited_out_and_retried() {
     assert_eq!(harness.requests_comments(harness.issue).len(), 2);
 }
 
+/// A secondary rate limit is GitHub's for the account, not for one call: after a 403 with
+/// `Retry-After` no other approval's comment may be posted before it has passed (it was
+/// posted at once, while only the limited call waited).
+#[tokio::test]
+async fn a_secondary_rate_limit_holds_every_approval_s_comment() {
+    let harness = Harness::start(Mode::Webhook).await;
+    harness.github.fail_next(
+        Endpoint::CreateComment,
+        1,
+        Failure::SecondaryRateLimit {
+            retry_after_secs: 3,
+        },
+    );
+    let first = harness
+        .request_approval(harness.request("limited-1", ""))
+        .await;
+    let limited_at = harness
+        .github
+        .wait_for("the secondary limit", PATIENCE, |github| {
+            github
+                .requests_to(Endpoint::CreateComment)
+                .first()
+                .map(|request| request.received_at)
+        })
+        .await;
+    let second = harness
+        .request_approval(harness.request("limited-2", ""))
+        .await;
+    harness.request_comment(&first.id).await;
+    harness.request_comment(&second.id).await;
+    let posts: Vec<Duration> = harness
+        .github
+        .requests_to(Endpoint::CreateComment)
+        .iter()
+        .map(|request| request.received_at.duration_since(limited_at))
+        .collect();
+    assert_eq!(posts.len(), 3, "{posts:?}");
+    assert!(
+        posts[1..]
+            .iter()
+            .all(|since| *since >= Duration::from_secs(3)),
+        "comments {posts:?} after the limit, before its Retry-After"
+    );
+}
+
 /// A repository target opens one issue per approval, with the request in its body.
 #[tokio::test]
 async fn a_repository_target_opens_an_issue() {

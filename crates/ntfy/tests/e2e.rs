@@ -104,14 +104,32 @@ impl Harness {
 
     /// An approval routed to the ntfy topic `target` (empty: the default topic).
     async fn request_to(&self, target: &str, key: &str, ttl_seconds: u32) -> pb::Approval {
+        self.request_with(
+            target,
+            key,
+            ttl_seconds,
+            r#"{"command":"rm -rf build/"}"#,
+            "delete the build directory\nRisk: LOW",
+        )
+        .await
+    }
+
+    async fn request_with(
+        &self,
+        target: &str,
+        key: &str,
+        ttl_seconds: u32,
+        arguments_json: &str,
+        action: &str,
+    ) -> pb::Approval {
         self.agent
             .request_approval(pb::RequestApprovalRequest {
                 agent_id: "coder-1".into(),
                 session_id: "session-7".into(),
                 idempotency_key: key.into(),
                 tool_name: "bash".into(),
-                arguments_json: r#"{"command":"rm -rf build/"}"#.into(),
-                action: "delete the build directory\nRisk: LOW".into(),
+                arguments_json: arguments_json.into(),
+                action: action.into(),
                 reason: "clean rebuild".into(),
                 risk: pb::Risk::High.into(),
                 routes: vec![pb::Route {
@@ -423,6 +441,68 @@ async fn a_429_is_retried_no_sooner_than_its_retry_after() {
         posts[1].at.duration_since(posts[0].at)
     );
     assert_eq!(harness.ntfy.notifications(TOPIC).len(), 1);
+}
+
+/// ntfy limits per client (visitor), not per approval: after a 429 no other approval's
+/// notification may be published before the `Retry-After` either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_holds_every_approval_until_its_retry_after() {
+    let mut harness = Harness::without_worker().await;
+    harness.ntfy.fail_next(NtfyFailure {
+        status: 429,
+        retry_after: Some(3),
+    });
+    harness.start_worker();
+    let first = harness.request("limited-1", 600).await;
+    let limited_at = harness
+        .ntfy
+        .wait_for("the 429", |ntfy| {
+            ntfy.requests()
+                .into_iter()
+                .find(|r| r.method == "POST")
+                .map(|r| r.at)
+        })
+        .await;
+    let second = harness.request("limited-2", 600).await;
+    harness.request_notification(&first.id).await;
+    harness.request_notification(&second.id).await;
+    let posts: Vec<Duration> = harness
+        .ntfy
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .map(|r| r.at.duration_since(limited_at))
+        .collect();
+    assert_eq!(posts.len(), 3, "{posts:?}");
+    assert!(
+        posts[1..]
+            .iter()
+            .all(|since| *since >= Duration::from_secs(3)),
+        "publishes {posts:?} after the 429, before its Retry-After"
+    );
+}
+
+/// Arguments that grow when made visible (a bidirectional control becomes `⟨U+202E⟩`, 11
+/// bytes) and an action of 4 bytes a character still fit ntfy's 4,096-byte message,
+/// which the fake enforces as ntfy does (a longer one is refused: no attachment cache).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_grows_when_made_visible_fits_ntfy_s_4096_bytes() {
+    let harness = Harness::start().await;
+    let hostile = "\u{202E}😀".repeat(2_000);
+    let approval = harness
+        .request_with(
+            "",
+            "hostile",
+            600,
+            &serde_json::json!({ "command": hostile }).to_string(),
+            // The server refuses hidden characters in the action; 4 bytes a character it takes.
+            &"😀".repeat(1_000),
+        )
+        .await;
+    let shown = harness.request_notification(&approval.id).await;
+    assert!(shown.message.len() < 4_096, "{} bytes", shown.message.len());
+    assert!(shown.message.contains("⟨U+202E⟩😀"), "{}", shown.message);
+    assert!(!shown.message.contains('\u{202E}'), "{}", shown.message);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

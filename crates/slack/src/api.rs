@@ -33,6 +33,22 @@ const TRANSIENT_CODES: [&str; 5] = [
     "request_timeout",
 ];
 
+/// Slack's error codes that refuse a message for its content (too long, too many blocks, a
+/// block it does not take): the same message is refused again, a smaller one may pass.
+const CONTENT_CODES: [&str; 4] = [
+    "invalid_blocks",
+    "invalid_blocks_format",
+    "msg_too_long",
+    "msg_blocks_too_long",
+];
+
+impl SlackError {
+    /// Whether Slack refused the message for its content.
+    pub fn is_content_refused(&self) -> bool {
+        matches!(self, SlackError::Api(SlackClientError::ApiError(error)) if CONTENT_CODES.contains(&error.code.as_str()))
+    }
+}
+
 impl Classify for SlackError {
     fn verdict(&self) -> Verdict {
         match self {
@@ -68,14 +84,32 @@ pub struct SlackApi {
 
 /// A client for `api_url` (`https://slack.com/api`, or a fake's).
 pub fn client(api_url: &str) -> std::io::Result<Client> {
+    Ok(SlackClient::new(connector(api_url)?))
+}
+
+fn connector(api_url: &str) -> std::io::Result<SlackClientHyperHttpsConnector> {
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_native_roots()?
         .https_or_http()
         .enable_http1()
         .enable_http2()
         .build();
+    Ok(SlackClientHyperConnector::from(https).with_slack_api_url(api_url))
+}
+
+/// How many times in a row Socket Mode's `apps.connections.open` is tried again after a 429
+/// (each after its `Retry-After`) before slack-morphism's own reconnect pause takes over.
+const CONNECT_RATE_LIMIT_RETRIES: usize = 20;
+
+/// The client Socket Mode connects with: a 429 from `apps.connections.open` is tried again
+/// once its `Retry-After` has passed, instead of after slack-morphism's fixed 30 s reconnect
+/// pause (during which taps would go unheard). It adds no throttling of its own: no global,
+/// workspace or method limit is configured, so the only pause is Slack's `Retry-After`.
+pub fn socket_mode_client(api_url: &str) -> std::io::Result<Client> {
+    let rate_control =
+        SlackApiRateControlConfig::new().with_max_retries(CONNECT_RATE_LIMIT_RETRIES);
     Ok(SlackClient::new(
-        SlackClientHyperConnector::from(https).with_slack_api_url(api_url),
+        connector(api_url)?.with_rate_control(rate_control),
     ))
 }
 

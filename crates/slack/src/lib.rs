@@ -74,7 +74,10 @@ pub async fn run(
         settings.clone(),
     ));
     let socket = match &settings.taps {
-        Taps::Socket { app_token } => Some(socket_mode(slack, inbound.clone(), app_token).await?),
+        Taps::Socket { app_token } => {
+            let socket_client = Arc::new(api::socket_mode_client(&settings.api_url)?);
+            Some(socket_mode(socket_client, inbound.clone(), app_token).await?)
+        }
         Taps::Http { .. } => None,
     };
     let http = async {

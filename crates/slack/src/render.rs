@@ -7,16 +7,24 @@
 use std::collections::HashMap;
 
 use countersign_client::{pb, version, withdrawal};
-use countersign_worker::agent_text;
+use countersign_worker::agent_text::{self, Measure};
+use countersign_worker::approval;
 use countersign_worker::approval::{format_time, or_dash, outcome_word, prefix, short_id};
 use pb::{ApprovalState, ResolvedBy, Risk, Scope, Verdict};
 use slack_morphism::prelude::*;
 
+// Limits on single fields, counted on the escaped text Slack receives (`<` is sent as `&lt;`).
+// Slack counts characters; counting UTF-16 code units instead is never less, so the limits
+// hold either way.
 const TOOL_LIMIT: usize = 80;
 const LINE_LIMIT: usize = 300;
 const NAME_LIMIT: usize = 80;
-/// A section's text may hold 3,000 characters; the arguments get what the fences leave.
+/// Slack refuses a message (`invalid_blocks`) with a section text over 3,000 characters.
+pub const MAX_SECTION_CHARS: usize = 3_000;
+/// The arguments get what the heading and fences leave of their section.
 const ARGUMENTS_LIMIT: usize = 2_800;
+/// At most this many approvers are named in a status line (each name is one `code` field).
+const NAMED_APPROVERS: usize = 5;
 /// Slack's `event_type` of the metadata each request message carries (to find it again).
 pub const METADATA_EVENT: &str = "countersign_approval";
 
@@ -40,17 +48,34 @@ pub fn shown_key(approval: &pb::Approval) -> String {
     }
 }
 
-/// An agent's words for mrkdwn: visible, escaped, as inline code.
+/// An agent's words for mrkdwn: visible, escaped, as inline code; the escaped text takes at
+/// most `max`.
 pub fn code(text: &str, max: usize) -> String {
-    format!("`{}`", escape(&agent_text::one_line(text, max)))
+    format!("`{}`", escape_within(&agent_text::one_line(text, max), max))
 }
 
 /// `&`, `<`, `>` as Slack asks; backticks made harmless inside code.
 pub fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('`', "ˋ")
+    let mut escaped = String::with_capacity(text.len());
+    for character in text.chars() {
+        push_escaped(&mut escaped, character);
+    }
+    escaped
+}
+
+fn push_escaped(out: &mut String, character: char) {
+    match character {
+        '&' => out.push_str("&amp;"),
+        '<' => out.push_str("&lt;"),
+        '>' => out.push_str("&gt;"),
+        '`' => out.push('ˋ'),
+        other => out.push(other),
+    }
+}
+
+/// `text` escaped, cut (with "…") so that the escaped text takes at most `limit`.
+fn escape_within(text: &str, limit: usize) -> String {
+    agent_text::escape_within(text, limit, Measure::Utf16, push_escaped)
 }
 
 /// The button value: the approval and the arguments digest the approver saw.
@@ -82,38 +107,82 @@ pub fn message(approval: &pb::Approval) -> SlackMessageContent {
         blocks.push(section(says));
     }
     let (arguments, digest) = version::current_arguments(approval);
-    let shown = agent_text::cap(&agent_text::visible(arguments), ARGUMENTS_LIMIT);
     blocks.push(section(format!(
         "*Arguments* (SHA-256 `{}`):\n```{}```",
         prefix(digest, 16),
-        escape(&shown)
+        escape_within(&agent_text::visible(arguments), ARGUMENTS_LIMIT)
     )));
     blocks.push(section(status(approval)));
     if pending {
-        let value = button_value(approval);
-        let button = |id: &str, label: &str| {
-            SlackBlockButtonElement::new(id.into(), pt!(label)).with_value(value.clone())
-        };
-        blocks.push(
-            SlackActionsBlock::new(vec![
-                button(APPROVE, "Approve")
-                    .with_style(SlackBlockButtonStyle::Primary)
-                    .into(),
-                button(REJECT, "Reject…")
-                    .with_style(SlackBlockButtonStyle::Danger)
-                    .into(),
-                button(ALLOW_SESSION, "Allow for session").into(),
-            ])
-            .into(),
-        );
+        blocks.push(buttons(approval));
     }
+    with_metadata(
+        approval,
+        SlackMessageContent::new().with_text(escape(&title)),
+        blocks,
+    )
+}
+
+/// The smallest message of an approval, for when Slack refused the full one: the tool, the
+/// risk and the id, where else to decide, and the buttons while pending. Nothing the agent
+/// wrote but the tool's name, which is short.
+pub fn minimal_message(approval: &pb::Approval) -> SlackMessageContent {
+    let pending = approval.state() == ApprovalState::Pending;
+    let tool = agent_text::one_line(&approval.tool_name, TOOL_LIMIT);
+    let title = if pending {
+        format!("Approve {tool}?")
+    } else {
+        format!("{}: {tool}", outcome_word(approval))
+    };
+    let risk = approval.risk().as_str_name().trim_start_matches("RISK_");
+    let mut blocks: Vec<SlackBlock> = vec![
+        SlackHeaderBlock::new(pt!(title.clone())).into(),
+        section(format!(
+            "*Tool:* {}\n*Risk:* {}\n*ID:* `{}`\n{}",
+            code(&approval.tool_name, TOOL_LIMIT),
+            risk.to_lowercase(),
+            escape_within(&approval.id, NAME_LIMIT),
+            escape(&approval::decide_elsewhere(&approval.id)),
+        )),
+    ];
+    if pending {
+        blocks.push(buttons(approval));
+    }
+    with_metadata(
+        approval,
+        SlackMessageContent::new().with_text(escape(&title)),
+        blocks,
+    )
+}
+
+/// Approve, Reject… and Allow for session, each carrying [`button_value`].
+fn buttons(approval: &pb::Approval) -> SlackBlock {
+    let value = button_value(approval);
+    let button = |id: &str, label: &str| {
+        SlackBlockButtonElement::new(id.into(), pt!(label)).with_value(value.clone())
+    };
+    SlackActionsBlock::new(vec![
+        button(APPROVE, "Approve")
+            .with_style(SlackBlockButtonStyle::Primary)
+            .into(),
+        button(REJECT, "Reject…")
+            .with_style(SlackBlockButtonStyle::Danger)
+            .into(),
+        button(ALLOW_SESSION, "Allow for session").into(),
+    ])
+    .into()
+}
+
+/// The metadata every message carries, by which a restarted worker finds it again.
+fn with_metadata(
+    approval: &pb::Approval,
+    content: SlackMessageContent,
+    blocks: Vec<SlackBlock>,
+) -> SlackMessageContent {
     let metadata = SlackMessageMetadata::new(METADATA_EVENT.to_owned()).with_event_payload(
         HashMap::from([("approval_id".to_owned(), approval.id.clone())]),
     );
-    SlackMessageContent::new()
-        .with_text(escape(&title))
-        .with_blocks(blocks)
-        .with_metadata(metadata)
+    content.with_blocks(blocks).with_metadata(metadata)
 }
 
 /// The modal that asks a rejecting approver for a reason; `value` is the button's.
@@ -214,8 +283,9 @@ fn resolver(approval: &pb::Approval) -> String {
 
 /// Deciders as people know them: the display name (else the user id) and the channel.
 fn names(deciders: &[&pb::Decider]) -> String {
-    let names: Vec<String> = deciders
+    let mut names: Vec<String> = deciders
         .iter()
+        .take(NAMED_APPROVERS)
         .map(|decider| {
             let name = if decider.display_name.is_empty() {
                 &decider.user_id
@@ -225,10 +295,16 @@ fn names(deciders: &[&pb::Decider]) -> String {
             format!(
                 "{} ({})",
                 code(name, NAME_LIMIT),
-                escape(&agent_text::one_line(&decider.channel, NAME_LIMIT))
+                escape_within(
+                    &agent_text::one_line(&decider.channel, NAME_LIMIT),
+                    NAME_LIMIT
+                )
             )
         })
         .collect();
+    if deciders.len() > NAMED_APPROVERS {
+        names.push(format!("{} more", deciders.len() - NAMED_APPROVERS));
+    }
     names.join(", ")
 }
 

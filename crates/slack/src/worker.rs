@@ -179,9 +179,19 @@ impl SlackChannel {
                 }
             }
         };
-        self.api
+        let full = self
+            .api
             .update(channel, &ts, render::message(approval))
-            .await?;
+            .await;
+        match full {
+            Err(error) if error.is_content_refused() => {
+                tracing::warn!(approval_id = %approval.id, channel, %error, "Slack refused the message for its content; showing a minimal one");
+                self.api
+                    .update(channel, &ts, render::minimal_message(approval))
+                    .await?;
+            }
+            other => other?,
+        }
         self.store.update(&approval.id, channel, |post| {
             post.intended = wanted.clone();
             post.shown = Some(wanted.clone());
@@ -206,7 +216,15 @@ impl SlackChannel {
                 shown: None,
             }
         })?;
-        let ts = self.api.post(channel, render::message(approval)).await?;
+        let ts = match self.api.post(channel, render::message(approval)).await {
+            Err(error) if error.is_content_refused() => {
+                tracing::warn!(approval_id = %approval.id, channel, %error, "Slack refused the message for its content; posting a minimal one");
+                self.api
+                    .post(channel, render::minimal_message(approval))
+                    .await?
+            }
+            other => other?,
+        };
         self.store.update(&approval.id, channel, |post| {
             post.ts = Some(ts.clone());
             post.shown = Some(wanted.to_owned());

@@ -468,6 +468,136 @@ async fn a_429_is_retried_no_sooner_than_its_retry_after() {
     assert_eq!(harness.slack.messages(CHANNEL).len(), 1);
 }
 
+/// Slack limits per method and workspace, not per approval: after a 429 no other approval's
+/// message may be posted before the `Retry-After` either (it was posted 20–50 ms later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_holds_every_approval_until_its_retry_after() {
+    let mut harness = Harness::without_worker().await;
+    harness.slack.fail_next(SlackFailure {
+        status: 429,
+        retry_after: Some(3),
+    });
+    harness.start_worker().await;
+    let first = harness.request("limited-1", 600).await;
+    let limited = harness
+        .slack
+        .wait_for("the 429", |slack| {
+            slack.calls("chat.postMessage").first().map(|call| call.at)
+        })
+        .await;
+    let second = harness.request("limited-2", 600).await;
+    harness.request_message(&first.id).await;
+    harness.request_message(&second.id).await;
+    let posts = harness.slack.calls("chat.postMessage");
+    assert_eq!(post_statuses(&harness.slack), [429, 200, 200]);
+    for post in &posts[1..] {
+        assert!(
+            post.at.duration_since(limited) >= Duration::from_secs(3),
+            "a post {:?} after the 429, before its Retry-After",
+            post.at.duration_since(limited)
+        );
+    }
+}
+
+/// Socket Mode's `apps.connections.open` answered 429: the worker connects again once the
+/// `Retry-After` has passed, not after slack-morphism's fixed 30 s (taps fail meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_mode_connects_again_after_the_retry_after_of_a_429() {
+    let mut harness = Harness::without_worker().await;
+    harness.slack.fail_next_connect(SlackFailure {
+        status: 429,
+        retry_after: Some(1),
+    });
+    // Waits (at most 20 s) for the Socket Mode connection.
+    harness.start_worker().await;
+    let opens = harness.slack.calls("apps.connections.open");
+    assert_eq!(opens[0].status, 429);
+    assert_eq!(opens.last().map(|call| call.status), Some(200));
+    assert!(
+        opens[1].at.duration_since(opens[0].at) >= Duration::from_secs(1),
+        "connected again before the Retry-After"
+    );
+    let approval = harness.request("after-reconnect", 600).await;
+    let shown = harness.request_message(&approval.id).await;
+    let (envelope, _) = harness.slack.tap(ALICE, &shown, APPROVE);
+    harness.acked(&envelope).await;
+    assert_eq!(
+        harness.resolved(&approval.id).await.state(),
+        pb::ApprovalState::Approved
+    );
+}
+
+/// Arguments full of `<`, `>` and `&` grow fivefold when escaped: they were cut before
+/// escaping, the section went past Block Kit's 3,000 characters, Slack answered
+/// `invalid_blocks` and the approval was never shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn markup_characters_are_fitted_after_escaping() {
+    let harness = Harness::start().await;
+    let hostile = "<&>".repeat(2_000);
+    let approval = harness
+        .request_with(pb::RequestApprovalRequest {
+            arguments_json: serde_json::json!({ "command": hostile }).to_string(),
+            // The server's limits: action 1,024 characters, reason 4,096.
+            action: "<&>".repeat(300),
+            reason: "<&>".repeat(1_300),
+            ..request("hostile", 600)
+        })
+        .await;
+    let shown = harness.request_message(&approval.id).await;
+    let errors: Vec<Option<String>> = harness
+        .slack
+        .calls("chat.postMessage")
+        .into_iter()
+        .map(|call| call.error)
+        .collect();
+    assert_eq!(errors, [None], "posted whole at the first try");
+    let text = shown.shown();
+    assert!(text.contains("&lt;&amp;&gt;&lt;&amp;&gt;"), "{text}");
+    assert!(
+        !text.contains("web inbox"),
+        "the full message, not the minimal one"
+    );
+    for block in shown.blocks.as_array().unwrap() {
+        let section = block["text"]["text"].as_str().unwrap_or_default();
+        assert!(section.chars().count() <= 3_000, "{section}");
+        // No escape is cut in half.
+        let tail = section.trim_end_matches(['`', '…', '\n']);
+        assert!(!tail.ends_with('&') && !tail.ends_with("&l") && !tail.ends_with("&am"));
+    }
+}
+
+/// When Slack still refuses a message for its content, a minimal one is shown instead of
+/// nothing: the tool, the risk, the id, where else to decide, and the buttons.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_refused_for_its_content_is_replaced_by_a_minimal_one() {
+    let harness = Harness::start().await;
+    harness.slack.refuse_next("msg_too_long");
+    let approval = harness.request("refused", 600).await;
+    let shown = harness.request_message(&approval.id).await;
+    let errors: Vec<Option<String>> = harness
+        .slack
+        .calls("chat.postMessage")
+        .into_iter()
+        .map(|call| call.error)
+        .collect();
+    assert_eq!(errors, [Some("msg_too_long".to_owned()), None]);
+    let text = shown.shown();
+    assert!(text.contains("`bash`"), "{text}");
+    assert!(text.contains("high"), "{text}");
+    assert!(text.contains(&approval.id), "{text}");
+    assert!(text.contains("web inbox"), "{text}");
+    assert!(
+        text.contains(&format!("countersign approve {}", approval.id)),
+        "{text}"
+    );
+    let (envelope, _) = harness.slack.tap(ALICE, &shown, APPROVE);
+    harness.acked(&envelope).await;
+    assert_eq!(
+        harness.resolved(&approval.id).await.state(),
+        pb::ApprovalState::Approved
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_errors_are_retried_until_the_message_is_posted() {
     let mut harness = Harness::without_worker().await;

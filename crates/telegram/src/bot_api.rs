@@ -96,6 +96,15 @@ impl BotApiError {
             || description.contains("message to edit not found")
     }
 
+    /// Telegram refused the message for its content (too long, or markup it cannot parse):
+    /// the same message is refused again, a smaller one may pass.
+    pub fn is_content_refused(&self) -> bool {
+        let description = self.description();
+        matches!(self, BotApiError::Api { status: 400, .. })
+            && (description.contains("message is too long")
+                || description.contains("can't parse entities"))
+    }
+
     /// Another process polls updates with the same bot token (409 Conflict).
     pub fn is_polling_conflict(&self) -> bool {
         matches!(self, BotApiError::Api { status: 409, .. })

@@ -8,9 +8,9 @@
 use countersign_client::{groups, pb, version};
 use pb::{ApprovalState, ResolvedBy, Risk, Scope, Verdict};
 
-use countersign_worker::agent_text;
+use countersign_worker::agent_text::{self, Measure};
 use countersign_worker::approval::{
-    cancelled_word, format_time, or_dash, reminder_detail, short_id,
+    cancelled_word, decide_elsewhere, format_time, or_dash, reminder_detail, short_id,
 };
 
 use crate::callback::{ButtonAction, CallbackData};
@@ -56,6 +56,22 @@ pub fn render_approval(approval: &pb::Approval, buttons: &[ButtonAction]) -> Ren
     let arguments = render_arguments(approval, arguments_budget);
     RenderedMessage {
         html: format!("{head}{arguments}{tail}"),
+        keyboard: keyboard(approval, buttons),
+    }
+}
+
+/// The smallest message of an approval, for when Telegram refused the full one for its
+/// content: the header, the tool, the risk, the id, where else to decide, and the buttons.
+pub fn render_minimal(approval: &pb::Approval, buttons: &[ButtonAction]) -> RenderedMessage {
+    RenderedMessage {
+        html: format!(
+            "{}\n<b>Tool:</b> <code>{}</code>\n<b>Risk:</b> {}\n<b>ID:</b> <code>{}</code>\n<i>{}</i>",
+            header_html(approval),
+            agent_html(&approval.tool_name, TOOL_LIMIT),
+            risk_label(approval.risk()),
+            escape_within(&approval.id, IDENTITY_LIMIT),
+            escape(&decide_elsewhere(&approval.id)),
+        ),
         keyboard: keyboard(approval, buttons),
     }
 }
@@ -569,34 +585,13 @@ fn push_escaped(out: &mut String, character: char) {
 
 /// Escapes `text`, cut (with "…") so that the result takes at most `limit` UTF-16 code units.
 fn escape_within(text: &str, limit: usize) -> String {
-    let escaped = escape(text);
-    if utf16_len(&escaped) <= limit {
-        return escaped;
-    }
-    let (mut prefix, _) = escape_prefix(text, limit.saturating_sub(1));
-    prefix.push('…');
-    prefix
+    agent_text::escape_within(text, limit, Measure::Utf16, push_escaped)
 }
 
 /// The escaped form of the longest prefix of `text` that fits `limit` UTF-16 code units, and
 /// how many characters of `text` it holds. Never cuts inside a character or an escape.
 fn escape_prefix(text: &str, limit: usize) -> (String, usize) {
-    let mut escaped = String::new();
-    let mut used = 0;
-    let mut characters = 0;
-    let mut piece = String::new();
-    for character in text.chars() {
-        piece.clear();
-        push_escaped(&mut piece, character);
-        let width = utf16_len(&piece);
-        if used + width > limit {
-            break;
-        }
-        used += width;
-        characters += 1;
-        escaped.push_str(&piece);
-    }
-    (escaped, characters)
+    agent_text::escape_prefix(text, limit, Measure::Utf16, push_escaped)
 }
 
 fn limit_chars(text: &str, limit: usize) -> String {

@@ -26,8 +26,8 @@ use crate::book::{fingerprint, MessageBook, ShownMessage};
 use crate::bot_api::{BotApi, BotApiError, EditOutcome};
 use crate::config::Settings;
 use crate::render::{
-    grant_notice_html, reminder_html, render_approval, status_reply_html, RenderedMessage,
-    REPLACED_COPY_HTML,
+    grant_notice_html, reminder_html, render_approval, render_minimal, status_reply_html,
+    RenderedMessage, REPLACED_COPY_HTML,
 };
 
 /// The channel name this worker serves.
@@ -286,10 +286,21 @@ impl TelegramChannel {
             .collect();
         let after = self.book.newest_message(chat_id).map(|id| id.to_string());
         let intent = self.outbox.intend(&approval.id, &chat, after).await?;
-        let sent = self
+        let sent = match self
             .bot
             .send_message(chat_id, &rendered.html, &rendered.keyboard, None)
-            .await;
+            .await
+        {
+            Err(error) if error.is_content_refused() => {
+                // Telegram made no message; the minimal one goes out under the same intent.
+                tracing::warn!(approval_id = %approval.id, chat_id, %error, "Telegram refused the message for its content; sending a minimal one");
+                let minimal = render_minimal(approval, &self.settings.buttons);
+                self.bot
+                    .send_message(chat_id, &minimal.html, &minimal.keyboard, None)
+                    .await
+            }
+            other => other,
+        };
         let message_id = match sent {
             Ok(message_id) => message_id,
             Err(error) => {
@@ -376,10 +387,20 @@ impl TelegramChannel {
             self.book
                 .set_shown(&approval.id, chat_id, message_id, fingerprint(rendered))
         };
-        let edited = self
+        let edited = match self
             .bot
             .edit_message(chat_id, message_id, &rendered.html, &rendered.keyboard)
-            .await;
+            .await
+        {
+            Err(error) if error.is_content_refused() => {
+                tracing::warn!(approval_id = %approval.id, chat_id, message_id, %error, "Telegram refused the message for its content; showing a minimal one");
+                let minimal = render_minimal(approval, &self.settings.buttons);
+                self.bot
+                    .edit_message(chat_id, message_id, &minimal.html, &minimal.keyboard)
+                    .await
+            }
+            other => other,
+        };
         match edited {
             Ok(outcome) => {
                 tracing::debug!(approval_id = %approval.id, chat_id, message_id, not_modified = (outcome == EditOutcome::NotModified), "message up to date");

@@ -9,7 +9,9 @@
 //!   newline-delimited JSON (`since` a Unix time in seconds, a message id or `all`).
 //! - With an access token configured, a request without `Authorization: Bearer <token>` gets
 //!   `401 {"code":40101,"http":401,"error":"unauthorized"}`.
-//! - Invalid input gets ntfy's 400 answers (invalid topic, priority, too many actions).
+//! - Invalid input gets ntfy's 400 answers (invalid topic, priority, too many actions; a
+//!   message of 4,096 bytes or more, which ntfy takes for a file, `40014 attachments not
+//!   allowed` as a server without an attachment cache answers).
 //! - Tests inject failures ([`FakeNtfy::fail_next`]: a 429 with or without `Retry-After`, a
 //!   5xx) and hold a publish's answer after it was applied ([`FakeNtfy::hold_publishes`]),
 //!   so that a worker can be killed between ntfy storing a message and the worker hearing so.
@@ -26,6 +28,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
+
+/// ntfy's default `message-size-limit`, in bytes.
+const MESSAGE_SIZE_LIMIT: usize = 4_096;
 
 /// A message as the fake stored it.
 #[derive(Clone, Debug)]
@@ -311,6 +316,14 @@ fn publish_inner(shared: &Shared, headers: &HeaderMap, body: &[u8]) -> (StatusCo
         {
             return (bad, error(bad, 40018, "invalid request: actions invalid"));
         }
+    }
+    // ntfy peeks at most `message-size-limit` (4,096) bytes of the message; one that reaches
+    // the limit is taken for a file, and without an attachment cache (the default) refused.
+    if json["message"].as_str().unwrap_or_default().len() >= MESSAGE_SIZE_LIMIT {
+        return (
+            bad,
+            error(bad, 40014, "invalid request: attachments not allowed"),
+        );
     }
     let mut state = shared.lock();
     state.next_id += 1;

@@ -9,8 +9,12 @@
 //! - Socket Mode: `GET /socket` upgrades to a WebSocket that says `hello`, carries the
 //!   envelopes a test pushes ([`FakeSlack::tap`], [`FakeSlack::submit_reason`],
 //!   [`FakeSlack::push`]) and records every acknowledgement's `envelope_id`.
+//! - Messages Block Kit refuses are refused like Slack does: more than 50 blocks or a section
+//!   text over 3,000 characters (a header over 150) `invalid_blocks`, a `text` over 40,000
+//!   characters `msg_too_long`.
 //! - Tests inject failures into the next message write ([`FakeSlack::fail_next`]: a 429 with
-//!   `Retry-After`, a 5xx) and hold a post's answer after it was applied
+//!   `Retry-After`, a 5xx; [`FakeSlack::refuse_next`]: an error code such as `msg_too_long`) or
+//!   the next `apps.connections.open` ([`FakeSlack::fail_next_connect`]) and hold a post's answer after it was applied
 //!   ([`FakeSlack::hold_posts`]), so that a worker can be killed between Slack storing a
 //!   message and the worker hearing so.
 
@@ -118,6 +122,10 @@ struct FakeState {
     messages: Vec<SlackMessage>,
     requests: Vec<SlackRequest>,
     failures: VecDeque<SlackFailure>,
+    /// Error codes to refuse the next message writes with (HTTP 200, `ok: false`).
+    refusals: VecDeque<String>,
+    /// Failures for the next `apps.connections.open` calls.
+    connect_failures: VecDeque<SlackFailure>,
     hold: Duration,
     ephemerals: Vec<Ephemeral>,
     views: Vec<OpenedView>,
@@ -233,6 +241,17 @@ impl FakeSlack {
     /// The next message write is answered with `failure` (and not applied).
     pub fn fail_next(&self, failure: SlackFailure) {
         self.shared.lock().failures.push_back(failure);
+    }
+
+    /// Refuses the next message write with Slack's `error` code (`invalid_blocks`,
+    /// `msg_too_long`), as Slack refuses content whatever the fake checks itself.
+    pub fn refuse_next(&self, error: &str) {
+        self.shared.lock().refusals.push_back(error.to_owned());
+    }
+
+    /// Answers the next `apps.connections.open` with `failure` (Socket Mode's connection).
+    pub fn fail_next_connect(&self, failure: SlackFailure) {
+        self.shared.lock().connect_failures.push_back(failure);
     }
 
     /// Posts are applied at once and answered `hold` later (zero: at once).
@@ -394,6 +413,37 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .strip_prefix("Bearer ")
 }
 
+/// Block Kit's documented limits, which Slack enforces by refusing the message.
+const MAX_BLOCKS: usize = 50;
+const MAX_SECTION_TEXT_CHARS: usize = 3_000;
+const MAX_HEADER_TEXT_CHARS: usize = 150;
+/// `chat.postMessage`'s `text` (Slack truncates past 40,000 characters; the fake refuses).
+const MAX_MESSAGE_TEXT_CHARS: usize = 40_000;
+
+/// Why Slack would refuse the blocks and text of a message, as its `error` code.
+fn refused_content(body: &Value) -> Option<&'static str> {
+    if body["text"].as_str().unwrap_or_default().chars().count() > MAX_MESSAGE_TEXT_CHARS {
+        return Some("msg_too_long");
+    }
+    let blocks = body["blocks"].as_array()?;
+    if blocks.len() > MAX_BLOCKS {
+        return Some("invalid_blocks");
+    }
+    let too_long = |block: &Value, max: usize| {
+        block["text"]["text"]
+            .as_str()
+            .is_some_and(|text| text.chars().count() > max)
+    };
+    blocks
+        .iter()
+        .any(|block| match block["type"].as_str() {
+            Some("section") => too_long(block, MAX_SECTION_TEXT_CHARS),
+            Some("header") => too_long(block, MAX_HEADER_TEXT_CHARS),
+            _ => false,
+        })
+        .then_some("invalid_blocks")
+}
+
 /// Slack's answer to a failed call: HTTP 200, `ok: false`.
 fn slack_error(error: &str) -> (StatusCode, Value) {
     (StatusCode::OK, json!({"ok": false, "error": error}))
@@ -410,6 +460,8 @@ async fn web_api(
     let writes = ["chat.postMessage", "chat.update"].contains(&method.as_str());
     let failure = if writes {
         shared.lock().failures.pop_front()
+    } else if method == "apps.connections.open" {
+        shared.lock().connect_failures.pop_front()
     } else {
         None
     };
@@ -424,7 +476,15 @@ async fn web_api(
             (status, answer, failure.retry_after)
         }
         None => {
-            let (status, answer) = answer(&shared, &method, &query, &headers, &body);
+            let refusal = if writes {
+                shared.lock().refusals.pop_front()
+            } else {
+                None
+            };
+            let (status, answer) = match refusal {
+                Some(error) => slack_error(&error),
+                None => answer(&shared, &method, &query, &headers, &body),
+            };
             (status, answer, None)
         }
     };
@@ -482,6 +542,9 @@ fn answer(
             if channel.is_empty() {
                 return slack_error("channel_not_found");
             }
+            if let Some(error) = refused_content(body) {
+                return slack_error(error);
+            }
             let ts = format!("{}.{:06}", now_secs(), state.next_id());
             let message = SlackMessage {
                 channel: channel.clone(),
@@ -507,6 +570,9 @@ fn answer(
             else {
                 return slack_error("message_not_found");
             };
+            if let Some(error) = refused_content(body) {
+                return slack_error(error);
+            }
             message.text = text("text");
             message.blocks = body["blocks"].clone();
             message.updates += 1;

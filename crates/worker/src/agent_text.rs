@@ -45,6 +45,78 @@ pub fn cap(text: &str, max_chars: usize) -> String {
     cut
 }
 
+/// How a platform counts a text against its limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Measure {
+    /// Unicode scalar values (GitHub's comment body, Slack's text objects).
+    Chars,
+    /// UTF-16 code units (Telegram).
+    Utf16,
+    /// UTF-8 bytes (ntfy's message).
+    Bytes,
+}
+
+impl Measure {
+    /// How long `text` is, counted this way.
+    pub fn of(self, text: &str) -> usize {
+        match self {
+            Measure::Chars => text.chars().count(),
+            Measure::Utf16 => text.encode_utf16().count(),
+            Measure::Bytes => text.len(),
+        }
+    }
+}
+
+/// The escaped form of the longest prefix of `text` whose escaped form takes at most `limit`
+/// (counted by `measure`), and how many characters of `text` it holds. `escape` appends one
+/// character's escaped form; the cut never falls inside a character or its escape, and the
+/// limit is met by what the platform receives, not by the text before escaping (a text of
+/// `<` grows fourfold as `&lt;`).
+pub fn escape_prefix(
+    text: &str,
+    limit: usize,
+    measure: Measure,
+    escape: impl Fn(&mut String, char),
+) -> (String, usize) {
+    let mut escaped = String::new();
+    let mut used = 0;
+    let mut characters = 0;
+    let mut piece = String::new();
+    for character in text.chars() {
+        piece.clear();
+        escape(&mut piece, character);
+        let width = measure.of(&piece);
+        if used + width > limit {
+            break;
+        }
+        used += width;
+        characters += 1;
+        escaped.push_str(&piece);
+    }
+    (escaped, characters)
+}
+
+/// `text` escaped with `escape`, cut (ending in "…") so that the escaped result takes at most
+/// `limit` as `measure` counts; see [`escape_prefix`].
+pub fn escape_within(
+    text: &str,
+    limit: usize,
+    measure: Measure,
+    escape: impl Fn(&mut String, char),
+) -> String {
+    let (escaped, characters) = escape_prefix(text, limit, measure, &escape);
+    if characters == text.chars().count() {
+        return escaped;
+    }
+    if limit < measure.of("…") {
+        return String::new();
+    }
+    let (mut prefix, _) =
+        escape_prefix(text, limit.saturating_sub(measure.of("…")), measure, escape);
+    prefix.push('…');
+    prefix
+}
+
 /// Characters that start a new line in some renderer.
 pub fn is_line_break(character: char) -> bool {
     matches!(
@@ -101,6 +173,33 @@ mod tests {
         let shown = one_line("rm \u{202E}fdp.exe\u{200B}\u{2066}x\u{0007}", 200);
         assert_eq!(shown, "rm ⟨U+202E⟩fdp.exe⟨U+200B⟩⟨U+2066⟩x⟨U+0007⟩");
         assert_eq!(visible("a\n\u{202E}b"), "a\n⟨U+202E⟩b");
+    }
+
+    #[test]
+    fn escaped_text_fits_its_limit_and_no_escape_is_split() {
+        let escape = |out: &mut String, character: char| match character {
+            '<' => out.push_str("&lt;"),
+            '&' => out.push_str("&amp;"),
+            other => out.push(other),
+        };
+        let hostile = "<&".repeat(1_000);
+        for measure in [Measure::Chars, Measure::Utf16, Measure::Bytes] {
+            for limit in [0, 1, 3, 4, 5, 9, 10, 100, 3_000] {
+                let shown = escape_within(&hostile, limit, measure, escape);
+                assert!(measure.of(&shown) <= limit, "{measure:?} {limit}: {shown}");
+                let body = shown.trim_end_matches('…');
+                assert!(
+                    body.is_empty() || body.ends_with("&lt;") || body.ends_with("&amp;"),
+                    "{measure:?} {limit}: split escape in {shown}"
+                );
+            }
+        }
+        assert_eq!(escape_within("a<b", 10, Measure::Chars, escape), "a&lt;b");
+        assert_eq!(escape_within("a<b", 5, Measure::Chars, escape), "a…");
+        assert_eq!(
+            escape_prefix("é<", 3, Measure::Bytes, escape),
+            ("é".to_owned(), 1)
+        );
     }
 
     #[test]

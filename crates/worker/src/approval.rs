@@ -20,6 +20,14 @@ pub fn reminder_detail(detail: &str) -> &str {
     detail.strip_prefix("reminder: ").unwrap_or(detail)
 }
 
+/// What a minimal message (one a platform took after refusing the full one for its content)
+/// says about deciding: where the whole request can be seen and decided.
+pub fn decide_elsewhere(id: &str) -> String {
+    format!(
+        "The full request could not be shown here. See it and decide in the web inbox, or with the CLI: countersign approve {id} (or reject {id})"
+    )
+}
+
 /// The last 8 characters of the id, as every channel shows it.
 pub fn short_id(id: &str) -> &str {
     let start = id.char_indices().rev().nth(7).map_or(0, |(at, _)| at);

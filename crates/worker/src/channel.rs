@@ -6,7 +6,7 @@ use std::future::Future;
 
 use countersign_client::pb;
 
-use crate::retry::Classify;
+use crate::retry::{Classify, RateLimitScope};
 
 /// A platform approvals are shown on.
 pub trait Channel: Send + Sync + 'static {
@@ -27,6 +27,15 @@ pub trait Channel: Send + Sync + 'static {
     /// concurrently with another call for the same approval.
     fn show(&self, approval: &pb::Approval)
         -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Which calls a failure with a retry-after holds back until it has passed. By default
+    /// every call to the platform (a rate limit is the platform's, per method, chat, workspace
+    /// or client, never one approval's); a channel whose platform limits one approval's calls
+    /// alone says [`RateLimitScope::Approval`] for those.
+    fn rate_limit_scope(&self, error: &Self::Error) -> RateLimitScope {
+        let _ = error;
+        RateLimitScope::Platform
+    }
 
     /// The approvals whose messages, as far as the channel knows, do not show a final state
     /// yet. After a snapshot, each one the snapshot does not list as pending is shown as the

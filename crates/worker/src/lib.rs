@@ -9,8 +9,9 @@
 //!   that one slow or failing approval never delays another; graceful shutdown finishes the
 //!   writes in flight.
 //! - [`retry`]: which platform failures are worth retrying ([`retry::Verdict`]: transport
-//!   errors, 429 and every 5xx whatever its body; 4xx are final) and a per-approval schedule
-//!   with exponential backoff that never retries before the platform's retry-after.
+//!   errors, 429 and every 5xx whatever its body; 4xx are final), a per-approval schedule
+//!   with exponential backoff that never retries before the platform's retry-after, and the
+//!   hold a retry-after puts on every call in its scope ([`retry::PlatformHold`]).
 //! - [`outbox::Outbox`]: a durable local record of the intent of each platform write that
 //!   creates something, so that a crash between the write and its record on the server is
 //!   reconciled on restart instead of repeated blindly.

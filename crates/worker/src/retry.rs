@@ -75,6 +75,58 @@ impl Backoff {
     }
 }
 
+/// Which calls a platform's rate limit (an answer with a retry-after) holds back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RateLimitScope {
+    /// Every call to the platform: the default, since platforms limit whole methods, chats,
+    /// workspaces or clients, never one approval (Slack per method and workspace, ntfy per
+    /// client, Telegram per chat and globally, GitHub's secondary limits per account).
+    Platform,
+    /// Only the calls for the approval whose call was limited.
+    Approval,
+}
+
+/// The pause a platform asked for with a retry-after, for every call in its scope: no call
+/// starts before it has passed.
+#[derive(Debug, Default)]
+pub struct PlatformHold {
+    until: Mutex<Option<Instant>>,
+}
+
+impl PlatformHold {
+    pub fn new() -> PlatformHold {
+        PlatformHold::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Instant>> {
+        // Every change is one assignment; a panicking holder cannot leave it half-done.
+        self.until
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Holds every call for `after` from now (a later hold already in place stays).
+    pub fn hold(&self, after: Duration) {
+        let until = Instant::now() + after;
+        let mut held = self.lock();
+        *held = (*held).max(Some(until));
+    }
+
+    /// How long calls are still held; `None` when they may be made now.
+    pub fn remaining(&self) -> Option<Duration> {
+        let until = (*self.lock())?;
+        let now = Instant::now();
+        (until > now).then(|| until - now)
+    }
+
+    /// Waits until no hold is in place (one made while waiting is waited for too).
+    pub async fn wait(&self) {
+        while let Some(wait) = self.remaining() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
 /// Runs `call` until it succeeds, fails finally, or `attempts` calls failed; waits between
 /// attempts as [`Backoff::wait`] says. A retry-after beyond `max_wait` is not waited for in
 /// line: the error is returned for the caller to schedule (see [`RetrySchedule`]).
@@ -261,6 +313,19 @@ mod tests {
             keep_longest(&mut kept, Failed(after));
         }
         assert_eq!(kept.and_then(|failed| failed.0), Some(3));
+    }
+
+    #[tokio::test]
+    async fn a_hold_keeps_the_longest_pause_and_waits_for_it() {
+        let hold = PlatformHold::new();
+        assert_eq!(hold.remaining(), None);
+        let start = Instant::now();
+        hold.hold(Duration::from_millis(200));
+        hold.hold(Duration::from_millis(50));
+        assert!(hold.remaining() > Some(Duration::from_millis(50)));
+        hold.wait().await;
+        assert!(start.elapsed() >= Duration::from_millis(200));
+        assert_eq!(hold.remaining(), None);
     }
 
     #[test]

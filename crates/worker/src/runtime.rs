@@ -12,6 +12,9 @@
 //!   in the approval's lane, after what came before it.
 //! - **Lanes**: everything for one approval runs in its lane, in order; approvals run
 //!   concurrently.
+//! - **Rate limits**: a failure with a retry-after holds every call in the scope the channel
+//!   names for it ([`Channel::rate_limit_scope`], by default the whole platform) until it has
+//!   passed: other approvals' shows and notices wait too, not only the limited one.
 //! - **Retries**: a failure that may pass schedules the approval on its own backoff, never
 //!   before the platform's retry-after (and nothing else is tried for it meanwhile); the retry
 //!   shows the approval as the server has it then. The item that led to it stays in flight for
@@ -45,7 +48,9 @@ use crate::channel::Channel;
 use crate::cursor::{Cursor, CursorError, Part};
 use crate::lanes::Lanes;
 use crate::metrics::{self, Counters, Gauges, ListenError, Metrics, ShowOutcome};
-use crate::retry::{retry_in_line, Backoff, Classify, RetrySchedule, Verdict};
+use crate::retry::{
+    retry_in_line, Backoff, Classify, PlatformHold, RateLimitScope, RetrySchedule, Verdict,
+};
 
 /// How many times listing the channel's unfinished approvals is tried after a snapshot.
 const UNFINISHED_ATTEMPTS: u32 = 5;
@@ -172,6 +177,7 @@ pub async fn run_with_requests<C: Channel>(
     let connection = watch.connection();
     let runtime = Arc::new(Runtime {
         retries: RetrySchedule::new(options.retry),
+        hold: PlatformHold::new(),
         client,
         channel,
         lanes: lanes.clone(),
@@ -222,6 +228,8 @@ struct Runtime<C> {
     options: RuntimeOptions,
     lanes: Lanes,
     retries: RetrySchedule,
+    /// The platform's retry-after, for every call in its scope (not only the approval's).
+    hold: PlatformHold,
     cursor: Option<Cursor>,
     counters: Counters,
 }
@@ -306,7 +314,7 @@ impl<C: Channel> Runtime<C> {
             UNFINISHED_ATTEMPTS,
             self.options.retry.max,
             "listing the unfinished approvals",
-            || self.channel.unfinished(),
+            || self.limited(self.channel.unfinished()),
         )
         .await
         .map_err(|error| RuntimeError::Unfinished {
@@ -397,7 +405,7 @@ impl<C: Channel> Runtime<C> {
         self.lanes.push(&key.clone(), async move {
             let retry = runtime.options.retry;
             let told = retry_in_line(retry, NOTICE_ATTEMPTS, retry.max, "a notice", || {
-                runtime.channel.notice(&event)
+                runtime.limited(runtime.channel.notice(&event))
             })
             .await;
             if let Err(error) = told {
@@ -434,7 +442,7 @@ impl<C: Channel> Runtime<C> {
             tracing::debug!(approval_id = %approval.id, wait_ms = wait.as_millis() as u64, "rate limited; leaving the update to the scheduled retry");
             return;
         }
-        let Err(error) = self.channel.show(approval).await else {
+        let Err(error) = self.limited(self.channel.show(approval)).await else {
             self.counters.show(ShowOutcome::Ok);
             self.retries.succeeded(&approval.id);
             return;
@@ -451,6 +459,31 @@ impl<C: Channel> Runtime<C> {
                 self.retries.succeeded(&approval.id);
             }
         }
+    }
+
+    /// Makes a platform call once the platform's retry-after has passed; a failure with a
+    /// retry-after holds every call in the scope the channel names for it.
+    async fn limited<T>(
+        &self,
+        call: impl Future<Output = Result<T, C::Error>>,
+    ) -> Result<T, C::Error> {
+        if let Some(wait) = self.hold.remaining() {
+            tracing::debug!(
+                wait_ms = wait.as_millis() as u64,
+                "rate limited; waiting for the platform's retry-after"
+            );
+        }
+        self.hold.wait().await;
+        let result = call.await;
+        if let Err(error) = &result {
+            if let Verdict::Retry { after: Some(after) } = error.verdict() {
+                if self.channel.rate_limit_scope(error) == RateLimitScope::Platform {
+                    tracing::info!(channel = self.channel.name(), retry_after_ms = after.as_millis() as u64, %error, "the platform asked for a pause; holding every call until it has passed");
+                    self.hold.hold(after);
+                }
+            }
+        }
+        result
     }
 
     /// The end of a job of `approval_id` that was (`part`) part of handling a watch item:

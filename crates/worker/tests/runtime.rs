@@ -14,7 +14,7 @@ use countersign_client::{pb, Client, ClientConfig};
 use countersign_testkit::http;
 use countersign_testkit::server::TestServer;
 use countersign_worker::channel::Channel;
-use countersign_worker::retry::{Backoff, Classify, Verdict};
+use countersign_worker::retry::{Backoff, Classify, RateLimitScope, Verdict};
 use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions, ShowRequests};
 use pb::ApprovalState;
 use tokio::sync::oneshot;
@@ -23,8 +23,10 @@ use tokio::time::Instant;
 
 /// What the next call for an approval does.
 enum Step {
-    /// Fails with a retryable error carrying this retry-after.
+    /// Fails with a retryable error carrying this retry-after (a limit of the platform).
     Fail(Option<Duration>),
+    /// Fails with a retry-after that the channel says limits this approval alone.
+    FailThisApprovalOnly(Duration),
     /// Waits until the sender fires (or is dropped), then shows.
     Hold(oneshot::Receiver<()>),
     /// Takes this long, then shows.
@@ -139,7 +141,7 @@ impl Recorder {
 }
 
 #[derive(Debug)]
-struct Unavailable(Option<Duration>);
+struct Unavailable(Option<Duration>, RateLimitScope);
 
 impl std::fmt::Display for Unavailable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -185,14 +187,17 @@ impl Channel for TestChannel {
             (record.calls.len() - 1, step)
         };
         let result = match step {
-            Some(Step::Fail(after)) => Err(Unavailable(after)),
+            Some(Step::Fail(after)) => Err(Unavailable(after, RateLimitScope::Platform)),
+            Some(Step::FailThisApprovalOnly(after)) => {
+                Err(Unavailable(Some(after), RateLimitScope::Approval))
+            }
             Some(Step::Hold(release)) => {
                 let _ = release.await;
                 Ok(())
             }
             Some(Step::HoldThenFail(release)) => {
                 let _ = release.await;
-                Err(Unavailable(None))
+                Err(Unavailable(None, RateLimitScope::Platform))
             }
             Some(Step::Slow(pause)) => {
                 tokio::time::sleep(pause).await;
@@ -231,14 +236,18 @@ impl Channel for TestChannel {
             .get_mut(&key)
             .and_then(VecDeque::pop_front);
         if let Some(after) = failing_after {
-            return Err(Unavailable(Some(after)));
+            return Err(Unavailable(Some(after), RateLimitScope::Platform));
         }
         if record.failing_notices > 0 {
             record.failing_notices -= 1;
-            return Err(Unavailable(None));
+            return Err(Unavailable(None, RateLimitScope::Platform));
         }
         record.notices.push((key, event.kind()));
         Ok(())
+    }
+
+    fn rate_limit_scope(&self, error: &Unavailable) -> RateLimitScope {
+        error.1
     }
 
     async fn unfinished(&self) -> Result<Vec<String>, Unavailable> {
@@ -469,6 +478,45 @@ async fn a_retry_waits_for_the_platform_s_retry_after_and_shows_the_latest_state
     running.shut_down().await;
 }
 
+/// A platform's retry-after holds every call to it, not only the limited approval's: an
+/// approval requested after the 429 is not shown before the retry-after passed (it was shown
+/// 20–50 ms later), and neither is a notice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_holds_the_calls_of_every_approval_until_it_passed() {
+    let harness = Harness::new(false).await;
+    let running = harness.start(GRACE);
+    let retry_after = Duration::from_secs(2);
+    harness
+        .recorder
+        .script("limited", Step::Fail(Some(retry_after)));
+    harness.request("limited").await;
+    harness.recorder.until_called("limited").await;
+    let limited_at = harness.recorder.calls_of("limited")[0].started;
+    harness.request("other").await;
+    harness
+        .recorder
+        .until_shown("other", ApprovalState::Pending)
+        .await;
+    harness
+        .recorder
+        .until_shown("limited", ApprovalState::Pending)
+        .await;
+    let after_the_429: Vec<Duration> = harness
+        .recorder
+        .lock()
+        .calls
+        .iter()
+        .map(|call| call.started.duration_since(limited_at))
+        .filter(|since| !since.is_zero())
+        .collect();
+    assert_eq!(after_the_429.len(), 2, "the retry and the other approval");
+    assert!(
+        after_the_429.iter().all(|since| *since >= retry_after),
+        "calls {after_the_429:?} after the 429, before its retry-after of {retry_after:?}"
+    );
+    running.shut_down().await;
+}
+
 /// A restarted runtime resumes after its cursor: no snapshot, and what happened while it was
 /// stopped is replayed (the cancellation of an approval it showed, a new request), while
 /// what it had fully handled is not.
@@ -569,15 +617,17 @@ async fn a_shutdown_finishes_work_within_the_grace_period_and_flushes_the_cursor
 }
 
 /// An approval waiting for its retry at a shutdown keeps its event ahead of the cursor: the
-/// restarted runtime shows it, and nothing the first run finished.
+/// restarted runtime shows it, and nothing the first run finished. (Its retry-after is one
+/// the channel says limits that approval alone, so the others are shown meanwhile.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_waiting_for_its_retry_is_shown_after_a_restart() {
     let harness = Harness::new(true).await;
     let running = harness.start(GRACE);
     harness.request_shown("handled").await;
-    harness
-        .recorder
-        .script("waiting", Step::Fail(Some(Duration::from_secs(600))));
+    harness.recorder.script(
+        "waiting",
+        Step::FailThisApprovalOnly(Duration::from_secs(600)),
+    );
     harness.request("waiting").await;
     harness.recorder.until_called("waiting").await;
     harness.request_shown("handled-later").await;

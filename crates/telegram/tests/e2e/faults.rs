@@ -454,3 +454,73 @@ async fn a_shutdown_finishes_the_message_being_sent_and_records_it() {
         "the message sent during the shutdown is recorded"
     );
 }
+
+/// Telegram refusing a message for its content ("message is too long", or markup it cannot
+/// parse) gets a minimal message, buttons and all, instead of nothing: the approval was
+/// invisible until it expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_refused_for_its_content_is_replaced_by_a_minimal_one() {
+    let harness = Harness::start().await;
+    harness
+        .telegram
+        .fail_next("sendMessage", 1, InjectedError::MessageTooLong);
+    let approval = harness.request("refused", "{}").await;
+    let message = harness.request_message(0).await;
+    assert!(message.text.contains(&approval.id), "{}", message.text);
+    assert!(message.text.contains("web inbox"), "{}", message.text);
+    assert!(
+        message
+            .text
+            .contains(&format!("countersign approve {}", approval.id)),
+        "{}",
+        message.text
+    );
+    harness.telegram.tap_button(
+        &alice(),
+        CHAT,
+        message.message_id,
+        &button(&message, "Approve"),
+    );
+    assert_eq!(
+        harness.agent_waits(&approval.id).await.state(),
+        ApprovalState::Approved
+    );
+}
+
+/// A 429 with `retry_after` holds every message to Telegram, not only the limited
+/// approval's: a second approval's message was sent 20–50 ms later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_holds_every_approval_s_message_until_its_retry_after() {
+    let harness = Harness::start().await;
+    harness.telegram.fail_next(
+        "sendMessage",
+        1,
+        InjectedError::TooManyRequests { retry_after: 3 },
+    );
+    harness.request("limited-1", "{}").await;
+    let limited_at = harness
+        .telegram
+        .wait_for_requests("the 429", |requests| {
+            requests.iter().any(|r| r.method == "sendMessage")
+        })
+        .await
+        .iter()
+        .find(|r| r.method == "sendMessage")
+        .map(|r| r.received_at)
+        .expect("the limited send");
+    harness.request("limited-2", "{}").await;
+    harness.request_message(1).await;
+    let sends: Vec<Duration> = harness
+        .telegram
+        .requests_of("sendMessage")
+        .iter()
+        .map(|r| r.received_at.duration_since(limited_at))
+        .collect();
+    assert_eq!(sends.len(), 3, "{sends:?}");
+    assert!(
+        sends[1..]
+            .iter()
+            .all(|since| *since >= Duration::from_secs(3)),
+        "sends {sends:?} after the 429, before its retry_after"
+    );
+}
