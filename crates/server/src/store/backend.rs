@@ -89,6 +89,9 @@ pub trait Backend: SharedReads {
     /// Writes a consistent copy of the database to the new file `into` while serving goes on,
     /// and verifies the copy's audit chain; see [`crate::backup`].
     async fn backup(&self, into: &Path) -> Result<Backup, BackupError>;
+    /// The log's history id, read at start (it changes only while no server serves: a
+    /// restore, `audit rechain`, `audit new-history`).
+    fn history(&self) -> &str;
     /// Whether this server runs the background sweeps (expiry, pruning) now: always on a
     /// database of its own; on a shared one, only the server holding the sweep lock.
     async fn leads_sweeps(&self) -> bool {

@@ -40,6 +40,8 @@ pub struct SqliteBackend {
     reads: SqlitePool,
     /// Woken by each commit of the writer.
     checkpointer: Arc<Notify>,
+    /// The log's history id, as the database held it at start.
+    history: String,
 }
 
 impl SqliteBackend {
@@ -64,6 +66,7 @@ impl SqliteBackend {
         );
         let mut migrations = SqliteConnection::connect_with(&options).await?;
         MIGRATOR.run_direct(&mut migrations).await?;
+        let history = migrations.history().await?;
         let checkpointer = Arc::new(Notify::new());
         if config.wal_checkpoints == WalCheckpoints::Server {
             tokio::spawn(checkpoint(
@@ -89,6 +92,7 @@ impl SqliteBackend {
             writer,
             reads,
             checkpointer,
+            history,
         };
         Ok((backend, Box::new(first)))
     }
@@ -178,6 +182,10 @@ impl Backend for SqliteBackend {
     async fn backup(&self, into: &Path) -> Result<Backup, BackupError> {
         let mut conn = self.reads.acquire().await.map_err(StoreError::from)?;
         backup::copy(&mut conn, into).await
+    }
+
+    fn history(&self) -> &str {
+        &self.history
     }
 }
 
