@@ -7,6 +7,7 @@
 
 mod process;
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -284,7 +285,6 @@ async fn a_cursor_that_the_restored_log_has_passed_re_lists() {
     let read = watch.cursor().unwrap();
     cursor.begin_snapshot(&read).done();
     cursor.flush().await.unwrap();
-    drop(watch);
     assert_eq!(read.seq, 5);
     assert!(made.newest_seq < read.seq, "{made:?}");
 
@@ -299,6 +299,24 @@ async fn a_cursor_that_the_restored_log_has_passed_re_lists() {
         after_restore.push(request_one(&mut approvals, request(1, n)).await);
     }
 
+    // The watch that lived through the restore reconnects after (old history, N): it
+    // re-lists too.
+    let expected: BTreeSet<String> = in_backup.iter().chain(&after_restore).cloned().collect();
+    let next = tokio::time::timeout(PATIENCE, watch.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let WatchItem::Snapshot(pending) = next else {
+        panic!(
+            "the live watch resumed after seq {} of another log: {next:?}",
+            read.seq
+        );
+    };
+    assert_eq!(
+        pending.into_iter().map(|a| a.id).collect::<BTreeSet<_>>(),
+        expected
+    );
+
     // Resumed from the persisted cursor: a snapshot with every pending approval.
     let (_, saved) = Cursor::open(&cursor_path);
     assert_eq!(saved.as_ref(), Some(&read));
@@ -308,22 +326,27 @@ async fn a_cursor_that_the_restored_log_has_passed_re_lists() {
         .unwrap()
         .unwrap();
     let WatchItem::Snapshot(pending) = next else {
-        panic!("the watch resumed after seq {} of another log: {next:?}", read.seq);
+        panic!(
+            "the watch resumed after seq {} of another log: {next:?}",
+            read.seq
+        );
     };
-    let listed: std::collections::BTreeSet<String> = pending.into_iter().map(|a| a.id).collect();
-    let expected: std::collections::BTreeSet<String> =
-        in_backup.iter().chain(&after_restore).cloned().collect();
+    let listed: BTreeSet<String> = pending.into_iter().map(|a| a.id).collect();
     assert_eq!(listed, expected);
     let head = resumed.cursor().unwrap();
     assert_eq!(head.seq, made.newest_seq + 4);
-    assert_ne!(head.history_id, read.history_id, "the restore began a new history");
+    assert_ne!(
+        head.history_id, read.history_id,
+        "the restore began a new history"
+    );
 
     // Each start on the backup file begins another history: a cursor of the first restore's
     // log is not taken for one of the second's.
     server.stop().await;
     restore(&database, &database.with_file_name("backup.db"));
     server.restart().await;
-    let mut again = client.watch(WatchOptions::channel("telegram").resume_after(Some(head.clone())));
+    let mut again =
+        client.watch(WatchOptions::channel("telegram").resume_after(Some(head.clone())));
     let next = tokio::time::timeout(PATIENCE, again.next())
         .await
         .unwrap()

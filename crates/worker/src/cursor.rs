@@ -466,7 +466,11 @@ mod tests {
         drop(old_work);
         let in_flight = cursor.begin(71);
         snapshot.done();
-        assert_eq!(cursor.safe(), 70, "51 of the old log no longer holds it back");
+        assert_eq!(
+            cursor.safe(),
+            70,
+            "51 of the old log no longer holds it back"
+        );
         cursor.flush().await.unwrap();
         assert_eq!(Cursor::open(&path).1, Some(at("restored", 70)));
         in_flight.done();

@@ -255,8 +255,7 @@ macro_rules! audit_sql {
                     .execute(&mut *tx)
                     .await?;
                 let after = $crate::store::audit_sql::AuditSql::anchor(&mut *tx).await?;
-                let history_id =
-                    $crate::store::audit_sql::AuditSql::new_history(&mut *tx).await?;
+                let history_id = $crate::store::audit_sql::AuditSql::new_history(&mut *tx).await?;
                 tx.commit().await?;
                 Ok($crate::store::audit_sql::Rechained {
                     rows_chained: unhashed.len(),
