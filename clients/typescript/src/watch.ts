@@ -135,7 +135,12 @@ export class Watch implements AsyncIterable<Snapshot | ApprovalEvent> {
             this.historyId = message.historyId;
             const approvals = snapshot;
             snapshot = [];
-            yield { type: "snapshot", approvals, headSeq: message.seq, historyId: message.historyId };
+            yield {
+              type: "snapshot",
+              approvals,
+              headSeq: message.seq,
+              historyId: message.historyId,
+            };
             break;
           }
           case pb.EventKind.HEARTBEAT:
