@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
+from pathlib import Path
 
 import grpc
 import pytest
@@ -205,6 +208,44 @@ def test_a_cursor_the_server_cannot_resume_from_takes_a_new_snapshot(client: Cli
     assert pending.id in {a.id for a in item.approvals}
     assert watch.cursor == item.head_seq < 10**9
     watch.close()
+
+
+def test_a_cursor_the_restored_log_has_passed_takes_a_new_snapshot(
+    start_server: Callable[..., Server], agent_id: str
+) -> None:
+    """Issue 44: a watcher read up to seq N; the database is restored from a backup taken
+    before N, and agents write past N. Resumed with its (seq, history id), the watch re-lists
+    every pending approval instead of skipping the restored log's events up to N."""
+    server = start_server()
+    backup = server.workdir / "backup.db"
+    with server.client() as client:
+        in_backup = {request(client, agent_id, n).id for n in range(2)}
+        subprocess.run(
+            [str(server.binary), "--database", str(server.database), "backup", str(backup)],
+            check=True,
+            capture_output=True,
+        )
+        for n in range(2, 5):
+            request(client, agent_id, n)
+        watch = client.watch()
+        snapshot = next(watch)
+        assert isinstance(snapshot, Snapshot) and snapshot.history_id
+        seq, history_id = watch.cursor, watch.history_id
+        assert (seq, history_id) == (snapshot.head_seq, snapshot.history_id)
+        watch.close()
+    server.kill()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{server.database}{suffix}").unlink(missing_ok=True)
+    shutil.copy(backup, server.database)
+    server.start()
+    with server.client() as client:
+        after_restore = {request(client, agent_id, n).id for n in range(10, 14)}
+        resumed = client.watch(after_seq=seq, history_id=history_id, include_snapshot=False)
+        item = next(resumed)
+        assert isinstance(item, Snapshot), f"resumed after seq {seq} of another log: {item}"
+        assert {a.id for a in item.approvals} == in_backup | after_restore
+        assert item.head_seq > seq and item.history_id != history_id
+        resumed.close()
 
 
 class SilentWatchService(pb_grpc.ApprovalServiceServicer):

@@ -136,6 +136,10 @@ export interface ApprovalEvent {
   at: Date | undefined;
   /** What happened, for people (reminders, escalations, refused decisions). */
   detail: string;
+  /** The history id of the event log `seq` belongs to: store it with the seq and resume with
+   * both (`afterSeq`, `historyId`). A restore of the server's database begins a new history,
+   * whose seqs name other events. */
+  historyId: string;
 }
 
 /** Every pending approval (first item of a snapshot watch, and again after a resync);
@@ -144,6 +148,8 @@ export interface Snapshot {
   type: "snapshot";
   approvals: Approval[];
   headSeq: bigint;
+  /** The history id of the event log `headSeq` belongs to (see `ApprovalEvent.historyId`). */
+  historyId: string;
 }
 
 /** Lower-case name of a generated enum value (prefix already stripped); undefined for
@@ -295,6 +301,7 @@ export function eventOf(message: pb.ApprovalEvent): ApprovalEvent {
     decision: message.decision === undefined ? undefined : decisionOf(message.decision),
     at: time(message.at),
     detail: message.detail,
+    historyId: message.historyId,
   };
 }
 

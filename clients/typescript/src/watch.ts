@@ -10,6 +10,10 @@ import { type Approval, type ApprovalEvent, approvalOf, eventOf, type Snapshot }
 export interface WatchOptions {
   /** The last seq processed (0: only what happens from now on, or from the snapshot). */
   afterSeq?: bigint;
+  /** The history id of the event log `afterSeq` was read from (an item's `historyId`). The
+   * server answers a cursor of another history (the log was restored since) like one ahead
+   * of the log, and the watch re-lists with a snapshot. Undefined: not checked. */
+  historyId?: string;
   /** First a snapshot of the pending approvals. Default true. */
   includeSnapshot?: boolean;
   /** Only approvals routed to this channel (and those with no routes). "": all. */
@@ -33,12 +37,15 @@ const FATAL = new Set([
 /** `for await (const item of client.watch())`: Snapshot and ApprovalEvent items. It reconnects
  * after a broken connection, a server restart, a slow-consumer cut-off or a stream silent
  * beyond the heartbeat timeout, and resumes after the last seq it delivered, skipping nothing
- * and repeating nothing; when the server no longer has that seq it yields a new Snapshot. It
+ * and repeating nothing; when the server cannot resume from that seq (no longer retained, or
+ * of another history of the log after a restore) it yields a new Snapshot. It
  * throws only what retrying cannot fix (Unauthenticated, PermissionDenied, InvalidArgument). */
 export class Watch implements AsyncIterable<Snapshot | ApprovalEvent> {
   /** The seq of the last delivered event (or snapshot head, or heartbeat): the seq to store
    * to resume later. Undefined until the watch has a gap-free position. */
   cursor: bigint | undefined;
+  /** The history id of the event log `cursor` belongs to: store it with the seq. */
+  historyId: string;
   /** Streams opened after the first one. */
   reconnects = 0;
   private readonly backoff: Backoff;
@@ -48,6 +55,7 @@ export class Watch implements AsyncIterable<Snapshot | ApprovalEvent> {
     private readonly options: WatchOptions,
   ) {
     this.cursor = options.afterSeq || undefined;
+    this.historyId = options.historyId ?? "";
     this.backoff = new Backoff(options.maxBackoffMs ?? 10_000);
   }
 
@@ -91,6 +99,7 @@ export class Watch implements AsyncIterable<Snapshot | ApprovalEvent> {
       afterSeq,
       channel: this.options.channel ?? "",
       includeSnapshot,
+      historyId: afterSeq === 0n ? "" : this.historyId,
     });
   }
 
@@ -111,6 +120,10 @@ export class Watch implements AsyncIterable<Snapshot | ApprovalEvent> {
         clearTimeout(timer);
         timer = setTimeout(() => silent.abort("silent"), heartbeatTimeoutMs);
         this.backoff.reset();
+        if (this.historyId === "") {
+          // Resumed without a history id (not checked): the stream's is the one to resume with.
+          this.historyId = message.historyId;
+        }
         switch (message.kind) {
           case pb.EventKind.SNAPSHOT:
             if (message.approval !== undefined) {
@@ -119,9 +132,15 @@ export class Watch implements AsyncIterable<Snapshot | ApprovalEvent> {
             break;
           case pb.EventKind.SNAPSHOT_COMPLETE: {
             this.cursor = message.seq;
+            this.historyId = message.historyId;
             const approvals = snapshot;
             snapshot = [];
-            yield { type: "snapshot", approvals, headSeq: message.seq };
+            yield {
+              type: "snapshot",
+              approvals,
+              headSeq: message.seq,
+              historyId: message.historyId,
+            };
             break;
           }
           case pb.EventKind.HEARTBEAT:

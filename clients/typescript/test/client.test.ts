@@ -1,6 +1,9 @@
 // The client's whole path against the real server: every call, typed errors, waits across a
 // server restart, an unreachable server, aborts, the watch.
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { copyFileSync, rmSync } from "node:fs";
+import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import {
   Aborted,
@@ -21,6 +24,7 @@ import {
   decideNext,
   firstPending,
   freePort,
+  SERVER_BIN,
   Server,
   sharedServer,
 } from "./support.js";
@@ -279,6 +283,68 @@ describe("client across a server restart", () => {
     assert.equal(new Set(seqs).size, seqs.length, "each seq once");
     assert.ok(watch.reconnects >= 1);
   });
+});
+
+test("a cursor the restored log has passed takes a new snapshot", async () => {
+  // Issue 44: a watcher read up to seq N; the database is restored from a backup taken
+  // before N, and agents write past N. Resumed with its seq and history id, the watch re-lists
+  // every pending approval instead of skipping the restored log's events up to N.
+  const server = await Server.start();
+  const database = join(server.dir, "countersign.db");
+  const backup = join(server.dir, "backup.db");
+  try {
+    const client = server.client();
+    const agent = agentId();
+    const request = async (toolName: string) =>
+      (await client.requestApproval({ agentId: agent, toolName })).approval.id;
+    const inBackup = [await request("before-0"), await request("before-1")];
+    execFileSync(SERVER_BIN, ["--database", database, "backup", backup], { stdio: "ignore" });
+    for (const n of [2, 3, 4]) {
+      await request(`before-${n}`);
+    }
+    const reading = new AbortController();
+    const watch = client.watch({ signal: reading.signal });
+    for await (const item of watch) {
+      assert.equal(item.type, "snapshot");
+      assert.notEqual(item.type === "snapshot" && item.historyId, "");
+      reading.abort();
+    }
+    const seq = watch.cursor;
+    const historyId = watch.historyId;
+    assert.ok(seq !== undefined && historyId !== "");
+
+    await server.kill();
+    for (const suffix of ["", "-wal", "-shm"]) {
+      rmSync(`${database}${suffix}`, { force: true });
+    }
+    copyFileSync(backup, database);
+    await server.start();
+    const afterRestore = [];
+    for (const n of [10, 11, 12, 13]) {
+      afterRestore.push(await request(`after-${n}`));
+    }
+    const resuming = new AbortController();
+    const resumed = client.watch({
+      afterSeq: seq,
+      historyId,
+      includeSnapshot: false,
+      signal: resuming.signal,
+    });
+    for await (const item of resumed) {
+      assert.equal(item.type, "snapshot", `resumed after seq ${seq} of another log`);
+      if (item.type === "snapshot") {
+        assert.deepEqual(
+          new Set(item.approvals.map((approval) => approval.id)),
+          new Set([...inBackup, ...afterRestore]),
+        );
+        assert.ok(item.headSeq > seq);
+        assert.notEqual(item.historyId, historyId);
+      }
+      resuming.abort();
+    }
+  } finally {
+    await server.kill();
+  }
 });
 
 test("an unreachable server is Unavailable, never an approval", async () => {

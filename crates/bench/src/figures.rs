@@ -297,6 +297,7 @@ pub async fn delivery_latency(
             channel: BENCH_CHANNEL.into(),
             include_snapshot: true,
             after_seq: 0,
+            history_id: String::new(),
         })
         .await
         .map_err(|s| BenchError::Setup(format!("watch: {s}")))?
@@ -447,6 +448,7 @@ pub async fn idle_streams(
                         channel: format!("idle-{}", i % 7),
                         include_snapshot: false,
                         after_seq: 0,
+                        history_id: String::new(),
                     })
                     .await
                     .map(|response| response.into_inner())

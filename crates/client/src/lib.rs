@@ -61,7 +61,7 @@ pub use countersign_proto::Timestamp;
 pub use error::ClientError;
 /// The gRPC status carried by [`ClientError::Other`] and its code.
 pub use tonic::{Code, Status};
-pub use watch::{Watch, WatchItem, WatchOptions};
+pub use watch::{Watch, WatchCursor, WatchItem, WatchOptions};
 
 // Workers move clients and watches into spawned tasks: keep them movable.
 const _: () = {

@@ -19,10 +19,23 @@ pub struct WatchOptions {
     pub heartbeat_timeout: Duration,
     /// The longest pause between reconnection attempts.
     pub max_backoff: Duration,
-    /// Start after this seq (a cursor the caller persisted) instead of with a snapshot: the
-    /// first item is then the event after it. When the server no longer retains it
-    /// (`OUT_OF_RANGE`) the watch takes a snapshot as usual. `None` or `Some(0)`: snapshot.
-    pub resume_after: Option<u64>,
+    /// Start after this cursor (one the caller persisted) instead of with a snapshot: the
+    /// first item is then the event after it. When the server cannot resume from it
+    /// (`OUT_OF_RANGE`: no longer retained, ahead of the log, or read from another history of
+    /// the log) the watch takes a snapshot as usual. `None` or a seq of 0: snapshot.
+    pub resume_after: Option<WatchCursor>,
+}
+
+/// Where a watch stands: the seq of the last item delivered and the history id of the event
+/// log it belongs to. A restore or `audit rechain` gives the log a new history id; the
+/// restored log's seqs after its head then name other events than the ones read before, so a
+/// persisted cursor must keep both, and the server answers a cursor of another history like
+/// one ahead of the log (the watch re-lists).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WatchCursor {
+    /// `ApprovalEvent.history_id`; empty from a server without history ids (then not checked).
+    pub history_id: String,
+    pub seq: u64,
 }
 
 impl WatchOptions {
@@ -36,11 +49,11 @@ impl WatchOptions {
         }
     }
 
-    /// The same watch, started after `seq` instead of with a snapshot (see
+    /// The same watch, started after `cursor` instead of with a snapshot (see
     /// [`WatchOptions::resume_after`]).
-    pub fn resume_after(self, seq: Option<u64>) -> Self {
+    pub fn resume_after(self, cursor: Option<WatchCursor>) -> Self {
         WatchOptions {
-            resume_after: seq,
+            resume_after: cursor,
             ..self
         }
     }
@@ -69,8 +82,9 @@ pub enum WatchItem {
 /// (`RESOURCE_EXHAUSTED`) or a connection silent beyond the heartbeat timeout it reconnects
 /// on a fresh connection, with exponential backoff and jitter, and resumes after the last seq
 /// it delivered (skipping anything already delivered). When the server cannot resume from
-/// there (`OUT_OF_RANGE`: the cursor is older than what it retains) the watch takes a new
-/// snapshot and yields it as [`WatchItem::Snapshot`]. A watch whose snapshot had head seq 0
+/// there (`OUT_OF_RANGE`: the cursor is older than what it retains, ahead of its log, or of
+/// another history of the log, after a restore) the watch takes a new snapshot and yields it
+/// as [`WatchItem::Snapshot`]. A watch whose snapshot had head seq 0
 /// (nothing had ever happened) cannot name a cursor and also re-snapshots after a reconnect.
 ///
 /// ```no_run
@@ -96,6 +110,8 @@ pub struct Watch {
     /// The seq of the last delivered item; `None` until a snapshot completes (or the seq to
     /// resume after, when started from one).
     cursor: Option<u64>,
+    /// The history id of the log `cursor` belongs to.
+    history_id: String,
     stream: Option<Streaming<pb::ApprovalEvent>>,
     /// Snapshot items of the stream being read, yielded together once complete.
     snapshot: Vec<pb::Approval>,
@@ -114,7 +130,16 @@ impl Watch {
         Watch {
             connector,
             backoff: Backoff::new(options.max_backoff),
-            cursor: options.resume_after.filter(|&seq| seq > 0),
+            cursor: options
+                .resume_after
+                .as_ref()
+                .map(|cursor| cursor.seq)
+                .filter(|&seq| seq > 0),
+            history_id: options
+                .resume_after
+                .as_ref()
+                .map(|cursor| cursor.history_id.clone())
+                .unwrap_or_default(),
             options,
             stream: None,
             snapshot: Vec::new(),
@@ -131,10 +156,13 @@ impl Watch {
         self.connected.subscribe()
     }
 
-    /// The seq of the last delivered event (or of the last snapshot's head); `None` before
-    /// the first snapshot.
-    pub fn cursor(&self) -> Option<u64> {
-        self.cursor
+    /// The seq of the last delivered event (or of the last snapshot's head) and its log's
+    /// history id; `None` before the first snapshot. Persist both to resume later.
+    pub fn cursor(&self) -> Option<WatchCursor> {
+        self.cursor.map(|seq| WatchCursor {
+            history_id: self.history_id.clone(),
+            seq,
+        })
     }
 
     /// The next snapshot or event. Reconnects on its own; returns `Err` only for what retrying
@@ -190,6 +218,10 @@ impl Watch {
             after_seq: resume_after.unwrap_or(0),
             channel: self.options.channel.clone(),
             include_snapshot: resume_after.is_none(),
+            history_id: match resume_after {
+                Some(_) => self.history_id.clone(),
+                None => String::new(),
+            },
         };
         tracing::debug!(channel = %request.channel, after_seq = request.after_seq, snapshot = request.include_snapshot, "opening watch");
         let mut rpc = self.connector.fresh_rpc();
@@ -217,6 +249,11 @@ impl Watch {
 
     /// Turns one message into at most one item, advancing the cursor.
     fn accept(&mut self, event: pb::ApprovalEvent) -> Option<WatchItem> {
+        // Resumed from a cursor without a history id (the server did not check it): the
+        // stream's is the one to resume with from now on.
+        if self.history_id.is_empty() {
+            self.history_id.clone_from(&event.history_id);
+        }
         match event.kind() {
             EventKind::Snapshot => {
                 if let Some(approval) = event.approval {
@@ -226,6 +263,7 @@ impl Watch {
             }
             EventKind::SnapshotComplete => {
                 self.cursor = Some(event.seq);
+                self.history_id = event.history_id;
                 tracing::debug!(channel = %self.options.channel, head = event.seq, pending = self.snapshot.len(), "watch snapshot complete");
                 Some(WatchItem::Snapshot(std::mem::take(&mut self.snapshot)))
             }

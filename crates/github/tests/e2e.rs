@@ -1288,7 +1288,7 @@ async fn with_a_state_dir_a_comment_resolved_behind_60_newer_approvals_is_correc
     let persisted = || {
         std::fs::read_to_string(&cursor_file)
             .ok()
-            .and_then(|text| text.trim().parse::<u64>().ok())
+            .and_then(|text| text.split_whitespace().next()?.parse::<u64>().ok())
     };
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while persisted().is_none() {
@@ -1302,7 +1302,7 @@ async fn with_a_state_dir_a_comment_resolved_behind_60_newer_approvals_is_correc
         .agent
         .watch(countersign_client::WatchOptions::channel("github"));
     watch.next().await.expect("a snapshot");
-    let head = watch.cursor().expect("the head seq");
+    let head = watch.cursor().expect("the head seq").seq;
 
     harness.start_worker().await;
     harness
@@ -1834,7 +1834,7 @@ async fn a_comment_resolved_in_a_gap_past_retention_is_corrected() {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         let mut resumed = harness.agent.watch(countersign_client::WatchOptions {
-            resume_after: Some(head_at_cut),
+            resume_after: Some(head_at_cut.clone()),
             ..countersign_client::WatchOptions::channel("github")
         });
         if let countersign_client::WatchItem::Snapshot(_) =
@@ -1844,7 +1844,8 @@ async fn a_comment_resolved_in_a_gap_past_retention_is_corrected() {
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "events after {head_at_cut} never pruned"
+            "events after {} never pruned",
+            head_at_cut.seq
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -2,7 +2,8 @@
 //! (`VACUUM INTO`, one read transaction, so the events, the approvals and the audit anchor
 //! are of one moment), flushed to disk, then verified with the same audit verification as
 //! `VerifyAudit`. A file that exists is never touched, and a copy whose chain does not verify
-//! is removed and reported instead of kept. PostgreSQL is backed up with pg_dump.
+//! is removed and reported instead of kept. The copy leaves the log's history id behind, so a
+//! restore of it begins a history of its own. PostgreSQL is backed up with pg_dump.
 //!
 //! A database file at rest (a backup before it is restored) is checked in full by
 //! [`verify_file`]: SQLite's own integrity check, then the same audit verification.
@@ -180,11 +181,12 @@ pub(crate) async fn copy(
     }
     let verified = async {
         vacuum_into(source, into).await?;
-        // SQLite does not flush what VACUUM INTO wrote.
-        let bytes = flush(into).map_err(write_error)?;
         let mut copy = open_existing(into, false).await?;
+        leave_history_behind(&mut copy).await?;
         let report = copy.verify().await?;
         copy.close().await.map_err(StoreError::from)?;
+        // SQLite does not flush what VACUUM INTO wrote.
+        let bytes = flush(into).map_err(write_error)?;
         match report.broken.clone() {
             Some((seq, problem)) => Err(BackupError::Broken { seq, problem }),
             None => Ok(Backup {
@@ -212,6 +214,25 @@ async fn vacuum_into(conn: &mut SqliteConnection, into: &Path) -> Result<(), Sto
         .bind(into)
         .execute(conn)
         .await?;
+    Ok(())
+}
+
+/// Removes the source's history id from the copy. The server that serves the copy (a restore)
+/// then gives it one of its own at start, so a watch cursor read from the source, which has
+/// gone on past the copy, is told apart from the restored log's cursors even once the restored
+/// log has passed its seq; and each restore of the same copy begins another history. A source
+/// from before history ids has none to leave behind.
+async fn leave_history_behind(copy: &mut SqliteConnection) -> Result<(), StoreError> {
+    let has_history: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'log_history')",
+    )
+    .fetch_one(&mut *copy)
+    .await?;
+    if has_history {
+        sqlx::query("DELETE FROM log_history")
+            .execute(&mut *copy)
+            .await?;
+    }
     Ok(())
 }
 

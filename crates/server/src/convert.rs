@@ -361,6 +361,8 @@ pub fn event_to_pb(event: &StoredEvent) -> pb::ApprovalEvent {
         decision: event.decision.as_ref().map(decision_to_pb),
         delivery: event.delivery.as_ref().map(delivery_to_pb),
         detail: event.detail.clone().unwrap_or_default(),
+        // Set by the watch, which knows the log's history (`watch.rs`).
+        history_id: String::new(),
     }
 }
 

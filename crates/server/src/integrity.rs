@@ -1,6 +1,7 @@
 //! The operator's commands on the audit trail's anchor: `countersign-server audit head`
-//! prints it, `audit rechain` accepts the event log as it is. The anchor itself, the SQL
-//! behind both and the start-up checks are the store's (`store/audit_sql.rs`).
+//! prints it, `audit rechain` accepts the event log as it is, `audit new-history` marks a log
+//! restored by other means than a countersign backup file. The anchor itself, the SQL behind
+//! them and the start-up checks are the store's (`store/audit_sql.rs`).
 
 use std::path::Path;
 
@@ -34,9 +35,33 @@ pub async fn rechain(database: &Path) -> Result<Rechained, StoreError> {
         head_seq = rechained.after.head_seq,
         head_hash = %rechained.after.head_hash,
         tail_seq = rechained.after.tail_seq,
+        history_id = %rechained.history_id,
         "audit rechain: the operator accepted the event log as it is now"
     );
     Ok(rechained)
+}
+
+/// `countersign-server audit new-history`: gives the event log a new history id, so that watch
+/// cursors read before are answered like cursors ahead of the log and their readers re-list.
+/// For a log restored by other means than a countersign backup file (pg_restore, Litestream),
+/// which holds the history id of the log it was copied from.
+pub async fn new_history(database: &Path) -> Result<String, StoreError> {
+    let history_id = match Database::of(database) {
+        Database::Sqlite(path) => {
+            crate::store::sqlite::connect_migrated(path)
+                .await?
+                .new_history()
+                .await?
+        }
+        Database::Postgres(url) => {
+            crate::store::postgres::connect_migrated(url)
+                .await?
+                .new_history()
+                .await?
+        }
+    };
+    tracing::warn!(%history_id, "audit new-history: the event log begins a new history; watchers re-list");
+    Ok(history_id)
 }
 
 /// `countersign-server audit head`: the anchor of the database at `database`.

@@ -96,8 +96,14 @@ enum AuditCommand {
     Head,
     /// Chain the event rows that have no hash and anchor the chain to the rows as they are
     /// now. The server refuses to start on such a database until this is run: run it only
-    /// after checking the rows (it is logged).
+    /// after checking the rows (it is logged). The log begins a new history id: watchers
+    /// re-list.
     Rechain,
+    /// Give the event log a new history id, with the server stopped, after restoring it by
+    /// other means than a countersign backup file (pg_restore, litestream restore): watch
+    /// cursors read before are then answered like cursors ahead of the log, and workers
+    /// re-list instead of resuming past events they never saw.
+    NewHistory,
 }
 
 fn main() -> ExitCode {
@@ -217,7 +223,7 @@ fn healthcheck(url: &str, timeout: Duration, ca_cert: Option<&std::path::Path>) 
     }
 }
 
-/// `audit head` and `audit rechain`.
+/// `audit head`, `audit rechain` and `audit new-history`.
 async fn audit(command: &AuditCommand, config: &Config) -> ExitCode {
     use countersign_server::integrity;
     let anchor_json = |anchor: &integrity::Anchor| {
@@ -239,9 +245,13 @@ async fn audit(command: &AuditCommand, config: &Config) -> ExitCode {
                     "rows_chained": rechained.rows_chained,
                     "before": anchor_json(&rechained.before),
                     "after": anchor_json(&rechained.after),
+                    "history_id": rechained.history_id,
                 })
             )
         }),
+        AuditCommand::NewHistory => integrity::new_history(&config.database)
+            .await
+            .map(|history_id| println!("{}", serde_json::json!({ "history_id": history_id }))),
     };
     match done {
         Ok(()) => ExitCode::SUCCESS,

@@ -142,6 +142,7 @@ impl ApprovalService for ApprovalApi {
             &caller,
             request.channel,
             request.after_seq,
+            request.history_id,
             request.include_snapshot,
         )?;
         let config = &self.app.config().watch;

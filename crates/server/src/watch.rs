@@ -7,6 +7,10 @@
 //! stream wait: when its consumer falls `buffer_events` behind on live events, the stream
 //! ends with RESOURCE_EXHAUSTED naming the seq to resume after. Replay from the store waits
 //! for the consumer instead, since it holds nothing up.
+//!
+//! A cursor is (history id, seq): every item carries the log's history id, and a cursor of
+//! another history (read before a restore or a rechain) is answered like one ahead of the
+//! log, since the seqs after the restored log's head name other events than the ones it read.
 
 use std::pin::Pin;
 
@@ -38,8 +42,9 @@ pub struct WatchSettings {
 pub enum Start {
     /// Send the pending approvals of the channel, then continue after the snapshot's head.
     Snapshot,
-    /// Replay stored events after this seq, then continue live.
-    After(i64),
+    /// Replay stored events after `seq`, then continue live. `history`: the log the seq was
+    /// read from, when the client said.
+    After { seq: i64, history: Option<String> },
     /// Only what is committed from now on.
     Now,
 }
@@ -58,6 +63,8 @@ struct Stream {
     shutdown: watch::Receiver<bool>,
     /// The highest seq this stream has examined: every matching event up to it was sent.
     examined: i64,
+    /// The log's history id, carried by every item.
+    history: String,
 }
 
 impl Stream {
@@ -96,7 +103,7 @@ impl Stream {
     fn offer_live(&mut self, event: &StoredEvent) -> Result<(), Stop> {
         if self.wants(event) {
             // Marked examined only once queued, so the resume hint stays exact.
-            self.push(event_to_pb(event))?;
+            self.push(self.item(event))?;
             self.examined = event.seq;
         }
         Ok(())
@@ -114,10 +121,17 @@ impl Stream {
             }
             for event in &page {
                 if self.wants(event) {
-                    self.push_waiting(event_to_pb(event)).await?;
+                    self.push_waiting(self.item(event)).await?;
                     self.examined = event.seq;
                 }
             }
+        }
+    }
+
+    fn item(&self, event: &StoredEvent) -> pb::ApprovalEvent {
+        pb::ApprovalEvent {
+            history_id: self.history.clone(),
+            ..event_to_pb(event)
         }
     }
 
@@ -130,6 +144,7 @@ impl Stream {
             decision: None,
             delivery: None,
             detail: String::new(),
+            history_id: self.history.clone(),
         }
     }
 }
@@ -144,8 +159,17 @@ pub async fn start(
     shutdown: watch::Receiver<bool>,
 ) -> Result<WatchStream, Status> {
     let live = hub.subscribe();
-    let examined = match start {
-        Start::After(seq) => {
+    let history = store.history().to_owned();
+    let examined = match &start {
+        Start::After {
+            seq,
+            history: Some(read_from),
+        } if *read_from != history => {
+            return Err(Status::out_of_range(format!(
+                "after_seq {seq} was read from another history of the event log (restored or re-chained since; this log's history_id is {history}), so it is taken as ahead of the event log; re-list with include_snapshot"
+            )));
+        }
+        &Start::After { seq, .. } => {
             let (head, oldest) = store.log_bounds().await.map_err(AppError::from)?;
             if seq > head {
                 return Err(Status::out_of_range(format!(
@@ -169,6 +193,7 @@ pub async fn start(
         out,
         shutdown,
         examined,
+        history,
     };
     let snapshot = matches!(start, Start::Snapshot);
     tokio::spawn(async move {

@@ -7,6 +7,7 @@
 
 mod process;
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -90,8 +91,11 @@ async fn a_backup_taken_under_load_restores_after_sigkill() {
         tokio::spawn(async move {
             let mut watch = client.watch(WatchOptions::channel("telegram"));
             while let Ok(item) = watch.next().await {
-                if let WatchItem::Event(event) = item {
-                    cursor.begin(event.seq).done();
+                match item {
+                    WatchItem::Snapshot(_) => {
+                        cursor.begin_snapshot(&watch.cursor().unwrap()).done();
+                    }
+                    WatchItem::Event(event) => cursor.begin(event.seq).done(),
                 }
             }
         })
@@ -159,13 +163,7 @@ async fn a_backup_taken_under_load_restores_after_sigkill() {
     assert!(after_kill > before_backup.len());
 
     // Restore: the copy in place of the database and its WAL, then start.
-    for suffix in ["", "-wal", "-shm"] {
-        let file = dir.path().join(format!("countersign.db{suffix}"));
-        if file.exists() {
-            std::fs::remove_file(file).unwrap();
-        }
-    }
-    std::fs::copy(&backup, &database).unwrap();
+    restore(&database, &backup);
     server.start().await;
 
     let mut admin = AdminServiceClient::new(channel(&url).await);
@@ -191,12 +189,13 @@ async fn a_backup_taken_under_load_restores_after_sigkill() {
     // The watcher's cursor names a seq the restored log never reached.
     let (_, saved) = Cursor::open(&cursor_path);
     let saved = saved.expect("the watcher persisted its cursor");
-    assert!(saved > made.newest_seq, "{saved} vs {made:?}");
+    assert!(saved.seq > made.newest_seq, "{saved:?} vs {made:?}");
     let ahead = approvals
         .watch_approvals(pb::WatchApprovalsRequest {
-            after_seq: saved,
+            after_seq: saved.seq,
             channel: "telegram".into(),
             include_snapshot: false,
+            history_id: String::new(),
         })
         .await
         .expect_err("a cursor ahead of the log is refused");
@@ -238,6 +237,149 @@ async fn a_backup_taken_under_load_restores_after_sigkill() {
     assert_eq!(event.seq, made.newest_seq + 1);
     assert_eq!(event.approval.unwrap().id, new.id);
     server.kill().await;
+}
+
+/// Issue 44: a restored log whose new events have passed a watcher's cursor. The watcher read
+/// up to seq N; the database is replaced by a backup taken before N, and agents then write
+/// past N. The seqs between the backup's head and N now name other events than the ones the
+/// watcher read: a watcher that resumed after N would never see them. The backup copy begins
+/// a history of its own when served, so the cursor (old history, N) is answered like one
+/// ahead of the log, and the SDK's watch, resumed from the persisted cursor, re-lists every
+/// pending approval instead.
+#[tokio::test]
+async fn a_cursor_that_the_restored_log_has_passed_re_lists() {
+    if postgres::skip_unless_sqlite(
+        "restores a SQLite backup file; on PostgreSQL a restore is pg_restore, after which `audit new-history` renews the history (tests/watch.rs)",
+    ) {
+        return;
+    }
+    let mut server = TestServer::start().await;
+    let url = server.url();
+    let mut approvals = ApprovalServiceClient::new(channel(&url).await);
+    let mut in_backup = Vec::new();
+    for n in 0..2 {
+        in_backup.push(request_one(&mut approvals, request(0, n)).await);
+    }
+    let made = AdminServiceClient::new(channel(&url).await)
+        .backup_database(pb::BackupDatabaseRequest {
+            file_name: "backup.db".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    for n in 2..5 {
+        request_one(&mut approvals, request(0, n)).await;
+    }
+
+    // The watcher reads everything, up to N, and persists its cursor as a worker does.
+    let dir = tempfile::tempdir().unwrap();
+    let cursor_path = dir.path().join("watch-cursor");
+    let (cursor, _) = Cursor::open(&cursor_path);
+    let client = Client::connect(ClientConfig::new(url.clone())).unwrap();
+    let mut watch = client.watch(WatchOptions::channel("telegram"));
+    let first = tokio::time::timeout(PATIENCE, watch.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(first, WatchItem::Snapshot(ref pending) if pending.len() == 5));
+    let read = watch.cursor().unwrap();
+    cursor.begin_snapshot(&read).done();
+    cursor.flush().await.unwrap();
+    assert_eq!(read.seq, 5);
+    assert!(made.newest_seq < read.seq, "{made:?}");
+
+    // Restore, then agents write past N in the restored log.
+    server.stop().await;
+    let database = server.database_path();
+    restore(&database, &database.with_file_name("backup.db"));
+    server.restart().await;
+    let mut approvals = ApprovalServiceClient::new(channel(&url).await);
+    let mut after_restore = Vec::new();
+    for n in 0..4 {
+        after_restore.push(request_one(&mut approvals, request(1, n)).await);
+    }
+
+    // The watch that lived through the restore reconnects after (old history, N): it
+    // re-lists too.
+    let expected: BTreeSet<String> = in_backup.iter().chain(&after_restore).cloned().collect();
+    let next = tokio::time::timeout(PATIENCE, watch.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let WatchItem::Snapshot(pending) = next else {
+        panic!(
+            "the live watch resumed after seq {} of another log: {next:?}",
+            read.seq
+        );
+    };
+    assert_eq!(
+        pending.into_iter().map(|a| a.id).collect::<BTreeSet<_>>(),
+        expected
+    );
+
+    // Resumed from the persisted cursor: a snapshot with every pending approval.
+    let (_, saved) = Cursor::open(&cursor_path);
+    assert_eq!(saved.as_ref(), Some(&read));
+    let mut resumed = client.watch(WatchOptions::channel("telegram").resume_after(saved));
+    let next = tokio::time::timeout(PATIENCE, resumed.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let WatchItem::Snapshot(pending) = next else {
+        panic!(
+            "the watch resumed after seq {} of another log: {next:?}",
+            read.seq
+        );
+    };
+    let listed: BTreeSet<String> = pending.into_iter().map(|a| a.id).collect();
+    assert_eq!(listed, expected);
+    let head = resumed.cursor().unwrap();
+    assert_eq!(head.seq, made.newest_seq + 4);
+    assert_ne!(
+        head.history_id, read.history_id,
+        "the restore began a new history"
+    );
+
+    // Each start on the backup file begins another history: a cursor of the first restore's
+    // log is not taken for one of the second's.
+    server.stop().await;
+    restore(&database, &database.with_file_name("backup.db"));
+    server.restart().await;
+    let mut again =
+        client.watch(WatchOptions::channel("telegram").resume_after(Some(head.clone())));
+    let next = tokio::time::timeout(PATIENCE, again.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(next, WatchItem::Snapshot(_)), "{next:?}");
+    assert_ne!(again.cursor().unwrap().history_id, head.history_id);
+}
+
+/// The restore steps of docs/deployment.md, with the server stopped: the database and its
+/// `-wal` and `-shm` moved aside, the backup copied in its place.
+fn restore(database: &std::path::Path, backup: &std::path::Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let file = std::path::PathBuf::from(format!("{}{suffix}", database.display()));
+        if file.exists() {
+            std::fs::remove_file(file).unwrap();
+        }
+    }
+    std::fs::copy(backup, database).unwrap();
+}
+
+/// Requests one approval; its id.
+async fn request_one(
+    client: &mut ApprovalServiceClient<Channel>,
+    request: pb::RequestApprovalRequest,
+) -> String {
+    client
+        .request_approval(request)
+        .await
+        .unwrap()
+        .into_inner()
+        .approval
+        .unwrap()
+        .id
 }
 
 const ADMIN: &str = "admin-secret";

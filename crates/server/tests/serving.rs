@@ -1,6 +1,6 @@
 //! The real `countersign-server` binary against hostile connections and an edited database:
 //! more idle sockets than it has descriptors, a connection that never speaks at SIGTERM, a
-//! non-loopback listen without tokens, and the audit anchor and rechain commands.
+//! non-loopback listen without tokens, and the audit anchor, rechain and new-history commands.
 
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
@@ -303,6 +303,18 @@ async fn the_anchor_is_printable_and_a_cleared_hash_needs_an_explicit_rechain() 
     let report = printed_json(&rechained);
     assert_eq!(report["rows_chained"], 1, "{report}");
     assert!(String::from_utf8_lossy(&rechained.stdout).contains("head_hash"));
+    // The rechained log begins a new history (watch cursors read before re-list), and so does
+    // one marked after a restore by other means than a backup file.
+    let rechained_history = report["history_id"].as_str().unwrap().to_owned();
+    assert_eq!(rechained_history.len(), 36, "{report}");
+    let renewed = audit(dir.path(), "new-history");
+    assert!(renewed.status.success(), "{renewed:?}");
+    let renewed = printed_json(&renewed);
+    assert_ne!(
+        renewed["history_id"],
+        rechained_history.as_str(),
+        "{renewed}"
+    );
 
     let server = spawn(dir.path(), &settings, None);
     let mut agent = client(addr).await;

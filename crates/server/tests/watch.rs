@@ -271,6 +271,7 @@ async fn snapshot_filters_by_channel_and_hands_over_without_gap() {
             channel: "telegram".into(),
             include_snapshot: true,
             after_seq: 0,
+            history_id: String::new(),
         },
     )
     .await;
@@ -353,6 +354,118 @@ async fn a_cursor_older_than_retention_is_out_of_range() {
     )
     .await;
     assert_eq!(next_event(&mut ok, PATIENCE).await.seq, 4);
+}
+
+/// The history id of the log a watch reads, from its snapshot (issue 44): every item carries
+/// it.
+async fn history_of(client: &mut Client) -> String {
+    let mut items = watch(
+        client,
+        pb::WatchApprovalsRequest {
+            include_snapshot: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut histories = BTreeSet::new();
+    loop {
+        let item = tokio::time::timeout(PATIENCE, items.message())
+            .await
+            .expect("a snapshot item in time")
+            .expect("stream ok")
+            .expect("stream open");
+        histories.insert(item.history_id.clone());
+        if kind(&item) == pb::EventKind::SnapshotComplete {
+            break;
+        }
+    }
+    assert_eq!(histories.len(), 1, "one history per stream: {histories:?}");
+    let history = histories.pop_first().unwrap();
+    assert!(!history.is_empty(), "the snapshot names its log's history");
+    history
+}
+
+/// A cursor is (history id, seq). A rechain, or `audit new-history` after a restore by other
+/// means than a backup file, gives the log a new history id; a cursor of the old one is then
+/// answered like a cursor ahead of the log, whatever its seq, so its reader re-lists. A cursor
+/// without a history id (a client from before them) is served as before.
+#[tokio::test]
+async fn a_cursor_of_another_history_is_answered_like_one_ahead_of_the_log() {
+    let mut server = TestServer::start().await;
+    let mut client = connect(&server).await;
+    for i in 0..3 {
+        create(&mut client, request("agent-1", &format!("call-{i}"))).await;
+    }
+    let first = history_of(&mut client).await;
+    let mut resumed = watch(
+        &mut client,
+        pb::WatchApprovalsRequest {
+            after_seq: 1,
+            history_id: first.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let event = next_event(&mut resumed, PATIENCE).await;
+    assert_eq!((event.seq, event.history_id.as_str()), (2, first.as_str()));
+    drop(resumed);
+
+    server.restart().await;
+    let mut client = connect(&server).await;
+    assert_eq!(history_of(&mut client).await, first, "a restart keeps it");
+
+    server.stop().await;
+    let rechained = countersign_server::integrity::rechain(&server.database_path())
+        .await
+        .unwrap();
+    server.restart().await;
+    let mut client = connect(&server).await;
+    let second = history_of(&mut client).await;
+    assert_eq!(second, rechained.history_id);
+    assert_ne!(second, first, "a rechain begins a new history");
+    answered_like_ahead(&mut client, &first, &second).await;
+
+    server.stop().await;
+    let third = countersign_server::integrity::new_history(&server.database_path())
+        .await
+        .unwrap();
+    server.restart().await;
+    let mut client = connect(&server).await;
+    assert_eq!(history_of(&mut client).await, third);
+    assert_ne!(third, second, "audit new-history begins a new history");
+    answered_like_ahead(&mut client, &second, &third).await;
+}
+
+/// A resume after seq 1 of the `old` history is refused like a cursor ahead of the log; of the
+/// `current` one, or without a history id, it is served.
+async fn answered_like_ahead(client: &mut Client, old: &str, current: &str) {
+    let refused = client
+        .watch_approvals(pb::WatchApprovalsRequest {
+            after_seq: 1,
+            history_id: old.into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a cursor of the old history is refused");
+    assert_eq!(refused.code(), Code::OutOfRange, "{refused:?}");
+    assert!(
+        refused.message().contains("ahead of the event log")
+            && refused.message().contains("include_snapshot"),
+        "{refused:?}"
+    );
+    for history_id in [current, ""] {
+        let mut served = watch(
+            client,
+            pb::WatchApprovalsRequest {
+                after_seq: 1,
+                history_id: history_id.into(),
+                ..Default::default()
+            },
+        )
+        .await;
+        let event = next_event(&mut served, PATIENCE).await;
+        assert_eq!((event.seq, event.history_id.as_str()), (2, current));
+    }
 }
 
 #[tokio::test]

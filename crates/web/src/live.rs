@@ -188,7 +188,7 @@ pub async fn follow(client: Client, live: Arc<Live>) -> Result<(), ClientError> 
     loop {
         match watch.next().await? {
             WatchItem::Snapshot(approvals) => {
-                let seq = watch.cursor().unwrap_or(0);
+                let seq = watch.cursor().map_or(0, |cursor| cursor.seq);
                 tracing::info!(pending = approvals.len(), seq, "inbox snapshot");
                 live.apply_snapshot(approvals, seq);
             }

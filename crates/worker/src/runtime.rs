@@ -4,7 +4,8 @@
 //! - **Watch** the channel's approvals. With a persisted [`Cursor`] a restarted worker resumes
 //!   right after the last event it fully handled (every later event is replayed, so an
 //!   approval resolved while it was down is corrected by its own events); without one, or when
-//!   the server no longer retains it, it starts with a snapshot and reconciles: every pending
+//!   the server cannot resume from it (no longer retained, ahead of the log, or read from
+//!   another history of the log: a restore), it starts with a snapshot and reconciles: every pending
 //!   approval is shown, and every one the channel still shows unfinished that is no longer
 //!   pending is shown as the server has it now.
 //! - **Notices**: an event that changes no message (a reminder, a refused decision, the
@@ -161,10 +162,11 @@ pub async fn run_with_requests<C: Channel>(
     let lanes = Lanes::new();
     // The lanes' jobs hold the runtime; dropping this future stops them.
     let _stop_lanes = lanes.abort_on_drop();
-    if let Some(after) = resume_after {
+    if let Some(after) = &resume_after {
         tracing::info!(
             channel = channel.name(),
-            after,
+            after = after.seq,
+            history_id = %after.history_id,
             "resuming the watch after the persisted cursor"
         );
     }
@@ -260,11 +262,11 @@ impl<C: Channel> Runtime<C> {
         loop {
             match watch.next().await? {
                 WatchItem::Snapshot(pending) => {
-                    let head = watch.cursor().unwrap_or(0);
+                    let head = watch.cursor().unwrap_or_default();
                     let part = self
                         .cursor
                         .as_ref()
-                        .map(|cursor| cursor.begin_snapshot(head));
+                        .map(|cursor| cursor.begin_snapshot(&head));
                     self.reconcile(pending, part.as_ref()).await?;
                     finish(part);
                 }

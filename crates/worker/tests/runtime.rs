@@ -14,6 +14,7 @@ use countersign_client::{pb, Client, ClientConfig};
 use countersign_testkit::http;
 use countersign_testkit::server::TestServer;
 use countersign_worker::channel::Channel;
+use countersign_worker::cursor::Cursor;
 use countersign_worker::retry::{Backoff, Classify, RateLimitScope, Verdict};
 use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions, ShowRequests};
 use pb::ApprovalState;
@@ -400,7 +401,7 @@ impl Harness {
 }
 
 fn saved_cursor(path: &Path) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    Cursor::open(path).1.map(|cursor| cursor.seq)
 }
 
 const GRACE: Duration = Duration::from_secs(5);
@@ -552,6 +553,64 @@ async fn a_restart_resumes_after_the_cursor_and_replays_what_came_after() {
             "the request handled before the restart was shown again: {replayed:?}"
         );
     }
+    running.shut_down().await;
+}
+
+/// Issue 44: the server's database is restored from a backup taken before the runtime's
+/// cursor, and agents write past the cursor before the runtime starts again. The seqs between
+/// the backup's head and the cursor now name requests the runtime never saw; resuming after
+/// the cursor would skip them. The restored log has another history id, so the runtime
+/// re-lists and shows every pending approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restore_past_the_cursor_a_restart_re_lists_and_misses_nothing() {
+    if countersign_testkit::postgres::skip_unless_sqlite(
+        "restores a SQLite backup file; PostgreSQL's restore is pg_restore and `audit new-history`",
+    ) {
+        return;
+    }
+    let mut harness = Harness::new(true).await;
+    harness.request("in-backup").await;
+    harness.agent.backup_database("backup.db").await.unwrap();
+    let running = harness.start(GRACE);
+    harness
+        .recorder
+        .until_shown("in-backup", ApprovalState::Pending)
+        .await;
+    for key in ["after-backup-1", "after-backup-2"] {
+        harness.request_shown(key).await;
+    }
+    running.shut_down().await;
+    let read = harness.saved_cursor().expect("a persisted cursor");
+    assert_eq!(read, 3);
+
+    harness.server.stop().await;
+    let database = harness.server.database_path();
+    for suffix in ["", "-wal", "-shm"] {
+        let file = PathBuf::from(format!("{}{suffix}", database.display()));
+        if file.exists() {
+            std::fs::remove_file(file).unwrap();
+        }
+    }
+    std::fs::copy(database.with_file_name("backup.db"), &database).unwrap();
+    harness.server.restart().await;
+    // The restored log (head 1) goes on past the cursor (3).
+    let restored: Vec<String> = (0..3).map(|n| format!("restored-{n}")).collect();
+    for key in &restored {
+        harness.request(key).await;
+    }
+
+    let running = harness.start(GRACE);
+    for key in &restored {
+        harness
+            .recorder
+            .until_shown(key, ApprovalState::Pending)
+            .await;
+    }
+    assert_eq!(
+        harness.recorder.lock().snapshots,
+        2,
+        "the restart re-listed instead of resuming"
+    );
     running.shut_down().await;
 }
 

@@ -220,11 +220,17 @@ class WatchCursor:
     """The state of a resumable watch, shared by the sync and asyncio iterators: which request
     to open next, which messages become items, which errors end the watch."""
 
-    def __init__(self, channel: str, after_seq: int, include_snapshot: bool, max_backoff: float) -> None:
+    def __init__(
+        self, channel: str, after_seq: int, history_id: str, include_snapshot: bool, max_backoff: float
+    ) -> None:
         self.channel = channel
         #: The seq of the last delivered event (or snapshot head, or heartbeat); None when
         #: the watch cannot resume without a gap.
         self.cursor: int | None = after_seq or None
+        #: The history id of the event log the cursor belongs to. The server answers a cursor
+        #: of another history (the log was restored since) like one ahead of the log, and the
+        #: watch re-lists; empty: not checked.
+        self.history_id = history_id
         self.first = (after_seq, include_snapshot)
         self.snapshot: list[Approval] = []
         self.backoff = Backoff(max_backoff)
@@ -246,19 +252,26 @@ class WatchCursor:
             "opening watch channel=%r after_seq=%d snapshot=%s", self.channel, after_seq, include_snapshot
         )
         return pb.WatchApprovalsRequest(
-            after_seq=after_seq, channel=self.channel, include_snapshot=include_snapshot
+            after_seq=after_seq,
+            channel=self.channel,
+            include_snapshot=include_snapshot,
+            history_id=self.history_id if after_seq else "",
         )
 
     def accept(self, message: pb.ApprovalEvent) -> Snapshot | Event | None:
         """Turns one message into at most one item, advancing the cursor."""
         self.backoff.reset()
+        # Resumed without a history id (not checked): the stream's is the one to resume with.
+        if not self.history_id:
+            self.history_id = message.history_id
         kind = message.kind
         if kind == pb.EVENT_KIND_SNAPSHOT:
             self.snapshot.append(approval_of(message.approval))
             return None
         if kind == pb.EVENT_KIND_SNAPSHOT_COMPLETE:
             self.cursor = message.seq
-            snapshot, self.snapshot = Snapshot(self.snapshot, message.seq), []
+            self.history_id = message.history_id
+            snapshot, self.snapshot = Snapshot(self.snapshot, message.seq, message.history_id), []
             return snapshot
         if kind == pb.EVENT_KIND_HEARTBEAT:
             # The server has examined everything up to this seq for this stream: a safe

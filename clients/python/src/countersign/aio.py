@@ -183,13 +183,14 @@ class AsyncClient(ClientBase):
         self,
         *,
         after_seq: int = 0,
+        history_id: str = "",
         include_snapshot: bool = True,
         channel: str = "",
         heartbeat_timeout: float = 30.0,
         max_backoff: float = 10.0,
     ) -> AsyncIterator[Snapshot | Event]:
         """As ``Client.watch``, as an async iterator (``async for item in client.watch()``)."""
-        state = WatchCursor(channel, after_seq, include_snapshot, max_backoff)
+        state = WatchCursor(channel, after_seq, history_id, include_snapshot, max_backoff)
         delay = 0.0
         while True:
             await asyncio.sleep(delay)

@@ -204,6 +204,7 @@ class Client(ClientBase):
         self,
         *,
         after_seq: int = 0,
+        history_id: str = "",
         include_snapshot: bool = True,
         channel: str = "",
         heartbeat_timeout: float = 30.0,
@@ -211,7 +212,7 @@ class Client(ClientBase):
     ) -> Watch:
         """An iterator of Snapshot and Event items that resumes after its last seq across
         disconnects and server restarts; see Watch."""
-        cursor = WatchCursor(channel, after_seq, include_snapshot, max_backoff)
+        cursor = WatchCursor(channel, after_seq, history_id, include_snapshot, max_backoff)
         return Watch(self, cursor, heartbeat_timeout)
 
 
@@ -244,6 +245,11 @@ class Watch:
     def cursor(self) -> int | None:
         """The seq the watch would resume after."""
         return self._state.cursor
+
+    @property
+    def history_id(self) -> str:
+        """The history id of the event log ``cursor`` belongs to: store it with the seq."""
+        return self._state.history_id
 
     @property
     def reconnects(self) -> int:

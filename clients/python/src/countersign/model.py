@@ -284,6 +284,10 @@ class Event:
     at: datetime | None
     #: What happened, for people (reminders, escalations, refused decisions).
     detail: str = ""
+    #: The history id of the event log ``seq`` belongs to: store it with the seq, and resume
+    #: with both (``watch(after_seq=..., history_id=...)``). A restore of the server's
+    #: database begins a new history, whose seqs name other events.
+    history_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -293,6 +297,8 @@ class Snapshot:
 
     approvals: list[Approval]
     head_seq: int
+    #: The history id of the event log ``head_seq`` belongs to (see ``Event.history_id``).
+    history_id: str = ""
 
 
 @dataclass
@@ -416,4 +422,5 @@ def event_of(message: pb.ApprovalEvent) -> Event:
         decision=_decision(message.decision) if message.HasField("decision") else None,
         at=_time(message, "at"),
         detail=message.detail,
+        history_id=message.history_id,
     )

@@ -104,7 +104,7 @@ async fn a_server_restart_interrupts_neither_the_wait_nor_the_watch() {
         .unwrap();
     let mut watch = client.watch(watch_options(""));
     assert_eq!(next_snapshot(&mut watch).await.len(), 1);
-    let head = watch.cursor().unwrap();
+    let head = watch.cursor().unwrap().seq;
     assert!(head > 0);
 
     let waiter = {

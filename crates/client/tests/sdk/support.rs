@@ -96,6 +96,7 @@ pub async fn logged_events(url: &str, after_seq: u64) -> Vec<pb::ApprovalEvent> 
         after_seq,
         channel: String::new(),
         include_snapshot: false,
+        history_id: String::new(),
     };
     let mut stream = raw.watch_approvals(request).await.unwrap().into_inner();
     let mut events = Vec::new();

@@ -78,7 +78,7 @@ async fn a_watch_starts_with_the_channels_pending_approvals_then_follows_its_eve
         ]
     );
     assert!(events.windows(2).all(|pair| pair[0].seq < pair[1].seq));
-    assert_eq!(watch.cursor(), Some(events[1].seq));
+    assert_eq!(watch.cursor().map(|cursor| cursor.seq), Some(events[1].seq));
 }
 
 /// `connection()` follows whether a stream is open: not before the first one, not while the
@@ -131,7 +131,7 @@ async fn a_silent_connection_is_detected_by_missed_heartbeats_and_resumed() {
     options.heartbeat_timeout = Duration::from_secs(1);
     let mut watch = proxied.watch(options);
     assert_eq!(next_snapshot(&mut watch).await.len(), 1);
-    let cursor = watch.cursor().unwrap();
+    let cursor = watch.cursor().unwrap().seq;
 
     proxy.freeze();
     let during = create(&direct, routed("during", None)).await;
@@ -158,7 +158,7 @@ async fn a_cursor_beyond_retention_yields_a_new_snapshot() {
         ids(&next_snapshot(&mut watch).await),
         HashSet::from([before.clone()])
     );
-    let cursor = watch.cursor().unwrap();
+    let cursor = watch.cursor().unwrap().seq;
     assert!(cursor > 0, "a cursor of 0 would re-snapshot anyway");
 
     proxy.freeze();
@@ -168,7 +168,7 @@ async fn a_cursor_beyond_retention_yields_a_new_snapshot() {
 
     let pending = next_snapshot(&mut watch).await;
     assert_eq!(ids(&pending), HashSet::from([before, first, second]));
-    assert!(watch.cursor().unwrap() > cursor);
+    assert!(watch.cursor().unwrap().seq > cursor);
 }
 
 /// A watch started after a persisted seq delivers the events after it, with no snapshot; one
@@ -182,12 +182,12 @@ async fn a_watch_resumes_after_a_given_seq_or_snapshots_when_it_is_pruned() {
     next_snapshot(&mut first).await;
     let cursor = first.cursor().unwrap();
     let after = create(&client, routed("after", None)).await;
-    let mut resumed = client.watch(watch_options("").resume_after(Some(cursor)));
-    assert_eq!(resumed.cursor(), Some(cursor));
+    let mut resumed = client.watch(watch_options("").resume_after(Some(cursor.clone())));
+    assert_eq!(resumed.cursor(), Some(cursor.clone()));
     let event = next_event(&mut resumed).await;
     assert_eq!(event.kind(), pb::EventKind::Requested);
     assert_eq!(event.approval.unwrap().id, after);
-    assert!(event.seq > cursor);
+    assert!(event.seq > cursor.seq);
 
     let pruning = TestServer::start_with(|config| config.watch.retention_seconds = 1).await;
     let client = self::client(&pruning.url());
@@ -198,7 +198,7 @@ async fn a_watch_resumes_after_a_given_seq_or_snapshots_when_it_is_pruned() {
     // The newest event is always retained: two, so that the one after the cursor can go.
     let after = create(&client, routed("after", None)).await;
     let later = create(&client, routed("later", None)).await;
-    wait_until_pruned_past(&pruning.url(), cursor).await;
+    wait_until_pruned_past(&pruning.url(), cursor.seq).await;
     let mut too_old = client.watch(watch_options("").resume_after(Some(cursor)));
     assert_eq!(
         ids(&next_snapshot(&mut too_old).await),
@@ -217,6 +217,7 @@ async fn wait_until_pruned_past(url: &str, cursor: u64) {
                 after_seq: cursor,
                 channel: String::new(),
                 include_snapshot: false,
+                history_id: String::new(),
             };
             if let Err(status) = raw.watch_approvals(request).await {
                 assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");

@@ -2,8 +2,10 @@
 //! anchor (its newest and oldest rows, kept in `audit_anchor`, apart from the rows), the SQL
 //! that reads and moves it ([`AuditSql`], written once for both backends), the start-up checks
 //! that refuse a database whose chain was truncated or has unchained rows, and the check that
-//! an approval's stored row says what its newest event says. The operator's commands on the
-//! anchor (`audit head`, `audit rechain`) are `crate::integrity`.
+//! an approval's stored row says what its newest event says; and the log's history id, which
+//! a rechain (here) and a restore (`crate::backup`, `audit new-history`) change. The
+//! operator's commands on the anchor (`audit head`, `audit rechain`, `audit new-history`) are
+//! `crate::integrity`.
 
 use async_trait::async_trait;
 use countersign_core::{Approval, Millis, State};
@@ -69,8 +71,15 @@ pub trait AuditSql: Send {
     /// caller's transaction.
     async fn prune(&mut self, before: Millis) -> Result<u64, StoreError>;
     /// Chains the rows without a hash and anchors the chain to the rows as they are, in a
-    /// transaction of its own.
+    /// transaction of its own, and begins a new history of the log: what a cursor read before
+    /// names may no longer be what the log holds.
     async fn rechain(&mut self) -> Result<Rechained, StoreError>;
+    /// The log's history id, written first when the database has none (a new database, or a
+    /// backup copy).
+    async fn history(&mut self) -> Result<String, StoreError>;
+    /// Gives the log a new history id: watch cursors read before it are answered like cursors
+    /// ahead of the log, so their readers re-list.
+    async fn new_history(&mut self) -> Result<String, StoreError>;
     /// Walks the whole event log in seq order and checks the hash chain up to the first broken
     /// row, then its ends against the anchor and every approval against its events, all in one
     /// snapshot.
@@ -110,6 +119,11 @@ pub(crate) mod sql {
             tail_seq = coalesce((SELECT seq FROM events ORDER BY seq LIMIT 1), head_seq + 1),
             tail_prev_hash = coalesce((SELECT prev_hash FROM events ORDER BY seq LIMIT 1), '')
          WHERE id = 1";
+    pub const HISTORY: &str = "SELECT history_id FROM log_history WHERE id = 1";
+    pub const FIRST_HISTORY: &str =
+        "INSERT INTO log_history (id, history_id) VALUES (1, $1) ON CONFLICT (id) DO NOTHING";
+    pub const NEW_HISTORY: &str = "INSERT INTO log_history (id, history_id) VALUES (1, $1)
+         ON CONFLICT (id) DO UPDATE SET history_id = excluded.history_id";
     pub const EVERY_EVENT: &str = "SELECT seq, approval_id, kind, at_ms, body, agent_id, decider,
             approver, prev_hash, hash
          FROM events ORDER BY seq";
@@ -241,12 +255,33 @@ macro_rules! audit_sql {
                     .execute(&mut *tx)
                     .await?;
                 let after = $crate::store::audit_sql::AuditSql::anchor(&mut *tx).await?;
+                let history_id = $crate::store::audit_sql::AuditSql::new_history(&mut *tx).await?;
                 tx.commit().await?;
                 Ok($crate::store::audit_sql::Rechained {
                     rows_chained: unhashed.len(),
                     before,
                     after,
+                    history_id,
                 })
+            }
+
+            async fn history(&mut self) -> Result<String, $crate::store::error::StoreError> {
+                sqlx::query($crate::store::audit_sql::sql::FIRST_HISTORY)
+                    .bind($crate::store::audit_sql::fresh_history())
+                    .execute(&mut *self)
+                    .await?;
+                Ok(sqlx::query_scalar($crate::store::audit_sql::sql::HISTORY)
+                    .fetch_one(&mut *self)
+                    .await?)
+            }
+
+            async fn new_history(&mut self) -> Result<String, $crate::store::error::StoreError> {
+                let history_id = $crate::store::audit_sql::fresh_history();
+                sqlx::query($crate::store::audit_sql::sql::NEW_HISTORY)
+                    .bind(&history_id)
+                    .execute(&mut *self)
+                    .await?;
+                Ok(history_id)
             }
 
             async fn verify(
@@ -460,4 +495,12 @@ pub struct Rechained {
     pub rows_chained: usize,
     pub before: Anchor,
     pub after: Anchor,
+    /// The log's new history id.
+    pub history_id: String,
+}
+
+/// A new history id: random (a UUIDv7's 74 random bits beside its time), so no two databases,
+/// restores or rechains share one.
+pub fn fresh_history() -> String {
+    uuid::Uuid::now_v7().to_string()
 }

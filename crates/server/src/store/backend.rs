@@ -92,6 +92,9 @@ pub trait Backend: SharedReads {
     /// Closes the backend's connections at a clean stop, once the writer has closed its own
     /// (SQLite: ending with a full checkpoint, see `sqlite.rs`).
     async fn close(&self) {}
+    /// The log's history id, read at start (it changes only while no server serves: a
+    /// restore, `audit rechain`, `audit new-history`).
+    fn history(&self) -> &str;
     /// Whether this server runs the background sweeps (expiry, pruning) now: always on a
     /// database of its own; on a shared one, only the server holding the sweep lock.
     async fn leads_sweeps(&self) -> bool {

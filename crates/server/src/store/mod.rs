@@ -417,6 +417,11 @@ impl Store {
         self.backend.log_bounds().await
     }
 
+    /// The event log's history id: a watch cursor is (history id, seq).
+    pub fn history(&self) -> &str {
+        self.backend.history()
+    }
+
     pub(crate) async fn list_events(
         &self,
         filter: &EventFilter,

@@ -54,6 +54,8 @@ pub struct PostgresBackend {
     reads: PgPool,
     /// The connection that holds the sweep lock (session-scoped: it ends with the connection).
     sweeper: Mutex<Option<PgConnection>>,
+    /// The log's history id, as the database held it at start.
+    history: String,
 }
 
 impl PostgresBackend {
@@ -87,6 +89,7 @@ impl PostgresBackend {
         ]);
         let mut conn = PgConnection::connect_with(&writer_options).await?;
         MIGRATOR.run_direct(&mut conn).await?;
+        let history = conn.history().await?;
         // The pool's only writes are the shared rate buckets, taken on every request: their
         // commits need not wait for the WAL flush. A crash of PostgreSQL may forget the last
         // moments of a bucket's level, which lets a few more calls through, never fewer.
@@ -102,6 +105,7 @@ impl PostgresBackend {
             writer_options,
             reads,
             sweeper: Mutex::new(None),
+            history,
         };
         Ok((backend, Box::new(PgWriter { conn })))
     }
@@ -466,6 +470,10 @@ impl Backend for PostgresBackend {
     /// PostgreSQL has its own tools for consistent online copies.
     async fn backup(&self, _into: &Path) -> Result<Backup, BackupError> {
         Err(BackupError::Postgres)
+    }
+
+    fn history(&self) -> &str {
+        &self.history
     }
 
     /// Takes (or keeps) the sweep lock on a connection of its own; a lost connection loses

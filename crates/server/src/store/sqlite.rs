@@ -46,6 +46,8 @@ pub struct SqliteBackend {
     /// The server's checkpoints; None with `wal_checkpoints = "external"`, where another
     /// process owns them.
     checkpoints: Option<Arc<Checkpoints>>,
+    /// The log's history id, as the database held it at start.
+    history: String,
 }
 
 impl SqliteBackend {
@@ -70,6 +72,7 @@ impl SqliteBackend {
         );
         let mut migrations = SqliteConnection::connect_with(&options).await?;
         MIGRATOR.run_direct(&mut migrations).await?;
+        let history = migrations.history().await?;
         let checkpointer = Arc::new(Notify::new());
         let checkpoints = (config.wal_checkpoints == WalCheckpoints::Server).then(|| {
             let checkpoints = Arc::new(Checkpoints {
@@ -107,6 +110,7 @@ impl SqliteBackend {
             reads,
             checkpointer,
             checkpoints,
+            history,
         };
         Ok((backend, Box::new(first)))
     }
@@ -287,6 +291,10 @@ impl Backend for SqliteBackend {
             Err(e) => tracing::error!(error = %e, "cannot checkpoint the WAL at the stop: copy the database with its -wal file, or with `countersign-server backup`"),
         }
         checkpoints.close().await;
+    }
+
+    fn history(&self) -> &str {
+        &self.history
     }
 }
 

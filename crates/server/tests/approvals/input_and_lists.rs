@@ -226,6 +226,7 @@ async fn bad_input_is_refused_with_the_field_named_and_stores_nothing() {
             after_seq: 1,
             include_snapshot: true,
             channel: String::new(),
+            history_id: String::new(),
         })
         .await
         .unwrap_err();

@@ -8,10 +8,14 @@ use countersign_client::{WatchItem, WatchOptions};
 
 use crate::common::{Harness, CHAT};
 
-/// The seq in the worker's cursor file, if it wrote one.
+/// The seq in the worker's cursor file (the seq, then the log's history id), if it wrote one.
 fn persisted_cursor(harness: &Harness) -> Option<u64> {
     let text = std::fs::read_to_string(&harness.settings.cursor_path).ok()?;
-    Some(text.trim().parse().expect("the cursor file holds a seq"))
+    let seq = text
+        .split_whitespace()
+        .next()
+        .expect("the cursor file holds a seq");
+    Some(seq.parse().expect("the cursor file holds a seq"))
 }
 
 /// Waits until the worker's cursor file names `seq` or later.
@@ -32,7 +36,7 @@ async fn wait_for_cursor(harness: &Harness, seq: u64) {
 async fn head_seq(harness: &Harness) -> u64 {
     let mut watch = harness.agent.watch(WatchOptions::channel("telegram"));
     match watch.next().await.expect("a snapshot") {
-        WatchItem::Snapshot(_) => watch.cursor().expect("a snapshot head"),
+        WatchItem::Snapshot(_) => watch.cursor().expect("a snapshot head").seq,
         WatchItem::Event(event) => panic!("expected a snapshot, got {event:?}"),
     }
 }

@@ -930,8 +930,7 @@ async fn flood_limits_are_honoured_for_sends_and_edits() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flood_wait_beyond_the_limit_is_retried_later_and_holds_every_message_until_it_passed()
-{
+async fn a_flood_wait_beyond_the_limit_is_retried_later_and_holds_every_message_until_it_passed() {
     let mut harness = Harness::without_worker().await;
     harness.settings.max_retry_wait = Duration::from_secs(1);
     harness.start_worker();

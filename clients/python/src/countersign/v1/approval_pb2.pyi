@@ -408,17 +408,19 @@ class ConsumeRequest(_message.Message):
     def __init__(self, approval_id: _Optional[str] = ..., outcome: _Optional[_Union[ConsumeOutcome, str]] = ..., detail: _Optional[str] = ..., args_digest: _Optional[str] = ...) -> None: ...
 
 class WatchApprovalsRequest(_message.Message):
-    __slots__ = ("after_seq", "channel", "include_snapshot")
+    __slots__ = ("after_seq", "channel", "include_snapshot", "history_id")
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_ID_FIELD_NUMBER: _ClassVar[int]
     after_seq: int
     channel: str
     include_snapshot: bool
-    def __init__(self, after_seq: _Optional[int] = ..., channel: _Optional[str] = ..., include_snapshot: _Optional[bool] = ...) -> None: ...
+    history_id: str
+    def __init__(self, after_seq: _Optional[int] = ..., channel: _Optional[str] = ..., include_snapshot: _Optional[bool] = ..., history_id: _Optional[str] = ...) -> None: ...
 
 class ApprovalEvent(_message.Message):
-    __slots__ = ("seq", "kind", "approval", "at", "decision", "delivery", "detail")
+    __slots__ = ("seq", "kind", "approval", "at", "decision", "delivery", "detail", "history_id")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_FIELD_NUMBER: _ClassVar[int]
@@ -426,6 +428,7 @@ class ApprovalEvent(_message.Message):
     DECISION_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_ID_FIELD_NUMBER: _ClassVar[int]
     seq: int
     kind: EventKind
     approval: Approval
@@ -433,7 +436,8 @@ class ApprovalEvent(_message.Message):
     decision: Decision
     delivery: Delivery
     detail: str
-    def __init__(self, seq: _Optional[int] = ..., kind: _Optional[_Union[EventKind, str]] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., delivery: _Optional[_Union[Delivery, _Mapping]] = ..., detail: _Optional[str] = ...) -> None: ...
+    history_id: str
+    def __init__(self, seq: _Optional[int] = ..., kind: _Optional[_Union[EventKind, str]] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., delivery: _Optional[_Union[Delivery, _Mapping]] = ..., detail: _Optional[str] = ..., history_id: _Optional[str] = ...) -> None: ...
 
 class DecideRequest(_message.Message):
     __slots__ = ("approval_id", "verdict", "scope", "reason", "decider", "idempotency_key", "edited_arguments_json", "expected_args_digest")

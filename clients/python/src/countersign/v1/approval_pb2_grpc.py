@@ -125,7 +125,9 @@ class ApprovalServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchApprovals(self, request, context):
-        """Snapshot (optional), then stored events after the cursor, then live events.
+        """Snapshot (optional), then stored events after the cursor (history_id, after_seq), then
+        live events. A cursor older than what is retained, ahead of the log, or of another history
+        of the log (a restore, a rechain) is OUT_OF_RANGE: re-list with include_snapshot.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
