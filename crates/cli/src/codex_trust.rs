@@ -100,7 +100,7 @@ pub fn check(
         ));
     }
     match state.and_then(|state| state.get("trusted_hash")) {
-        Some(Value::String(_)) => Ok(format!("trusted in Codex ({config_shown})")),
+        Some(Value::String(_)) => Ok(format!("trusted in Codex once ({config_shown}); Codex skips a hook changed since it was trusted, so after each install codex trust it again in /hooks")),
         _ => Err(format!(
             "Codex has not trusted this hook ({config_shown} records no trust for it), so it skips it and runs tools ungated: start codex, type /hooks and trust the countersign hook (codex --dangerously-bypass-hook-trust skips the review for one run)"
         )),

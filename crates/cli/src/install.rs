@@ -77,12 +77,21 @@ fn default_matcher(host: Host, event: HookEvent) -> &'static str {
     }
 }
 
-/// An MCP tool's name as the host hands it to hooks: `mcp__<server>__<tool>` in Claude Code
-/// and Codex, `mcp_<server>_<tool>` in Gemini CLI.
-fn mcp_tool_example(host: Host) -> &'static str {
+/// Tools every matcher must gate, as the host names them to hooks: its shell, and MCP tools
+/// (`mcp__<server>__<tool>` in Claude Code and Codex, `mcp_<server>_<tool>` in Gemini CLI) of
+/// a well-known server and of one nobody names in a matcher by hand.
+fn gated_tool_examples(host: Host) -> [&'static str; 3] {
     match host {
-        Host::ClaudeCode | Host::Codex => "mcp__github__create_issue",
-        Host::Gemini => "mcp_github_create_issue",
+        Host::ClaudeCode | Host::Codex => [
+            "Bash",
+            "mcp__github__create_issue",
+            "mcp__zz_any_server__run",
+        ],
+        Host::Gemini => [
+            "run_shell_command",
+            "mcp_github_create_issue",
+            "mcp_zz_any_server_run",
+        ],
     }
 }
 
@@ -556,10 +565,12 @@ fn countersign_hooks(settings: &Value, host: Host) -> Vec<InstalledHook> {
 fn check_hook(host: Host, installed: &InstalledHook, user: bool) -> Result<String, String> {
     let hook = &installed.hook;
     if let Some(matcher) = &installed.matcher {
-        let mcp_tool = mcp_tool_example(host);
-        if !matcher_matches(host, matcher, mcp_tool) {
+        let ungated = gated_tool_examples(host)
+            .into_iter()
+            .find(|tool| !matcher_matches(host, matcher, tool));
+        if let Some(tool) = ungated {
             return Err(format!(
-                "the matcher {matcher:?} leaves MCP tools ungated (this host names them like {mcp_tool}): run countersign install {}{} again (its default matcher covers them) or add them to --matcher",
+                "the matcher {matcher:?} leaves {tool} ungated (this host's shell and MCP tools must be gated): run countersign install {}{} again (its default matcher covers them) or add them to --matcher",
                 host_word(host),
                 if user { " --user" } else { "" }
             ));

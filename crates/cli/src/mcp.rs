@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use countersign_client::gate::{self, Verdict};
 use countersign_client::version;
+use countersign_client::withdrawal::WITHDRAWN_REASON_PREFIX;
 use countersign_client::{pb, Client};
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
@@ -91,7 +92,7 @@ pub async fn serve(client: Client, settings: &Settings, args: McpArgs) -> Result
                     }
                 }
                 // The client is gone: withdraw what is still waiting, so approvers see why.
-                None => break ("the MCP client disconnected".to_owned(), SHUTDOWN_GRACE),
+                None => break (format!("{WITHDRAWN_REASON_PREFIX}the MCP client disconnected"), SHUTDOWN_GRACE),
             },
             Some(done) = calls.join_next() => {
                 if let Ok(key) = done {

@@ -389,24 +389,41 @@ async fn install_matchers_cover_each_hosts_documented_tool_names() {
 }
 
 /// A hook installed with a matcher that misses the host's MCP tools (Gemini CLI's before
-/// `mcp_` was matched) fails `doctor`, which names the fix.
+/// `mcp_` was matched; one MCP server named by hand) or its shell fails `doctor`, which names
+/// the tool and the fix.
 #[tokio::test]
 async fn doctor_fails_a_matcher_that_leaves_mcp_tools_ungated() {
     let server = TestServer::start().await;
     let project = tempfile::tempdir().unwrap();
     let home = tempfile::tempdir().unwrap();
-    for (host, path, key, old_matcher) in [
+    for (host, path, key, old_matcher, ungated) in [
         (
             "gemini",
             ".gemini/settings.json",
             "BeforeTool",
             "run_shell_command|write_file|replace|web_fetch|mcp__.*",
+            "mcp_github_create_issue",
         ),
         (
             "claude-code",
             ".claude/settings.json",
             "PreToolUse",
             "Bash|Edit|Write",
+            "mcp__github__create_issue",
+        ),
+        (
+            "claude-code",
+            ".claude/settings.json",
+            "PreToolUse",
+            "Bash|mcp__github__.*",
+            "mcp__zz_any_server__run",
+        ),
+        (
+            "gemini",
+            ".gemini/settings.json",
+            "BeforeTool",
+            "write_file|replace|web_fetch|^mcp_.*",
+            "run_shell_command",
         ),
     ] {
         let output = run_in(
@@ -440,7 +457,7 @@ async fn doctor_fails_a_matcher_that_leaves_mcp_tools_ungated() {
         assert_exit(&output, 70);
         let report = stdout(&output);
         assert!(
-            report.contains("leaves MCP tools ungated")
+            report.contains(&format!("leaves {ungated} ungated"))
                 && report.contains(&format!("run countersign install {host} again")),
             "{report}"
         );

@@ -428,9 +428,10 @@ async fn a_cancelled_call_or_a_closed_stdin_withdraws_the_approval() {
     assert_eq!(status.code(), Some(0));
     let cancelled = client.get_approval(&approval.id).await.unwrap();
     assert_eq!(cancelled.state(), pb::ApprovalState::Cancelled);
+    // A withdrawal, so the channels say "Withdrawn".
     assert_eq!(
         cancelled.resolution.unwrap().reason,
-        "the MCP client disconnected"
+        "withdrawn: the MCP client disconnected"
     );
 }
 

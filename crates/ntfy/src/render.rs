@@ -69,7 +69,7 @@ pub fn request(approval: &pb::Approval, topic: &str, buttons: Buttons) -> Publis
             if is_high(risk) { "⚠️ " } else { "" },
             agent_text::one_line(&approval.tool_name, TOOL_LIMIT)
         ),
-        message: body(approval),
+        message: body(approval, String::new()),
         priority: priority(risk),
         tags: vec!["countersign".to_owned(), risk_tag(risk).to_owned()],
         actions: vec![buttons.approve, buttons.reject, buttons.allow_session],
@@ -87,7 +87,7 @@ pub fn outcome(approval: &pb::Approval, topic: &str) -> Publish {
             outcome_word(approval),
             agent_text::one_line(&approval.tool_name, TOOL_LIMIT)
         ),
-        message: format!("{}\n{}", resolution_line(approval), body(approval)),
+        message: body(approval, format!("{}\n", resolution_line(approval))),
         priority: 2,
         tags: vec!["countersign".to_owned()],
         actions: Vec::new(),
@@ -155,18 +155,21 @@ fn resolution_line(approval: &pb::Approval) -> String {
     line
 }
 
-fn body(approval: &pb::Approval) -> String {
+/// The message: `first` (the outcome's line, or nothing), then the approval's facts, its
+/// arguments cut so that the whole stays within ntfy's message limit.
+fn body(approval: &pb::Approval, first: String) -> String {
     let risk = approval
         .risk()
         .as_str_name()
         .trim_start_matches("RISK_")
         .to_lowercase();
-    let mut head = format!(
+    let mut head = first;
+    head.push_str(&format!(
         "Tool: {}\nRisk: {risk}\nAgent: {} · session {}\n",
         agent_text::one_line(&approval.tool_name, TOOL_LIMIT),
         agent_text::one_line(or_dash(&approval.agent_id), IDENTITY_LIMIT),
         agent_text::one_line(or_dash(&approval.session_id), IDENTITY_LIMIT),
-    );
+    ));
     if !approval.action.is_empty() || !approval.reason.is_empty() {
         head.push_str("The agent says:\n");
         if !approval.action.is_empty() {
@@ -188,6 +191,18 @@ fn body(approval: &pb::Approval) -> String {
         tail.push_str(&format!("Expires: {}\n", format_time(expires_at.seconds)));
     }
     tail.push_str(&format!("ID: …{}", short_id(&approval.id)));
+    // Hostile lines can fill the limit before the arguments: the head gives way, cut at a
+    // character, so that the arguments' first characters and the id still fit.
+    let room = MESSAGE_LIMIT_BYTES
+        .saturating_sub(tail.len() + "Arguments:\n\n".len() + 16 * 4 + "…\n".len());
+    if head.len() > room {
+        let mut end = room;
+        while !head.is_char_boundary(end) {
+            end -= 1;
+        }
+        head.truncate(end);
+        head.push_str("…\n");
+    }
     let budget =
         MESSAGE_LIMIT_BYTES.saturating_sub(head.len() + tail.len() + "Arguments:\n\n".len()) / 4;
     let shown = agent_text::cap(&agent_text::visible(arguments), budget.max(16));
@@ -214,7 +229,7 @@ mod tests {
 
     #[test]
     fn agent_text_cannot_draw_its_own_lines() {
-        let rendered = body(&approval());
+        let rendered = body(&approval(), String::new());
         assert!(
             rendered.contains("│ Action: tidy up ⏎ Risk: low⟨U+202E⟩"),
             "{rendered}"
@@ -224,6 +239,34 @@ mod tests {
             1
         );
         assert!(rendered.ends_with("ID: …2e3f4a5b"), "{rendered}");
+    }
+
+    /// The outcome's line comes out of the same budget: a long decider name and reason on top
+    /// of arguments that fill the message went past ntfy's 4,096 bytes, which ntfy refuses.
+    #[test]
+    fn an_outcome_fits_the_message_limit_with_its_resolution_line() {
+        let wide = |n: usize| "😀".repeat(n);
+        let mut rejected = approval();
+        rejected.action = wide(1_000);
+        rejected.reason = wide(1_000);
+        rejected.arguments_json = serde_json::json!({ "command": wide(4_000) }).to_string();
+        rejected.state = ApprovalState::Rejected.into();
+        rejected.decisions.push(pb::Decision {
+            reason: wide(1_000),
+            decider: Some(pb::Decider {
+                channel: wide(200),
+                user_id: "alice".into(),
+                display_name: wide(200),
+            }),
+            ..Default::default()
+        });
+        let shown = outcome(&rejected, "ops");
+        assert!(
+            shown.message.len() <= MESSAGE_LIMIT_BYTES,
+            "{} bytes",
+            shown.message.len()
+        );
+        assert!(shown.message.starts_with("By 😀"), "{}", shown.message);
     }
 
     #[test]
@@ -274,6 +317,6 @@ mod tests {
     fn long_arguments_are_cut_to_fit_a_message() {
         let mut long = approval();
         long.arguments_json = format!("{{\"blob\":\"{}\"}}", "x".repeat(20_000));
-        assert!(body(&long).len() <= MESSAGE_LIMIT_BYTES);
+        assert!(body(&long, String::new()).len() <= MESSAGE_LIMIT_BYTES);
     }
 }

@@ -477,7 +477,16 @@ impl Config {
         if !directory.is_dir() {
             return Err(refused("no such directory".into()));
         }
-        let probe = directory.join(format!(".countersign-write-check-{}", std::process::id()));
+        // A name of its own each time (in a container the pid is the same at every start, and
+        // a probe left by a crash would refuse every later start).
+        let probe = directory.join(format!(
+            ".countersign-write-check-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|t| t.as_nanos())
+                .unwrap_or_default()
+        ));
         std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)

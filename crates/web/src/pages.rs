@@ -312,7 +312,7 @@ async fn decide_one(
         Err(ClientError::InvalidArgument(why)) => ("invalid", format!("refused: {why}"), None),
         Err(ClientError::FailedPrecondition(why)) => ("changed", format!("refused: {why}"), None),
         Err(error) => {
-            tracing::warn!(%error, approval = %approval_id, "countersign server call failed");
+            tracing::warn!(%error, approval = ?approval_id, "countersign server call failed");
             (
                 "failed",
                 format!("failed: {}", server_failure(&error)),

@@ -315,7 +315,7 @@ mod tests {
         assert_eq!(kept.and_then(|failed| failed.0), Some(3));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_hold_keeps_the_longest_pause_and_waits_for_it() {
         let hold = PlatformHold::new();
         assert_eq!(hold.remaining(), None);

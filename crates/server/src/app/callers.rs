@@ -6,8 +6,13 @@
 //! so a caller gone before it waited is covered, and it lets a caller re-attach after a broken
 //! connection without losing its approval.
 //!
-//! The count is this replica's: a caller's calls share one connection, so they reach one
-//! replica; after a restart an approval is watched again once its caller re-attaches.
+//! The count is this replica's. On a database of its own the server sees every call, so the
+//! request and a wait that answered arm the grace too. On a database shared by replicas a
+//! balancer may send the request and each wait to different replicas, so only a wait whose
+//! call was dropped before it answered (its connection broke: the caller was killed or its
+//! network went) arms it; a caller that re-attaches to another replica within the grace is
+//! not seen, and its approval is withdrawn (the agent is told no). After a restart an approval
+//! is watched again once its caller re-attaches.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -31,6 +36,8 @@ pub(crate) struct Callers {
 struct Inner {
     store: Store,
     grace: Duration,
+    /// The database is shared by replicas (see the module comment).
+    shared: bool,
     shutdown: tokio::sync::watch::Receiver<bool>,
     waits: Mutex<HashMap<String, Waits>>,
 }
@@ -51,6 +58,7 @@ impl Callers {
     ) -> Callers {
         Callers {
             inner: Arc::new(Inner {
+                shared: store.shared_by_replicas(),
                 store,
                 grace,
                 shutdown,
@@ -60,8 +68,11 @@ impl Callers {
     }
 
     /// A just-requested approval nobody waits for yet: withdrawn unless a wait opens within
-    /// the grace.
+    /// the grace (on a database of its own; see the module comment).
     pub(crate) fn requested(&self, approval_id: &str) {
+        if self.inner.shared {
+            return;
+        }
         let round = {
             let mut waits = self.lock();
             let entry = waits.entry(approval_id.to_owned()).or_default();
@@ -84,7 +95,7 @@ impl Callers {
         OpenWait {
             callers: self.clone(),
             approval_id: approval_id.to_owned(),
-            resolved: false,
+            end: WaitEnd::Dropped,
         }
     }
 
@@ -95,7 +106,7 @@ impl Callers {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn closed(&self, approval_id: &str, resolved: bool) {
+    fn closed(&self, approval_id: &str, end: WaitEnd) {
         let round = {
             let mut waits = self.lock();
             let Some(entry) = waits.get_mut(approval_id) else {
@@ -103,12 +114,12 @@ impl Callers {
             };
             entry.open = entry.open.saturating_sub(1);
             entry.round += 1;
-            if resolved {
+            if end == WaitEnd::Resolved {
                 // Nothing left to withdraw.
                 waits.remove(approval_id);
                 return;
             }
-            if entry.open > 0 {
+            if entry.open > 0 || (end == WaitEnd::Answered && self.inner.shared) {
                 return;
             }
             entry.round
@@ -168,22 +179,37 @@ impl Callers {
     }
 }
 
+/// How a WaitForDecision call of a watched approval ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WaitEnd {
+    /// It saw the approval resolved: no grace timer is needed.
+    Resolved,
+    /// It answered with the approval still pending; the caller may wait again.
+    Answered,
+    /// It was dropped before it answered: its connection is gone.
+    Dropped,
+}
+
 /// An open WaitForDecision call of a watched approval.
 pub(crate) struct OpenWait {
     callers: Callers,
     approval_id: String,
-    resolved: bool,
+    end: WaitEnd,
 }
 
 impl OpenWait {
-    /// The wait saw the approval resolved: no grace timer is needed.
-    pub(crate) fn resolved(mut self) {
-        self.resolved = true;
+    /// The wait answered: with the approval resolved, or still pending.
+    pub(crate) fn answered(mut self, resolved: bool) {
+        self.end = if resolved {
+            WaitEnd::Resolved
+        } else {
+            WaitEnd::Answered
+        };
     }
 }
 
 impl Drop for OpenWait {
     fn drop(&mut self) {
-        self.callers.closed(&self.approval_id, self.resolved);
+        self.callers.closed(&self.approval_id, self.end);
     }
 }

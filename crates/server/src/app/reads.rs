@@ -82,9 +82,7 @@ impl App {
             }
         };
         if let (Some(open_wait), Ok(approval)) = (open_wait, &waited) {
-            if !approval.is_pending() {
-                open_wait.resolved();
-            }
+            open_wait.answered(!approval.is_pending());
         }
         waited
     }

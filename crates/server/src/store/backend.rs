@@ -95,6 +95,10 @@ pub trait Backend: SharedReads {
     /// The log's history id, read at start (it changes only while no server serves: a
     /// restore, `audit rechain`, `audit new-history`).
     fn history(&self) -> &str;
+    /// Whether several servers (replicas) may serve this database at once.
+    fn shared_by_replicas(&self) -> bool {
+        false
+    }
     /// Whether this server runs the background sweeps (expiry, pruning) now: always on a
     /// database of its own; on a shared one, only the server holding the sweep lock.
     async fn leads_sweeps(&self) -> bool {

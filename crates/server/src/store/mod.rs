@@ -457,6 +457,11 @@ impl Store {
             .await
     }
 
+    /// See [`Backend::shared_by_replicas`].
+    pub(crate) fn shared_by_replicas(&self) -> bool {
+        self.backend.shared_by_replicas()
+    }
+
     /// Whether this server runs the background sweeps now (see [`Backend::leads_sweeps`]).
     pub(crate) async fn leads_sweeps(&self) -> bool {
         self.backend.leads_sweeps().await

@@ -476,6 +476,10 @@ impl Backend for PostgresBackend {
         &self.history
     }
 
+    fn shared_by_replicas(&self) -> bool {
+        true
+    }
+
     /// Takes (or keeps) the sweep lock on a connection of its own; a lost connection loses
     /// the lock, and another replica takes it at its next sweep.
     async fn leads_sweeps(&self) -> bool {
