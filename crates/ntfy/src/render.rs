@@ -5,7 +5,9 @@
 
 use countersign_client::{pb, version, withdrawal};
 use countersign_worker::agent_text;
-use countersign_worker::approval::{format_time, or_dash, outcome_word, prefix, short_id};
+use countersign_worker::approval::{
+    decide_elsewhere, format_time, or_dash, outcome_word, prefix, short_id,
+};
 use pb::{ApprovalState, Risk};
 
 use crate::api::{Action, Publish};
@@ -91,6 +93,26 @@ pub fn outcome(approval: &pb::Approval, topic: &str) -> Publish {
         priority: 2,
         tags: vec!["countersign".to_owned()],
         actions: Vec::new(),
+    }
+}
+
+/// The smallest form of a notification ntfy refused for its content: the same title,
+/// buttons and place, and a message of only the tool, the risk, the full id and where else to
+/// decide.
+pub fn minimal(approval: &pb::Approval, refused: Publish) -> Publish {
+    let risk = approval
+        .risk()
+        .as_str_name()
+        .trim_start_matches("RISK_")
+        .to_lowercase();
+    Publish {
+        message: format!(
+            "Tool: {}\nRisk: {risk}\nID: {}\n{}",
+            agent_text::one_line(&approval.tool_name, TOOL_LIMIT),
+            approval.id,
+            decide_elsewhere(&approval.id)
+        ),
+        ..refused
     }
 }
 

@@ -20,7 +20,7 @@ use countersign_worker::channel::Channel;
 use countersign_worker::retry::{Classify, Verdict};
 use pb::ApprovalState;
 
-use crate::api::{NtfyApi, NtfyError};
+use crate::api::{NtfyApi, NtfyError, Publish};
 use crate::config::{Settings, Topic};
 use crate::render::{self, Buttons};
 use crate::store::{Store, StoreError};
@@ -163,7 +163,7 @@ impl NtfyChannel {
             self.store
                 .intend(&approval.id, &topic.name, &wanted, Vec::new())
                 .await?;
-            self.api.publish(&outcome).await?;
+            self.publish_or_minimal(approval, outcome).await?;
             self.store.shown(&approval.id, &topic.name, &wanted).await?;
             tracing::info!(approval_id = %approval.id, topic = %topic.name, state = ?approval.state(), "notification updated to the outcome");
             Ok(())
@@ -209,11 +209,31 @@ impl NtfyChannel {
                 vec![approve_link, reject_link, session_link],
             )
             .await?;
-        self.api.publish(&message).await?;
+        self.publish_or_minimal(approval, message).await?;
         self.store.shown(&approval.id, &topic.name, wanted).await?;
         tracing::info!(approval_id = %approval.id, topic = %topic.name, "published the approval request");
         self.record_delivery(approval, topic).await;
         Ok(())
+    }
+
+    /// Publishes `message`; when ntfy refuses its content (400, 413), publishes the minimal
+    /// form in its place, so that the approval is never left unseen.
+    async fn publish_or_minimal(
+        &self,
+        approval: &pb::Approval,
+        message: Publish,
+    ) -> Result<(), NtfyError> {
+        match self.api.publish(&message).await {
+            Err(
+                error @ NtfyError::Status {
+                    status: 400 | 413, ..
+                },
+            ) => {
+                tracing::warn!(approval_id = %approval.id, topic = %message.topic, %error, "ntfy refused the notification's content; publishing its minimal form");
+                self.api.publish(&render::minimal(approval, message)).await
+            }
+            result => result,
+        }
     }
 
     /// Records the notification on the server (best effort: the local store is what a

@@ -505,6 +505,35 @@ async fn a_message_that_grows_when_made_visible_fits_ntfy_s_4096_bytes() {
     assert!(!shown.message.contains('\u{202E}'), "{}", shown.message);
 }
 
+/// A notification ntfy refuses for its content (400, as for a message it takes for a file)
+/// is replaced by its minimal form, with the buttons, instead of nothing (issue 44, item 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_refused_for_its_content_is_replaced_by_a_minimal_one() {
+    let mut harness = Harness::without_worker().await;
+    harness.ntfy.fail_next(NtfyFailure {
+        status: 400,
+        retry_after: None,
+    });
+    harness.start_worker();
+    let approval = harness.request("refused", 600).await;
+    let shown = harness.request_notification(&approval.id).await;
+    assert!(shown.message.contains(&approval.id), "{}", shown.message);
+    assert!(
+        shown.message.contains("decide in the web inbox"),
+        "{}",
+        shown.message
+    );
+    assert!(!shown.message.contains("rm -rf"), "{}", shown.message);
+    let statuses: Vec<u16> = harness
+        .ntfy
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(statuses, [400, 200]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_errors_are_retried_until_the_notification_is_published() {
     let mut harness = Harness::without_worker().await;
