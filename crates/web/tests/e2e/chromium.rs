@@ -1,5 +1,8 @@
 //! Headless Chromium driven through chromedriver (Debian's `chromium` and `chromium-driver`):
-//! one fresh profile and one chromedriver per test, both gone when the test ends.
+//! one fresh profile and one chromedriver per test, both gone when the test ends: chromedriver
+//! leads a process group of its own, which Chromium's processes join, and the whole group is
+//! killed when the test lets go of the browser, also when it fails before `stop`; Chromium's
+//! crash handlers, which would leave the group (and outlive every test), are not started.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -31,6 +34,7 @@ impl Chromium {
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .expect("chromedriver (Debian package chromium-driver) must be installed; .ci/run installs it");
@@ -38,6 +42,8 @@ impl Chromium {
         let args = [
             "--headless",
             "--no-sandbox",
+            // No crashpad handlers: they start sessions of their own and never exit.
+            "--disable-breakpad",
             "--disable-gpu",
             "--disable-dev-shm-usage",
             "--disable-background-networking",
@@ -97,9 +103,21 @@ impl Chromium {
         path
     }
 
-    pub async fn stop(mut self) {
-        let _ = self.client.close().await;
-        let _ = self.driver.kill().await;
+    pub async fn stop(self) {
+        let _ = self.client.clone().close().await;
+    }
+}
+
+impl Drop for Chromium {
+    /// Kills chromedriver's process group: chromedriver and every Chromium process.
+    fn drop(&mut self) {
+        if let Some(pid) = self.driver.id() {
+            // SAFETY: kill with the (negated) id of a process group our child leads; a group
+            // that is already gone makes it fail with ESRCH, which is fine.
+            unsafe {
+                libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
+            }
+        }
     }
 }
 
