@@ -56,11 +56,7 @@ pub fn code(text: &str, max: usize) -> String {
 
 /// `&`, `<`, `>` as Slack asks; backticks made harmless inside code.
 pub fn escape(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for character in text.chars() {
-        push_escaped(&mut escaped, character);
-    }
-    escaped
+    agent_text::escape_with(text, push_escaped)
 }
 
 fn push_escaped(out: &mut String, character: char) {

@@ -566,11 +566,7 @@ fn is_high_risk(risk: Risk) -> bool {
 
 /// Escapes text for Telegram's HTML parse mode.
 pub fn escape(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for character in text.chars() {
-        push_escaped(&mut escaped, character);
-    }
-    escaped
+    agent_text::escape_with(text, push_escaped)
 }
 
 fn push_escaped(out: &mut String, character: char) {

@@ -67,6 +67,15 @@ impl Measure {
     }
 }
 
+/// `text` with each character written by `escape` (a platform's markup escaping).
+pub fn escape_with(text: &str, escape: impl Fn(&mut String, char)) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for character in text.chars() {
+        escape(&mut escaped, character);
+    }
+    escaped
+}
+
 /// The escaped form of the longest prefix of `text` whose escaped form takes at most `limit`
 /// (counted by `measure`), and how many characters of `text` it holds. `escape` appends one
 /// character's escaped form; the cut never falls inside a character or its escape, and the
