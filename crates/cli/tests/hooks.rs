@@ -880,6 +880,9 @@ async fn a_killed_hook_s_approval_is_withdrawn_by_the_server() {
     let mut watch = watch_requests(&server.url()).await;
     let (mut child, _stderr, approval) = waiting_hook(&server, &mut watch, "killed", 0).await;
     assert!(approval.withdraw_when_caller_leaves, "the hook asks for it");
+    // Time for the hook's WaitForDecision to reach the server: on a database shared by
+    // replicas only a wait the server saw and lost starts the grace (nothing asserts on it).
+    tokio::time::sleep(Duration::from_millis(500)).await;
     send_signal(&child, "KILL");
     tokio::time::timeout(STEP, child.wait())
         .await
