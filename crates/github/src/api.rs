@@ -12,7 +12,7 @@
 //!   first looks for the comment carrying the approval's marker, so a crash or a lost answer
 //!   never yields a second comment.
 
-use countersign_worker::retry::{Backoff, Classify, Verdict};
+use countersign_worker::retry::{Backoff, Classify, PlatformHold, Verdict};
 use std::time::Duration;
 
 use octocrab::Octocrab;
@@ -237,7 +237,7 @@ pub struct GitHubApi {
     next_write: Mutex<Instant>,
     /// Set when GitHub reported the primary limit used up, or answered a secondary limit
     /// (403/429 with `Retry-After`): no call goes out before.
-    blocked_until: std::sync::Mutex<Option<Instant>>,
+    blocked: PlatformHold,
 }
 
 /// What the worker put in place on GitHub: found by its marker (an earlier attempt or run
@@ -280,7 +280,7 @@ impl GitHubApi {
             octocrab,
             settings,
             next_write: Mutex::new(Instant::now()),
-            blocked_until: std::sync::Mutex::new(None),
+            blocked: PlatformHold::new(),
         })
     }
 
@@ -631,7 +631,7 @@ impl GitHubApi {
     ) -> Result<Answer, ApiError> {
         let mut attempt = 1;
         loop {
-            self.wait_until_unblocked().await;
+            self.blocked.wait().await;
             if method != Method::Get {
                 self.pace_write().await;
             }
@@ -689,7 +689,7 @@ impl GitHubApi {
                 );
                 // GitHub limits the account (secondary limits too), not this one call: every
                 // call waits at the top of the loop, this one included.
-                self.hold_until(Instant::now() + wait);
+                self.blocked.hold(wait);
                 attempt += 1;
                 continue;
             }
@@ -723,37 +723,13 @@ impl GitHubApi {
         *next_write = Instant::now() + self.settings.write_interval;
     }
 
-    async fn wait_until_unblocked(&self) {
-        // A hold made while waiting is waited for too.
-        loop {
-            let until = *self
-                .blocked_until
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            match until {
-                Some(until) if until > Instant::now() => tokio::time::sleep_until(until).await,
-                _ => return,
-            }
-        }
-    }
-
     /// After an answer reporting the quota used up, hold further calls until it resets.
     fn note_quota(&self, headers: &http::HeaderMap) {
         if header_u64(headers, "x-ratelimit-remaining") == Some(0) {
             if let Some(reset) = header_u64(headers, "x-ratelimit-reset") {
-                self.hold_until(Instant::now() + until_reset(reset));
+                self.blocked.hold(until_reset(reset));
             }
         }
-    }
-
-    /// Holds every call until `until` (a later hold already in place stays; one that has
-    /// passed holds nothing).
-    fn hold_until(&self, until: Instant) {
-        let mut blocked = self
-            .blocked_until
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        *blocked = (*blocked).max(Some(until));
     }
 }
 
