@@ -5,56 +5,12 @@
 
 use countersign_worker::config::WorkerSettings;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 
 use yaml_rust2::{Yaml, YamlLoader};
 
-const BINARIES: [(&str, &str); 5] = [
-    ("countersign-server", "countersign-server"),
-    ("countersign-telegram", "countersign-telegram"),
-    ("countersign-github", "countersign-github"),
-    ("countersign", "countersign-cli"),
-    ("countersign-webhook", "countersign-webhook"),
-];
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// A workspace binary, built by cargo first when it is not next to this test yet (when the
-/// test runs without `cargo test --workspace`, which builds them all).
-fn binary(name: &str) -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    let dir = BUILT.get_or_init(|| {
-        let exe = std::env::current_exe().unwrap();
-        // target/<profile>/deps/deploy-<hash>
-        let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-        if BINARIES.iter().any(|(bin, _)| !dir.join(bin).exists()) {
-            let profile = dir.file_name().unwrap().to_str().unwrap().to_string();
-            let mut build = Command::new(env!("CARGO"));
-            build.current_dir(repo()).arg("build");
-            for (_, package) in BINARIES {
-                build.args(["-p", package]);
-            }
-            match profile.as_str() {
-                "debug" => {}
-                "release" => {
-                    build.arg("--release");
-                }
-                other => {
-                    build.args(["--profile", other]);
-                }
-            }
-            assert!(build.status().unwrap().success(), "building the binaries");
-        }
-        dir
-    });
-    let path = dir.join(name);
-    assert!(path.exists(), "{} missing", path.display());
-    path
-}
+use crate::workspace::{binary, repo};
 
 /// Runs the binary with `args` followed by `--help`: clap parses (and checks) every argument
 /// before it, so this fails on an unknown flag, a bad value or a missing subcommand.

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::{Output, Stdio};
 
-mod support;
+use crate::support;
 
 use countersign_client::{pb, Watch, WatchItem};
 use countersign_testkit::server::TestServer;

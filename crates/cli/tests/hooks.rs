@@ -2,7 +2,7 @@
 //! Gemini CLI document them) against a real server: for every host and event, the exact
 //! answer on stdout and the exit code.
 
-mod support;
+use crate::support;
 
 use std::process::{Output, Stdio};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! `countersign install` and `countersign doctor` on real settings files in a temporary
 //! project and home directory.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

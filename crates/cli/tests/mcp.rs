@@ -1,7 +1,7 @@
 //! `countersign mcp` driven by a client speaking newline-delimited JSON-RPC over the child's
 //! stdin and stdout, against a real server.
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 

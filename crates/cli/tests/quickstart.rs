@@ -7,7 +7,7 @@
 //! guarantees under SIGKILL; `doctor` names what is missing; no secret reaches a log line or
 //! doctor's output.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Stdio;

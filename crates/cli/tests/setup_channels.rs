@@ -2,7 +2,7 @@
 //! stdin, from an empty home: what they check, what they write (and what not, on a mistake),
 //! and that `countersign up` then asks and decides through what they set up.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

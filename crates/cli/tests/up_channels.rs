@@ -2,7 +2,7 @@
 //! the workers' own code: GitHub (against the fake GitHub), the webhook worker (to a receiver
 //! on loopback) and the web inbox; a worker that stops stops the others; SIGTERM stops all.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 

@@ -2,7 +2,7 @@
 //! pages, the hash chain that VerifyAudit checks (also against hand edits of the SQLite file),
 //! and redaction of argument values.
 
-mod common;
+use crate::common;
 
 use common::*;
 use countersign_proto::v1 as pb;

@@ -5,7 +5,7 @@
 //! database whose chain is broken is not copied, a file is never overwritten, and on
 //! PostgreSQL the command says that pg_dump is the way.
 
-mod process;
+use crate::process;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};

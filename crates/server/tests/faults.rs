@@ -24,7 +24,7 @@ use tokio::process::Child;
 use tonic::transport::Channel;
 use tonic::Code;
 
-mod process;
+use crate::process;
 
 use process::{Server, START_PATIENCE};
 

@@ -2,7 +2,7 @@
 //! cannot be spoofed, computed risk and scoped grants, rate limits per token and decider, and
 //! an audit trail whose ends and approvals cannot be edited unseen.
 
-mod common;
+use crate::common;
 
 use common::*;
 use countersign_proto::v1 as pb;

@@ -1,7 +1,7 @@
 //! Policy through gRPC over a real socket: ordered rules, session grants, and the limits on
 //! what an agent may ask for.
 
-mod common;
+use crate::common;
 
 use common::*;
 use countersign_proto::v1 as pb;

@@ -1,7 +1,7 @@
 //! Races through gRPC over a real socket: many calls at the same moment on several
 //! connections, and exactly one winner.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //!
 //! Mounts a small tmpfs (tests run as root, as on the project's machines and CI).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! upgraded at start: every approval, event and audit hash is intact, and new lean events
 //! join the same chain.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

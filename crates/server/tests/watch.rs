@@ -1,7 +1,7 @@
 //! WatchApprovals: resume, restart, load, slow consumers, retention, heartbeats; and the
 //! standard health and reflection services.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -1,5 +1,6 @@
 //! Test support for countersign: fakes of the platforms (Telegram, GitHub, ntfy, Slack) on loopback, a picture of a fake
-//! Telegram message as a phone shows it, the test server, and a private PostgreSQL cluster.
+//! Telegram message as a phone shows it, the test server, a private PostgreSQL cluster, and a record of the tests that depend on
+//! the storage backend.
 
 pub mod docs;
 pub mod github;
@@ -9,4 +10,5 @@ pub mod phone;
 pub mod postgres;
 pub mod server;
 pub mod slack;
+pub mod storage_use;
 pub mod telegram;

@@ -1,11 +1,14 @@
 //! A private PostgreSQL cluster for tests: initialized from the PostgreSQL binaries on the
 //! machine (`/usr/lib/postgresql/*/bin`) in a temporary directory, listening on 127.0.0.1 on a
-//! free port, started once per test process and shared by its tests (one database each).
+//! free port, shared by tests (one database each). `scripts/test` starts one for its whole
+//! PostgreSQL pass (`countersign-test-postgres`) and names its port in
+//! `COUNTERSIGN_TEST_POSTGRES_PORT`, since nextest runs each test in a process of its own;
+//! without that variable, a test process starts its own on first use.
 //!
 //! `initdb` refuses root, so as root the cluster runs as the `postgres` user (`runuser`). A
-//! watchdog process stops the cluster and deletes its directory as soon as the test process
-//! is gone, however it ended (Rust runs no destructors of statics at exit, and a killed test
-//! process runs none at all).
+//! watchdog process stops the cluster and deletes its directory as soon as the process it
+//! belongs to is gone, however it ended (Rust runs no destructors of statics at exit, and a
+//! killed test process runs none at all).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,8 +21,18 @@ use sqlx::Connection;
 /// `postgres` for the shared private cluster; anything else (or unset) for SQLite.
 pub const BACKEND_VARIABLE: &str = "COUNTERSIGN_TEST_BACKEND";
 
-/// Whether this test run uses PostgreSQL (`COUNTERSIGN_TEST_BACKEND=postgres`).
+/// The port of a cluster shared by every test process of a run, started by `scripts/test`.
+pub const CLUSTER_PORT_VARIABLE: &str = "COUNTERSIGN_TEST_POSTGRES_PORT";
+
+/// Whether this test run uses PostgreSQL (`COUNTERSIGN_TEST_BACKEND=postgres`). A test that
+/// asks depends on its backend: it is noted as one (see [`crate::storage_use`]).
 pub fn enabled() -> bool {
+    crate::storage_use::note();
+    selected()
+}
+
+/// [`enabled`], without noting the test: for the test kit's own choice of a database.
+pub(crate) fn selected() -> bool {
     std::env::var(BACKEND_VARIABLE).is_ok_and(|backend| backend == "postgres")
 }
 
@@ -36,17 +49,33 @@ pub fn skip_unless_sqlite(reason: &str) -> bool {
 
 pub struct Cluster {
     port: u16,
-    /// Kept for the cluster's lifetime; the watchdog deletes it.
-    _dir: PathBuf,
+    /// The directory of a cluster this process started, kept for its lifetime; the
+    /// watchdog deletes it.
+    _dir: Option<PathBuf>,
 }
 
 static CLUSTER: OnceLock<Cluster> = OnceLock::new();
 static DATABASES: AtomicU64 = AtomicU64::new(0);
 
 impl Cluster {
-    /// The process's cluster, started on first use.
+    /// The run's cluster named by `COUNTERSIGN_TEST_POSTGRES_PORT`, or else the process's
+    /// own, started on first use.
     pub fn shared() -> &'static Cluster {
-        CLUSTER.get_or_init(|| Cluster::start().unwrap_or_else(|e| panic!("test PostgreSQL: {e}")))
+        crate::storage_use::note();
+        CLUSTER.get_or_init(|| {
+            let shared = std::env::var(CLUSTER_PORT_VARIABLE).ok().map(|port| {
+                port.parse::<u16>()
+                    .map(|port| Cluster { port, _dir: None })
+                    .map_err(|e| format!("{CLUSTER_PORT_VARIABLE}={port:?}: {e}"))
+            });
+            shared
+                .unwrap_or_else(|| Cluster::start(std::process::id()))
+                .unwrap_or_else(|e| panic!("test PostgreSQL: {e}"))
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The URL of database `name` on this cluster.
@@ -72,7 +101,9 @@ impl Cluster {
         self.url(&name)
     }
 
-    fn start() -> Result<Cluster, String> {
+    /// Starts a cluster that stops, and whose directory is deleted, once process `owner`
+    /// has ended.
+    pub fn start(owner: u32) -> Result<Cluster, String> {
         let bin = binaries()?;
         let dir = tempfile::Builder::new()
             .prefix("countersign-pg-")
@@ -120,8 +151,11 @@ impl Cluster {
             .arg("-l")
             .arg(dir.join("log"))
             .args(["-w", "start"]))?;
-        watch_over(&bin, &dir, &data, as_root)?;
-        Ok(Cluster { port, _dir: dir })
+        watch_over(owner, &bin, &dir, &data, as_root)?;
+        Ok(Cluster {
+            port,
+            _dir: Some(dir),
+        })
     }
 }
 
@@ -143,9 +177,9 @@ fn binaries() -> Result<PathBuf, String> {
         .ok_or_else(|| "no initdb under /usr/lib/postgresql/*/bin".to_string())
 }
 
-/// Starts the watchdog: a detached shell that waits for this process to end, then stops the
-/// cluster at once and deletes its directory.
-fn watch_over(bin: &Path, dir: &Path, data: &Path, as_root: bool) -> Result<(), String> {
+/// Starts the watchdog: a detached shell that waits for process `owner` to end, then stops
+/// the cluster at once and deletes its directory.
+fn watch_over(owner: u32, bin: &Path, dir: &Path, data: &Path, as_root: bool) -> Result<(), String> {
     let stop = format!(
         "{}{} -D {} -m immediate stop",
         if as_root {
@@ -158,7 +192,7 @@ fn watch_over(bin: &Path, dir: &Path, data: &Path, as_root: bool) -> Result<(), 
     );
     let script = format!(
         "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; {stop} >/dev/null 2>&1; rm -rf {dir}",
-        pid = std::process::id(),
+        pid = owner,
         dir = dir.display()
     );
     Command::new("setsid")

@@ -47,7 +47,7 @@ impl TestServer {
     /// new database of the process's private PostgreSQL cluster.
     pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> TestServer {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let database = if postgres::enabled() {
+        let database = if postgres::selected() {
             PathBuf::from(postgres::Cluster::shared().create_database().await)
         } else {
             dir.path().join("countersign.db")
@@ -104,6 +104,7 @@ impl TestServer {
 
     /// The SQLite file, or the PostgreSQL URL, the server stores in.
     pub fn database_path(&self) -> PathBuf {
+        crate::storage_use::note();
         self.config.database.clone()
     }
 
@@ -134,6 +135,7 @@ impl TestServer {
 
     /// Graceful shutdown; the database stays.
     pub async fn stop(&mut self) {
+        crate::storage_use::note();
         if let Some((stop, task)) = self.running.take() {
             let _ = stop.send(());
             task.await.expect("test server task");
@@ -142,6 +144,7 @@ impl TestServer {
 
     /// Stops, then starts again on the same port and database.
     pub async fn restart(&mut self) {
+        crate::storage_use::note();
         self.stop().await;
         let listener = bind_again(self.addr).await;
         self.launch(listener);

@@ -1,8 +1,7 @@
 //! Approver groups, delegation, reminders, escalation and the on-timeout policy through gRPC
 //! over a real socket, with the worked example of docs/configuration.md as the configuration.
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 mod delegation;
 mod follow_up;
 mod quorum;

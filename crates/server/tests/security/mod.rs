@@ -2,8 +2,7 @@
 //! loopback rule, TLS, and the approver registry on Decide.
 
 mod approvers;
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 mod tokens;
 mod transport;
 

@@ -2,8 +2,7 @@
 //! policy is evaluated again on them, the quorum counts one version, the waiting runtime gets
 //! the edited arguments and the audit trail keeps both versions.
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 mod policy;
 mod trail;
 mod versions;

@@ -1,7 +1,6 @@
 //! The approval lifecycle through gRPC over a real socket.
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 mod decisions;
 mod input_and_lists;
 mod lifecycle;

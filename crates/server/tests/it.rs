@@ -1,0 +1,23 @@
+//! The server's black-box tests, one test binary (linked once): each module is a suite, see
+//! README.md beside this file.
+
+mod approvals;
+mod audit;
+mod backup;
+mod common;
+mod edits;
+mod faults;
+mod groups;
+mod hardening;
+mod healthcheck;
+mod metrics;
+mod migrations;
+mod policy;
+mod process;
+mod races;
+mod replicas;
+mod security;
+mod serving;
+mod storage_full;
+mod upgrade;
+mod watch;
