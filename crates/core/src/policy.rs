@@ -447,7 +447,10 @@ impl Rule {
             return Some(format!("the agent is not {:?}", glob.glob().glob()));
         }
         if !self.risks.is_empty() && !self.risks.contains(&request.risk) {
-            return Some(format!("the risk is {}", request.risk.as_str()));
+            return Some(format!(
+                "the risk is {}",
+                request.risk.as_str().to_ascii_lowercase()
+            ));
         }
         let at = |pointer: &str| arguments.and_then(|arguments| arguments.pointer(pointer));
         for matcher in &self.arguments {

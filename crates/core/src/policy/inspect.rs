@@ -242,8 +242,8 @@ impl Policy {
                         other: None,
                         message: format!(
                             "matches only risks below {}, and every call is at least {} after the classify rules",
-                            floor.as_str(),
-                            floor.as_str()
+                            floor.as_str().to_ascii_lowercase(),
+                            floor.as_str().to_ascii_lowercase()
                         ),
                     });
                     continue;
