@@ -192,3 +192,42 @@ tool = \"Edit\"
         "{out}"
     );
 }
+
+#[tokio::test]
+async fn install_writes_the_preset_it_is_given_and_refuses_an_unknown_one_before_anything() {
+    let home = home();
+    std::fs::create_dir_all(home.config_file().parent().unwrap()).unwrap();
+    std::fs::write(home.config_file(), "").unwrap();
+    let settings = home.path().join("project/.claude/settings.json");
+
+    let unknown = run(&home, &["install", "claude-code", "--preset", "lenient"]).await;
+    assert_exit(&unknown, 64);
+    assert!(!settings.exists());
+
+    let plain = run(&home, &["install", "claude-code"]).await;
+    assert_exit(&plain, 0);
+    assert!(
+        stdout(&plain).contains("No policy rules yet"),
+        "{}",
+        text(&plain)
+    );
+
+    let installed = run(&home, &["install", "claude-code", "--preset", "balanced"]).await;
+    assert_exit(&installed, 0);
+    assert!(
+        stdout(&installed).contains("Wrote the balanced preset's 4 policy rules"),
+        "{}",
+        text(&installed)
+    );
+    let file = std::fs::read_to_string(home.config_file()).unwrap();
+    assert!(
+        file.contains("name = \"balanced: read-only shell commands\""),
+        "{file}"
+    );
+    let again = run(&home, &["install", "claude-code"]).await;
+    assert!(
+        !stdout(&again).contains("No policy rules yet"),
+        "{}",
+        text(&again)
+    );
+}
