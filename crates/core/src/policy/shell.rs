@@ -192,11 +192,6 @@ impl ShellMatcher {
         }
     }
 
-    /// The patterns as configured, for `policy lint`.
-    pub fn pattern_texts(&self) -> impl Iterator<Item = &str> {
-        self.patterns.iter().map(|p| p.text.as_str())
-    }
-
     /// Whether `other` matches no more command lines than this one: the same mode and
     /// pointer, no `except`, and each of `other`'s patterns among this one's.
     pub(crate) fn covers(&self, other: &ShellMatcher) -> bool {
@@ -315,7 +310,7 @@ impl Walker {
             }
             Command::ExtendedTest(test, _) => {
                 self.obstacle("it has a `[[ … ]]` test");
-                self.scan_text(&test.to_string(), depth);
+                self.scan_text(&test.to_string());
             }
         }
     }
@@ -361,12 +356,12 @@ impl Walker {
             }
             CompoundCommand::ArithmeticForClause(clause) => {
                 self.obstacle("it has an arithmetic `for` loop");
-                self.scan_text(&compound.to_string(), depth);
+                self.scan_text(&compound.to_string());
                 self.list(&clause.body.list, depth, false);
             }
             CompoundCommand::Arithmetic(_) => {
                 self.obstacle("it has an arithmetic command");
-                self.scan_text(&compound.to_string(), depth);
+                self.scan_text(&compound.to_string());
             }
             CompoundCommand::Coprocess(coprocess) => {
                 self.obstacle("it starts a coprocess");
@@ -377,7 +372,7 @@ impl Walker {
 
     /// Text countersign does not take apart (arithmetic, `[[ … ]]`): a substitution in it
     /// runs something unknown.
-    fn scan_text(&mut self, text: &str, _depth: usize) {
+    fn scan_text(&mut self, text: &str) {
         if ["$(", "`", "<(", ">("].iter().any(|s| text.contains(s)) {
             self.opaque("it substitutes a command inside an expression");
         }
@@ -586,7 +581,7 @@ impl Walker {
                         .strip_prefix("$((")
                         .and_then(|s| s.strip_suffix("))"))
                         .unwrap_or(source);
-                    self.scan_text(inner, depth);
+                    self.scan_text(inner);
                 }
                 WordPiece::CommandSubstitution(command)
                 | WordPiece::BackquotedCommandSubstitution(command) => {

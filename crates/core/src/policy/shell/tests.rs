@@ -201,3 +201,18 @@ fn the_strict_preset_allows_only_reads() {
         }
     ));
 }
+
+#[test]
+fn the_example_in_docs_policies_compiles_and_reads_lines_whole() {
+    let doc = include_str!("../../../../../docs/policies.md");
+    let example = doc
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a TOML block in docs/policies.md");
+    let preset: Preset = toml::from_str(example).unwrap();
+    let policy = Policy::compile(&preset.rules, &Limits::default()).unwrap();
+    assert_eq!(outcome(&policy, "git status && ls -la"), "allow");
+    assert_eq!(outcome(&policy, "git status; rm -rf ~"), "ask");
+    assert_eq!(outcome(&policy, "find . -delete"), "ask");
+}
