@@ -304,3 +304,45 @@ async fn with_the_balanced_preset_up_allows_reads_denies_wiping_home_and_asks_th
     );
     terminate(&home, &mut up).await;
 }
+
+/// `setup web --preset` writes the preset once the inbox is set up; an unknown preset is
+/// refused before anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_writes_the_preset_it_is_given_after_its_own_work() {
+    let home = home();
+    let web = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    std::fs::create_dir_all(home.config_file().parent().unwrap()).unwrap();
+    let before = "[[approvers]]\nid = \"alice\"\nmax_risk = \"critical\"\nidentities = { telegram = [\"1001\"] }\n";
+    std::fs::write(home.config_file(), before).unwrap();
+
+    let unknown = run(
+        &home,
+        &["setup", "web", "--listen", &web, "--preset", "lenient"],
+    )
+    .await;
+    assert_exit(&unknown, 64);
+    assert_eq!(std::fs::read_to_string(home.config_file()).unwrap(), before);
+
+    let set_up = run(
+        &home,
+        &["setup", "web", "--listen", &web, "--preset", "strict"],
+    )
+    .await;
+    assert_exit(&set_up, 0);
+    assert!(
+        stdout(&set_up).contains("Wrote the strict preset's 2 policy rules"),
+        "{}",
+        text(&set_up)
+    );
+    let config: toml::Table =
+        toml::from_str(&std::fs::read_to_string(home.config_file()).unwrap()).unwrap();
+    assert_eq!(config["web"]["listen"].as_str(), Some(web.as_str()));
+    assert_eq!(
+        config["rules"][1]["name"].as_str(),
+        Some("strict: read tools")
+    );
+}
