@@ -48,6 +48,46 @@ pub const DEFAULT_POINTER: &str = "/command";
 /// How deep `sh -c`, substitutions and wrappers are followed; deeper is not understood.
 const MAX_DEPTH: usize = 8;
 
+/// The deepest bracket nesting parsed (quotes not told apart, so a line may count deeper than
+/// it is); deeper lines are not understood.
+const MAX_NESTING: usize = 32;
+
+/// How deeply `(`, `{`, `[` and the compound commands (`if`, `while`, `until`, `for`,
+/// `case`, `select`) nest in `text`; also how many backquote pairs, function definitions
+/// (`()`) and, with a `[[`, `&&`/`||` it has: the parser recurses on each.
+fn nesting(text: &str) -> usize {
+    let mut depth = 0usize;
+    let mut deepest = 0usize;
+    let mut open = |depth: &mut usize| {
+        *depth += 1;
+        deepest = deepest.max(*depth);
+    };
+    for c in text.chars() {
+        match c {
+            '(' | '{' | '[' => open(&mut depth),
+            ')' | '}' | ']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    for word in text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+        match word {
+            "if" | "while" | "until" | "for" | "case" | "select" => open(&mut depth),
+            "fi" | "done" | "esac" => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    // The parser recurses on each `&&` and `||` inside `[[ … ]]` (lists outside it it does not).
+    let test_operators = if text.contains("[[") {
+        text.matches("&&").count() + text.matches("||").count()
+    } else {
+        0
+    };
+    deepest
+        .max(text.matches('`').count() / 2)
+        .max(text.matches("()").count())
+        .max(test_operators)
+}
+
 /// A compiled `[rules.match.shell]`.
 #[derive(Debug, Clone)]
 pub struct ShellMatcher {
@@ -258,6 +298,11 @@ impl Walker {
     fn program(&mut self, text: &str, depth: usize, top: bool) {
         if depth > MAX_DEPTH {
             self.opaque("it nests deeper than countersign follows");
+            return;
+        }
+        if nesting(text) > MAX_NESTING {
+            // The parser recurses on nesting: a deep enough line would overflow the stack.
+            self.opaque("it nests deeper than countersign parses");
             return;
         }
         let parsed = std::panic::catch_unwind(|| {

@@ -216,3 +216,43 @@ fn the_example_in_docs_policies_compiles_and_reads_lines_whole() {
     assert_eq!(outcome(&policy, "git status; rm -rf ~"), "ask");
     assert_eq!(outcome(&policy, "find . -delete"), "ask");
 }
+
+/// The parser recurses on nesting; a line deep enough to overflow the stack is not parsed
+/// (and so never allowed), on a thread with the stack a server's worker thread has.
+#[test]
+fn deeply_nested_or_long_lines_are_refused_without_overflowing_the_stack() {
+    let probe = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(|| {
+            for n in [100usize, 1000, 100_000] {
+                for line in [
+                    format!("{}ls{}", "(".repeat(n), ")".repeat(n)),
+                    format!("ls {}{}", "$(".repeat(n), ")".repeat(n)),
+                    format!("echo {}", "\"$(echo ".repeat(n) + &")\"".repeat(n)),
+                    format!("ls {}", "{".repeat(n)),
+                    format!("ls {}", "`".repeat(n)),
+                    format!("{}ls{}", "if true; then ".repeat(n), "; fi".repeat(n)),
+                    format!("{}ls{}", "while true; do ".repeat(n), "; done".repeat(n)),
+                    format!("{}ls", "f() ".repeat(n)),
+                ] {
+                    assert!(analyze(&line).obstacle.is_some(), "{n}: {line:.40}");
+                }
+            }
+            for n in [1000usize, 20_000] {
+                let chain = vec!["ls"; n];
+                let word = format!("ls {}", "a\"b\"'c'\\d".repeat(n));
+                assert_eq!(analyze(&word).obstacle, None);
+                let test = format!("[[ {}-n a ]]", "-n a && ".repeat(n));
+                assert!(analyze(&test).obstacle.is_some());
+                for joiner in [" && ", " | ", "; ", "\n"] {
+                    let analysis = analyze(&chain.join(joiner));
+                    assert!(
+                        analysis.obstacle.is_none() && analysis.top.len() == n,
+                        "{joiner:?}"
+                    );
+                }
+            }
+        })
+        .unwrap();
+    probe.join().unwrap();
+}
