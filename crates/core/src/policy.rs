@@ -6,8 +6,9 @@
 //! per tool or per argument pattern), then the first matching `allow`, `deny` or `require`
 //! rule decides. A `require` rule's risk is a floor as well.
 //!
-//! A rule matches on the tool name (glob), the agent id (glob), the requested risk and argument
-//! values (a JSON pointer, then a glob or a regex). `allow` and `deny` resolve the request at
+//! A rule matches on the tool name (glob), the agent id (glob), the requested risk, argument
+//! values (a JSON pointer, then a glob or a regex) and a shell command line taken apart into
+//! the commands it runs (policy/shell.rs). `allow` and `deny` resolve the request at
 //! once and the resolution names the rule; `require` sends it to people with the rule's risk,
 //! TTL, quorum, routes and separation-of-duties setting. Rules are compiled once, at start, and
 //! every error names the rule it comes from.
