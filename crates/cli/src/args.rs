@@ -195,6 +195,9 @@ pub enum Command {
     /// Connect a channel to the local instance (`countersign up`)
     #[command(subcommand)]
     Setup(SetupCommand),
+    /// Policy rules of the local instance: write a preset, test a call, lint the rules
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// Check the local instance, the server, the token and the installed hooks; say how to fix
     /// what is missing
     Doctor {
@@ -202,6 +205,40 @@ pub enum Command {
         #[arg(value_enum)]
         host: Option<Host>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Write a preset's rules into the config file (`countersign up` reads it), after your own
+    ///
+    /// balanced: read tools and read-only shell commands (ls, cat, git status, …) run without
+    /// asking, destructive commands are asked at high risk, wiping / or home is denied, the
+    /// rest is asked. strict: only the read tools run without asking. The rules are plain
+    /// [[rules]] entries (names starting with the preset's name); writing a preset replaces
+    /// the rules of one written before. See docs/policies.md.
+    Preset {
+        /// balanced or strict
+        name: String,
+    },
+    /// Show how the rules decide a tool call: the decision, the risk, the rule that decided
+    /// and why each other rule did not match
+    ///
+    /// The call is a host's hook payload, `{"tool_name": "Bash", "tool_input": {"command":
+    /// "ls"}}`, as the argument or on stdin. Nothing is sent to the server.
+    Test {
+        /// The call as JSON [default: read from stdin]
+        call: Option<String>,
+        /// The agent id the call is tested as
+        #[arg(long, default_value = "claude-code")]
+        agent: String,
+        /// The risk the call declares [default: as the hooks declare it: shells high, reads
+        /// low, others medium]
+        #[arg(long, value_enum)]
+        risk: Option<Risk>,
+    },
+    /// Find unreachable, shadowed and overlapping rules, with their lines in the config file;
+    /// exits 70 when it finds any
+    Lint,
 }
 
 #[derive(Debug, Args)]
@@ -238,6 +275,10 @@ pub enum SetupCommand {
 
 #[derive(Debug, Args)]
 pub struct SetupWebArgs {
+    /// Also write a policy preset's rules (balanced or strict) into the config file, as
+    /// `countersign policy preset NAME` does
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
     /// The approver to sign in, by id (as in [[approvers]]) [default: the only one; needed when there are several]
     #[arg(long, value_name = "ID")]
     pub approver: Option<String>,
@@ -248,6 +289,10 @@ pub struct SetupWebArgs {
 
 #[derive(Debug, Args)]
 pub struct SetupGitHubArgs {
+    /// Also write a policy preset's rules (balanced or strict) into the config file, as
+    /// `countersign policy preset NAME` does
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
     /// The repository approvals go to, OWNER/REPO [default: asked]
     #[arg(long, value_name = "OWNER/REPO")]
     pub repo: Option<String>,
@@ -268,6 +313,10 @@ pub struct SetupGitHubArgs {
 
 #[derive(Debug, Args)]
 pub struct SetupTelegramArgs {
+    /// Also write a policy preset's rules (balanced or strict) into the config file, as
+    /// `countersign policy preset NAME` does
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
     /// Pair one more approver with the bot already set up (the default chat stays)
     #[arg(long)]
     pub add: bool,
@@ -381,6 +430,10 @@ pub struct InstallArgs {
     /// Show the settings snippet instead of writing it
     #[arg(long)]
     pub print: bool,
+    /// Also write a preset's policy rules (balanced or strict) into the local instance's
+    /// config file, as `countersign policy preset NAME` does
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["channel", "print"])]
+    pub preset: Option<String>,
     /// Claude Code: instead of the hook, add `countersign mcp --channel` to the project's
     /// .mcp.json, relaying permission prompts (a research preview; it says how to start Claude
     /// Code)

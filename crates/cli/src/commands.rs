@@ -28,7 +28,7 @@ const MAX_ADMIN_PAGE_SIZE: usize = 1000;
 /// Runs the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> i32 {
     // `up` and `setup` read the local instance's file, not the client's config file.
-    if let Command::Up(_) | Command::Setup(_) = cli.command {
+    if let Command::Up(_) | Command::Setup(_) | Command::Policy(_) = cli.command {
         let done = match Instance::locate(cli.config.as_deref()) {
             Ok(instance) => match cli.command {
                 Command::Setup(SetupCommand::Telegram(args)) => {
@@ -41,6 +41,7 @@ pub async fn run(cli: Cli) -> i32 {
                     crate::setup_web::web(&instance, args).await
                 }
                 Command::Up(args) => crate::up::up(&instance, args).await,
+                Command::Policy(command) => crate::policy::run(&instance, command, cli.output),
                 _ => Err(CliError::Failure(
                     "not a command of the local instance".into(),
                 )),
@@ -198,9 +199,9 @@ async fn dispatch(
         Command::Mcp(args) => crate::mcp::serve(client, settings, args).await?,
         Command::Install(args) => crate::install::install(install_flags, args)?,
         Command::Doctor { host } => crate::install::doctor(&client, host).await,
-        Command::Up(_) | Command::Setup(_) => {
+        Command::Up(_) | Command::Setup(_) | Command::Policy(_) => {
             return Err(CliError::Failure(
-                "up and setup run before the client settings".into(),
+                "up, setup and policy run before the client settings".into(),
             ))
         }
     };

@@ -253,11 +253,20 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
     if args.timeout < Duration::from_secs(1) {
         return Err(CliError::Usage("--timeout must be at least 1s".into()));
     }
+    if let Some(name) = &args.preset {
+        crate::policy::check_preset(name)?;
+    }
     if args.channel {
         return install_channel(flags, &args);
     }
     let event = event_name(args.host, args.event);
     let local = local_instance_flags(flags)?;
+    if args.preset.is_some() && local.is_none() {
+        return Err(CliError::Usage(
+            "--preset writes the local instance's config file (countersign up); for another server, run `countersign --config FILE policy preset NAME` on its config file".into(),
+        ));
+    }
+    let for_local_instance = local.is_some();
     let group = hook_group(
         args.host,
         &args,
@@ -283,6 +292,9 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
     }
     if args.host == Host::Codex {
         println!("{}", crate::codex_trust::trust_steps(&path));
+    }
+    if for_local_instance {
+        crate::policy::offer_preset(&Instance::locate(None)?, args.preset.as_deref())?;
     }
     Ok(Exit::Success)
 }

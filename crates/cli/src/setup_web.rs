@@ -17,6 +17,9 @@ use crate::instance::{local_url, Instance};
 const CHANNEL: &str = countersign_web::config::CHANNEL;
 
 pub async fn web(instance: &Instance, args: SetupWebArgs) -> Result<Exit, CliError> {
+    if let Some(name) = &args.preset {
+        crate::policy::check_preset(name)?;
+    }
     let mut doc = config_file::read(instance)?;
     let approvers = config_file::approvers(&mut doc, instance)?;
     let ids: Vec<String> = approvers
@@ -107,6 +110,7 @@ pub async fn web(instance: &Instance, args: SetupWebArgs) -> Result<Exit, CliErr
         humantime::format_duration(settings.login_ttl),
         settings.public_url
     );
+    crate::policy::offer_preset(instance, args.preset.as_deref())?;
     Ok(Exit::Success)
 }
 

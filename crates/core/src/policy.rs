@@ -6,8 +6,9 @@
 //! per tool or per argument pattern), then the first matching `allow`, `deny` or `require`
 //! rule decides. A `require` rule's risk is a floor as well.
 //!
-//! A rule matches on the tool name (glob), the agent id (glob), the requested risk and argument
-//! values (a JSON pointer, then a glob or a regex). `allow` and `deny` resolve the request at
+//! A rule matches on the tool name (glob), the agent id (glob), the requested risk, argument
+//! values (a JSON pointer, then a glob or a regex) and a shell command line taken apart into
+//! the commands it runs (policy/shell.rs). `allow` and `deny` resolve the request at
 //! once and the resolution names the rule; `require` sends it to people with the rule's risk,
 //! TTL, quorum, routes and separation-of-duties setting. Rules are compiled once, at start, and
 //! every error names the rule it comes from.
@@ -19,6 +20,7 @@ use serde_json::Value;
 
 use crate::digest::canonical_json;
 use crate::fields::{optional, required, subject, validate_channel, SpecError};
+use crate::policy::shell::{ShellMatcher, ShellSpec};
 use crate::validate::Limits;
 use crate::{
     Approval, ApprovalRequest, Disposition, EditedVersion, Error, FollowUp, GroupQuorum, OnTimeout,
@@ -107,6 +109,8 @@ pub struct MatchSpec {
     /// The computed risk (the declared one raised by `classify` rules) is one of these.
     pub risk: Vec<String>,
     pub arguments: Vec<ArgumentSpec>,
+    /// The command line at a pointer, parsed as a shell would (policy/shell.rs).
+    pub shell: Option<ShellSpec>,
 }
 
 /// A match on one argument value: the JSON pointer, then exactly one of `glob` or `regex`.
@@ -136,6 +140,7 @@ struct Rule {
     agent: Option<GlobMatcher>,
     risks: Vec<Risk>,
     arguments: Vec<ArgumentMatcher>,
+    shell: Option<ShellMatcher>,
     action: Action,
     grant_scope: Vec<ScopePart>,
 }
@@ -194,6 +199,15 @@ enum Pattern {
     Regex(Regex),
 }
 
+impl std::fmt::Display for Pattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pattern::Glob(glob) => write!(f, "glob {:?}", glob.glob().glob()),
+            Pattern::Regex(regex) => write!(f, "regex {:?}", regex.as_str()),
+        }
+    }
+}
+
 impl Pattern {
     fn is_match(&self, text: &str) -> bool {
         match self {
@@ -223,7 +237,7 @@ impl Policy {
         }
         let reads_arguments = rules
             .iter()
-            .any(|r| !r.arguments.is_empty() || !r.grant_scope.is_empty());
+            .any(|r| !r.arguments.is_empty() || r.shell.is_some() || !r.grant_scope.is_empty());
         Ok(Policy {
             rules,
             reads_arguments,
@@ -414,19 +428,53 @@ impl Rule {
     }
 
     fn matches(&self, request: &ApprovalRequest, arguments: Option<&Value>) -> bool {
-        self.tool
+        self.mismatch(request, arguments).is_none()
+    }
+
+    /// Why the rule does not match the request; `None` when it does.
+    fn mismatch(&self, request: &ApprovalRequest, arguments: Option<&Value>) -> Option<String> {
+        if let Some(glob) = self
+            .tool
             .as_ref()
-            .is_none_or(|glob| glob.is_match(&request.tool_name))
-            && self
-                .agent
-                .as_ref()
-                .is_none_or(|glob| glob.is_match(&request.agent_id))
-            && (self.risks.is_empty() || self.risks.contains(&request.risk))
-            && self.arguments.iter().all(|matcher| {
-                arguments
-                    .and_then(|arguments| arguments.pointer(&matcher.pointer))
-                    .is_some_and(|value| matcher.pattern.is_match(&value_text(value)))
-            })
+            .filter(|g| !g.is_match(&request.tool_name))
+        {
+            return Some(format!("the tool is not {:?}", glob.glob().glob()));
+        }
+        if let Some(glob) = self
+            .agent
+            .as_ref()
+            .filter(|g| !g.is_match(&request.agent_id))
+        {
+            return Some(format!("the agent is not {:?}", glob.glob().glob()));
+        }
+        if !self.risks.is_empty() && !self.risks.contains(&request.risk) {
+            return Some(format!(
+                "the risk is {}",
+                request.risk.as_str().to_ascii_lowercase()
+            ));
+        }
+        let at = |pointer: &str| arguments.and_then(|arguments| arguments.pointer(pointer));
+        for matcher in &self.arguments {
+            let Some(value) = at(&matcher.pointer) else {
+                return Some(format!("the arguments have no {}", matcher.pointer));
+            };
+            if !matcher.pattern.is_match(&value_text(value)) {
+                return Some(format!(
+                    "{} does not match {}",
+                    matcher.pointer, matcher.pattern
+                ));
+            }
+        }
+        if let Some(shell) = &self.shell {
+            let Some(line) = at(&shell.pointer).and_then(Value::as_str) else {
+                return Some(format!(
+                    "the arguments have no command line at {}",
+                    shell.pointer
+                ));
+            };
+            return shell.mismatch(line);
+        }
+        None
     }
 }
 
@@ -509,6 +557,17 @@ fn compile_rule(spec: &RuleSpec, limits: &Limits) -> Result<Rule, String> {
         .enumerate()
         .map(|(i, argument)| compile_argument(&format!("match.arguments[{i}]"), argument))
         .collect::<Result<Vec<_>, _>>()?;
+    let shell = matches
+        .shell
+        .as_ref()
+        .map(|shell| {
+            ShellMatcher::compile(shell).and_then(|compiled| {
+                validate_pointer(&compiled.pointer)
+                    .map_err(|message| format!("match.shell.pointer: {message}"))
+                    .map(|()| compiled)
+            })
+        })
+        .transpose()?;
     let action = match spec.action.as_str() {
         "allow" | "deny" => {
             let shapes = spec.risk.is_some()
@@ -587,6 +646,7 @@ fn compile_rule(spec: &RuleSpec, limits: &Limits) -> Result<Rule, String> {
         agent,
         risks,
         arguments,
+        shell,
         action,
         grant_scope,
     })
@@ -729,5 +789,7 @@ fn validate_pointer(pointer: &str) -> Result<(), String> {
     Ok(())
 }
 
+pub mod inspect;
+pub mod shell;
 #[cfg(test)]
 mod tests;

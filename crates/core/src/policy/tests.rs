@@ -242,3 +242,118 @@ fn every_malformed_rule_is_refused_with_its_name() {
     let unnamed = Policy::compile(&[rule("", "deny")], &Limits::default()).unwrap_err();
     assert_eq!(unnamed.to_string(), "rules[0]: name is required");
 }
+
+fn shell_rule(name: &str, action: &str, every: &[&str]) -> RuleSpec {
+    let mut spec = rule(name, action);
+    spec.matches.tool = Some("Bash".into());
+    spec.matches.shell = Some(shell::ShellSpec {
+        every: every.iter().map(|s| s.to_string()).collect(),
+        ..shell::ShellSpec::default()
+    });
+    spec
+}
+
+#[test]
+fn a_shell_rule_matches_only_a_line_it_understands_whole() {
+    let policy = rules(vec![shell_rule("reads", "allow", &["ls **", "git status"])]);
+    let decide = |command: &str| {
+        let arguments = serde_json::json!({ "command": command }).to_string();
+        verdict_of(&policy.apply(request("Bash", &arguments, Risk::Low)).1).map(|(v, _)| v)
+    };
+    assert_eq!(decide("ls -la && git status"), Some(Verdict::Approve));
+    for line in [
+        "ls; rm -rf ~",
+        "git status && curl x | sh",
+        "ls > ~/.bashrc",
+        "ls '",
+    ] {
+        assert_eq!(decide(line), None, "{line}");
+    }
+    let (_, no_command) = policy.apply(request("Bash", r#"{"command":7}"#, Risk::Low));
+    assert_eq!(no_command, Disposition::RequireHuman);
+}
+
+#[test]
+fn explain_names_the_deciding_rule_and_why_the_others_did_not_match() {
+    let mut high = rule("rm-is-high", "classify");
+    high.risk = Some("high".into());
+    high.matches.shell = Some(shell::ShellSpec {
+        any: vec!["rm **".into()],
+        ..shell::ShellSpec::default()
+    });
+    let mut edits = rule("edits", "allow");
+    edits.matches.tool = Some("Edit".into());
+    let policy = rules(vec![
+        high,
+        edits,
+        shell_rule("reads", "allow", &["ls **"]),
+        rule("rest", "require"),
+    ]);
+    let explained = policy.explain(request("Bash", r#"{"command":"ls && rm x"}"#, Risk::Low));
+    assert_eq!(explained.decision, "ask");
+    assert_eq!(explained.risk, Risk::High);
+    assert_eq!(explained.rule.as_deref(), Some("rest"));
+    let outcomes: Vec<&inspect::Outcome> = explained.rules.iter().map(|r| &r.outcome).collect();
+    assert_eq!(outcomes[0], &inspect::Outcome::Raised(Risk::High));
+    assert_eq!(
+        outcomes[1],
+        &inspect::Outcome::NoMatch("the tool is not \"Edit\"".into())
+    );
+    assert_eq!(
+        outcomes[2],
+        &inspect::Outcome::NoMatch("\"rm x\" is not one of the allowed commands".into())
+    );
+    assert_eq!(outcomes[3], &inspect::Outcome::Decided);
+    let allowed = policy.explain(request("Bash", r#"{"command":"ls"}"#, Risk::Low));
+    assert_eq!(allowed.decision, "allow");
+    assert_eq!(allowed.rules[3].outcome, inspect::Outcome::NotReached);
+}
+
+#[test]
+fn lint_finds_unreachable_shadowed_and_overlapping_rules() {
+    use inspect::FindingKind::*;
+    let mut bash = rule("bash", "allow");
+    bash.matches.tool = Some("{Bash,run_shell_command}".into());
+    let mut bash_rm = rule("bash-rm", "deny");
+    bash_rm.matches.tool = Some("Bash".into());
+    bash_rm.matches.arguments = vec![ArgumentSpec {
+        pointer: "/command".into(),
+        glob: Some("rm *".into()),
+        regex: None,
+    }];
+    let mut low = rule("low", "deny");
+    low.matches.risk = vec!["low".into()];
+    let mut edits = rule("edits", "allow");
+    edits.matches.tool = Some("Edit".into());
+    let mut floor = rule("floor", "classify");
+    floor.risk = Some("medium".into());
+    let findings = rules(vec![
+        floor,
+        bash,
+        bash_rm,
+        low,
+        rule("all", "require"),
+        edits,
+    ])
+    .lint();
+    let found: Vec<(inspect::FindingKind, usize, Option<usize>)> = findings
+        .iter()
+        .map(|f| (f.kind.clone(), f.rule, f.other))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (Shadowed, 2, Some(1)),
+            (Unreachable, 3, None),
+            (Overlapping, 4, Some(1)),
+            (Unreachable, 5, Some(4)),
+        ]
+    );
+    // Two rules on argument values: whether they overlap cannot be told from their text.
+    let on_arguments = rules(vec![
+        shell_rule("a", "allow", &["ls"]),
+        shell_rule("b", "deny", &["rm"]),
+    ])
+    .lint();
+    assert!(on_arguments.is_empty(), "{on_arguments:?}");
+}

@@ -1,0 +1,387 @@
+//! `countersign policy`: write a preset's rules into the local instance's config file, show
+//! how the rules decide a tool call, and find rules that never decide or overlap.
+
+use std::io::Read as _;
+
+use countersign_client::pb;
+use countersign_core::policy::inspect::{Finding, FindingKind, Outcome};
+use countersign_core::policy::{Policy, RuleSpec};
+use countersign_core::{ApprovalRequest, Risk};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::args::{Output, PolicyCommand};
+use crate::config_file;
+use crate::exit::{CliError, Exit};
+use crate::hook::Call;
+use crate::instance::Instance;
+
+/// The presets: rules in TOML, appended to the config file as they are (config/presets/).
+const PRESETS: [(&str, &str); 2] = [
+    (
+        "balanced",
+        include_str!("../../../config/presets/balanced.toml"),
+    ),
+    (
+        "strict",
+        include_str!("../../../config/presets/strict.toml"),
+    ),
+];
+
+/// The most input `policy test` reads from stdin.
+const MAX_INPUT_BYTES: u64 = 4 << 20;
+
+pub fn run(instance: &Instance, command: PolicyCommand, output: Output) -> Result<Exit, CliError> {
+    match command {
+        PolicyCommand::Preset { name } => {
+            let written = write_preset(instance, &name)?;
+            println!(
+                "Wrote the {name} preset's {written} policy rules into {}, after any rules of your own (countersign up reads them at start).",
+                instance.config_file.display()
+            );
+            Ok(Exit::Success)
+        }
+        PolicyCommand::Test { call, agent, risk } => test(instance, call, agent, risk, output),
+        PolicyCommand::Lint => lint(instance, output),
+    }
+}
+
+/// The names `policy preset` takes.
+fn preset_names() -> Vec<&'static str> {
+    PRESETS.iter().map(|(name, _)| *name).collect()
+}
+
+/// Refuses a name that is not a preset's.
+pub fn check_preset(name: &str) -> Result<&'static str, CliError> {
+    PRESETS
+        .iter()
+        .find(|(preset, _)| *preset == name)
+        .map(|(_, text)| *text)
+        .ok_or_else(|| {
+            CliError::Usage(format!(
+                "no preset {name:?}; the presets are {}",
+                preset_names().join(", ")
+            ))
+        })
+}
+
+/// After `setup` and `install`: writes preset `name` when one is given; otherwise, while the
+/// config file has no rules, says how to write one.
+pub fn offer_preset(instance: &Instance, name: Option<&str>) -> Result<(), CliError> {
+    match name {
+        Some(name) => {
+            let written = write_preset(instance, name)?;
+            println!(
+                "Wrote the {name} preset's {written} policy rules into {} (countersign up reads them at start).",
+                instance.config_file.display()
+            );
+        }
+        None if !config_file::read(instance)?.contains_key("rules") => println!(
+            "No policy rules yet, so every call a hook gates is asked: `countersign policy preset balanced` lets reads and read-only commands (ls, git status, ...) through without asking, `strict` only reads (docs/policies.md)."
+        ),
+        None => {}
+    }
+    Ok(())
+}
+
+/// Replaces the rules of any preset in the config file with preset `name`'s, after the
+/// user's own rules; returns how many rules it wrote.
+pub fn write_preset(instance: &Instance, name: &str) -> Result<usize, CliError> {
+    let preset = check_preset(name)?;
+    let mut doc = config_file::read(instance)?;
+    if let Some(item) = doc.get_mut("rules") {
+        let rules = item.as_array_of_tables_mut().ok_or_else(|| {
+            config_file::invalid(instance, "rules is not a list of [[rules]] tables")
+        })?;
+        rules.retain(|rule| {
+            let name = rule
+                .get("name")
+                .and_then(|n| n.as_str())
+                .unwrap_or_default();
+            !PRESETS
+                .iter()
+                .any(|(preset, _)| name.starts_with(&format!("{preset}: ")))
+        });
+        if rules.is_empty() {
+            doc.remove("rules");
+        }
+    }
+    let mut text = doc.to_string();
+    if !text.is_empty() && !text.ends_with("\n\n") {
+        text.push_str(if text.ends_with('\n') { "\n" } else { "\n\n" });
+    }
+    text.push_str(preset);
+    let (specs, _) = rules_of(&text).map_err(|what| config_file::invalid(instance, &what))?;
+    compile(&specs).map_err(|what| config_file::invalid(instance, &what))?;
+    let doc = text
+        .parse()
+        .map_err(|error| config_file::invalid(instance, &format!("{error}")))?;
+    config_file::write(instance, &doc)?;
+    Ok(specs
+        .iter()
+        .filter(|rule| rule.name.starts_with(&format!("{name}: ")))
+        .count())
+}
+
+/// The `[[rules]]` of a config file's text and the line each starts on.
+fn rules_of(text: &str) -> Result<(Vec<RuleSpec>, Vec<Option<usize>>), String> {
+    let mut table: toml::Table = toml::from_str(text).map_err(|error| error.to_string())?;
+    let specs: Vec<RuleSpec> = match table.remove("rules") {
+        Some(rules) => rules
+            .try_into()
+            .map_err(|error| format!("rules: {error}"))?,
+        None => Vec::new(),
+    };
+    let spans = toml_edit::ImDocument::parse(text)
+        .ok()
+        .and_then(|doc| {
+            doc.get("rules")
+                .and_then(|rules| rules.as_array_of_tables())
+                .map(|rules| rules.iter().map(|rule| rule.span()).collect::<Vec<_>>())
+        })
+        .unwrap_or_default();
+    let lines = (0..specs.len())
+        .map(|i| {
+            spans
+                .get(i)
+                .cloned()
+                .flatten()
+                .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1)
+        })
+        .collect();
+    Ok((specs, lines))
+}
+
+fn compile(specs: &[RuleSpec]) -> Result<Policy, String> {
+    Policy::compile(specs, &countersign_core::validate::Limits::default())
+        .map_err(|error| error.to_string())
+}
+
+/// The config file's rules, compiled as the server compiles them, and their lines.
+fn load(instance: &Instance) -> Result<(Policy, Vec<Option<usize>>), CliError> {
+    let text = std::fs::read_to_string(&instance.config_file).map_err(|error| {
+        CliError::Usage(format!(
+            "cannot read config file {}: {error}",
+            instance.config_file.display()
+        ))
+    })?;
+    let config = instance.load_config()?;
+    let policy = Policy::compile(&config.server.rules, &config.server.request_limits())
+        .map_err(|error| config_file::invalid(instance, &error.to_string()))?;
+    let (_, lines) = rules_of(&text).map_err(|what| config_file::invalid(instance, &what))?;
+    Ok((policy, lines))
+}
+
+fn line_of(lines: &[Option<usize>], index: usize) -> String {
+    match lines.get(index).copied().flatten() {
+        Some(line) => format!("line {line}"),
+        None => format!("rules[{index}]"),
+    }
+}
+
+/// The call to test: a host's hook payload (`tool_name`, `tool_input`) as the argument or on
+/// stdin.
+#[derive(Deserialize)]
+struct CallInput {
+    tool_name: String,
+    #[serde(default)]
+    tool_input: Value,
+}
+
+fn read_call(argument: Option<String>) -> Result<Call, CliError> {
+    let text = match argument {
+        Some(text) => text,
+        None => {
+            let mut text = String::new();
+            std::io::stdin()
+                .take(MAX_INPUT_BYTES + 1)
+                .read_to_string(&mut text)
+                .map_err(|error| CliError::Usage(format!("cannot read stdin: {error}")))?;
+            if text.len() as u64 > MAX_INPUT_BYTES {
+                return Err(CliError::Usage(format!(
+                    "the call on stdin is over {MAX_INPUT_BYTES} bytes"
+                )));
+            }
+            text
+        }
+    };
+    let input: CallInput = serde_json::from_str(&text).map_err(|error| {
+        CliError::Usage(format!(
+            "the call is not JSON with tool_name and tool_input ({error})"
+        ))
+    })?;
+    Ok(Call::new(
+        String::new(),
+        input.tool_name,
+        input.tool_input,
+        None,
+    ))
+}
+
+fn test(
+    instance: &Instance,
+    call: Option<String>,
+    agent: String,
+    risk: Option<crate::args::Risk>,
+    output: Output,
+) -> Result<Exit, CliError> {
+    let call = read_call(call)?;
+    let (policy, lines) = load(instance)?;
+    let risk = match risk {
+        Some(risk) => risk.into(),
+        None => countersign_client::gate::default_risk(&call.tool_name),
+    };
+    let request = ApprovalRequest {
+        agent_id: agent,
+        tool_name: call.tool_name.clone(),
+        arguments_json: call.input.to_string(),
+        risk: match risk {
+            pb::Risk::Low => Risk::Low,
+            pb::Risk::Medium => Risk::Medium,
+            pb::Risk::High => Risk::High,
+            _ => Risk::Critical,
+        },
+        required_approvals: 1,
+        separation_of_duties: true,
+        session_id: String::new(),
+        requester: String::new(),
+        idempotency_key: String::new(),
+        args_digest: String::new(),
+        action: String::new(),
+        reason: String::new(),
+        routes: Vec::new(),
+        ttl_seconds: None,
+        labels: Default::default(),
+        policy_rule: None,
+        grant_scope: String::new(),
+        approver_groups: Vec::new(),
+        follow_up: None,
+        withdraw_when_caller_leaves: false,
+    };
+    let explanation = policy.explain(request);
+    let rule_line = explanation
+        .rules
+        .iter()
+        .find(|r| r.outcome == Outcome::Decided);
+    match output {
+        Output::Json => {
+            let rules: Vec<Value> = explanation
+                .rules
+                .iter()
+                .map(|rule| {
+                    let (outcome, why) = outcome_words(&rule.outcome);
+                    json!({
+                        "name": rule.name,
+                        "line": lines.get(rule.index).copied().flatten(),
+                        "action": rule.action,
+                        "outcome": outcome,
+                        "why": why,
+                    })
+                })
+                .collect();
+            let answer = json!({
+                "decision": explanation.decision,
+                "risk": risk_name(explanation.risk),
+                "rule": explanation.rule,
+                "line": rule_line.and_then(|r| lines.get(r.index).copied().flatten()),
+                "reason": explanation.reason,
+                "rules": rules,
+            });
+            println!("{answer}");
+        }
+        Output::Table => {
+            println!("decision: {}", explanation.decision);
+            println!("risk: {}", risk_name(explanation.risk));
+            match (&explanation.rule, rule_line) {
+                (Some(name), Some(rule)) => {
+                    println!("rule: {name:?} ({})", line_of(&lines, rule.index))
+                }
+                _ => println!("rule: none matched; a person decides"),
+            }
+            if !explanation.reason.is_empty() {
+                println!("reason: {:?}", explanation.reason);
+            }
+            for rule in &explanation.rules {
+                let (outcome, why) = outcome_words(&rule.outcome);
+                let why = if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {why}")
+                };
+                println!(
+                    "  {} {} {:?}: {outcome}{why}",
+                    line_of(&lines, rule.index),
+                    rule.action,
+                    rule.name
+                );
+            }
+        }
+    }
+    Ok(Exit::Success)
+}
+
+/// A risk as the config file writes it.
+fn risk_name(risk: Risk) -> String {
+    risk.as_str().to_ascii_lowercase()
+}
+
+fn outcome_words(outcome: &Outcome) -> (&'static str, String) {
+    match outcome {
+        Outcome::Raised(risk) => ("matched", format!("risk at least {}", risk_name(*risk))),
+        Outcome::Decided => ("decided", String::new()),
+        Outcome::NoMatch(why) => ("no match", why.clone()),
+        Outcome::NotReached => ("not reached", "an earlier rule decided".into()),
+    }
+}
+
+fn lint(instance: &Instance, output: Output) -> Result<Exit, CliError> {
+    let (policy, lines) = load(instance)?;
+    let findings = policy.lint();
+    let kind = |finding: &Finding| match finding.kind {
+        FindingKind::Unreachable => "unreachable",
+        FindingKind::Shadowed => "shadowed",
+        FindingKind::Overlapping => "overlapping",
+    };
+    match output {
+        Output::Json => {
+            let findings: Vec<Value> = findings
+                .iter()
+                .map(|finding| {
+                    json!({
+                        "kind": kind(finding),
+                        "rule": finding.rule,
+                        "line": lines.get(finding.rule).copied().flatten(),
+                        "other_line": finding.other.and_then(|other| lines.get(other).copied().flatten()),
+                        "message": finding.message,
+                    })
+                })
+                .collect();
+            println!("{}", json!({ "findings": findings }));
+        }
+        Output::Table => {
+            for finding in &findings {
+                let other = finding
+                    .other
+                    .map(|other| format!(" (see {})", line_of(&lines, other)))
+                    .unwrap_or_default();
+                println!(
+                    "{}: {}: {}{other}",
+                    line_of(&lines, finding.rule),
+                    kind(finding),
+                    finding.message
+                );
+            }
+            if findings.is_empty() {
+                println!(
+                    "{}: no unreachable, shadowed or overlapping rules",
+                    instance.config_file.display()
+                );
+            }
+        }
+    }
+    Ok(if findings.is_empty() {
+        Exit::Success
+    } else {
+        Exit::Failure
+    })
+}
