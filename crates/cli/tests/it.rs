@@ -5,6 +5,7 @@ mod cli;
 mod hooks;
 mod install;
 mod mcp;
+mod policy;
 mod quickstart;
 mod setup_channels;
 mod support;

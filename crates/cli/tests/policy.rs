@@ -1,7 +1,7 @@
 //! `countersign policy preset`, `test` and `lint` run as a user would, on the local instance's
 //! config file in an empty home directory.
 
-mod support;
+use crate::support;
 
 use countersign_client::pb;
 use serde_json::Value;
