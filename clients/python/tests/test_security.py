@@ -74,6 +74,15 @@ def test_over_the_rate_limit_says_when_to_retry(start_server: Callable[..., Serv
         assert "requests_per_minute" in limited.value.message
 
 
+def test_request_and_wait_waits_out_a_rate_limit_within_its_deadline(start_server: Callable[..., Server]) -> None:
+    # One call at once, then one every 2 s: the second waits for the retry-after, then is asked.
+    server = start_server(limits={"requests_per_minute": 30, "request_burst": 1})
+    with server.client() as client:
+        client.request_approval(agent_id="fast", tool_name="bash")
+        approval = client.request_and_wait(agent_id="fast", tool_name="bash", deadline=5.0)
+        assert approval.pending, "requested once the limit allowed it, and nobody decided"
+
+
 def certificate(subject: str, issuer_key, public_key, issuer: x509.Name | None, ca: bool) -> x509.Certificate:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
     now = datetime.datetime.now(datetime.timezone.utc)
