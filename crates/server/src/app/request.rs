@@ -4,9 +4,11 @@
 use countersign_core::validate::{validate_request, RequestInput};
 use countersign_core::Disposition;
 
+use super::observe::observe;
 use super::rates::check_rate;
 use super::shared::App;
 use crate::auth::{Caller, Role};
+use crate::config::PolicyMode;
 use crate::error::AppError;
 use crate::store::{now_millis, Requested};
 
@@ -28,7 +30,10 @@ impl App {
         )
         .await?;
         let request = validate_request(input, &self.limits)?;
-        let (mut request, disposition) = self.security.policy.apply(request);
+        let (mut request, disposition) = match self.config.policy.mode {
+            PolicyMode::Enforce => self.security.policy.apply(request),
+            PolicyMode::Observe => observe(&self.security.policy, request),
+        };
         // The per-agent limit guards people's attention: a call a rule allows or denies asks
         // nobody, so only the calls left to a human count (the per-token limit above still
         // bounds everything a caller sends).
