@@ -156,6 +156,9 @@ pub enum Command {
     /// List or revoke delegations (admin token)
     #[command(subcommand)]
     Delegations(DelegationsCommand),
+    /// Policy rules: what they would have decided in observe mode (admin token)
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// Check the audit trail's hash chain; exit 72 naming the first broken row (admin token)
     VerifyAudit,
     /// Have the server write a verified online copy of its SQLite database (admin token)
@@ -423,6 +426,31 @@ pub struct EventsArgs {
     pub newest_first: bool,
     /// At most this many events
     #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// What the rules would have decided over a period of observe mode, and where a person
+    /// decided otherwise (admin token)
+    ///
+    /// Reads the audit trail: every approval the server asked about with `[policy] mode =
+    /// "observe"` carries the rule that would have decided it and how. The table counts, per
+    /// rule, the calls, how people answered them, and the disagreements (a rejection of a call
+    /// the rule would allow, an approval of one it would deny), which are listed below it.
+    Report(PolicyReportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PolicyReportArgs {
+    /// Only events at or after this time: RFC 3339 (2025-01-31T12:00:00Z) or an age (7d)
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub since: Option<SystemTime>,
+    /// Only events before this time: RFC 3339 or an age
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub until: Option<SystemTime>,
+    /// At most this many events read
+    #[arg(long, default_value_t = 100_000)]
     pub limit: usize,
 }
 

@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use crate::args::{
     ApproveArgs, Cli, Command, DecideArgs, DelegationsCommand, EventsArgs, GrantsCommand,
-    GrantsListArgs, ListArgs, Output, RequestArgs, SetupCommand, WatchArgs,
+    GrantsListArgs, ListArgs, Output, PolicyCommand, PolicyReportArgs, RequestArgs, SetupCommand,
+    WatchArgs,
 };
 use crate::exit::{CliError, Exit};
 use crate::install::InstallFlags;
@@ -185,6 +186,7 @@ async fn dispatch(
             print_delegations(&out, &[client.revoke_delegation(&id).await?])?;
             Exit::Success
         }
+        Command::Policy(PolicyCommand::Report(args)) => policy_report(&client, &out, args).await?,
         Command::VerifyAudit => verify_audit(&client, &out).await?,
         Command::Backup { name } => {
             let made = client.backup_database(&name).await?;
@@ -370,6 +372,45 @@ async fn events(client: &Client, out: &Printer, args: EventsArgs) -> Result<Exit
             &Value::Array(events.iter().map(render::audit_event_json).collect()),
             true,
         )?,
+    }
+    Ok(Exit::Success)
+}
+
+async fn policy_report(
+    client: &Client,
+    out: &Printer,
+    args: PolicyReportArgs,
+) -> Result<Exit, CliError> {
+    // The events that carry an approval as people left it.
+    let kinds = [
+        pb::EventKind::Requested,
+        pb::EventKind::Resolved,
+        pb::EventKind::Expired,
+        pb::EventKind::Cancelled,
+        pb::EventKind::Consumed,
+    ];
+    let filter = pb::ListEventsRequest {
+        kinds: kinds.iter().map(|&k| k.into()).collect(),
+        since: args.since.map(wire_time),
+        until: args.until.map(wire_time),
+        ..Default::default()
+    };
+    let events = collect_pages(args.limit, MAX_ADMIN_PAGE_SIZE, |page_size, page_token| {
+        let request = pb::ListEventsRequest {
+            page_size,
+            page_token,
+            ..filter.clone()
+        };
+        async move {
+            let page = client.list_events(request).await?;
+            Ok((page.events, page.next_page_token))
+        }
+    })
+    .await?;
+    let report = crate::policy_report::summarize(&events);
+    match out.format {
+        Output::Table => out.write(&crate::policy_report::text(&report))?,
+        Output::Json => out.json(&crate::policy_report::json(&report), true)?,
     }
     Ok(Exit::Success)
 }

@@ -13,6 +13,7 @@ mod install;
 mod instance;
 mod instance_check;
 mod mcp;
+mod policy_report;
 mod render;
 mod settings;
 mod setup;
