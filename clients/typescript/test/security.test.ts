@@ -175,7 +175,10 @@ describe("rate limits", () => {
   test("requestAndWait waits out a rate limit within its deadline, then is asked", async () => {
     const client = server.client();
     await client.requestApproval({ agentId: "fast", toolName: "bash" });
-    await assert.rejects(client.requestApproval({ agentId: "fast", toolName: "bash" }), RateLimited);
+    await assert.rejects(
+      client.requestApproval({ agentId: "fast", toolName: "bash" }),
+      RateLimited,
+    );
     const approval = await client.requestAndWait(
       { agentId: "fast", toolName: "bash" },
       { deadlineMs: 5_000 },
