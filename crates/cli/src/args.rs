@@ -159,6 +159,9 @@ pub enum Command {
     /// Policy rules: what they would have decided in observe mode (admin token)
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Rules proposed from the history of decisions (admin token)
+    #[command(subcommand)]
+    Rules(RulesCommand),
     /// Check the audit trail's hash chain; exit 72 naming the first broken row (admin token)
     VerifyAudit,
     /// Have the server write a verified online copy of its SQLite database (admin token)
@@ -426,6 +429,42 @@ pub struct EventsArgs {
     pub newest_first: bool,
     /// At most this many events
     #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RulesCommand {
+    /// Propose allow rules for call shapes people approved again and again and never rejected
+    /// (admin token)
+    ///
+    /// Reads the audit trail's decided approvals. A shape is an agent, a tool and a bound on
+    /// the arguments: a shell command's program and subcommand (`npm test`) with further words
+    /// of plain characters only (no `;`, `|`, `&`, `$`, quotes or redirections), or a file
+    /// directly in one directory (no dotfiles). Each proposal shows its evidence (how many
+    /// approvals, by whom) and the `[[rules]]` entry it would add. `--accept N` appends that
+    /// entry to the server's config file (--to, else the local instance's), after the rules already
+    /// there, with a comment recording who accepted it, when and on what evidence; the server
+    /// applies it when restarted.
+    Suggest(RulesSuggestArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RulesSuggestArgs {
+    /// Only decisions at or after this time: RFC 3339 or an age (30d)
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub since: Option<SystemTime>,
+    /// The fewest approvals a shape needs to be proposed
+    #[arg(long, default_value_t = 3)]
+    pub min_approvals: u32,
+    /// Add proposal N (as numbered in the list) to the config file; repeatable
+    #[arg(long, value_name = "N")]
+    pub accept: Vec<usize>,
+    /// The server's config file --accept adds to [default: the local instance's,
+    /// $XDG_CONFIG_HOME/countersign/countersign.toml]
+    #[arg(long, value_name = "PATH")]
+    pub to: Option<PathBuf>,
+    /// At most this many events read
+    #[arg(long, default_value_t = 100_000)]
     pub limit: usize,
 }
 

@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use crate::args::{
     ApproveArgs, Cli, Command, DecideArgs, DelegationsCommand, EventsArgs, GrantsCommand,
-    GrantsListArgs, ListArgs, Output, PolicyCommand, PolicyReportArgs, RequestArgs, SetupCommand,
-    WatchArgs,
+    GrantsListArgs, ListArgs, Output, PolicyCommand, PolicyReportArgs, RequestArgs, RulesCommand,
+    RulesSuggestArgs, SetupCommand, WatchArgs,
 };
 use crate::exit::{CliError, Exit};
 use crate::install::InstallFlags;
@@ -187,6 +187,7 @@ async fn dispatch(
             Exit::Success
         }
         Command::Policy(PolicyCommand::Report(args)) => policy_report(&client, &out, args).await?,
+        Command::Rules(RulesCommand::Suggest(args)) => rules_suggest(&client, &out, args).await?,
         Command::VerifyAudit => verify_audit(&client, &out).await?,
         Command::Backup { name } => {
             let made = client.backup_database(&name).await?;
@@ -381,7 +382,64 @@ async fn policy_report(
     out: &Printer,
     args: PolicyReportArgs,
 ) -> Result<Exit, CliError> {
-    // The events that carry an approval as people left it.
+    let events = approval_events(client, args.since, args.until, args.limit).await?;
+    let report = crate::policy_report::summarize(&events);
+    match out.format {
+        Output::Table => out.write(&crate::policy_report::text(&report))?,
+        Output::Json => out.json(&crate::policy_report::json(&report), true)?,
+    }
+    Ok(Exit::Success)
+}
+
+async fn rules_suggest(
+    client: &Client,
+    out: &Printer,
+    args: RulesSuggestArgs,
+) -> Result<Exit, CliError> {
+    let events = approval_events(client, args.since, None, args.limit).await?;
+    let suggestions = crate::rules_suggest::suggest(&events, args.min_approvals);
+    if args.accept.is_empty() {
+        match out.format {
+            Output::Table => out.write(&crate::rules_suggest::text(&suggestions))?,
+            Output::Json => out.json(&crate::rules_suggest::json(&suggestions), true)?,
+        }
+        return Ok(Exit::Success);
+    }
+    let instance = Instance::locate(args.to.as_deref())?;
+    let mut doc = crate::config_file::read(&instance)?;
+    let accepted_by = crate::settings::local_user().unwrap_or_else(|| "an unknown user".into());
+    let mut names = Vec::new();
+    for &number in &args.accept {
+        let suggestion = number
+            .checked_sub(1)
+            .and_then(|index| suggestions.get(index))
+            .ok_or_else(|| {
+                CliError::Usage(format!(
+                    "there is no suggestion {number} (there are {}); run `countersign rules suggest` to list them",
+                    suggestions.len()
+                ))
+            })?;
+        crate::rules_suggest::accept(&mut doc, suggestion, &accepted_by, SystemTime::now())?;
+        names.push(suggestion.rule_name());
+    }
+    crate::config_file::write(&instance, &doc)?;
+    for name in names {
+        out.write(&format!(
+            "added rule {name} to {}; restart the server (countersign up) to apply it\n",
+            instance.config_file.display()
+        ))?;
+    }
+    Ok(Exit::Success)
+}
+
+/// The audit trail's events that carry an approval as it was left (requested, resolved,
+/// expired, cancelled, consumed), oldest first.
+async fn approval_events(
+    client: &Client,
+    since: Option<SystemTime>,
+    until: Option<SystemTime>,
+    limit: usize,
+) -> Result<Vec<pb::AuditEvent>, CliError> {
     let kinds = [
         pb::EventKind::Requested,
         pb::EventKind::Resolved,
@@ -391,11 +449,11 @@ async fn policy_report(
     ];
     let filter = pb::ListEventsRequest {
         kinds: kinds.iter().map(|&k| k.into()).collect(),
-        since: args.since.map(wire_time),
-        until: args.until.map(wire_time),
+        since: since.map(wire_time),
+        until: until.map(wire_time),
         ..Default::default()
     };
-    let events = collect_pages(args.limit, MAX_ADMIN_PAGE_SIZE, |page_size, page_token| {
+    collect_pages(limit, MAX_ADMIN_PAGE_SIZE, |page_size, page_token| {
         let request = pb::ListEventsRequest {
             page_size,
             page_token,
@@ -406,13 +464,7 @@ async fn policy_report(
             Ok((page.events, page.next_page_token))
         }
     })
-    .await?;
-    let report = crate::policy_report::summarize(&events);
-    match out.format {
-        Output::Table => out.write(&crate::policy_report::text(&report))?,
-        Output::Json => out.json(&crate::policy_report::json(&report), true)?,
-    }
-    Ok(Exit::Success)
+    .await
 }
 
 async fn grants(client: &Client, out: &Printer, args: GrantsListArgs) -> Result<Exit, CliError> {

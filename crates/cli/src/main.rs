@@ -15,6 +15,7 @@ mod instance_check;
 mod mcp;
 mod policy_report;
 mod render;
+mod rules_suggest;
 mod settings;
 mod setup;
 mod setup_github;
