@@ -189,6 +189,13 @@ pub enum Command {
     Mcp(McpArgs),
     /// Add the countersign hook to a coding agent's settings (merging, with a backup)
     Install(InstallArgs),
+    /// Send a coding agent's "finished", "failed" or "waiting for input" hook event to the
+    /// local instance's ntfy topics as a notice (no buttons), outside the quiet hours
+    ///
+    /// Reads Claude Code's Stop, StopFailure or Notification hook input on stdin
+    /// (`countersign install claude-code --notify` adds these hooks). Quiet hours:
+    /// `[notify] quiet_hours = "22:00-07:00"` (and `utc_offset = "+01:00"`) in the config file.
+    Notify(NotifyArgs),
     /// Run countersign on this machine: the server and every configured channel in one process
     ///
     /// The approval server on SQLite in $XDG_DATA_HOME/countersign (~/.local/share/countersign),
@@ -392,6 +399,18 @@ pub struct InstallArgs {
     /// Code)
     #[arg(long, conflicts_with = "user")]
     pub channel: bool,
+    /// Claude Code: also add the Stop, StopFailure and Notification hooks, which send
+    /// "finished", "failed" and "waiting for input" notices to your ntfy topics
+    /// (`countersign notify`)
+    #[arg(long)]
+    pub notify: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct NotifyArgs {
+    /// The agent host whose hook input is on stdin
+    #[arg(value_enum)]
+    pub host: Host,
 }
 
 #[derive(Debug, Args)]

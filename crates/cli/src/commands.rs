@@ -28,8 +28,8 @@ const MAX_ADMIN_PAGE_SIZE: usize = 1000;
 
 /// Runs the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> i32 {
-    // `up` and `setup` read the local instance's file, not the client's config file.
-    if let Command::Up(_) | Command::Setup(_) = cli.command {
+    // `up`, `setup` and `notify` read the local instance's file, not the client's config file.
+    if let Command::Up(_) | Command::Setup(_) | Command::Notify(_) = cli.command {
         let done = match Instance::locate(cli.config.as_deref()) {
             Ok(instance) => match cli.command {
                 Command::Setup(SetupCommand::Telegram(args)) => {
@@ -42,6 +42,7 @@ pub async fn run(cli: Cli) -> i32 {
                     crate::setup_web::web(&instance, args).await
                 }
                 Command::Up(args) => crate::up::up(&instance, args).await,
+                Command::Notify(args) => crate::notify::notify(&instance, args).await,
                 _ => Err(CliError::Failure(
                     "not a command of the local instance".into(),
                 )),
@@ -201,9 +202,9 @@ async fn dispatch(
         Command::Mcp(args) => crate::mcp::serve(client, settings, args).await?,
         Command::Install(args) => crate::install::install(install_flags, args)?,
         Command::Doctor { host } => crate::install::doctor(&client, host).await,
-        Command::Up(_) | Command::Setup(_) => {
+        Command::Up(_) | Command::Setup(_) | Command::Notify(_) => {
             return Err(CliError::Failure(
-                "up and setup run before the client settings".into(),
+                "up, setup and notify run before the client settings".into(),
             ))
         }
     };

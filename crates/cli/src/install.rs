@@ -184,6 +184,40 @@ fn local_instance_flags(flags: &InstallFlags) -> Result<Option<InstallFlags>, Cl
     }))
 }
 
+/// Claude Code's events whose hooks send notices (`install --notify`).
+const NOTICE_EVENTS: [&str; 3] = ["Stop", "StopFailure", "Notification"];
+
+/// With `--notify`, the groups that run `countersign notify` under each of [`NOTICE_EVENTS`];
+/// none without it.
+fn notice_groups(
+    flags: &InstallFlags,
+    args: &InstallArgs,
+) -> Result<Vec<(&'static str, Value)>, CliError> {
+    if !args.notify {
+        return Ok(Vec::new());
+    }
+    if args.host != Host::ClaudeCode {
+        return Err(CliError::Usage(
+            "--notify is for Claude Code (its Stop, StopFailure and Notification hooks)".into(),
+        ));
+    }
+    // `notify` reads the local instance's file: only `--config` is passed on.
+    let notify_flags = InstallFlags {
+        config: flags.config.clone(),
+        server: None,
+        token_file: None,
+    };
+    let command = crate::exec::shell_join(&countersign_command(
+        &notify_flags,
+        &["notify", host_word(args.host)],
+    )?);
+    let group = json!({"hooks": [{"type": "command", "command": command, "timeout": 30}]});
+    Ok(NOTICE_EVENTS
+        .iter()
+        .map(|event| (*event, group.clone()))
+        .collect())
+}
+
 /// The matcher group to add under the host's event.
 fn hook_group(host: Host, args: &InstallArgs, command: String) -> Value {
     let host_timeout = args.timeout + HOST_TIMEOUT_MARGIN;
@@ -207,17 +241,19 @@ fn hook_group(host: Host, args: &InstallArgs, command: String) -> Value {
     json!({"matcher": matcher, "hooks": [hook]})
 }
 
-fn is_countersign_hook(hook: &Value, host: Host) -> bool {
+/// Whether `hook` runs countersign's `subcommand` (`hook`, `notify`) for `host`.
+fn is_countersign_hook(hook: &Value, subcommand: &str, host: Host) -> bool {
     hook.get("command")
         .and_then(Value::as_str)
-        .is_some_and(|command| command.contains(&format!("hook {}", host_word(host))))
+        .is_some_and(|command| command.contains(&format!("{subcommand} {}", host_word(host))))
 }
 
-/// Merges `group` into `settings` under `hooks.<event>`: replaces a countersign group for the
-/// same host, keeps everything else.
+/// Merges `group` into `settings` under `hooks.<event>`: replaces the group running
+/// countersign's `subcommand` for the same host, keeps everything else.
 fn merge(
     settings: &mut Map<String, Value>,
     event: &str,
+    subcommand: &str,
     host: Host,
     group: Value,
 ) -> Result<(), String> {
@@ -235,7 +271,11 @@ fn merge(
         existing
             .get("hooks")
             .and_then(Value::as_array)
-            .is_some_and(|hooks| hooks.iter().any(|hook| is_countersign_hook(hook, host)))
+            .is_some_and(|hooks| {
+                hooks
+                    .iter()
+                    .any(|hook| is_countersign_hook(hook, subcommand, host))
+            })
     });
     match ours {
         Some(existing) => *existing = group,
@@ -263,21 +303,41 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
         &args,
         hook_command(local.as_ref().unwrap_or(flags), &args)?,
     );
+    let notices = notice_groups(local.as_ref().unwrap_or(flags), &args)?;
     if args.print {
-        let snippet = json!({"hooks": {event: [group]}});
+        let mut snippet = json!({"hooks": {event: [group]}});
+        for (notice_event, notice_group) in &notices {
+            snippet["hooks"][*notice_event] = json!([notice_group]);
+        }
         println!("{}", pretty(&snippet)?);
         return Ok(Exit::Success);
     }
     let path = settings_path(args.host, args.user)?;
     let (existing, mut settings) = read_json_object(&path)?;
-    merge(&mut settings, event, args.host, group).map_err(|problem| {
+    let failed = |problem: String| {
         CliError::Failure(format!("{}: {problem}; not changing it", path.display()))
-    })?;
+    };
+    merge(&mut settings, event, "hook", args.host, group).map_err(failed)?;
+    for (notice_event, notice_group) in &notices {
+        merge(
+            &mut settings,
+            notice_event,
+            "notify",
+            args.host,
+            notice_group.clone(),
+        )
+        .map_err(failed)?;
+    }
     write_json_object(&path, settings, existing)?;
     println!(
         "installed the countersign {event} hook in {}",
         path.display()
     );
+    if !notices.is_empty() {
+        println!(
+            "installed the countersign notify hooks (Stop, StopFailure, Notification): notices go to the ntfy topics of the local instance"
+        );
+    }
     if let Some(server) = local.and_then(|local| local.server) {
         println!("the hook asks the local countersign instance at {server} (countersign up)");
     }
@@ -542,7 +602,7 @@ fn countersign_hooks(settings: &Value, host: Host) -> Vec<InstalledHook> {
         for (group_index, group) in groups.as_array().into_iter().flatten().enumerate() {
             let hooks = group.get("hooks").and_then(Value::as_array);
             for (handler_index, hook) in hooks.into_iter().flatten().enumerate() {
-                if is_countersign_hook(hook, host) {
+                if is_countersign_hook(hook, "hook", host) {
                     found.push(InstalledHook {
                         event: event.clone(),
                         group_index,

@@ -13,6 +13,8 @@ mod install;
 mod instance;
 mod instance_check;
 mod mcp;
+mod notify;
+mod notify_config;
 mod policy_report;
 mod render;
 mod rules_suggest;

@@ -1,0 +1,150 @@
+//! `notify claude-code`: a coding agent's "it's done" hooks (Claude Code's `Stop`,
+//! `StopFailure` and `Notification`) sent to the local instance's ntfy topics as a notice:
+//! a plain notification with no buttons, held back during the configured quiet hours.
+//!
+//! These hooks cannot block anything, so this command never makes the host wait long: one
+//! publish per topic with the ntfy section's request timeout, and a failure is a warning on
+//! stderr (the host shows it) and exit status 1.
+
+use std::time::Duration;
+
+use countersign_ntfy::api::{NtfyApi, Publish};
+use serde_json::Value;
+
+use crate::args::{Host, NotifyArgs};
+use crate::exit::{CliError, Exit};
+use crate::instance::Instance;
+
+/// What the person is told.
+#[derive(Debug, PartialEq)]
+struct Notice {
+    title: String,
+    message: String,
+    tags: Vec<String>,
+}
+
+/// Text from the host's payload, on one line and without control characters.
+fn plain(text: &str, max: usize) -> String {
+    let one_line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let mut cut: String = one_line.chars().take(max).collect();
+    if one_line.chars().count() > max {
+        cut.push('…');
+    }
+    cut
+}
+
+/// The notice for one of Claude Code's hook payloads; `None` for an event it does not send.
+fn claude_code_notice(input: &Value) -> Option<Notice> {
+    let text = |key: &str| input.get(key).and_then(Value::as_str).unwrap_or_default();
+    let project = text("cwd")
+        .rsplit('/')
+        .find(|part| !part.is_empty())
+        .unwrap_or("a session");
+    let project = plain(project, 80);
+    let (title, message, tag) = match text("hook_event_name") {
+        "Stop" => (
+            format!("Claude Code finished in {project}"),
+            "It is waiting for your next prompt.".to_owned(),
+            "white_check_mark",
+        ),
+        "StopFailure" => (
+            format!("Claude Code failed in {project}"),
+            format!(
+                "{}: {}",
+                plain(text("error_type"), 40),
+                plain(text("error_message"), 300)
+            ),
+            "x",
+        ),
+        "Notification" => (
+            format!("Claude Code needs you in {project}"),
+            plain(text("message"), 300),
+            "hourglass",
+        ),
+        _ => return None,
+    };
+    Some(Notice {
+        title,
+        message,
+        tags: vec![tag.to_owned()],
+    })
+}
+
+/// Runs `notify HOST`: reads the hook payload on stdin, sends its notice.
+pub async fn notify(instance: &Instance, args: NotifyArgs) -> Result<Exit, CliError> {
+    if args.host != Host::ClaudeCode {
+        return Err(CliError::Usage(
+            "notices come from Claude Code's Stop, StopFailure and Notification hooks; Codex and Gemini CLI are not supported yet".into(),
+        ));
+    }
+    let input = crate::hook::read_input()
+        .await
+        .map_err(|error| CliError::Usage(format!("cannot read the hook input: {error}")))?;
+    let input: Value = serde_json::from_slice(&input)
+        .map_err(|error| CliError::Usage(format!("the hook input is not JSON: {error}")))?;
+    let Some(notice) = claude_code_notice(&input) else {
+        eprintln!("countersign: this hook event sends no notice");
+        return Ok(Exit::Success);
+    };
+    let config = instance.load_config()?;
+    let quiet = config.notify.quiet_hours().map_err(CliError::Usage)?;
+    let now = time::OffsetDateTime::now_utc();
+    let minute = i32::from(now.hour()) * 60 + i32::from(now.minute());
+    if quiet.is_some_and(|quiet| quiet.contains(minute)) {
+        eprintln!("countersign: quiet hours (notify.quiet_hours); the notice is not sent");
+        return Ok(Exit::Success);
+    }
+    let Some((section, topics)) = config.ntfy else {
+        return Err(CliError::Usage(format!(
+            "config file {}: notices go to ntfy, and it has no [ntfy] section",
+            instance.config_file.display()
+        )));
+    };
+    let token = countersign_worker::config::env_var(countersign_ntfy::config::ACCESS_TOKEN_ENV);
+    let api = NtfyApi::new(
+        &section.server_url,
+        token,
+        Duration::from_millis(section.request_timeout_ms),
+    )
+    .map_err(|error| CliError::Failure(error.to_string()))?;
+    let mut names: Vec<String> = topics.into_iter().map(|topic| topic.name).collect();
+    if names.is_empty() {
+        names.extend(section.default_topic);
+    }
+    let mut failed = false;
+    for topic in names {
+        let publish = Publish {
+            topic: topic.clone(),
+            sequence_id: uuid::Uuid::now_v7().to_string(),
+            title: notice.title.clone(),
+            message: notice.message.clone(),
+            priority: 3,
+            tags: notice.tags.clone(),
+            actions: Vec::new(),
+        };
+        if let Err(error) = api.publish(&publish).await {
+            eprintln!("countersign: the notice to ntfy topic {topic:?} failed: {error}");
+            failed = true;
+        }
+    }
+    Ok(if failed { Exit::Failure } else { Exit::Success })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claude_code_s_events_become_notices_and_others_none() {
+        let stop = serde_json::json!({"hook_event_name": "Stop", "cwd": "/home/dev/shop", "stop_hook_active": false});
+        assert_eq!(
+            claude_code_notice(&stop).unwrap().title,
+            "Claude Code finished in shop"
+        );
+        let other = serde_json::json!({"hook_event_name": "PreToolUse"});
+        assert_eq!(claude_code_notice(&other), None);
+    }
+}
