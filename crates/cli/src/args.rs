@@ -192,8 +192,9 @@ pub enum Command {
     /// Send a coding agent's "finished", "failed" or "waiting for input" hook event to the
     /// local instance's ntfy topics as a notice (no buttons), outside the quiet hours
     ///
-    /// Reads Claude Code's Stop, StopFailure or Notification hook input on stdin
-    /// (`countersign install claude-code --notify` adds these hooks). Quiet hours:
+    /// Reads Claude Code's Stop, StopFailure or Notification hook input on stdin, or Codex's
+    /// `agent-turn-complete` JSON as the last argument (`countersign install claude-code|codex
+    /// --notify` sets them up). Quiet hours:
     /// `[notify] quiet_hours = "22:00-07:00"` (and `utc_offset = "+01:00"`) in the config file.
     Notify(NotifyArgs),
     /// Run countersign on this machine: the server and every configured channel in one process
@@ -399,18 +400,21 @@ pub struct InstallArgs {
     /// Code)
     #[arg(long, conflicts_with = "user")]
     pub channel: bool,
-    /// Claude Code: also add the Stop, StopFailure and Notification hooks, which send
-    /// "finished", "failed" and "waiting for input" notices to your ntfy topics
-    /// (`countersign notify`)
+    /// Also send notices to your ntfy topics (`countersign notify`): for Claude Code the
+    /// Stop, StopFailure and Notification hooks ("finished", "failed", "waiting for input");
+    /// for Codex its `notify` program in ~/.codex/config.toml ("finished")
     #[arg(long)]
     pub notify: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct NotifyArgs {
-    /// The agent host whose hook input is on stdin
+    /// The agent host whose event this is
     #[arg(value_enum)]
     pub host: Host,
+    /// Codex: the JSON its `notify` program gets as its last argument (Claude Code's hook
+    /// input comes on stdin)
+    pub payload: Option<String>,
 }
 
 #[derive(Debug, Args)]

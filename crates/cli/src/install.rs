@@ -184,6 +184,64 @@ fn local_instance_flags(flags: &InstallFlags) -> Result<Option<InstallFlags>, Cl
     }))
 }
 
+/// What [`notice_groups`] names Codex's `notify` setting.
+const CODEX_NOTIFY: &str = "notify";
+
+/// Sets Codex's `notify` program to `argv` in its user config, unless the person set another
+/// one (Codex runs only one): returns where.
+fn install_codex_notify(argv: &Value) -> Result<PathBuf, CliError> {
+    let path = crate::codex_trust::user_config()
+        .ok_or_else(|| CliError::Usage("--notify needs $CODEX_HOME or $HOME".into()))?;
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(error) => {
+            return Err(CliError::Failure(format!(
+                "cannot read {}: {error}",
+                path.display()
+            )))
+        }
+    };
+    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|error| {
+        CliError::Failure(format!(
+            "{} is not valid TOML: {error}; not changing it",
+            path.display()
+        ))
+    })?;
+    let ours = |item: &toml_edit::Item| {
+        item.as_array().is_some_and(|words| {
+            let words: Vec<&str> = words.iter().filter_map(|word| word.as_str()).collect();
+            words.windows(2).any(|pair| pair == ["notify", "codex"])
+        })
+    };
+    if let Some(existing) = doc.get("notify") {
+        if !ours(existing) {
+            return Err(CliError::Usage(format!(
+                "{} sets another notify program ({}); Codex runs only one, so it is left as it is",
+                path.display(),
+                existing.to_string().trim()
+            )));
+        }
+    }
+    let mut array = toml_edit::Array::new();
+    for word in argv
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        array.push(word);
+    }
+    doc.insert("notify", toml_edit::value(array));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|error| {
+            CliError::Failure(format!("cannot create {}: {error}", dir.display()))
+        })?;
+    }
+    crate::instance::replace_file(&path, doc.to_string().as_bytes(), None)?;
+    Ok(path)
+}
+
 /// Claude Code's events whose hooks send notices (`install --notify`).
 const NOTICE_EVENTS: [&str; 3] = ["Stop", "StopFailure", "Notification"];
 
@@ -196,9 +254,9 @@ fn notice_groups(
     if !args.notify {
         return Ok(Vec::new());
     }
-    if args.host != Host::ClaudeCode {
+    if args.host == Host::Gemini {
         return Err(CliError::Usage(
-            "--notify is for Claude Code (its Stop, StopFailure and Notification hooks)".into(),
+            "--notify is for Claude Code and Codex; Gemini CLI is not supported yet".into(),
         ));
     }
     // `notify` reads the local instance's file: only `--config` is passed on.
@@ -207,10 +265,12 @@ fn notice_groups(
         server: None,
         token_file: None,
     };
-    let command = crate::exec::shell_join(&countersign_command(
-        &notify_flags,
-        &["notify", host_word(args.host)],
-    )?);
+    let argv = countersign_command(&notify_flags, &["notify", host_word(args.host)])?;
+    if args.host == Host::Codex {
+        // Codex runs one `notify` program (its argv, the event appended) from its user config.
+        return Ok(vec![(CODEX_NOTIFY, json!(argv))]);
+    }
+    let command = crate::exec::shell_join(&argv);
     let group = json!({"hooks": [{"type": "command", "command": command, "timeout": 30}]});
     Ok(NOTICE_EVENTS
         .iter()
@@ -307,9 +367,14 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
     if args.print {
         let mut snippet = json!({"hooks": {event: [group]}});
         for (notice_event, notice_group) in &notices {
-            snippet["hooks"][*notice_event] = json!([notice_group]);
+            if args.host != Host::Codex {
+                snippet["hooks"][*notice_event] = json!([notice_group]);
+            }
         }
         println!("{}", pretty(&snippet)?);
+        if let (Host::Codex, Some((_, argv))) = (args.host, notices.first()) {
+            println!("# in ~/.codex/config.toml:\nnotify = {argv}");
+        }
         return Ok(Exit::Success);
     }
     let path = settings_path(args.host, args.user)?;
@@ -319,6 +384,14 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
     };
     merge(&mut settings, event, "hook", args.host, group).map_err(failed)?;
     for (notice_event, notice_group) in &notices {
+        if args.host == Host::Codex {
+            let config = install_codex_notify(notice_group)?;
+            println!(
+                "set Codex's notify program in {}: finished turns go to the ntfy topics of the local instance",
+                config.display()
+            );
+            continue;
+        }
         merge(
             &mut settings,
             notice_event,
@@ -333,7 +406,7 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
         "installed the countersign {event} hook in {}",
         path.display()
     );
-    if !notices.is_empty() {
+    if !notices.is_empty() && args.host == Host::ClaudeCode {
         println!(
             "installed the countersign notify hooks (Stop, StopFailure, Notification): notices go to the ntfy topics of the local instance"
         );

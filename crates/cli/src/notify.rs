@@ -15,6 +15,9 @@ use crate::args::{Host, NotifyArgs};
 use crate::exit::{CliError, Exit};
 use crate::instance::Instance;
 
+/// How a host's event becomes a notice.
+type NoticeOf = fn(&Value) -> Option<Notice>;
+
 /// What the person is told.
 #[derive(Debug, PartialEq)]
 struct Notice {
@@ -73,19 +76,55 @@ fn claude_code_notice(input: &Value) -> Option<Notice> {
     })
 }
 
-/// Runs `notify HOST`: reads the hook payload on stdin, sends its notice.
-pub async fn notify(instance: &Instance, args: NotifyArgs) -> Result<Exit, CliError> {
-    if args.host != Host::ClaudeCode {
-        return Err(CliError::Usage(
-            "notices come from Claude Code's Stop, StopFailure and Notification hooks; Codex and Gemini CLI are not supported yet".into(),
-        ));
+/// The notice for Codex's `notify` JSON; `None` for a type it does not send.
+fn codex_notice(input: &Value) -> Option<Notice> {
+    if input.get("type").and_then(Value::as_str) != Some("agent-turn-complete") {
+        return None;
     }
-    let input = crate::hook::read_input()
-        .await
-        .map_err(|error| CliError::Usage(format!("cannot read the hook input: {error}")))?;
+    let text = |key: &str| input.get(key).and_then(Value::as_str).unwrap_or_default();
+    let project = text("cwd")
+        .rsplit('/')
+        .find(|part| !part.is_empty())
+        .unwrap_or("a session");
+    let last = plain(text("last-assistant-message"), 300);
+    Some(Notice {
+        title: format!("Codex finished in {}", plain(project, 80)),
+        message: if last.is_empty() {
+            "It is waiting for your next prompt.".to_owned()
+        } else {
+            last
+        },
+        tags: vec!["white_check_mark".to_owned()],
+    })
+}
+
+/// Runs `notify HOST`: reads the event (Claude Code: stdin; Codex: the last argument), sends
+/// its notice.
+pub async fn notify(instance: &Instance, args: NotifyArgs) -> Result<Exit, CliError> {
+    let (input, notice_of): (Vec<u8>, NoticeOf) = match args.host {
+        Host::ClaudeCode => (
+            crate::hook::read_input()
+                .await
+                .map_err(|error| CliError::Usage(format!("cannot read the hook input: {error}")))?,
+            claude_code_notice,
+        ),
+        Host::Codex => (
+            args.payload
+                .ok_or_else(|| {
+                    CliError::Usage("Codex passes its event as the last argument; none was given".into())
+                })?
+                .into_bytes(),
+            codex_notice,
+        ),
+        Host::Gemini => {
+            return Err(CliError::Usage(
+                "notices come from Claude Code's hooks and Codex's notify program; Gemini CLI is not supported yet".into(),
+            ))
+        }
+    };
     let input: Value = serde_json::from_slice(&input)
-        .map_err(|error| CliError::Usage(format!("the hook input is not JSON: {error}")))?;
-    let Some(notice) = claude_code_notice(&input) else {
+        .map_err(|error| CliError::Usage(format!("the event is not JSON: {error}")))?;
+    let Some(notice) = notice_of(&input) else {
         eprintln!("countersign: this hook event sends no notice");
         return Ok(Exit::Success);
     };

@@ -142,3 +142,82 @@ async fn installed_notify_hooks_send_claude_code_s_stop_and_notification_events_
     );
     assert_eq!(ntfy.messages().len(), 3);
 }
+
+/// Codex's `notify` program, set by `install codex --notify` in Codex's user config, gets the
+/// `agent-turn-complete` event as its last argument.
+#[tokio::test]
+async fn codex_s_notify_program_sends_a_finished_turn_as_a_notice() {
+    let ntfy = FakeNtfy::start().await;
+    let project = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    write_config(&home.path().join(".config"), &ntfy, "");
+    let codex_home = home.path().join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    std::fs::write(codex_home.join("config.toml"), "model = \"o3\"\n").unwrap();
+
+    for _ in 0..2 {
+        let mut install = countersign("http://127.0.0.1:9");
+        install
+            .current_dir(project.path())
+            .env("HOME", home.path())
+            .env("CODEX_HOME", &codex_home)
+            .args(["install", "codex", "--project", "--notify"]);
+        let output = install.output().await.unwrap();
+        assert_exit(&output, 0);
+    }
+    let config: toml::Table = std::fs::read_to_string(codex_home.join("config.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(config["model"].as_str(), Some("o3"), "the rest is kept");
+    let argv: Vec<String> = config["notify"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|word| word.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(argv[1..], ["notify", "codex"]);
+
+    // As Codex runs it: the program, its arguments, then the event's JSON.
+    let event = fixture("codex/notify.json");
+    let mut run = tokio::process::Command::new(&argv[0]);
+    run.args(&argv[1..])
+        .arg(event.to_string())
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join(".config"))
+        .env("XDG_DATA_HOME", home.path().join(".local/share"))
+        .env_remove("COUNTERSIGN_CONFIG")
+        .stdin(Stdio::null());
+    let output = tokio::time::timeout(STEP, run.output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_exit(&output, 0);
+    let shown = ntfy.notifications("phone");
+    assert_eq!(shown.len(), 1, "{shown:#?}");
+    assert_eq!(shown[0].title, "Codex finished in shop");
+    assert_eq!(
+        shown[0].message,
+        "The tests pass now; I fixed the cart total."
+    );
+    assert!(shown[0].actions.is_empty());
+
+    // Another notify program the person set is left alone.
+    std::fs::write(
+        codex_home.join("config.toml"),
+        "notify = [\"notify-send\", \"Codex\"]\n",
+    )
+    .unwrap();
+    let mut install = countersign("http://127.0.0.1:9");
+    install
+        .current_dir(project.path())
+        .env("HOME", home.path())
+        .env("CODEX_HOME", &codex_home)
+        .args(["install", "codex", "--project", "--notify"]);
+    let output = install.output().await.unwrap();
+    assert_exit(&output, 64);
+    assert_eq!(
+        std::fs::read_to_string(codex_home.join("config.toml")).unwrap(),
+        "notify = [\"notify-send\", \"Codex\"]\n"
+    );
+}
