@@ -189,8 +189,9 @@ pub enum Command {
     Mcp(McpArgs),
     /// Add the countersign hook to a coding agent's settings (merging, with a backup)
     Install(InstallArgs),
-    /// Send a coding agent's "finished", "failed" or "waiting for input" hook event to the
-    /// local instance's ntfy topics as a notice (no buttons), outside the quiet hours
+    /// Send a coding agent's "finished", "failed" or "waiting for input" event to the local
+    /// instance's ntfy topics and Telegram default chat as a notice (no buttons), outside the
+    /// quiet hours
     ///
     /// Reads Claude Code's Stop, StopFailure or Notification hook input on stdin, or Codex's
     /// `agent-turn-complete` JSON as the last argument (`countersign install claude-code|codex
@@ -400,9 +401,10 @@ pub struct InstallArgs {
     /// Code)
     #[arg(long, conflicts_with = "user")]
     pub channel: bool,
-    /// Also send notices to your ntfy topics (`countersign notify`): for Claude Code the
-    /// Stop, StopFailure and Notification hooks ("finished", "failed", "waiting for input");
-    /// for Codex its `notify` program in ~/.codex/config.toml ("finished")
+    /// Also send notices to your ntfy topics and Telegram chat (`countersign notify`): for
+    /// Claude Code the Stop, StopFailure and Notification hooks ("finished", "failed",
+    /// "waiting for input"); for Codex its `notify` program in ~/.codex/config.toml
+    /// ("finished")
     #[arg(long)]
     pub notify: bool,
 }

@@ -387,7 +387,7 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
         if args.host == Host::Codex {
             let config = install_codex_notify(notice_group)?;
             println!(
-                "set Codex's notify program in {}: finished turns go to the ntfy topics of the local instance",
+                "set Codex's notify program in {}: finished turns go to the ntfy topics and Telegram chat of the local instance",
                 config.display()
             );
             continue;
@@ -408,7 +408,7 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
     );
     if !notices.is_empty() && args.host == Host::ClaudeCode {
         println!(
-            "installed the countersign notify hooks (Stop, StopFailure, Notification): notices go to the ntfy topics of the local instance"
+            "installed the countersign notify hooks (Stop, StopFailure, Notification): notices go to the ntfy topics and Telegram chat of the local instance"
         );
     }
     if let Some(server) = local.and_then(|local| local.server) {

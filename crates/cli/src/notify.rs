@@ -1,10 +1,11 @@
-//! `notify claude-code`: a coding agent's "it's done" hooks (Claude Code's `Stop`,
-//! `StopFailure` and `Notification`) sent to the local instance's ntfy topics as a notice:
-//! a plain notification with no buttons, held back during the configured quiet hours.
+//! `notify claude-code|codex`: a coding agent's "it's done" events (Claude Code's `Stop`,
+//! `StopFailure` and `Notification` hooks; Codex's `notify` program) sent to the local
+//! instance's ntfy topics and Telegram default chat as a notice: a plain notification with no
+//! buttons, held back during the configured quiet hours.
 //!
 //! These hooks cannot block anything, so this command never makes the host wait long: one
-//! publish per topic with the ntfy section's request timeout, and a failure is a warning on
-//! stderr (the host shows it) and exit status 1.
+//! call per destination with its timeout, and a failure is a warning on stderr (the host
+//! shows it) and exit status 1.
 
 use std::time::Duration;
 
@@ -136,24 +137,50 @@ pub async fn notify(instance: &Instance, args: NotifyArgs) -> Result<Exit, CliEr
         eprintln!("countersign: quiet hours (notify.quiet_hours); the notice is not sent");
         return Ok(Exit::Success);
     }
-    let Some((section, topics)) = config.ntfy else {
+    let mut sent_to = 0;
+    let mut failed = false;
+    if let Some((section, topics)) = config.ntfy {
+        sent_to += 1;
+        failed |= !to_ntfy(&notice, section, topics).await;
+    }
+    if let Some(section) = config.telegram {
+        if let Some(chat_id) = section.default_chat_id {
+            sent_to += 1;
+            failed |= !to_telegram(instance, &notice, &section.api_url, chat_id).await?;
+        }
+    }
+    if sent_to == 0 {
         return Err(CliError::Usage(format!(
-            "config file {}: notices go to ntfy, and it has no [ntfy] section",
+            "config file {}: notices go to ntfy topics and Telegram's default chat, and it sets neither",
             instance.config_file.display()
         )));
-    };
+    }
+    Ok(if failed { Exit::Failure } else { Exit::Success })
+}
+
+/// Publishes `notice` to each ntfy topic (or the default one); false when one failed.
+async fn to_ntfy(
+    notice: &Notice,
+    section: countersign_ntfy::config::NtfySection,
+    topics: Vec<countersign_ntfy::config::TopicSection>,
+) -> bool {
     let token = countersign_worker::config::env_var(countersign_ntfy::config::ACCESS_TOKEN_ENV);
-    let api = NtfyApi::new(
+    let api = match NtfyApi::new(
         &section.server_url,
         token,
         Duration::from_millis(section.request_timeout_ms),
-    )
-    .map_err(|error| CliError::Failure(error.to_string()))?;
+    ) {
+        Ok(api) => api,
+        Err(error) => {
+            eprintln!("countersign: cannot reach ntfy: {error}");
+            return false;
+        }
+    };
     let mut names: Vec<String> = topics.into_iter().map(|topic| topic.name).collect();
     if names.is_empty() {
         names.extend(section.default_topic);
     }
-    let mut failed = false;
+    let mut sent = true;
     for topic in names {
         let publish = Publish {
             topic: topic.clone(),
@@ -166,10 +193,48 @@ pub async fn notify(instance: &Instance, args: NotifyArgs) -> Result<Exit, CliEr
         };
         if let Err(error) = api.publish(&publish).await {
             eprintln!("countersign: the notice to ntfy topic {topic:?} failed: {error}");
-            failed = true;
+            sent = false;
         }
     }
-    Ok(if failed { Exit::Failure } else { Exit::Success })
+    sent
+}
+
+/// Sends `notice` to Telegram's default chat, as escaped HTML without buttons; false when it
+/// failed.
+async fn to_telegram(
+    instance: &Instance,
+    notice: &Notice,
+    api_url: &str,
+    chat_id: i64,
+) -> Result<bool, CliError> {
+    let token =
+        match countersign_worker::config::env_var(countersign_telegram::config::BOT_TOKEN_ENV) {
+            Some(token) => token,
+            None => match instance.read_secret(crate::instance::Secret::TelegramBotToken)? {
+                Some(token) => token,
+                None => {
+                    eprintln!(
+                        "countersign: no Telegram bot token (run countersign setup telegram)"
+                    );
+                    return Ok(false);
+                }
+            },
+        };
+    let escape = countersign_telegram::render::escape;
+    let html = format!(
+        "<b>{}</b>\n{}",
+        escape(&notice.title),
+        escape(&notice.message)
+    );
+    let sent = match countersign_telegram::bot_api::BotApi::new(&token, api_url) {
+        Ok(api) => api.send_message(chat_id, &html, &[], None).await.map(drop),
+        Err(error) => Err(error),
+    };
+    if let Err(error) = sent {
+        eprintln!("countersign: the notice to Telegram failed: {error}");
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 #[cfg(test)]

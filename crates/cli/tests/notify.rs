@@ -221,3 +221,41 @@ async fn codex_s_notify_program_sends_a_finished_turn_as_a_notice() {
         "notify = [\"notify-send\", \"Codex\"]\n"
     );
 }
+
+/// With Telegram set up too, the notice also reaches its default chat: escaped HTML, no
+/// buttons.
+#[tokio::test]
+async fn a_notice_also_reaches_telegram_s_default_chat_without_buttons() {
+    const BOT_TOKEN: &str = "123456:notice-test-token";
+    let ntfy = FakeNtfy::start().await;
+    let telegram = countersign_testkit::telegram::FakeTelegram::start(BOT_TOKEN).await;
+    let home = tempfile::tempdir().unwrap();
+    write_config(
+        &home.path().join(".config"),
+        &ntfy,
+        &format!(
+            "[telegram]\napi_url = \"{}\"\ndefault_chat_id = 4242\n",
+            telegram.api_url()
+        ),
+    );
+    let mut input = fixture("claude-code/notification.json");
+    input["message"] = Value::from("Claude needs your permission to use Bash <script>");
+    let mut notify = countersign("http://127.0.0.1:9");
+    notify
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join(".config"))
+        .env("XDG_DATA_HOME", home.path().join(".local/share"))
+        .env("TELEGRAM_BOT_TOKEN", BOT_TOKEN)
+        .args(["notify", "claude-code"]);
+    let output = run_with_input(notify, input.to_string().as_bytes()).await;
+    assert_exit(&output, 0);
+    let sent = telegram.requests_of("sendMessage");
+    assert_eq!(sent.len(), 1, "{sent:#?}");
+    assert_eq!(sent[0].param_i64("chat_id"), Some(4242));
+    assert_eq!(
+        sent[0].param_str("text"),
+        Some("<b>Claude Code needs you in shop</b>\nClaude needs your permission to use Bash &lt;script&gt;")
+    );
+    assert!(sent[0].params.get("reply_markup").is_none(), "no buttons");
+    assert_eq!(ntfy.notifications("phone").len(), 1);
+}
