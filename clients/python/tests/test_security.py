@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ipaddress
 from collections.abc import Callable
@@ -14,7 +15,16 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from countersign import Client, PermissionDenied, RateLimited, State, Unauthenticated, Unavailable
+from countersign import (
+    Approval,
+    AsyncClient,
+    Client,
+    PermissionDenied,
+    RateLimited,
+    State,
+    Unauthenticated,
+    Unavailable,
+)
 
 AGENT_TOKEN = "agent-token-0123456789"
 WORKER_TOKEN = "worker-token-0123456789"
@@ -72,6 +82,26 @@ def test_over_the_rate_limit_says_when_to_retry(start_server: Callable[..., Serv
             client.request_approval(agent_id="fast", tool_name="bash")
         assert 0 < limited.value.retry_after <= 60
         assert "requests_per_minute" in limited.value.message
+
+
+def test_request_and_wait_waits_out_a_rate_limit(start_server: Callable[..., Server]) -> None:
+    # One call at once, then one every 2 s: the second waits for the retry-after, then is asked.
+    server = start_server(limits={"requests_per_minute": 30, "request_burst": 1})
+    with server.client() as client:
+        client.request_approval(agent_id="fast", tool_name="bash")
+        approval = client.request_and_wait(agent_id="fast", tool_name="bash", deadline=5.0)
+        assert approval.pending, "requested once the limit allowed it, and nobody decided"
+
+
+def test_the_async_request_and_wait_waits_out_a_rate_limit(start_server: Callable[..., Server]) -> None:
+    server = start_server(limits={"requests_per_minute": 30, "request_burst": 1})
+
+    async def scenario() -> Approval:
+        async with AsyncClient(server.address) as client:
+            await client.request_approval(agent_id="fast", tool_name="bash")
+            return await client.request_and_wait(agent_id="fast", tool_name="bash", deadline=5.0)
+
+    assert asyncio.run(scenario()).pending
 
 
 def certificate(subject: str, issuer_key, public_key, issuer: x509.Name | None, ca: bool) -> x509.Certificate:

@@ -4,7 +4,7 @@ import { create } from "@bufbuild/protobuf";
 import { type CallOptions, type Client as ConnectClient, createClient } from "@connectrpc/connect";
 import { Backoff, sleep } from "./backoff.js";
 import { type ClientOptions, type Connection, connectionOf, transportOf } from "./connection.js";
-import { AlreadyResolved, CountersignError, errorOf } from "./errors.js";
+import { AlreadyResolved, CountersignError, errorOf, RateLimited } from "./errors.js";
 import * as pb from "./gen/countersign/v1/approval_pb.js";
 import {
   type Approval,
@@ -269,6 +269,11 @@ export class Client {
         break;
       } catch (error) {
         const limit = started + retryFor;
+        // A rate limit says when the call fits: wait for it rather than fail.
+        if (error instanceof RateLimited && performance.now() + error.retryAfterMs < limit) {
+          await sleep(error.retryAfterMs, signal);
+          continue;
+        }
         if (!(error as CountersignError).transient || performance.now() >= limit) {
           throw error;
         }

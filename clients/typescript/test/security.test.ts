@@ -5,7 +5,13 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { Client, PermissionDenied, Unauthenticated, Unavailable } from "../src/index.js";
+import {
+  Client,
+  PermissionDenied,
+  RateLimited,
+  Unauthenticated,
+  Unavailable,
+} from "../src/index.js";
 import { AGENT_TOKEN, ALICE, Server, TOKEN_ENV, TOKENS, WORKER_TOKEN } from "./support.js";
 
 describe("tokens", () => {
@@ -155,5 +161,28 @@ describe("TLS", () => {
         .client()
         .requestApproval({ agentId: "a", toolName: "b" }, { signal: AbortSignal.timeout(5000) }),
     );
+  });
+});
+
+describe("rate limits", () => {
+  let server: Server;
+  before(async () => {
+    // One call at once, then one every 2 s.
+    server = await Server.start("[limits]\nrequests_per_minute = 30\nrequest_burst = 1\n");
+  });
+  after(() => server.kill());
+
+  test("requestAndWait waits out a rate limit within its deadline, then is asked", async () => {
+    const client = server.client();
+    await client.requestApproval({ agentId: "fast", toolName: "bash" });
+    await assert.rejects(
+      client.requestApproval({ agentId: "fast", toolName: "bash" }),
+      RateLimited,
+    );
+    const approval = await client.requestAndWait(
+      { agentId: "fast", toolName: "bash" },
+      { deadlineMs: 5_000 },
+    );
+    assert.equal(approval.state, "pending", "requested once the limit allowed it; nobody decided");
   });
 });

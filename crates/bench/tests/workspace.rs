@@ -48,4 +48,3 @@ pub fn binary(name: &str) -> PathBuf {
     assert!(path.exists(), "{} missing", path.display());
     path
 }
-

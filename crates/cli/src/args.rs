@@ -156,6 +156,9 @@ pub enum Command {
     /// List or revoke delegations (admin token)
     #[command(subcommand)]
     Delegations(DelegationsCommand),
+    /// Rules proposed from the history of decisions (admin token)
+    #[command(subcommand)]
+    Rules(RulesCommand),
     /// Check the audit trail's hash chain; exit 72 naming the first broken row (admin token)
     VerifyAudit,
     /// Have the server write a verified online copy of its SQLite database (admin token)
@@ -183,6 +186,15 @@ pub enum Command {
     Mcp(McpArgs),
     /// Add the countersign hook to a coding agent's settings (merging, with a backup)
     Install(InstallArgs),
+    /// Send a coding agent's "finished", "failed" or "waiting for input" event to the local
+    /// instance's ntfy topics and Telegram default chat as a notice (no buttons), outside the
+    /// quiet hours
+    ///
+    /// Reads Claude Code's Stop, StopFailure or Notification hook input on stdin, or Codex's
+    /// `agent-turn-complete` JSON as the last argument (`countersign install claude-code|codex
+    /// --notify` sets them up). Quiet hours:
+    /// `[notify] quiet_hours = "22:00-07:00"` (and `utc_offset = "+01:00"`) in the config file.
+    Notify(NotifyArgs),
     /// Run countersign on this machine: the server and every configured channel in one process
     ///
     /// The approval server on SQLite in $XDG_DATA_HOME/countersign (~/.local/share/countersign),
@@ -195,7 +207,8 @@ pub enum Command {
     /// Connect a channel to the local instance (`countersign up`)
     #[command(subcommand)]
     Setup(SetupCommand),
-    /// Policy rules of the local instance: write a preset, test a call, lint the rules
+    /// Policy rules: write a preset, test a call and lint the rules of the local instance;
+    /// report what they would have decided in observe mode (admin token)
     #[command(subcommand)]
     Policy(PolicyCommand),
     /// Check the local instance, the server, the token and the installed hooks; say how to fix
@@ -213,11 +226,12 @@ pub enum PolicyCommand {
     ///
     /// balanced: read tools and read-only shell commands (ls, cat, git status, …) run without
     /// asking, destructive commands are asked at high risk, wiping / or home is denied, the
-    /// rest is asked. strict: only the read tools run without asking. The rules are plain
-    /// [[rules]] entries (names starting with the preset's name); writing a preset replaces
-    /// the rules of one written before. See docs/policies.md.
+    /// rest is asked. strict: only the read tools run without asking. observe: the balanced
+    /// rules with `[policy] mode = "observe"` (recorded, not applied: `policy report`). The
+    /// rules are plain [[rules]] entries (names starting with the preset's name); writing a
+    /// preset replaces the rules of one written before. See docs/policies.md.
     Preset {
-        /// balanced or strict
+        /// balanced, strict or observe
         name: String,
     },
     /// Show how the rules decide a tool call: the decision, the risk, the rule that decided
@@ -239,6 +253,14 @@ pub enum PolicyCommand {
     /// Find unreachable, shadowed and overlapping rules, with their lines in the config file;
     /// exits 70 when it finds any
     Lint,
+    /// What the rules would have decided over a period of observe mode, and where a person
+    /// decided otherwise (admin token)
+    ///
+    /// Reads the audit trail: every approval the server asked about with `[policy] mode =
+    /// "observe"` carries the rule that would have decided it and how. The table counts, per
+    /// rule, the calls, how people answered them, and the disagreements (a rejection of a call
+    /// the rule would allow, an approval of one it would deny), which are listed below it.
+    Report(PolicyReportArgs),
 }
 
 #[derive(Debug, Args)]
@@ -275,7 +297,7 @@ pub enum SetupCommand {
 
 #[derive(Debug, Args)]
 pub struct SetupWebArgs {
-    /// Also write a policy preset's rules (balanced or strict) into the config file, as
+    /// Also write a policy preset's rules (balanced, strict or observe) into the config file, as
     /// `countersign policy preset NAME` does
     #[arg(long, value_name = "NAME")]
     pub preset: Option<String>,
@@ -289,7 +311,7 @@ pub struct SetupWebArgs {
 
 #[derive(Debug, Args)]
 pub struct SetupGitHubArgs {
-    /// Also write a policy preset's rules (balanced or strict) into the config file, as
+    /// Also write a policy preset's rules (balanced, strict or observe) into the config file, as
     /// `countersign policy preset NAME` does
     #[arg(long, value_name = "NAME")]
     pub preset: Option<String>,
@@ -313,7 +335,7 @@ pub struct SetupGitHubArgs {
 
 #[derive(Debug, Args)]
 pub struct SetupTelegramArgs {
-    /// Also write a policy preset's rules (balanced or strict) into the config file, as
+    /// Also write a policy preset's rules (balanced, strict or observe) into the config file, as
     /// `countersign policy preset NAME` does
     #[arg(long, value_name = "NAME")]
     pub preset: Option<String>,
@@ -430,7 +452,7 @@ pub struct InstallArgs {
     /// Show the settings snippet instead of writing it
     #[arg(long)]
     pub print: bool,
-    /// Also write a preset's policy rules (balanced or strict) into the local instance's
+    /// Also write a preset's policy rules (balanced, strict or observe) into the local instance's
     /// config file, as `countersign policy preset NAME` does
     #[arg(long, value_name = "NAME", conflicts_with_all = ["channel", "print"])]
     pub preset: Option<String>,
@@ -439,6 +461,22 @@ pub struct InstallArgs {
     /// Code)
     #[arg(long, conflicts_with = "user")]
     pub channel: bool,
+    /// Also send notices to your ntfy topics and Telegram chat (`countersign notify`): for
+    /// Claude Code the Stop, StopFailure and Notification hooks ("finished", "failed",
+    /// "waiting for input"); for Codex its `notify` program in ~/.codex/config.toml
+    /// ("finished")
+    #[arg(long)]
+    pub notify: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct NotifyArgs {
+    /// The agent host whose event this is
+    #[arg(value_enum)]
+    pub host: Host,
+    /// Codex: the JSON its `notify` program gets as its last argument (Claude Code's hook
+    /// input comes on stdin)
+    pub payload: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -476,6 +514,55 @@ pub struct EventsArgs {
     pub newest_first: bool,
     /// At most this many events
     #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RulesCommand {
+    /// Propose allow rules for call shapes people approved again and again and never rejected
+    /// (admin token)
+    ///
+    /// Reads the audit trail's decided approvals. A shape is an agent, a tool and a bound on
+    /// the arguments: a shell command's program and subcommand (`npm test`) with further words
+    /// of plain characters only (no `;`, `|`, `&`, `$`, quotes or redirections), or a file
+    /// directly in one directory (no dotfiles). Each proposal shows its evidence (how many
+    /// approvals, by whom) and the `[[rules]]` entry it would add. `--accept N` appends that
+    /// entry to the server's config file (--to, else the local instance's), after the rules already
+    /// there, with a comment recording who accepted it, when and on what evidence; the server
+    /// applies it when restarted.
+    Suggest(RulesSuggestArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RulesSuggestArgs {
+    /// Only decisions at or after this time: RFC 3339 or an age (30d)
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub since: Option<SystemTime>,
+    /// The fewest approvals a shape needs to be proposed
+    #[arg(long, default_value_t = 3)]
+    pub min_approvals: u32,
+    /// Add proposal N (as numbered in the list) to the config file; repeatable
+    #[arg(long, value_name = "N")]
+    pub accept: Vec<usize>,
+    /// The server's config file --accept adds to [default: the local instance's,
+    /// $XDG_CONFIG_HOME/countersign/countersign.toml]
+    #[arg(long, value_name = "PATH")]
+    pub to: Option<PathBuf>,
+    /// At most this many events read
+    #[arg(long, default_value_t = 100_000)]
+    pub limit: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct PolicyReportArgs {
+    /// Only events at or after this time: RFC 3339 (2025-01-31T12:00:00Z) or an age (7d)
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub since: Option<SystemTime>,
+    /// Only events before this time: RFC 3339 or an age
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub until: Option<SystemTime>,
+    /// At most this many events read
+    #[arg(long, default_value_t = 100_000)]
     pub limit: usize,
 }
 

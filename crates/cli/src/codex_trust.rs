@@ -18,8 +18,8 @@ pub fn codex_home() -> Option<PathBuf> {
     from("CODEX_HOME").or_else(|| from("HOME").map(|home| home.join(".codex")))
 }
 
-/// Where Codex records what the person trusted.
-fn user_config() -> Option<PathBuf> {
+/// Codex's user `config.toml`, where it records what the person trusted (and its `notify`).
+pub fn user_config() -> Option<PathBuf> {
     codex_home().map(|home| home.join("config.toml"))
 }
 

@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use crate::args::{
     ApproveArgs, Cli, Command, DecideArgs, DelegationsCommand, EventsArgs, GrantsCommand,
-    GrantsListArgs, ListArgs, Output, RequestArgs, SetupCommand, WatchArgs,
+    GrantsListArgs, ListArgs, Output, PolicyCommand, PolicyReportArgs, RequestArgs, RulesCommand,
+    RulesSuggestArgs, SetupCommand, WatchArgs,
 };
 use crate::exit::{CliError, Exit};
 use crate::install::InstallFlags;
@@ -27,8 +28,14 @@ const MAX_ADMIN_PAGE_SIZE: usize = 1000;
 
 /// Runs the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> i32 {
-    // `up` and `setup` read the local instance's file, not the client's config file.
-    if let Command::Up(_) | Command::Setup(_) | Command::Policy(_) = cli.command {
+    // `up`, `setup`, `notify` and `policy` (but its report) read the local instance's file, not
+    // the client's config file.
+    let local = match &cli.command {
+        Command::Up(_) | Command::Setup(_) | Command::Notify(_) => true,
+        Command::Policy(command) => !matches!(command, PolicyCommand::Report(_)),
+        _ => false,
+    };
+    if local {
         let done = match Instance::locate(cli.config.as_deref()) {
             Ok(instance) => match cli.command {
                 Command::Setup(SetupCommand::Telegram(args)) => {
@@ -42,6 +49,7 @@ pub async fn run(cli: Cli) -> i32 {
                 }
                 Command::Up(args) => crate::up::up(&instance, args).await,
                 Command::Policy(command) => crate::policy::run(&instance, command, cli.output),
+                Command::Notify(args) => crate::notify::notify(&instance, args).await,
                 _ => Err(CliError::Failure(
                     "not a command of the local instance".into(),
                 )),
@@ -186,6 +194,8 @@ async fn dispatch(
             print_delegations(&out, &[client.revoke_delegation(&id).await?])?;
             Exit::Success
         }
+        Command::Policy(PolicyCommand::Report(args)) => policy_report(&client, &out, args).await?,
+        Command::Rules(RulesCommand::Suggest(args)) => rules_suggest(&client, &out, args).await?,
         Command::VerifyAudit => verify_audit(&client, &out).await?,
         Command::Backup { name } => {
             let made = client.backup_database(&name).await?;
@@ -199,9 +209,9 @@ async fn dispatch(
         Command::Mcp(args) => crate::mcp::serve(client, settings, args).await?,
         Command::Install(args) => crate::install::install(install_flags, args)?,
         Command::Doctor { host } => crate::install::doctor(&client, host).await,
-        Command::Up(_) | Command::Setup(_) | Command::Policy(_) => {
+        Command::Up(_) | Command::Setup(_) | Command::Notify(_) | Command::Policy(_) => {
             return Err(CliError::Failure(
-                "up, setup and policy run before the client settings".into(),
+                "up, setup, notify and policy run before the client settings".into(),
             ))
         }
     };
@@ -373,6 +383,96 @@ async fn events(client: &Client, out: &Printer, args: EventsArgs) -> Result<Exit
         )?,
     }
     Ok(Exit::Success)
+}
+
+async fn policy_report(
+    client: &Client,
+    out: &Printer,
+    args: PolicyReportArgs,
+) -> Result<Exit, CliError> {
+    let events = approval_events(client, args.since, args.until, args.limit).await?;
+    let report = crate::policy_report::summarize(&events);
+    match out.format {
+        Output::Table => out.write(&crate::policy_report::text(&report))?,
+        Output::Json => out.json(&crate::policy_report::json(&report), true)?,
+    }
+    Ok(Exit::Success)
+}
+
+async fn rules_suggest(
+    client: &Client,
+    out: &Printer,
+    args: RulesSuggestArgs,
+) -> Result<Exit, CliError> {
+    let events = approval_events(client, args.since, None, args.limit).await?;
+    let suggestions = crate::rules_suggest::suggest(&events, args.min_approvals);
+    if args.accept.is_empty() {
+        match out.format {
+            Output::Table => out.write(&crate::rules_suggest::text(&suggestions))?,
+            Output::Json => out.json(&crate::rules_suggest::json(&suggestions), true)?,
+        }
+        return Ok(Exit::Success);
+    }
+    let instance = Instance::locate(args.to.as_deref())?;
+    let mut doc = crate::config_file::read(&instance)?;
+    let accepted_by = crate::settings::local_user().unwrap_or_else(|| "an unknown user".into());
+    let mut names = Vec::new();
+    for &number in &args.accept {
+        let suggestion = number
+            .checked_sub(1)
+            .and_then(|index| suggestions.get(index))
+            .ok_or_else(|| {
+                CliError::Usage(format!(
+                    "there is no suggestion {number} (there are {}); run `countersign rules suggest` to list them",
+                    suggestions.len()
+                ))
+            })?;
+        crate::rules_suggest::accept(&mut doc, suggestion, &accepted_by, SystemTime::now())?;
+        names.push(suggestion.rule_name());
+    }
+    crate::config_file::write(&instance, &doc)?;
+    for name in names {
+        out.write(&format!(
+            "added rule {name} to {}; restart the server (countersign up) to apply it\n",
+            instance.config_file.display()
+        ))?;
+    }
+    Ok(Exit::Success)
+}
+
+/// The audit trail's events that carry an approval as it was left (requested, resolved,
+/// expired, cancelled, consumed), oldest first.
+async fn approval_events(
+    client: &Client,
+    since: Option<SystemTime>,
+    until: Option<SystemTime>,
+    limit: usize,
+) -> Result<Vec<pb::AuditEvent>, CliError> {
+    let kinds = [
+        pb::EventKind::Requested,
+        pb::EventKind::Resolved,
+        pb::EventKind::Expired,
+        pb::EventKind::Cancelled,
+        pb::EventKind::Consumed,
+    ];
+    let filter = pb::ListEventsRequest {
+        kinds: kinds.iter().map(|&k| k.into()).collect(),
+        since: since.map(wire_time),
+        until: until.map(wire_time),
+        ..Default::default()
+    };
+    collect_pages(limit, MAX_ADMIN_PAGE_SIZE, |page_size, page_token| {
+        let request = pb::ListEventsRequest {
+            page_size,
+            page_token,
+            ..filter.clone()
+        };
+        async move {
+            let page = client.list_events(request).await?;
+            Ok((page.events, page.next_page_token))
+        }
+    })
+    .await
 }
 
 async fn grants(client: &Client, out: &Printer, args: GrantsListArgs) -> Result<Exit, CliError> {

@@ -284,7 +284,7 @@ async fn decide(
 }
 
 /// Reads all of stdin (on a blocking thread: the runtime has no async stdin).
-async fn read_input() -> std::io::Result<Vec<u8>> {
+pub async fn read_input() -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let read = tokio::task::spawn_blocking(|| {
         let mut input = Vec::new();

@@ -184,6 +184,100 @@ fn local_instance_flags(flags: &InstallFlags) -> Result<Option<InstallFlags>, Cl
     }))
 }
 
+/// What [`notice_groups`] names Codex's `notify` setting.
+const CODEX_NOTIFY: &str = "notify";
+
+/// Sets Codex's `notify` program to `argv` in its user config, unless the person set another
+/// one (Codex runs only one): returns where.
+fn install_codex_notify(argv: &Value) -> Result<PathBuf, CliError> {
+    let path = crate::codex_trust::user_config()
+        .ok_or_else(|| CliError::Usage("--notify needs $CODEX_HOME or $HOME".into()))?;
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(error) => {
+            return Err(CliError::Failure(format!(
+                "cannot read {}: {error}",
+                path.display()
+            )))
+        }
+    };
+    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|error| {
+        CliError::Failure(format!(
+            "{} is not valid TOML: {error}; not changing it",
+            path.display()
+        ))
+    })?;
+    let ours = |item: &toml_edit::Item| {
+        item.as_array().is_some_and(|words| {
+            let words: Vec<&str> = words.iter().filter_map(|word| word.as_str()).collect();
+            words.windows(2).any(|pair| pair == ["notify", "codex"])
+        })
+    };
+    if let Some(existing) = doc.get("notify") {
+        if !ours(existing) {
+            return Err(CliError::Usage(format!(
+                "{} sets another notify program ({}); Codex runs only one, so it is left as it is",
+                path.display(),
+                existing.to_string().trim()
+            )));
+        }
+    }
+    let mut array = toml_edit::Array::new();
+    for word in argv
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        array.push(word);
+    }
+    doc.insert("notify", toml_edit::value(array));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|error| {
+            CliError::Failure(format!("cannot create {}: {error}", dir.display()))
+        })?;
+    }
+    crate::instance::replace_file(&path, doc.to_string().as_bytes(), None)?;
+    Ok(path)
+}
+
+/// Claude Code's events whose hooks send notices (`install --notify`).
+const NOTICE_EVENTS: [&str; 3] = ["Stop", "StopFailure", "Notification"];
+
+/// With `--notify`, the groups that run `countersign notify` under each of [`NOTICE_EVENTS`];
+/// none without it.
+fn notice_groups(
+    flags: &InstallFlags,
+    args: &InstallArgs,
+) -> Result<Vec<(&'static str, Value)>, CliError> {
+    if !args.notify {
+        return Ok(Vec::new());
+    }
+    if args.host == Host::Gemini {
+        return Err(CliError::Usage(
+            "--notify is for Claude Code and Codex; Gemini CLI is not supported yet".into(),
+        ));
+    }
+    // `notify` reads the local instance's file: only `--config` is passed on.
+    let notify_flags = InstallFlags {
+        config: flags.config.clone(),
+        server: None,
+        token_file: None,
+    };
+    let argv = countersign_command(&notify_flags, &["notify", host_word(args.host)])?;
+    if args.host == Host::Codex {
+        // Codex runs one `notify` program (its argv, the event appended) from its user config.
+        return Ok(vec![(CODEX_NOTIFY, json!(argv))]);
+    }
+    let command = crate::exec::shell_join(&argv);
+    let group = json!({"hooks": [{"type": "command", "command": command, "timeout": 30}]});
+    Ok(NOTICE_EVENTS
+        .iter()
+        .map(|event| (*event, group.clone()))
+        .collect())
+}
+
 /// The matcher group to add under the host's event.
 fn hook_group(host: Host, args: &InstallArgs, command: String) -> Value {
     let host_timeout = args.timeout + HOST_TIMEOUT_MARGIN;
@@ -207,17 +301,19 @@ fn hook_group(host: Host, args: &InstallArgs, command: String) -> Value {
     json!({"matcher": matcher, "hooks": [hook]})
 }
 
-fn is_countersign_hook(hook: &Value, host: Host) -> bool {
+/// Whether `hook` runs countersign's `subcommand` (`hook`, `notify`) for `host`.
+fn is_countersign_hook(hook: &Value, subcommand: &str, host: Host) -> bool {
     hook.get("command")
         .and_then(Value::as_str)
-        .is_some_and(|command| command.contains(&format!("hook {}", host_word(host))))
+        .is_some_and(|command| command.contains(&format!("{subcommand} {}", host_word(host))))
 }
 
-/// Merges `group` into `settings` under `hooks.<event>`: replaces a countersign group for the
-/// same host, keeps everything else.
+/// Merges `group` into `settings` under `hooks.<event>`: replaces the group running
+/// countersign's `subcommand` for the same host, keeps everything else.
 fn merge(
     settings: &mut Map<String, Value>,
     event: &str,
+    subcommand: &str,
     host: Host,
     group: Value,
 ) -> Result<(), String> {
@@ -235,7 +331,11 @@ fn merge(
         existing
             .get("hooks")
             .and_then(Value::as_array)
-            .is_some_and(|hooks| hooks.iter().any(|hook| is_countersign_hook(hook, host)))
+            .is_some_and(|hooks| {
+                hooks
+                    .iter()
+                    .any(|hook| is_countersign_hook(hook, subcommand, host))
+            })
     });
     match ours {
         Some(existing) => *existing = group,
@@ -272,21 +372,54 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
         &args,
         hook_command(local.as_ref().unwrap_or(flags), &args)?,
     );
+    let notices = notice_groups(local.as_ref().unwrap_or(flags), &args)?;
     if args.print {
-        let snippet = json!({"hooks": {event: [group]}});
+        let mut snippet = json!({"hooks": {event: [group]}});
+        for (notice_event, notice_group) in &notices {
+            if args.host != Host::Codex {
+                snippet["hooks"][*notice_event] = json!([notice_group]);
+            }
+        }
         println!("{}", pretty(&snippet)?);
+        if let (Host::Codex, Some((_, argv))) = (args.host, notices.first()) {
+            println!("# in ~/.codex/config.toml:\nnotify = {argv}");
+        }
         return Ok(Exit::Success);
     }
     let path = settings_path(args.host, args.user)?;
     let (existing, mut settings) = read_json_object(&path)?;
-    merge(&mut settings, event, args.host, group).map_err(|problem| {
+    let failed = |problem: String| {
         CliError::Failure(format!("{}: {problem}; not changing it", path.display()))
-    })?;
+    };
+    merge(&mut settings, event, "hook", args.host, group).map_err(failed)?;
+    for (notice_event, notice_group) in &notices {
+        if args.host == Host::Codex {
+            let config = install_codex_notify(notice_group)?;
+            println!(
+                "set Codex's notify program in {}: finished turns go to the ntfy topics and Telegram chat of the local instance",
+                config.display()
+            );
+            continue;
+        }
+        merge(
+            &mut settings,
+            notice_event,
+            "notify",
+            args.host,
+            notice_group.clone(),
+        )
+        .map_err(failed)?;
+    }
     write_json_object(&path, settings, existing)?;
     println!(
         "installed the countersign {event} hook in {}",
         path.display()
     );
+    if !notices.is_empty() && args.host == Host::ClaudeCode {
+        println!(
+            "installed the countersign notify hooks (Stop, StopFailure, Notification): notices go to the ntfy topics and Telegram chat of the local instance"
+        );
+    }
     if let Some(server) = local.and_then(|local| local.server) {
         println!("the hook asks the local countersign instance at {server} (countersign up)");
     }
@@ -554,7 +687,7 @@ fn countersign_hooks(settings: &Value, host: Host) -> Vec<InstalledHook> {
         for (group_index, group) in groups.as_array().into_iter().flatten().enumerate() {
             let hooks = group.get("hooks").and_then(Value::as_array);
             for (handler_index, hook) in hooks.into_iter().flatten().enumerate() {
-                if is_countersign_hook(hook, host) {
+                if is_countersign_hook(hook, "hook", host) {
                     found.push(InstalledHook {
                         event: event.clone(),
                         group_index,

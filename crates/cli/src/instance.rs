@@ -171,6 +171,8 @@ pub struct InstanceConfig {
     pub webhook: Option<WebhookFile>,
     /// The `[web]` section; it becomes the web inbox's file once `up` adds the server.
     pub web: Option<toml::Table>,
+    /// The `[notify]` section: the quiet hours of `notify`'s notices.
+    pub notify: crate::notify_config::NotifySection,
     /// False when the file does not exist (the defaults apply).
     pub exists: bool,
 }
@@ -237,6 +239,12 @@ impl Instance {
             }),
         };
         let web = self.worker_section(&mut table, "web", &invalid)?;
+        let notify: crate::notify_config::NotifySection = match table.remove("notify") {
+            None => Default::default(),
+            Some(toml::Value::Table(section)) => section_as(section, "notify", &invalid)?,
+            Some(_) => return Err(invalid("notify is not a table".into())),
+        };
+        notify.quiet_hours().map_err(&invalid)?;
         let database_set = table.contains_key("database");
         let mut server = ServerConfig::parse(&table.to_string()).map_err(invalid)?;
         if !database_set {
@@ -250,6 +258,7 @@ impl Instance {
             github,
             webhook,
             web,
+            notify,
             exists: text.is_some(),
         })
     }

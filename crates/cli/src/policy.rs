@@ -17,6 +17,10 @@ use crate::hook::Call;
 use crate::instance::Instance;
 
 /// The presets: rules in TOML, appended to the config file as they are (config/presets/).
+/// The preset that writes the `balanced` rules with `[policy] mode = "observe"`: they are
+/// evaluated and recorded, and every call is asked as without them.
+const OBSERVE: &str = "observe";
+
 const PRESETS: [(&str, &str); 2] = [
     (
         "balanced",
@@ -43,19 +47,27 @@ pub fn run(instance: &Instance, command: PolicyCommand, output: Output) -> Resul
         }
         PolicyCommand::Test { call, agent, risk } => test(instance, call, agent, risk, output),
         PolicyCommand::Lint => lint(instance, output),
+        PolicyCommand::Report(_) => Err(CliError::Failure(
+            "policy report asks the server, not the local instance's file".into(),
+        )),
     }
 }
 
 /// The names `policy preset` takes.
 fn preset_names() -> Vec<&'static str> {
-    PRESETS.iter().map(|(name, _)| *name).collect()
-}
-
-/// Refuses a name that is not a preset's.
-pub fn check_preset(name: &str) -> Result<&'static str, CliError> {
     PRESETS
         .iter()
-        .find(|(preset, _)| *preset == name)
+        .map(|(name, _)| *name)
+        .chain([OBSERVE])
+        .collect()
+}
+
+/// Refuses a name that is not a preset's; the rules it writes.
+pub fn check_preset(name: &str) -> Result<&'static str, CliError> {
+    let rules_of = if name == OBSERVE { "balanced" } else { name };
+    PRESETS
+        .iter()
+        .find(|(preset, _)| *preset == rules_of)
         .map(|(_, text)| *text)
         .ok_or_else(|| {
             CliError::Usage(format!(
@@ -85,10 +97,19 @@ pub fn offer_preset(instance: &Instance, name: Option<&str>) -> Result<(), CliEr
 }
 
 /// Replaces the rules of any preset in the config file with preset `name`'s, after the
-/// user's own rules; returns how many rules it wrote.
+/// user's own rules, and sets `[policy] mode` (`observe` for the observe preset, else the
+/// default, enforce); returns how many rules it wrote.
 pub fn write_preset(instance: &Instance, name: &str) -> Result<usize, CliError> {
     let preset = check_preset(name)?;
     let mut doc = config_file::read(instance)?;
+    if name == OBSERVE {
+        doc["policy"]["mode"] = toml_edit::value(OBSERVE);
+    } else if let Some(policy) = doc.get_mut("policy").and_then(|p| p.as_table_like_mut()) {
+        policy.remove("mode");
+        if policy.is_empty() {
+            doc.remove("policy");
+        }
+    }
     if let Some(item) = doc.get_mut("rules") {
         let rules = item.as_array_of_tables_mut().ok_or_else(|| {
             config_file::invalid(instance, "rules is not a list of [[rules]] tables")
@@ -117,9 +138,10 @@ pub fn write_preset(instance: &Instance, name: &str) -> Result<usize, CliError> 
         .parse()
         .map_err(|error| config_file::invalid(instance, &format!("{error}")))?;
     config_file::write(instance, &doc)?;
+    let rules_of = if name == OBSERVE { "balanced" } else { name };
     Ok(specs
         .iter()
-        .filter(|rule| rule.name.starts_with(&format!("{name}: ")))
+        .filter(|rule| rule.name.starts_with(&format!("{rules_of}: ")))
         .count())
 }
 

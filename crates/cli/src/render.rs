@@ -329,7 +329,7 @@ pub fn approval_text(approval: &pb::Approval) -> String {
 }
 
 /// Text that fits a table cell: one line, at most `max` characters.
-fn cell(text: &str, max: usize) -> String {
+pub fn cell(text: &str, max: usize) -> String {
     let one_line = text.replace(['\n', '\r', '\t'], " ");
     if one_line.chars().count() <= max {
         one_line
@@ -341,7 +341,7 @@ fn cell(text: &str, max: usize) -> String {
 }
 
 /// Left-aligned columns separated by two spaces, the last one unpadded.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (width, value) in widths.iter_mut().zip(row) {

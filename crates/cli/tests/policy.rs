@@ -32,7 +32,8 @@ fn line_of(file: &str, name: &str) -> usize {
 }
 
 #[tokio::test]
-async fn a_preset_is_written_after_the_users_rules_and_replaces_an_earlier_preset() {
+async fn a_preset_is_written_after_the_users_rules_and_replaces_an_earlier_preset_and_observe_only_observes(
+) {
     let home = home();
     let config = home.config_file();
     std::fs::create_dir_all(config.parent().unwrap()).unwrap();
@@ -66,6 +67,21 @@ async fn a_preset_is_written_after_the_users_rules_and_replaces_an_earlier_prese
     let unknown = run(&home, &["policy", "preset", "lenient"]).await;
     assert_exit(&unknown, 64);
     assert_eq!(std::fs::read_to_string(&config).unwrap(), file);
+
+    // observe: the balanced rules, only observed; another preset makes the rules decide again.
+    let observe = run(&home, &["policy", "preset", "observe"]).await;
+    assert_exit(&observe, 0);
+    let file = std::fs::read_to_string(&config).unwrap();
+    let parsed: toml::Table = toml::from_str(&file).unwrap();
+    assert_eq!(parsed["policy"]["mode"].as_str(), Some("observe"), "{file}");
+    assert!(file.contains("name = \"balanced: read tools\""), "{file}");
+    assert!(!file.contains("strict:"), "{file}");
+    assert_exit(&run(&home, &["policy", "preset", "balanced"]).await, 0);
+    let file = std::fs::read_to_string(&config).unwrap();
+    assert!(
+        !file.contains("[policy]") && !file.contains("observe"),
+        "{file}"
+    );
 }
 
 #[tokio::test]

@@ -421,7 +421,7 @@ where
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             // A rate limit: nothing was written; wait and try again.
-            Err(ClientError::ResourceExhausted(_)) => {
+            Err(ClientError::ResourceExhausted(_) | ClientError::RateLimited { .. }) => {
                 assert!(tokio::time::Instant::now() < deadline, "never acknowledged");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }

@@ -377,12 +377,16 @@ impl Client {
                 tracing::warn!(%error, agent_id = %req.agent_id, "requesting approval broke off; resending it");
                 self.request_until(&mut req, deadline_at).await
             }
+            Err(error) if error.retry_before(deadline_at).is_some() => {
+                self.request_until(&mut req, deadline_at).await
+            }
             Err(error) => Err(error),
         }
     }
 
     /// Sends `req` until it is answered, resending it on transient errors with the same
-    /// idempotency key (generated when empty) until `deadline_at`.
+    /// idempotency key (generated when empty) until `deadline_at`; a rate limit is waited out
+    /// when the server's retry-after ends before `deadline_at`.
     async fn request_until(
         &self,
         req: &mut pb::RequestApprovalRequest,
@@ -397,7 +401,13 @@ impl Client {
                     log_retry!(backoff, %error, agent_id = %req.agent_id, "requesting approval failed; retrying");
                     pause(&mut backoff, deadline_at).await;
                 }
-                Err(error) => return Err(error),
+                Err(error) => match error.retry_before(deadline_at) {
+                    Some(retry_at) => {
+                        tracing::warn!(%error, agent_id = %req.agent_id, "rate limited; retrying when the server said");
+                        tokio::time::sleep_until(retry_at).await;
+                    }
+                    None => return Err(error),
+                },
             }
         };
         tracing::debug!(approval_id = %approval.id, state = ?approval.state(), "approval requested");

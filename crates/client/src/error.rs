@@ -1,3 +1,6 @@
+use std::time::Duration;
+
+use tokio::time::Instant;
 use tonic::Code;
 
 /// Everything a call through the SDK can fail with.
@@ -25,9 +28,17 @@ pub enum ClientError {
     /// For example a second consume, or an idempotency key reused with other arguments.
     #[error("failed precondition: {0}")]
     FailedPrecondition(String),
-    /// A rate or size limit, or (on a watch) a consumer too slow for the server's buffer.
+    /// A size limit, a limit on pending approvals, or (on a watch) a consumer too slow for the
+    /// server's buffer.
     #[error("resource exhausted: {0}")]
     ResourceExhausted(String),
+    /// A rate limit (RESOURCE_EXHAUSTED with `retry-after-ms`): the same call may succeed after
+    /// `retry_after`.
+    #[error("rate limited: {message}")]
+    RateLimited {
+        message: String,
+        retry_after: Duration,
+    },
     #[error("deadline exceeded: {0}")]
     DeadlineExceeded(String),
     /// Any other gRPC status.
@@ -57,6 +68,23 @@ impl ClientError {
         }
     }
 
+    /// How long the server asked to wait before the same call (a rate limit); `None` for every
+    /// other error.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ClientError::RateLimited { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        }
+    }
+
+    /// When to send a rate-limited call again: after the server's retry-after, when that is
+    /// before `deadline_at`; `None` for any other error, or a retry the deadline leaves no
+    /// room for.
+    pub fn retry_before(&self, deadline_at: Instant) -> Option<Instant> {
+        let retry_at = Instant::now() + self.retry_after()?;
+        (retry_at < deadline_at).then_some(retry_at)
+    }
+
     /// The gRPC status code this error corresponds to (`None` for [`ClientError::Config`]).
     pub fn code(&self) -> Option<Code> {
         Some(match self {
@@ -67,7 +95,9 @@ impl ClientError {
             ClientError::Unauthenticated(_) => Code::Unauthenticated,
             ClientError::AlreadyExists(_) => Code::AlreadyExists,
             ClientError::FailedPrecondition(_) => Code::FailedPrecondition,
-            ClientError::ResourceExhausted(_) => Code::ResourceExhausted,
+            ClientError::ResourceExhausted(_) | ClientError::RateLimited { .. } => {
+                Code::ResourceExhausted
+            }
             ClientError::DeadlineExceeded(_) => Code::DeadlineExceeded,
             ClientError::Other(status) => status.code(),
             ClientError::Config(_) => return None,
@@ -86,11 +116,23 @@ impl From<tonic::Status> for ClientError {
             Code::Unauthenticated => ClientError::Unauthenticated(message),
             Code::AlreadyExists => ClientError::AlreadyExists(message),
             Code::FailedPrecondition => ClientError::FailedPrecondition(message),
-            Code::ResourceExhausted => ClientError::ResourceExhausted(message),
+            Code::ResourceExhausted => match retry_after_of(&status) {
+                Some(retry_after) => ClientError::RateLimited {
+                    message,
+                    retry_after,
+                },
+                None => ClientError::ResourceExhausted(message),
+            },
             Code::DeadlineExceeded => ClientError::DeadlineExceeded(message),
             _ => ClientError::Other(status),
         }
     }
+}
+
+/// The server's `retry-after-ms` metadata on a rate-limit refusal.
+fn retry_after_of(status: &tonic::Status) -> Option<Duration> {
+    let millis = status.metadata().get("retry-after-ms")?.to_str().ok()?;
+    millis.parse().ok().map(Duration::from_millis)
 }
 
 #[cfg(test)]
@@ -137,6 +179,14 @@ mod tests {
             ClientError::from(tonic::Status::internal("x")),
             ClientError::Other(_)
         ));
+        let mut limited = tonic::Status::resource_exhausted("over the rate");
+        limited
+            .metadata_mut()
+            .insert("retry-after-ms", "1500".parse().unwrap());
+        let limited = ClientError::from(limited);
+        assert_eq!(limited.retry_after(), Some(Duration::from_millis(1500)));
+        assert_eq!(limited.code(), Some(Code::ResourceExhausted));
+        assert!(!limited.is_transient());
     }
 
     #[test]

@@ -160,12 +160,16 @@ pub async fn hand_off(client: &Client, verdict: Verdict, host: &str) -> Verdict 
     }
 }
 
+/// Sends the request until it is answered: transient failures are retried for at most
+/// [`REQUEST_RETRY_WINDOW`], and a rate limit is waited out when its retry-after ends before
+/// `deadline_at` (the server said when the call will fit; denying at once would waste the
+/// wait the host allows).
 async fn request_once(
     client: &Client,
     req: &pb::RequestApprovalRequest,
     deadline_at: Instant,
 ) -> Result<pb::Approval, ClientError> {
-    let give_up_at = deadline_at.min(Instant::now() + REQUEST_RETRY_WINDOW);
+    let mut give_up_at = deadline_at.min(Instant::now() + REQUEST_RETRY_WINDOW);
     let mut backoff = Backoff::new(Duration::from_secs(1));
     let mut last_error = None;
     loop {
@@ -185,6 +189,13 @@ async fn request_once(
                 ClientError::DeadlineExceeded("requesting approval took too long".into())
             }),
         };
+        if let Some(retry_at) = error.retry_before(deadline_at) {
+            tracing::warn!(%error, agent_id = %req.agent_id, "rate limited; retrying when the server said");
+            tokio::time::sleep_until(retry_at).await;
+            give_up_at = deadline_at.min(Instant::now() + REQUEST_RETRY_WINDOW);
+            last_error = None;
+            continue;
+        }
         if !error.is_transient() || Instant::now() >= give_up_at {
             tracing::warn!(%error, agent_id = %req.agent_id, "requesting approval failed");
             return Err(error);

@@ -49,6 +49,27 @@ pub struct Config {
     pub groups: Vec<GroupSpec>,
     /// Policy rules, in order; the first match wins and no match requires a human.
     pub rules: Vec<RuleSpec>,
+    /// Whether the rules decide or are only observed.
+    pub policy: PolicyConfig,
+}
+
+/// `[policy]`: how the rules are used.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolicyConfig {
+    pub mode: PolicyMode,
+}
+
+/// `enforce` (the default): the rules decide. `observe`: the rules are evaluated and what they
+/// would have decided is recorded on the approval (labels `policy.observed` and
+/// `policy.observed_rule`, so on the audit trail) and counted in `/metrics`, but every call is
+/// asked as if there were no rules.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyMode {
+    #[default]
+    Enforce,
+    Observe,
 }
 
 impl Default for Config {
@@ -69,6 +90,7 @@ impl Default for Config {
             approvers: Vec::new(),
             groups: Vec::new(),
             rules: Vec::new(),
+            policy: PolicyConfig::default(),
         }
     }
 }

@@ -8,6 +8,10 @@
 //! - `decisions_total{verdict, channel}`: decisions applied to a pending approval;
 //! - `time_to_decision_seconds` (histogram): from request to a resolution by people;
 //! - `watch_streams` (gauge): open `WatchApprovals` streams;
+//! - `policy_observed_total{decision}`: in observe mode, what the rules would have done with
+//!   each request (`allow`, `deny`, `require`, `none`), and
+//!   `policy_observed_disagreements_total{decision}`: the people's decisions that went the
+//!   other way (a rejection of a call a rule would allow, an approval of one it would deny);
 //! - `rpc_requests_total{method, code}`: finished gRPC calls by method and status code;
 //! - `commit_batch_size` and `commit_latency_seconds` (histograms): the store's group commits.
 //!
@@ -27,7 +31,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use countersign_core::{EventKind, ResolvedBy, State as ApprovalState, Verdict};
+use countersign_core::{Approval, EventKind, ResolvedBy, State as ApprovalState, Verdict};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -37,6 +41,7 @@ use prometheus_client::registry::{Registry, Unit};
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, watch};
 
+use crate::app::observe::OBSERVED_LABEL;
 use crate::store::{CommitObserver, Store, StoredEvent};
 
 /// The path of the watch method, whose calls are the open streams.
@@ -56,6 +61,11 @@ struct DecisionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ObservedLabels {
+    decision: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RpcLabels {
     method: String,
     code: String,
@@ -67,6 +77,8 @@ pub struct Metrics {
     pending: Gauge,
     requests: Family<OutcomeLabels, Counter>,
     decisions: Family<DecisionLabels, Counter>,
+    policy_observed: Family<ObservedLabels, Counter>,
+    policy_disagreements: Family<ObservedLabels, Counter>,
     time_to_decision: Histogram,
     watch_streams: Gauge,
     rpcs: Family<RpcLabels, Counter>,
@@ -107,6 +119,18 @@ impl Metrics {
             "decisions",
             "Decisions applied to a pending approval, by verdict and channel",
             decisions.clone(),
+        );
+        let policy_observed = Family::<ObservedLabels, Counter>::default();
+        registry.register(
+            "policy_observed",
+            "In observe mode, what the rules would have done with each request",
+            policy_observed.clone(),
+        );
+        let policy_disagreements = Family::<ObservedLabels, Counter>::default();
+        registry.register(
+            "policy_observed_disagreements",
+            "In observe mode, people's decisions against what the rules would have done",
+            policy_disagreements.clone(),
         );
         // From half a second to a day.
         let time_to_decision = Histogram::new([
@@ -169,6 +193,8 @@ impl Metrics {
             pending,
             requests,
             decisions,
+            policy_observed,
+            policy_disagreements,
             time_to_decision,
             watch_streams,
             rpcs,
@@ -217,6 +243,11 @@ impl Metrics {
                 self.requests
                     .get_or_create(&OutcomeLabels { outcome })
                     .inc();
+                if let Some(decision) = observed_decision(approval) {
+                    self.policy_observed
+                        .get_or_create(&ObservedLabels { decision })
+                        .inc();
+                }
             }
             EventKind::DecisionRecorded | EventKind::Resolved => {
                 if let Some(decision) = &event.decision {
@@ -233,6 +264,16 @@ impl Metrics {
                 if event.kind == EventKind::Resolved && by_people {
                     let waited_ms = event.at.saturating_sub(approval.created_at).max(0);
                     self.time_to_decision.observe(waited_ms as f64 / 1000.0);
+                    let disagreed = match observed_decision(approval) {
+                        Some("allow") => approval.state == ApprovalState::Rejected,
+                        Some("deny") => approval.state == ApprovalState::Approved,
+                        _ => false,
+                    };
+                    if let (true, Some(decision)) = (disagreed, observed_decision(approval)) {
+                        self.policy_disagreements
+                            .get_or_create(&ObservedLabels { decision })
+                            .inc();
+                    }
                 }
             }
             _ => {}
@@ -252,6 +293,15 @@ impl Metrics {
         };
         self.rpcs.get_or_create(&labels).inc();
     }
+}
+
+/// What the rules would have done with `approval`, as observe mode recorded it; `None` when
+/// it was not observed (or the label holds no known value).
+fn observed_decision(approval: &Approval) -> Option<&'static str> {
+    let observed = approval.labels.get(OBSERVED_LABEL)?;
+    ["allow", "deny", "require", "none"]
+        .into_iter()
+        .find(|known| known == observed)
 }
 
 fn verdict_label(verdict: Verdict) -> &'static str {

@@ -12,6 +12,7 @@ mod hardening;
 mod healthcheck;
 mod metrics;
 mod migrations;
+mod observe;
 mod policy;
 mod process;
 mod races;

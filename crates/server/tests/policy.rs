@@ -345,6 +345,63 @@ async fn the_request_rate_is_limited_per_agent_and_refusals_store_nothing() {
     create(&mut client, request("agent-b", "call-1")).await;
 }
 
+/// The per-agent limit is for calls that ask a person: calls a rule allows or denies do not
+/// count against it (issue 43: every Claude Code session on a machine shares one agent id).
+#[tokio::test]
+async fn calls_a_rule_decides_do_not_count_against_the_agent_s_rate() {
+    let server = TestServer::start_with(|c| {
+        c.rules = Config::parse(RULES).unwrap().rules;
+        c.limits.requests_per_minute = 2;
+        // The per-token limit (default ten times the per-agent one) still counts every call.
+        c.limits.requests_per_minute_per_token = Some(1000);
+    })
+    .await;
+    let mut agent = connect(&server).await;
+    for n in 0..20 {
+        let allowed = create(
+            &mut agent,
+            call(
+                &format!("low-{n}"),
+                "read",
+                r#"{"path":"a"}"#,
+                pb::Risk::Low,
+            ),
+        )
+        .await;
+        assert_eq!(state(&allowed), pb::ApprovalState::Approved);
+        let denied = create(
+            &mut agent,
+            call(
+                &format!("drop-{n}"),
+                "sql.query",
+                r#"{"query":"drop table t"}"#,
+                pb::Risk::Low,
+            ),
+        )
+        .await;
+        assert_eq!(state(&denied), pb::ApprovalState::Rejected);
+    }
+    // The two calls a person must see still fit; the third is over the limit.
+    for key in ["human-1", "human-2"] {
+        let asked = create(
+            &mut agent,
+            call(key, "deploy", r#"{"target":{"env":"dev"}}"#, pb::Risk::High),
+        )
+        .await;
+        assert_eq!(state(&asked), pb::ApprovalState::Pending);
+    }
+    let refused = agent
+        .request_approval(call(
+            "human-3",
+            "deploy",
+            r#"{"target":{"env":"dev"}}"#,
+            pb::Risk::High,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+}
+
 #[tokio::test]
 async fn max_pending_per_agent_refuses_more_and_stores_nothing() {
     let server = TestServer::start_with(|c| c.limits.max_pending_per_agent = 2).await;

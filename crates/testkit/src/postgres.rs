@@ -179,7 +179,13 @@ fn binaries() -> Result<PathBuf, String> {
 
 /// Starts the watchdog: a detached shell that waits for process `owner` to end, then stops
 /// the cluster at once and deletes its directory.
-fn watch_over(owner: u32, bin: &Path, dir: &Path, data: &Path, as_root: bool) -> Result<(), String> {
+fn watch_over(
+    owner: u32,
+    bin: &Path,
+    dir: &Path,
+    data: &Path,
+    as_root: bool,
+) -> Result<(), String> {
     let stop = format!(
         "{}{} -D {} -m immediate stop",
         if as_root {

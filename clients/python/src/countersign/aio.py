@@ -12,7 +12,7 @@ import grpc.aio
 
 from countersign import _common
 from countersign._common import Backoff, ClientBase, WatchCursor, log
-from countersign.errors import CountersignError, from_rpc_error
+from countersign.errors import CountersignError, RateLimited, from_rpc_error
 from countersign.model import (
     Approval,
     ApprovalPage,
@@ -91,6 +91,11 @@ class AsyncClient(ClientBase):
                 break
             except CountersignError as error:
                 limit = started + (deadline if deadline is not None else message.ttl_seconds or 3600)
+                if isinstance(error, RateLimited) and time.monotonic() + error.retry_after < limit:
+                    # The server said when the call fits: wait for it rather than fail.
+                    log.warning("rate limited (%s); retrying in %.1f s", error.message, error.retry_after)
+                    await asyncio.sleep(error.retry_after)
+                    continue
                 if not error.transient or time.monotonic() >= limit:
                     raise
                 backoff.log_retry("requesting approval failed (%s); retrying", error)

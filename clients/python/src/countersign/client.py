@@ -11,7 +11,7 @@ import grpc
 
 from countersign import _common
 from countersign._common import Backoff, ClientBase, WatchCursor, log
-from countersign.errors import CountersignError, from_rpc_error
+from countersign.errors import CountersignError, RateLimited, from_rpc_error
 from countersign.model import (
     Approval,
     ApprovalPage,
@@ -105,6 +105,11 @@ class Client(ClientBase):
             except CountersignError as error:
                 # Without a deadline, keep trying for the longest an approval could stay open.
                 limit = started + (deadline if deadline is not None else message.ttl_seconds or 3600)
+                if isinstance(error, RateLimited) and time.monotonic() + error.retry_after < limit:
+                    # The server said when the call fits: wait for it rather than fail.
+                    log.warning("rate limited (%s); retrying in %.1f s", error.message, error.retry_after)
+                    time.sleep(error.retry_after)
+                    continue
                 if not error.transient or time.monotonic() >= limit:
                     raise
                 backoff.log_retry("requesting approval failed (%s); retrying", error)

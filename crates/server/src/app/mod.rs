@@ -11,6 +11,7 @@ mod admin;
 mod callers;
 mod decide;
 mod lifecycle;
+pub(crate) mod observe;
 mod rates;
 mod reads;
 mod request;

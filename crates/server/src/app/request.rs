@@ -2,10 +2,13 @@
 //! call at once), the groups that decide, and the store's idempotent insert.
 
 use countersign_core::validate::{validate_request, RequestInput};
+use countersign_core::Disposition;
 
+use super::observe::observe;
 use super::rates::check_rate;
 use super::shared::App;
 use crate::auth::{Caller, Role};
+use crate::config::PolicyMode;
 use crate::error::AppError;
 use crate::store::{now_millis, Requested};
 
@@ -26,16 +29,24 @@ impl App {
             "requests_per_minute_per_token",
         )
         .await?;
-        check_rate(
-            &self.store,
-            &self.rates.requests_per_agent,
-            &input.agent_id,
-            &format!("agent {:?}", input.agent_id),
-            "requests_per_minute",
-        )
-        .await?;
         let request = validate_request(input, &self.limits)?;
-        let (mut request, disposition) = self.security.policy.apply(request);
+        let (mut request, disposition) = match self.config.policy.mode {
+            PolicyMode::Enforce => self.security.policy.apply(request),
+            PolicyMode::Observe => observe(&self.security.policy, request),
+        };
+        // The per-agent limit guards people's attention: a call a rule allows or denies asks
+        // nobody, so only the calls left to a human count (the per-token limit above still
+        // bounds everything a caller sends).
+        if matches!(disposition, Disposition::RequireHuman) {
+            check_rate(
+                &self.store,
+                &self.rates.requests_per_agent,
+                &request.agent_id,
+                &format!("agent {:?}", request.agent_id),
+                "requests_per_minute",
+            )
+            .await?;
+        }
         self.security.groups.resolve(&mut request)?;
         let ttl = request
             .ttl_seconds

@@ -1,0 +1,261 @@
+//! "It's done" notices (issue 43 item 7) through the real binary: `countersign install
+//! claude-code --notify` adds Claude Code's Stop, StopFailure and Notification hooks, and the
+//! installed command, fed Claude Code's own hook input, publishes a notice without buttons to
+//! the fake ntfy server, except in the quiet hours.
+
+use crate::support;
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+
+use countersign_testkit::ntfy::FakeNtfy;
+use serde_json::Value;
+use support::*;
+use tokio::io::AsyncWriteExt;
+
+/// The local instance's config file (under `config_home`), with ntfy and `extra`.
+fn write_config(config_home: &Path, ntfy: &FakeNtfy, extra: &str) {
+    let dir = config_home.join("countersign");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("countersign.toml"),
+        format!(
+            "{extra}\n[ntfy]\nserver_url = \"{}\"\npublic_url = \"http://127.0.0.1:9\"\n\n[[ntfy.topics]]\nname = \"phone\"\n",
+            ntfy.url()
+        ),
+    )
+    .unwrap();
+}
+
+/// Runs the shell command `command` as Claude Code runs a hook: `sh -c`, the input on stdin.
+async fn run_hook(command: &str, input: &Value, home: &Path) -> Output {
+    let mut child = tokio::process::Command::new("sh")
+        .args(["-c", command])
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env_remove("COUNTERSIGN_CONFIG")
+        .env_remove("NTFY_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.to_string().as_bytes()).await.unwrap();
+    drop(stdin);
+    tokio::time::timeout(STEP, child.wait_with_output())
+        .await
+        .expect("the hook hung")
+        .unwrap()
+}
+
+/// The installed notify command under `event`, checking there is exactly one.
+fn notify_command(settings: &Value, event: &str) -> String {
+    let groups = settings["hooks"][event].as_array().unwrap();
+    let ours: Vec<&str> = groups
+        .iter()
+        .filter_map(|group| group["hooks"][0]["command"].as_str())
+        .filter(|command| command.contains(" notify claude-code"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{event}: {settings}");
+    ours[0].to_owned()
+}
+
+#[tokio::test]
+async fn installed_notify_hooks_send_claude_code_s_stop_and_notification_events_as_notices() {
+    let ntfy = FakeNtfy::start().await;
+    let project = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    write_config(&home.path().join(".config"), &ntfy, "");
+
+    // Installed twice: the groups are replaced, never duplicated.
+    for _ in 0..2 {
+        let mut install = countersign("http://127.0.0.1:9");
+        install
+            .current_dir(project.path())
+            .env("HOME", home.path())
+            .args(["install", "claude-code", "--project", "--notify"]);
+        let output = install.output().await.unwrap();
+        assert_exit(&output, 0);
+    }
+    let settings: Value = serde_json::from_str(
+        &std::fs::read_to_string(project.path().join(".claude/settings.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(settings["hooks"]["PreToolUse"].is_array(), "{settings}");
+    let stop = notify_command(&settings, "Stop");
+    assert_eq!(notify_command(&settings, "StopFailure"), stop);
+    assert_eq!(notify_command(&settings, "Notification"), stop);
+
+    let cases = [
+        (
+            "claude-code/stop.json",
+            "Claude Code finished in shop",
+            "It is waiting for your next prompt.",
+        ),
+        (
+            "claude-code/stop-failure.json",
+            "Claude Code failed in shop",
+            "rate_limit: Rate limit exceeded: 100 requests per minute",
+        ),
+        (
+            "claude-code/notification.json",
+            "Claude Code needs you in shop",
+            "Claude is waiting for your input",
+        ),
+    ];
+    for (n, (payload, title, message)) in cases.into_iter().enumerate() {
+        let output = run_hook(&stop, &fixture(payload), home.path()).await;
+        assert_exit(&output, 0);
+        let shown = ntfy.notifications("phone");
+        assert_eq!(shown.len(), n + 1, "{payload}: {shown:#?}");
+        let notice = &shown[n];
+        assert_eq!(notice.title, title);
+        assert_eq!(notice.message, message);
+        assert!(notice.actions.is_empty(), "a notice has no buttons");
+    }
+
+    // In the quiet hours (the hour around now, UTC), nothing is sent.
+    let now = time::OffsetDateTime::now_utc();
+    let minute = i32::from(now.hour()) * 60 + i32::from(now.minute());
+    let at = |m: i32| {
+        let m = m.rem_euclid(24 * 60);
+        format!("{:02}:{:02}", m / 60, m % 60)
+    };
+    write_config(
+        &home.path().join(".config"),
+        &ntfy,
+        &format!(
+            "[notify]\nquiet_hours = \"{}-{}\"\n",
+            at(minute - 30),
+            at(minute + 30)
+        ),
+    );
+    let output = run_hook(&stop, &fixture("claude-code/stop.json"), home.path()).await;
+    assert_exit(&output, 0);
+    assert!(
+        stderr(&output).contains("quiet hours"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(ntfy.messages().len(), 3);
+}
+
+/// Codex's `notify` program, set by `install codex --notify` in Codex's user config, gets the
+/// `agent-turn-complete` event as its last argument.
+#[tokio::test]
+async fn codex_s_notify_program_sends_a_finished_turn_as_a_notice() {
+    let ntfy = FakeNtfy::start().await;
+    let project = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    write_config(&home.path().join(".config"), &ntfy, "");
+    let codex_home = home.path().join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    std::fs::write(codex_home.join("config.toml"), "model = \"o3\"\n").unwrap();
+
+    for _ in 0..2 {
+        let mut install = countersign("http://127.0.0.1:9");
+        install
+            .current_dir(project.path())
+            .env("HOME", home.path())
+            .env("CODEX_HOME", &codex_home)
+            .args(["install", "codex", "--project", "--notify"]);
+        let output = install.output().await.unwrap();
+        assert_exit(&output, 0);
+    }
+    let config: toml::Table = std::fs::read_to_string(codex_home.join("config.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(config["model"].as_str(), Some("o3"), "the rest is kept");
+    let argv: Vec<String> = config["notify"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|word| word.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(argv[1..], ["notify", "codex"]);
+
+    // As Codex runs it: the program, its arguments, then the event's JSON.
+    let event = fixture("codex/notify.json");
+    let mut run = tokio::process::Command::new(&argv[0]);
+    run.args(&argv[1..])
+        .arg(event.to_string())
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join(".config"))
+        .env("XDG_DATA_HOME", home.path().join(".local/share"))
+        .env_remove("COUNTERSIGN_CONFIG")
+        .stdin(Stdio::null());
+    let output = tokio::time::timeout(STEP, run.output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_exit(&output, 0);
+    let shown = ntfy.notifications("phone");
+    assert_eq!(shown.len(), 1, "{shown:#?}");
+    assert_eq!(shown[0].title, "Codex finished in shop");
+    assert_eq!(
+        shown[0].message,
+        "The tests pass now; I fixed the cart total."
+    );
+    assert!(shown[0].actions.is_empty());
+
+    // Another notify program the person set is left alone.
+    std::fs::write(
+        codex_home.join("config.toml"),
+        "notify = [\"notify-send\", \"Codex\"]\n",
+    )
+    .unwrap();
+    let mut install = countersign("http://127.0.0.1:9");
+    install
+        .current_dir(project.path())
+        .env("HOME", home.path())
+        .env("CODEX_HOME", &codex_home)
+        .args(["install", "codex", "--project", "--notify"]);
+    let output = install.output().await.unwrap();
+    assert_exit(&output, 64);
+    assert_eq!(
+        std::fs::read_to_string(codex_home.join("config.toml")).unwrap(),
+        "notify = [\"notify-send\", \"Codex\"]\n"
+    );
+}
+
+/// With Telegram set up too, the notice also reaches its default chat: escaped HTML, no
+/// buttons.
+#[tokio::test]
+async fn a_notice_also_reaches_telegram_s_default_chat_without_buttons() {
+    const BOT_TOKEN: &str = "123456:notice-test-token";
+    let ntfy = FakeNtfy::start().await;
+    let telegram = countersign_testkit::telegram::FakeTelegram::start(BOT_TOKEN).await;
+    let home = tempfile::tempdir().unwrap();
+    write_config(
+        &home.path().join(".config"),
+        &ntfy,
+        &format!(
+            "[telegram]\napi_url = \"{}\"\ndefault_chat_id = 4242\n",
+            telegram.api_url()
+        ),
+    );
+    let mut input = fixture("claude-code/notification.json");
+    input["message"] = Value::from("Claude needs your permission to use Bash <script>");
+    let mut notify = countersign("http://127.0.0.1:9");
+    notify
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join(".config"))
+        .env("XDG_DATA_HOME", home.path().join(".local/share"))
+        .env("TELEGRAM_BOT_TOKEN", BOT_TOKEN)
+        .args(["notify", "claude-code"]);
+    let output = run_with_input(notify, input.to_string().as_bytes()).await;
+    assert_exit(&output, 0);
+    let sent = telegram.requests_of("sendMessage");
+    assert_eq!(sent.len(), 1, "{sent:#?}");
+    assert_eq!(sent[0].param_i64("chat_id"), Some(4242));
+    assert_eq!(
+        sent[0].param_str("text"),
+        Some("<b>Claude Code needs you in shop</b>\nClaude needs your permission to use Bash &lt;script&gt;")
+    );
+    assert!(sent[0].params.get("reply_markup").is_none(), "no buttons");
+    assert_eq!(ntfy.notifications("phone").len(), 1);
+}
