@@ -2,17 +2,10 @@
 //! (SQLite, or with COUNTERSIGN_TEST_BACKEND=postgres the test kit's PostgreSQL through
 //! `--database`) and the RequestApproval figures are compared to it.
 
-use std::process::Command;
-
 #[test]
 fn the_floor_is_measured_and_request_figures_are_compared_to_it() {
-    let mut bench = Command::new(env!("CARGO_BIN_EXE_countersign-bench"));
-    // The workspace's server binary, named: without it the bench, seeing `CARGO` set, would
-    // build the server again with `cargo build -p` (other features: a minute, and a server
-    // binary the other tests do not use).
+    let mut bench = crate::workspace::bench();
     bench
-        .arg("--server-binary")
-        .arg(crate::workspace::binary("countersign-server"))
         .args(["--only", "requests,floor", "--json"])
         .args(["--duration", "300ms", "--warmup", "100ms"])
         .args(["--concurrency", "4"]);

@@ -1,7 +1,7 @@
 //! `countersign-bench --database postgres://…` against a private PostgreSQL cluster: it
 //! measures on databases of its own and leaves none of them behind on the operator's server.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use sqlx::Connection;
 
@@ -13,7 +13,7 @@ async fn a_run_on_postgres_drops_every_database_it_created() {
     }
     let cluster = countersign_testkit::postgres::Cluster::shared();
     let admin = cluster.url("postgres");
-    let child = Command::new(env!("CARGO_BIN_EXE_countersign-bench"))
+    let child = crate::workspace::bench()
         .args(["--database", &admin, "--only", "requests"])
         .args([
             "--duration",

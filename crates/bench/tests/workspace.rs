@@ -48,3 +48,14 @@ pub fn binary(name: &str) -> PathBuf {
     assert!(path.exists(), "{} missing", path.display());
     path
 }
+
+/// `countersign-bench` with the workspace's server binary named: without it the bench, seeing
+/// `CARGO` set as under `cargo test`, would build the server again with `cargo build -p` (other
+/// features: a minute or more, and a server binary the other tests do not use).
+pub fn bench() -> Command {
+    let mut bench = Command::new(env!("CARGO_BIN_EXE_countersign-bench"));
+    bench
+        .arg("--server-binary")
+        .arg(binary("countersign-server"));
+    bench
+}

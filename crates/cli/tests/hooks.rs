@@ -568,10 +568,13 @@ async fn the_hook_answers_before_the_host_times_it_out_and_withdraws_the_request
     // waits 3.2 s, and says so (not "4s").
     const HOST_TIMEOUT: Duration = Duration::from_secs(10);
     let server = TestServer::start().await;
-    let client = client(&server.url());
-    for surface in SURFACES {
+    let url = server.url();
+    let client = client(&url);
+    let (url, client) = (&url, &client);
+    // Each surface's hook at once: the test waits one budget, not five.
+    futures::future::join_all(SURFACES.map(|surface| async move {
         let session = session_of(surface, "deadline");
-        let mut child = surface.command(&server.url(), &["--timeout", "4s"]);
+        let mut child = surface.command(url, &["--timeout", "4s"]);
         child
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -586,7 +589,7 @@ async fn the_hook_answers_before_the_host_times_it_out_and_withdraws_the_request
             .await
             .expect("the hook outlived the host's timeout: the host would have run the tool")
             .unwrap();
-        let approval = approvals_of(&client, &session).await.remove(0);
+        let approval = approvals_of(client, &session).await.remove(0);
         assert_answer(
             surface,
             &output,
@@ -607,7 +610,8 @@ async fn the_hook_answers_before_the_host_times_it_out_and_withdraws_the_request
             approval.resolution.unwrap().reason,
             "no decision within 3s 200ms"
         );
-    }
+    }))
+    .await;
 }
 
 /// A host that writes its payload and never closes stdin still gets a denial, and the hook
