@@ -248,18 +248,19 @@ describe("client across a server restart", () => {
     const client = server.client();
     const agent = agentId();
     const controller = new AbortController();
-    const watch = client.watch({
-      includeSnapshot: false,
-      signal: controller.signal,
-      maxBackoffMs: 500,
-    });
+    // A snapshot first: once it arrives the watch is subscribed, and only then is the first
+    // approval requested. (Requested before, it could be stored before the watch subscribed
+    // and never reach a watch of what happens from now on: the test then waited forever.)
+    const watch = client.watch({ signal: controller.signal, maxBackoffMs: 500 });
     const seqs: bigint[] = [];
     const mine: string[] = [];
     let restarted = false;
-    const first = client.requestApproval({ agentId: agent, toolName: "one" });
+    let first: Promise<unknown> | undefined;
     for await (const item of watch) {
-      assert.equal(item.type, "event");
-      if (item.type !== "event") continue;
+      if (item.type === "snapshot") {
+        first ??= client.requestApproval({ agentId: agent, toolName: "one" });
+        continue;
+      }
       seqs.push(item.seq);
       if (item.approval?.agentId === agent && item.kind === "requested") {
         mine.push(item.approval.toolName);
