@@ -424,6 +424,21 @@ pub async fn doctor(client: &Client, only: Option<Host>) -> Exit {
             exit = code;
         }
     };
+    // Which binary runs, first: the one an installed hook names may be another.
+    match std::env::current_exe() {
+        Ok(path) => println!(
+            "ok    countersign {} at {}",
+            crate::args::VERSION,
+            path.display()
+        ),
+        Err(error) => fail(
+            format!(
+                "countersign {}: cannot find its own executable: {error}",
+                crate::args::VERSION
+            ),
+            Exit::Failure,
+        ),
+    }
     // The local instance is checked when doctor talks to it (not to a team's server).
     let instance = Instance::locate(None).ok().filter(|instance| {
         let url = instance.server_url();
