@@ -3,7 +3,7 @@
 
 mod support;
 
-use support::home::{text, Home};
+use support::home::{installed_hook, text, Home};
 
 /// What build.rs records: git's HEAD when the tests run in a checkout, else "unknown".
 fn built_from() -> String {
@@ -47,6 +47,43 @@ async fn doctor_names_the_binary_its_version_and_path_first() {
             built_from(),
             path.display()
         ),
+        "{shown}"
+    );
+}
+
+/// A hook naming a binary that is gone (npx's cache cleaned, an uninstall) would run nothing
+/// and let the host go on: doctor fails naming it and the fix.
+#[tokio::test]
+async fn doctor_fails_when_an_installed_hook_names_a_missing_binary() {
+    let home = Home::new("http://127.0.0.1:9");
+    let installed = home.run(&["install", "claude-code"]).await;
+    assert_eq!(installed.status.code(), Some(0), "{}", text(&installed));
+    let doctor = home.run(&["doctor", "claude-code"]).await;
+    assert!(
+        !text(&doctor).contains("which is not there"),
+        "{}",
+        text(&doctor)
+    );
+
+    let settings_file = home.path().join("project/.claude/settings.json");
+    let hook = installed_hook(&home);
+    let binary = support::countersign_binary();
+    let gone = "/nonexistent/npx cache/countersign";
+    let settings = std::fs::read_to_string(&settings_file).unwrap().replace(
+        &serde_json::to_string(&hook).unwrap(),
+        &serde_json::to_string(&hook.replace(binary.to_str().unwrap(), &format!("'{gone}'")))
+            .unwrap(),
+    );
+    std::fs::write(&settings_file, settings).unwrap();
+    assert!(installed_hook(&home).starts_with("'/nonexistent/npx cache/countersign' hook"));
+
+    let doctor = home.run(&["doctor", "claude-code"]).await;
+    let shown = text(&doctor);
+    assert_ne!(doctor.status.code(), Some(0), "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "FAIL  the hook runs {gone}, which is not there: run countersign install claude-code again"
+        )),
         "{shown}"
     );
 }
