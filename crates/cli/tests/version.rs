@@ -82,7 +82,7 @@ async fn doctor_fails_when_an_installed_hook_names_a_missing_binary() {
     assert_ne!(doctor.status.code(), Some(0), "{shown}");
     assert!(
         shown.contains(&format!(
-            "FAIL  the hook runs {gone}, which is not there: run countersign install claude-code again"
+            "/.claude/settings.json PreToolUse: the hook runs {gone}, which is not there: run countersign install claude-code again"
         )),
         "{shown}"
     );
