@@ -24,10 +24,19 @@ Exit codes:
   hook: 0 with the decision on stdout, whatever happened; 2 (the hosts' \"block\") for a
         command line it cannot use";
 
+/// What `--version` and `doctor` print: the crate's version and the commit it was built from
+/// (build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("COUNTERSIGN_COMMIT"),
+    ")"
+);
+
 /// The countersign command-line client: ask for, inspect, decide and watch approvals of
 /// AI-agent tool calls, and gate shell commands on a human's approval.
 #[derive(Debug, Parser)]
-#[command(name = "countersign", version, after_help = EXIT_CODES)]
+#[command(name = "countersign", version = VERSION, after_help = EXIT_CODES)]
 pub struct Cli {
     /// Server URL (http:// or https://) [default: the local instance `countersign up` started,
     /// with its token; else http://127.0.0.1:50051]

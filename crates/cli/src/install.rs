@@ -569,6 +569,21 @@ pub async fn doctor(client: &Client, only: Option<Host>) -> Exit {
             exit = code;
         }
     };
+    // Which binary runs, first: the one an installed hook names may be another.
+    match std::env::current_exe() {
+        Ok(path) => println!(
+            "ok    countersign {} at {}",
+            crate::args::VERSION,
+            path.display()
+        ),
+        Err(error) => fail(
+            format!(
+                "countersign {}: cannot find its own executable: {error}",
+                crate::args::VERSION
+            ),
+            Exit::Failure,
+        ),
+    }
     // The local instance is checked when doctor talks to it (not to a team's server).
     let instance = Instance::locate(None).ok().filter(|instance| {
         let url = instance.server_url();
@@ -707,6 +722,23 @@ fn countersign_hooks(settings: &Value, host: Host) -> Vec<InstalledHook> {
 
 /// The hook must be run for MCP tools, and the host must time it out later than countersign
 /// gives up waiting.
+/// The program a hook's command line runs: its first word, unquoted as `shell_join` quotes
+/// (plain, or in single quotes with `'\''` for a quote).
+fn program_of(command: &str) -> String {
+    let mut word = String::new();
+    let mut quoted = false;
+    let mut chars = command.trim_start().chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => quoted = !quoted,
+            '\\' if !quoted => word.extend(chars.next()),
+            c if c.is_whitespace() && !quoted => break,
+            c => word.push(c),
+        }
+    }
+    word
+}
+
 fn check_hook(host: Host, installed: &InstalledHook, user: bool) -> Result<String, String> {
     let hook = &installed.hook;
     if let Some(matcher) = &installed.matcher {
@@ -725,6 +757,16 @@ fn check_hook(host: Host, installed: &InstalledHook, user: bool) -> Result<Strin
         .get("command")
         .and_then(Value::as_str)
         .unwrap_or_default();
+    // The binary `install` named is gone (uninstalled, moved, or npx's cache cleaned): the host
+    // would run nothing, and let every tool call through.
+    let program = program_of(command);
+    if Path::new(&program).is_absolute() && !Path::new(&program).is_file() {
+        return Err(format!(
+            "the hook runs {program}, which is not there: run countersign install {}{} again",
+            host_word(host),
+            if user { " --user" } else { "" }
+        ));
+    }
     let wait = command
         .split_whitespace()
         .skip_while(|word| *word != "--timeout")

@@ -14,3 +14,4 @@ mod rules_suggest;
 mod setup_channels;
 mod support;
 mod up_channels;
+mod version;

@@ -55,11 +55,11 @@ impl Home {
     /// `countersign <args>` in the project directory. The test's plumbing (where the fake Bot
     /// API and a free port are) comes from the environment; the user types nothing of it.
     pub fn countersign(&self, args: &[&str]) -> Command {
-        self.command(env!("CARGO_BIN_EXE_countersign"), args)
+        self.command(super::countersign_binary(), args)
     }
 
     /// `program <args>` in the project directory, with the user's environment.
-    pub fn command(&self, program: &str, args: &[&str]) -> Command {
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Command {
         let mut command = Command::new(program);
         command
             .args(args)

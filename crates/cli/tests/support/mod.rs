@@ -22,9 +22,18 @@ pub const STEP: Duration = Duration::from_secs(30);
 /// The approver the tests decide as.
 pub const APPROVER: &str = "Alice (telegram)";
 
+/// The `countersign` under test: cargo's build, or the one a package installed
+/// (`COUNTERSIGN_TEST_BIN`: scripts/test-packages runs the quickstart with the binary a wheel
+/// or the npm package put on PATH).
+pub fn countersign_binary() -> PathBuf {
+    std::env::var_os("COUNTERSIGN_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_countersign")))
+}
+
 /// `countersign` talking to `server`, as user `tester`, with no settings from the machine.
 pub fn countersign(server: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_countersign"));
+    let mut command = Command::new(countersign_binary());
     command
         .env("COUNTERSIGN_SERVER", server)
         .env("USER", "tester")
