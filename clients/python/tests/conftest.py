@@ -25,7 +25,11 @@ _names = itertools.count()
 
 @pytest.fixture(scope="session")
 def server_binary() -> Path:
-    """target/debug/countersign-server, built by cargo when it is missing."""
+    """$COUNTERSIGN_SERVER_BIN (scripts/test names a copy of the tests' build), else
+    target/debug/countersign-server, built by cargo when it is missing."""
+    named = os.environ.get("COUNTERSIGN_SERVER_BIN")
+    if named:
+        return Path(named)
     target = REPO / os.environ.get("CARGO_TARGET_DIR", "target")
     binary = target / "debug" / "countersign-server"
     if not binary.exists():

@@ -720,8 +720,6 @@ fn countersign_hooks(settings: &Value, host: Host) -> Vec<InstalledHook> {
     found
 }
 
-/// The hook must be run for MCP tools, and the host must time it out later than countersign
-/// gives up waiting.
 /// The program a hook's command line runs: its first word, unquoted as `shell_join` quotes
 /// (plain, or in single quotes with `'\''` for a quote).
 fn program_of(command: &str) -> String {
@@ -739,6 +737,8 @@ fn program_of(command: &str) -> String {
     word
 }
 
+/// The hook must be run for MCP tools, and the host must time it out later than countersign
+/// gives up waiting.
 fn check_hook(host: Host, installed: &InstalledHook, user: bool) -> Result<String, String> {
     let hook = &installed.hook;
     if let Some(matcher) = &installed.matcher {

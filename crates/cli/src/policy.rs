@@ -103,7 +103,12 @@ pub fn write_preset(instance: &Instance, name: &str) -> Result<usize, CliError> 
     let preset = check_preset(name)?;
     let mut doc = config_file::read(instance)?;
     if name == OBSERVE {
-        doc["policy"]["mode"] = toml_edit::value(OBSERVE);
+        let policy = doc
+            .entry("policy")
+            .or_insert_with(toml_edit::table)
+            .as_table_like_mut()
+            .ok_or_else(|| config_file::invalid(instance, "policy is not a [policy] table"))?;
+        policy.insert("mode", toml_edit::value(OBSERVE));
     } else if let Some(policy) = doc.get_mut("policy").and_then(|p| p.as_table_like_mut()) {
         policy.remove("mode");
         if policy.is_empty() {

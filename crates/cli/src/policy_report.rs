@@ -150,10 +150,13 @@ pub fn text(report: &PolicyReport) -> String {
             vec![
                 approval.id.clone(),
                 render::state(approval).to_owned(),
-                format!(
-                    "{} {}",
-                    label(approval, OBSERVED_LABEL),
-                    rule_name(label(approval, OBSERVED_RULE_LABEL))
+                cell(
+                    &format!(
+                        "{} {}",
+                        label(approval, OBSERVED_LABEL),
+                        rule_name(label(approval, OBSERVED_RULE_LABEL))
+                    ),
+                    60,
                 ),
                 cell(&approval.tool_name, 24),
                 cell(&approval.action, 60),

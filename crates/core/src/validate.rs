@@ -11,6 +11,11 @@ use crate::fields::{
 use crate::{ApprovalRequest, Decider, Error, FollowUp, GroupQuorum, Risk, Route};
 
 /// Bounds on what a request may carry. The server reads them from its configuration.
+/// Label keys the server writes itself (observe mode's `policy.observed` and
+/// `policy.observed_rule`): an agent's request may not carry them, or it could make the policy
+/// report, `/metrics` and reviewers believe what the rules would have done.
+pub const RESERVED_LABEL_PREFIX: &str = "policy.";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     pub max_arguments_bytes: usize,
@@ -138,6 +143,12 @@ pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<Approval
     }
     for (key, value) in &input.labels {
         required_identifier("labels key", key, MAX_LABEL_KEY_CHARS)?;
+        if key.starts_with(RESERVED_LABEL_PREFIX) {
+            return Err(Error::invalid(
+                "labels key",
+                format!("{key:?}: keys starting with {RESERVED_LABEL_PREFIX:?} are written by the server (observe mode), not by agents"),
+            ));
+        }
         optional(&format!("labels[{key}]"), value, MAX_LABEL_VALUE_CHARS)?;
     }
 

@@ -96,12 +96,10 @@ async fn observed_rules_are_recorded_and_counted_but_every_call_is_asked() {
     .await;
     let deploy = create(&mut agent, call("deploy-1", "deploy", r#"{"env":"prod"}"#)).await;
     let other = create(&mut agent, call("other-1", "bash", r#"{"command":"make"}"#)).await;
-    // An agent cannot write what the rules would have done: the server's labels replace its.
-    let mut spoofed = call("read-2", "read", r#"{"path":"b"}"#);
-    spoofed
-        .labels
-        .insert("policy.observed".into(), "deny".into());
-    let spoofed = create(&mut agent, spoofed).await;
+    // An agent cannot write what the rules would have done: labels under `policy.` are the
+    // server's, and a request naming one is refused, nothing stored.
+    refuses_policy_labels(&mut agent).await;
+    let spoofed = create(&mut agent, call("read-2", "read", r#"{"path":"b"}"#)).await;
 
     for approval in [&read, &drop, &deploy, &other, &spoofed] {
         assert_eq!(state(approval), pb::ApprovalState::Pending, "{approval:?}");
@@ -169,4 +167,20 @@ async fn enforced_rules_record_nothing_observed() {
     let read = create(&mut agent, call("read-1", "read", r#"{"path":"a"}"#)).await;
     assert_eq!(state(&read), pb::ApprovalState::Approved);
     assert_eq!(observed(&read), (None, None));
+    // Nor can an agent write them itself, which the report and /metrics would count.
+    refuses_policy_labels(&mut agent).await;
+}
+
+/// A request carrying `policy.observed` or `policy.observed_rule` is refused, naming the key.
+async fn refuses_policy_labels(agent: &mut Client) {
+    for key in ["policy.observed", "policy.observed_rule"] {
+        let mut spoofed = call(&format!("spoof-{key}"), "read", r#"{"path":"b"}"#);
+        spoofed.labels.insert(key.into(), "allow".into());
+        let refused = agent
+            .request_approval(spoofed)
+            .await
+            .expect_err("a policy. label is refused");
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+        assert!(refused.message().contains(key), "{refused:?}");
+    }
 }

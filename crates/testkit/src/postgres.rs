@@ -85,8 +85,13 @@ impl Cluster {
 
     /// Creates a new, empty database and returns its URL.
     pub async fn create_database(&self) -> String {
+        // The cluster serves every test process of a run: the start time keeps a reused
+        // process id from naming a database an earlier test made.
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos());
         let name = format!(
-            "test_{}_{}",
+            "test_{}_{started}_{}",
             std::process::id(),
             DATABASES.fetch_add(1, Ordering::Relaxed)
         );
