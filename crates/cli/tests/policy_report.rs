@@ -6,7 +6,7 @@ use crate::support;
 
 use std::process::Output;
 
-use countersign_client::{pb, Client};
+use countersign_client::pb;
 use countersign_testkit::server::TestServer;
 use serde_json::{json, Value};
 use support::*;
@@ -29,23 +29,6 @@ tool = "Bash"
 arguments = [{ pointer = "/command", regex = "git push .*--force" }]
 "#;
 
-async fn ask(client: &Client, key: &str, tool: &str, arguments: Value) -> pb::Approval {
-    client
-        .request_approval(pb::RequestApprovalRequest {
-            agent_id: "claude-code".into(),
-            idempotency_key: key.into(),
-            tool_name: tool.into(),
-            arguments_json: arguments.to_string(),
-            action: format!("{tool} {arguments}"),
-            risk: pb::Risk::Medium.into(),
-            ..Default::default()
-        })
-        .await
-        .expect("request")
-        .approval
-        .expect("approval")
-}
-
 async fn report(server: &TestServer, extra: &[&str]) -> Output {
     let mut command = countersign(&server.url());
     command.args(["policy", "report"]).args(extra);
@@ -60,17 +43,46 @@ async fn the_report_shows_what_observed_rules_would_have_decided_and_where_peopl
     let server = TestServer::start_with_toml(OBSERVED).await;
     let client = client(&server.url());
     // Observe mode asks about every call, also the ones a rule would decide.
-    let read_1 = ask(&client, "r1", "Read", json!({"file_path": "a.rs"})).await;
-    let read_2 = ask(&client, "r2", "Read", json!({"file_path": "b.rs"})).await;
-    let read_3 = ask(&client, "r3", "Read", json!({"file_path": ".env"})).await;
+    let read_1 = ask(
+        &client,
+        pb::Risk::Medium,
+        "r1",
+        "Read",
+        json!({"file_path": "a.rs"}),
+    )
+    .await;
+    let read_2 = ask(
+        &client,
+        pb::Risk::Medium,
+        "r2",
+        "Read",
+        json!({"file_path": "b.rs"}),
+    )
+    .await;
+    let read_3 = ask(
+        &client,
+        pb::Risk::Medium,
+        "r3",
+        "Read",
+        json!({"file_path": ".env"}),
+    )
+    .await;
     let push = ask(
         &client,
+        pb::Risk::Medium,
         "p1",
         "Bash",
         json!({"command": "git push origin main --force"}),
     )
     .await;
-    let make = ask(&client, "m1", "Bash", json!({"command": "make"})).await;
+    let make = ask(
+        &client,
+        pb::Risk::Medium,
+        "m1",
+        "Bash",
+        json!({"command": "make"}),
+    )
+    .await;
     for approval in [&read_1, &read_2, &read_3, &push, &make] {
         assert_eq!(approval.state(), pb::ApprovalState::Pending);
     }

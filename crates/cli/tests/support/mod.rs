@@ -229,3 +229,28 @@ pub fn send_signal(child: &tokio::process::Child, signal: &str) {
         .expect("run kill");
     assert!(sent.success(), "kill -{signal} {pid}");
 }
+
+/// An agent's request for `tool` with `arguments` (its action the two joined), as Claude
+/// Code's hook would send it, with `key` as its idempotency key.
+pub async fn ask(
+    client: &Client,
+    risk: pb::Risk,
+    key: &str,
+    tool: &str,
+    arguments: Value,
+) -> pb::Approval {
+    client
+        .request_approval(pb::RequestApprovalRequest {
+            agent_id: "claude-code".into(),
+            idempotency_key: key.into(),
+            tool_name: tool.into(),
+            arguments_json: arguments.to_string(),
+            action: format!("{tool} {arguments}"),
+            risk: risk.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("request")
+        .approval
+        .expect("approval")
+}
