@@ -178,6 +178,7 @@ async fn shapes_approved_repeatedly_and_never_rejected_are_proposed_and_one_can_
     {
         let allowed = ask(
             &agent,
+            pb::Risk::High,
             &format!("t{n}"),
             "Bash",
             json!({"command": command}),
@@ -197,6 +198,7 @@ async fn shapes_approved_repeatedly_and_never_rejected_are_proposed_and_one_can_
     {
         let asked = ask(
             &agent,
+            pb::Risk::High,
             &format!("u{n}"),
             "Bash",
             json!({"command": command}),
