@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use countersign_server::config::{Config, Role, TlsConfig, TokenConfig};
 use sha2::{Digest, Sha256};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -18,6 +18,10 @@ pub struct TestServer {
     addr: SocketAddr,
     _dir: tempfile::TempDir,
     running: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+    /// While stopped: the port, bound but not listening (a connection is refused, as by a
+    /// stopped server), so that no other test process's server is given it meanwhile and
+    /// answers this test's clients; `restart` listens on it again.
+    reserved: Option<TcpSocket>,
 }
 
 impl TestServer {
@@ -69,6 +73,7 @@ impl TestServer {
             addr,
             _dir: dir,
             running: None,
+            reserved: None,
         };
         server.launch(listener);
         server
@@ -133,12 +138,13 @@ impl TestServer {
         &self.config
     }
 
-    /// Graceful shutdown; the database stays.
+    /// Graceful shutdown; the database stays, and the port stays this server's.
     pub async fn stop(&mut self) {
         crate::storage_use::note();
         if let Some((stop, task)) = self.running.take() {
             let _ = stop.send(());
             task.await.expect("test server task");
+            self.reserved = Some(reserve(self.addr).await);
         }
     }
 
@@ -146,15 +152,23 @@ impl TestServer {
     pub async fn restart(&mut self) {
         crate::storage_use::note();
         self.stop().await;
-        let listener = bind_again(self.addr).await;
+        let socket = match self.reserved.take() {
+            Some(socket) => socket,
+            None => reserve(self.addr).await,
+        };
+        let listener = socket.listen(1024).expect("listen on the port again");
         self.launch(listener);
     }
 }
 
-async fn bind_again(addr: SocketAddr) -> TcpListener {
+/// A socket bound to `addr` and not listening. The server's closed connections may hold the
+/// port briefly (TIME_WAIT), which SO_REUSEADDR allows, as the server's own bind does.
+async fn reserve(addr: SocketAddr) -> TcpSocket {
     for _ in 0..100 {
-        if let Ok(listener) = TcpListener::bind(addr).await {
-            return listener;
+        let socket = TcpSocket::new_v4().expect("a TCP socket");
+        socket.set_reuseaddr(true).expect("SO_REUSEADDR");
+        if socket.bind(addr).is_ok() {
+            return socket;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
