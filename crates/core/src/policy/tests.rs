@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 
-fn request(tool: &str, arguments: &str, risk: Risk) -> ApprovalRequest {
+pub(super) fn request(tool: &str, arguments: &str, risk: Risk) -> ApprovalRequest {
     ApprovalRequest {
         agent_id: "coder-1".into(),
         session_id: "s".into(),

@@ -1,8 +1,6 @@
 //! Shell-aware matching: the walker's findings, pattern matching, and the table of command
 //! lines (commands.tsv) decided by the `balanced` preset (config/presets/balanced.toml).
 
-use std::collections::BTreeMap;
-
 use super::*;
 use crate::policy::{Policy, RuleSpec};
 use crate::validate::Limits;
@@ -113,28 +111,8 @@ fn preset(name: &str) -> Policy {
 }
 
 fn bash(command: &str) -> ApprovalRequest {
-    ApprovalRequest {
-        agent_id: "claude-code".into(),
-        session_id: "s".into(),
-        requester: "alice".into(),
-        idempotency_key: "k".into(),
-        tool_name: "Bash".into(),
-        arguments_json: serde_json::json!({ "command": command }).to_string(),
-        args_digest: "d".into(),
-        action: String::new(),
-        reason: String::new(),
-        risk: Risk::Low,
-        routes: Vec::new(),
-        required_approvals: 1,
-        ttl_seconds: None,
-        labels: BTreeMap::new(),
-        policy_rule: None,
-        separation_of_duties: true,
-        grant_scope: String::new(),
-        approver_groups: Vec::new(),
-        follow_up: None,
-        withdraw_when_caller_leaves: false,
-    }
+    let arguments = serde_json::json!({ "command": command }).to_string();
+    crate::policy::tests::request("Bash", &arguments, Risk::Low)
 }
 
 /// `allow`, `deny`, `ask` (a human, at the declared low risk) or `high` (a human, at high
