@@ -390,4 +390,4 @@ fn compile_approver(spec: &ApproverSpec) -> Result<Approver, String> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -179,3 +179,6 @@ fn compile_group(spec: &GroupSpec, approvers: &ApproverRegistry) -> Result<Group
         contacts,
     })
 }
+
+#[cfg(test)]
+mod tests;

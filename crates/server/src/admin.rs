@@ -8,13 +8,13 @@ use countersign_proto::v1 as pb;
 use countersign_proto::v1::admin_service_server::AdminService;
 use tonic::{Request, Response, Status};
 
+use crate::app::AppError;
 use crate::app::{App, EventsQuery, GrantsQuery, NewDelegation};
-use crate::auth::Caller;
+use crate::auth::caller_of;
 use crate::convert::{
     audited_event_to_pb, delegation_to_pb, event_kind_from_pb, grant_to_pb, millis_of, risk_to_pb,
     routes_to_pb,
 };
-use crate::error::AppError;
 use crate::store::now_millis;
 
 pub struct AdminApi {
@@ -33,7 +33,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::ListEventsRequest>,
     ) -> Result<Response<pb::ListEventsResponse>, Status> {
-        let caller = Caller::of(&request)?;
+        let caller = caller_of(&request)?;
         let request = request.into_inner();
         let kinds = request
             .kinds
@@ -63,7 +63,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::VerifyAuditRequest>,
     ) -> Result<Response<pb::VerifyAuditResponse>, Status> {
-        let report = self.app.verify_audit(&*Caller::of(&request)?).await?;
+        let report = self.app.verify_audit(&*caller_of(&request)?).await?;
         let (broken_seq, problem) = report.broken.unwrap_or_default();
         Ok(Response::new(pb::VerifyAuditResponse {
             intact: broken_seq == 0,
@@ -79,7 +79,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::BackupDatabaseRequest>,
     ) -> Result<Response<pb::BackupDatabaseResponse>, Status> {
-        let caller = Caller::of(&request)?;
+        let caller = caller_of(&request)?;
         let made = self
             .app
             .backup(&caller, &request.into_inner().file_name)
@@ -97,7 +97,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::ListGrantsRequest>,
     ) -> Result<Response<pb::ListGrantsResponse>, Status> {
-        let caller = Caller::of(&request)?;
+        let caller = caller_of(&request)?;
         let request = request.into_inner();
         let query = GrantsQuery {
             agent_id: request.agent_id,
@@ -119,7 +119,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::RevokeGrantRequest>,
     ) -> Result<Response<pb::Grant>, Status> {
-        let caller = Caller::of(&request)?;
+        let caller = caller_of(&request)?;
         let request = request.into_inner();
         let now = now_millis();
         let grant = self
@@ -133,7 +133,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::CreateDelegationRequest>,
     ) -> Result<Response<pb::Delegation>, Status> {
-        let caller = Caller::of(&request)?;
+        let caller = caller_of(&request)?;
         let request = request.into_inner();
         let asked = NewDelegation {
             delegator: request.delegator,
@@ -149,7 +149,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::ListDelegationsRequest>,
     ) -> Result<Response<pb::ListDelegationsResponse>, Status> {
-        let caller = Caller::of(&request)?;
+        let caller = caller_of(&request)?;
         let request = request.into_inner();
         let now = now_millis();
         let delegations = self
@@ -168,7 +168,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::ListApproversRequest>,
     ) -> Result<Response<pb::ListApproversResponse>, Status> {
-        let approvers = self.app.list_approvers(&*Caller::of(&request)?)?;
+        let approvers = self.app.list_approvers(&*caller_of(&request)?)?;
         Ok(Response::new(pb::ListApproversResponse {
             approvers: approvers
                 .iter()
@@ -186,7 +186,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::RevokeDelegationRequest>,
     ) -> Result<Response<pb::Delegation>, Status> {
-        let caller = Caller::of(&request)?;
+        let caller = caller_of(&request)?;
         let now = now_millis();
         let delegation = self
             .app

@@ -1,26 +1,12 @@
 //! The one place where errors become gRPC statuses: the use cases' [`AppError`] (domain
-//! refusals, storage failures, rate limits) and its parts.
+//! refusals, storage failures, rate limits; defined in `crate::app`) and its parts.
 
 use countersign_core::Error as DomainError;
 use tonic::Status;
 
-use crate::backup::BackupError;
+use crate::app::AppError;
+use crate::store::backup::BackupError;
 use crate::store::StoreError;
-
-/// What a use case of the application layer (`crate::app`) can fail with.
-#[derive(Debug, thiserror::Error)]
-pub enum AppError {
-    /// Bad input, not found, refused by the domain's rules or the caller's rights.
-    #[error(transparent)]
-    Domain(#[from] DomainError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Backup(#[from] BackupError),
-    /// A rate limit: the message names who went over which setting; retry after `retry_ms`.
-    #[error("{message}")]
-    RateLimited { message: String, retry_ms: u128 },
-}
 
 impl From<AppError> for Status {
     fn from(error: AppError) -> Status {
@@ -28,6 +14,7 @@ impl From<AppError> for Status {
             AppError::Domain(e) => status_of_domain(e),
             AppError::Store(e) => status_of(e),
             AppError::Backup(e) => status_of_backup(e),
+            AppError::CursorOutOfRange(message) => Status::out_of_range(message),
             AppError::RateLimited { message, retry_ms } => {
                 let mut status = Status::resource_exhausted(message);
                 if let Ok(value) = retry_ms.to_string().parse() {

@@ -4,11 +4,10 @@ pub(crate) mod admin;
 pub(crate) mod app;
 pub(crate) mod audit;
 pub mod auth;
-pub mod backup;
+pub(crate) mod caller;
 pub mod config;
 pub(crate) mod convert;
 pub(crate) mod error;
-pub mod hub;
 pub mod integrity;
 pub(crate) mod limits;
 pub mod logging;
@@ -35,12 +34,12 @@ use crate::admin::AdminApi;
 use crate::app::App;
 use crate::auth::Authenticator;
 use crate::config::{Config, ConfigError, Database};
-use crate::hub::Hub;
 use crate::integrity::IntegrityError;
 use crate::limits::MessageSizeStatusLayer;
 use crate::metrics::{Metrics, RpcMetricsLayer};
 use crate::security::Security;
 use crate::service::ApprovalApi;
+use crate::store::hub::Hub;
 use crate::store::{now_millis, CommitObserver, Store, StoreError};
 
 #[derive(Debug, Error)]
@@ -108,13 +107,21 @@ pub async fn serve_with_metrics(
     }
 
     let (stop_tx, stop_rx) = signal::channel(false);
-    let sweeper = tokio::spawn(sweep(store.clone(), config.clone(), stop_rx.clone()));
-    let metrics_tasks = metrics
-        .clone()
-        .zip(metrics_listener)
-        .map(|(metrics, listener)| {
-            spawn_metrics(metrics, store.clone(), &hub, listener, stop_rx.clone())
-        });
+    let sweeper = tokio::spawn(app::sweep(store.clone(), config.clone(), stop_rx.clone()));
+    let metrics_tasks = match metrics.clone().zip(metrics_listener) {
+        Some((metrics, listener)) => {
+            let head = store.log_bounds().await?.0;
+            Some(spawn_metrics(
+                metrics,
+                store.clone(),
+                &hub,
+                head,
+                listener,
+                stop_rx.clone(),
+            ))
+        }
+        None => None,
+    };
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let health = Health::new(health_reporter);
@@ -257,11 +264,12 @@ async fn follow_storage_health(mut writable: signal::Receiver<bool>, health: Hea
     }
 }
 
-/// Starts the metrics endpoint and the follower of the event log that feeds it.
+/// Starts the metrics endpoint and the follower of the event log (after `head`) that feeds it.
 fn spawn_metrics(
     metrics: Arc<Metrics>,
     store: Store,
     hub: &Hub,
+    head: i64,
     listener: TcpListener,
     stop: signal::Receiver<bool>,
 ) -> [tokio::task::JoinHandle<()>; 2] {
@@ -269,6 +277,7 @@ fn spawn_metrics(
         metrics.clone(),
         store.clone(),
         hub.subscribe(),
+        head,
         stop.clone(),
     ));
     let address = listener
@@ -282,31 +291,4 @@ fn spawn_metrics(
         }
     });
     [follower, endpoint]
-}
-
-/// Expires, reminds and escalates approvals when they are due, and prunes events past
-/// retention; on a database shared by several servers, only the one that leads the sweeps does.
-async fn sweep(store: Store, config: Arc<Config>, mut stop: signal::Receiver<bool>) {
-    let mut tick = tokio::time::interval(Duration::from_millis(config.approvals.sweep_interval_ms));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let retention_ms =
-        i64::try_from(config.watch.retention_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tick.tick() => {}
-        }
-        if !store.leads_sweeps().await {
-            continue;
-        }
-        let now = now_millis();
-        if let Err(e) = store.sweep_due(now).await {
-            tracing::warn!(error = %e, "follow-up sweep failed; retrying at the next tick");
-        }
-        if retention_ms > 0 {
-            if let Err(e) = store.prune_events(now - retention_ms, now).await {
-                tracing::warn!(error = %e, "event pruning failed; retrying at the next tick");
-            }
-        }
-    }
 }

@@ -267,7 +267,7 @@ async fn audit(command: &AuditCommand, config: &Config) -> ExitCode {
 
 /// `backup FILE`.
 async fn backup(config: &Config, file: &std::path::Path) -> ExitCode {
-    match countersign_server::backup::backup_database(&config.database, file).await {
+    match countersign_server::store::backup::backup_database(&config.database, file).await {
         Ok(made) => {
             println!(
                 "{}",
@@ -293,14 +293,14 @@ async fn backup(config: &Config, file: &std::path::Path) -> ExitCode {
 
 /// `verify FILE`.
 async fn verify(file: &std::path::Path) -> ExitCode {
-    let wal = countersign_server::backup::wal_of(file);
+    let wal = countersign_server::store::backup::wal_of(file);
     if wal.exists() {
         eprintln!(
             "countersign-server verify: {} is beside the file and is read as part of it (its commits belong to the database). If it was not written with this file, move it away: SQLite would replay it onto the file",
             wal.display()
         );
     }
-    match countersign_server::backup::verify_file(file).await {
+    match countersign_server::store::backup::verify_file(file).await {
         Ok(report) => {
             println!(
                 "{}",

@@ -318,22 +318,17 @@ impl CommitObserver for Metrics {
     }
 }
 
-/// Counts the events the hub publishes, from the log's head at start-up on. A subscription
-/// that falls behind the hub's ring reads the events it missed from the log, so no count is
-/// lost.
+/// Counts the events the hub publishes after `examined` (the log's head, read before the
+/// server takes its first call: a head read later would pass over the first calls' events,
+/// already in `live`). A subscription that falls behind the hub's ring reads the events it
+/// missed from the log, so no count is lost.
 pub async fn follow_events(
     metrics: Arc<Metrics>,
     store: Store,
     mut live: broadcast::Receiver<Arc<StoredEvent>>,
+    mut examined: i64,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut examined = match store.log_bounds().await {
-        Ok((head, _)) => head,
-        Err(e) => {
-            tracing::error!(error = %e, "metrics: cannot read the event log head; domain series stay at zero");
-            return;
-        }
-    };
     loop {
         let received = tokio::select! {
             _ = stop.changed() => return,

@@ -3,20 +3,19 @@
 //! the answer back; errors become statuses once, through `From<AppError> for Status`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use countersign_proto::v1 as pb;
 use countersign_proto::v1::approval_service_server::ApprovalService;
 use tonic::{Request, Response, Status};
 
+use crate::app::AppError;
 use crate::app::{App, ConsumeInput, DecideInput, DeliveryInput, ListQuery};
-use crate::auth::Caller;
+use crate::auth::caller_of;
 use crate::convert::{
     approval_to_pb, consume_outcome_from_pb, decide_outcome_to_pb, decider_from_pb,
     request_from_pb, scope_from_pb, state_from_pb, verdict_from_pb,
 };
-use crate::error::AppError;
-use crate::watch::{WatchSettings, WatchStream};
+use crate::watch::WatchStream;
 
 pub struct ApprovalApi {
     app: Arc<App>,
@@ -39,7 +38,7 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::RequestApprovalRequest>,
     ) -> Result<Response<pb::RequestApprovalResponse>, Status> {
-        let caller = Caller::of(&request)?;
+        let caller = caller_of(&request)?;
         let input = request_from_pb(request.into_inner()).map_err(invalid)?;
         let requested = self.app.request(&caller, input).await?;
         Ok(Response::new(pb::RequestApprovalResponse {
@@ -52,7 +51,7 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::GetApprovalRequest>,
     ) -> Result<Response<pb::Approval>, Status> {
-        let caller = Caller::of(&request)?;
+        let caller = caller_of(&request)?;
         let approval = self
             .app
             .get(&caller, &request.get_ref().approval_id)
@@ -64,7 +63,7 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::WaitForDecisionRequest>,
     ) -> Result<Response<pb::Approval>, Status> {
-        let caller = Caller::of(&request)?;
+        let caller = caller_of(&request)?;
         let request = request.into_inner();
         let approval = self
             .app
@@ -77,7 +76,7 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::ListApprovalsRequest>,
     ) -> Result<Response<pb::ListApprovalsResponse>, Status> {
-        let caller = Caller::of(&request)?;
+        let caller = caller_of(&request)?;
         let request = request.into_inner();
         let states = request
             .states
@@ -105,7 +104,7 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::CancelApprovalRequest>,
     ) -> Result<Response<pb::Approval>, Status> {
-        let caller = Caller::of(&request)?;
+        let caller = caller_of(&request)?;
         let request = request.into_inner();
         let approval = self
             .app
@@ -118,7 +117,7 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::ConsumeRequest>,
     ) -> Result<Response<pb::Approval>, Status> {
-        let caller = Caller::of(&request)?;
+        let caller = caller_of(&request)?;
         let request = request.into_inner();
         let input = ConsumeInput {
             outcome: consume_outcome_from_pb(request.outcome).map_err(invalid)?,
@@ -136,29 +135,19 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::WatchApprovalsRequest>,
     ) -> Result<Response<Self::WatchApprovalsStream>, Status> {
-        let caller = Caller::of(&request)?;
+        let caller = caller_of(&request)?;
         let request = request.into_inner();
-        let (channel, start) = self.app.watch_start(
-            &caller,
-            request.channel,
-            request.after_seq,
-            request.history_id,
-            request.include_snapshot,
-        )?;
-        let config = &self.app.config().watch;
-        let settings = WatchSettings {
-            heartbeat: Duration::from_millis(config.heartbeat_interval_ms),
-            buffer_events: config.buffer_events,
-        };
-        let stream = crate::watch::start(
-            self.app.store().clone(),
-            self.app.hub(),
-            channel,
-            start,
-            settings,
-            self.app.shutdown(),
-        )
-        .await?;
+        let watch = self
+            .app
+            .watch(
+                &caller,
+                request.channel,
+                request.after_seq,
+                request.history_id,
+                request.include_snapshot,
+            )
+            .await?;
+        let stream = crate::watch::stream(watch);
         Ok(Response::new(stream))
     }
 
@@ -166,7 +155,7 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::DecideRequest>,
     ) -> Result<Response<pb::DecideResponse>, Status> {
-        let caller = Caller::of(&request)?;
+        let caller = caller_of(&request)?;
         let request = request.into_inner();
         let input = DecideInput {
             verdict: verdict_from_pb(request.verdict).map_err(invalid)?,
@@ -189,7 +178,7 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::RecordDeliveryRequest>,
     ) -> Result<Response<pb::Approval>, Status> {
-        let caller = Caller::of(&request)?;
+        let caller = caller_of(&request)?;
         let request = request.into_inner();
         let input = DeliveryInput {
             approval_id: request.approval_id,

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use countersign_server::config::StorageConfig;
-use countersign_server::hub::Hub;
+use countersign_server::store::hub::Hub;
 use countersign_server::store::Store;
 use countersign_testkit::postgres::Cluster;
 use sqlx::Connection;

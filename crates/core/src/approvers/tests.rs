@@ -1,10 +1,10 @@
-//! The approver registry's unit tests, apart so that the ones with groups (which use
-//! `groups.rs`, itself built on the registry) do not tie the two files in a circle.
+//! The approver registry's unit tests; those with groups are `groups/tests.rs`, which uses
+//! the helpers here (`groups.rs` is built on the registry, never the reverse).
 
 use super::*;
 use crate::{ApprovalRequest, Disposition};
 
-fn spec(id: &str, max_risk: &str, identities: &[(&str, &[&str])]) -> ApproverSpec {
+pub(crate) fn spec(id: &str, max_risk: &str, identities: &[(&str, &[&str])]) -> ApproverSpec {
     ApproverSpec {
         id: id.into(),
         name: id.to_uppercase(),
@@ -22,7 +22,7 @@ fn spec(id: &str, max_risk: &str, identities: &[(&str, &[&str])]) -> ApproverSpe
     }
 }
 
-fn decider(channel: &str, user_id: &str, display_name: &str) -> Decider {
+pub(crate) fn decider(channel: &str, user_id: &str, display_name: &str) -> Decider {
     Decider {
         channel: channel.into(),
         user_id: user_id.into(),
@@ -30,7 +30,7 @@ fn decider(channel: &str, user_id: &str, display_name: &str) -> Decider {
     }
 }
 
-fn approval(risk: Risk, requester: &str) -> Approval {
+pub(crate) fn approval(risk: Risk, requester: &str) -> Approval {
     let request = ApprovalRequest {
         agent_id: "a".into(),
         session_id: String::new(),
@@ -56,7 +56,7 @@ fn approval(risk: Risk, requester: &str) -> Approval {
     Approval::new("id-1".into(), request, 60, Disposition::RequireHuman, 0)
 }
 
-fn registry() -> ApproverRegistry {
+pub(crate) fn registry() -> ApproverRegistry {
     let mut alice = spec(
         "alice",
         "critical",
@@ -195,171 +195,4 @@ fn malformed_entries_are_named() {
         assert_eq!(error.subject, format!("approver {id:?} (approvers[1])"));
         assert!(error.message.contains(expected), "{expected}: {error}");
     }
-}
-
-#[test]
-fn groups_admit_members_and_delegates_of_members_only() {
-    use crate::groups::{Delegation, GroupSpec, Groups};
-    let registry = ApproverRegistry::compile(&[
-        spec("alice", "critical", &[("cli", &["alice"])]),
-        spec("bob", "critical", &[("cli", &["bob"])]),
-        spec("erin", "critical", &[("cli", &["erin"])]),
-    ])
-    .unwrap();
-    let groups = Groups::compile(
-        &[GroupSpec {
-            name: "security".into(),
-            members: vec!["Alice".into(), "bob".into()],
-            destinations: Vec::new(),
-        }],
-        &registry,
-    )
-    .unwrap();
-    let mut approval = approval(Risk::High, "carol");
-    let mut request = ApprovalRequest {
-        approver_groups: vec![crate::groups::GroupQuorum {
-            group: "security".into(),
-            required: 2,
-            ..Default::default()
-        }],
-        ..crate::validate::validate_request(
-            crate::validate::RequestInput {
-                agent_id: "a".into(),
-                idempotency_key: "k".into(),
-                tool_name: "t".into(),
-                arguments_json: "{}".into(),
-                risk: Some(Risk::High),
-                ..Default::default()
-            },
-            &crate::validate::Limits::default(),
-        )
-        .unwrap()
-    };
-    groups.resolve(&mut request).unwrap();
-    approval.approver_groups = request.approver_groups;
-    assert_eq!(approval.approver_groups[0].members, ["alice", "bob"]);
-
-    let erin = decider("cli", "erin", "erin");
-    let refused = registry
-        .authorize(&erin, Verdict::Approve, &approval, &[])
-        .unwrap_err();
-    assert!(refused.to_string().contains("not a member of security"));
-
-    let delegation = |delegator: &str| Delegation {
-        id: "d1".into(),
-        delegator: delegator.into(),
-        delegate: "ERIN".into(),
-        created_at: 0,
-        until: 10,
-        revoked_at: None,
-        reason: String::new(),
-        created_by: "admin".into(),
-    };
-    let on_behalf = registry
-        .authorize(&erin, Verdict::Approve, &approval, &[delegation("alice")])
-        .unwrap();
-    assert_eq!(
-        on_behalf,
-        Authorized {
-            approver: "alice".into(),
-            delegate: Some("erin".into())
-        }
-    );
-    // A delegation from someone outside the groups gives nothing.
-    let outsider = ApproverRegistry::compile(&[
-        spec("alice", "critical", &[("cli", &["alice"])]),
-        spec("bob", "critical", &[("cli", &["bob"])]),
-        spec("erin", "critical", &[("cli", &["erin"])]),
-        spec("zed", "critical", &[("cli", &["zed"])]),
-    ])
-    .unwrap();
-    assert!(outsider
-        .authorize(&erin, Verdict::Approve, &approval, &[delegation("zed")])
-        .is_err());
-
-    // The delegator's own request: the delegate may not approve it for them.
-    let mut own = approval.clone();
-    own.requester = "alice".into();
-    let refused = registry
-        .authorize(&erin, Verdict::Approve, &own, &[delegation("alice")])
-        .unwrap_err();
-    assert!(
-        refused.to_string().contains("on behalf of alice"),
-        "{refused}"
-    );
-    assert!(
-        refused.to_string().contains("separation of duties"),
-        "{refused}"
-    );
-}
-
-#[test]
-fn a_delegate_deciding_after_the_delegator_casts_the_same_vote_again() {
-    use crate::groups::{Delegation, GroupQuorum};
-    use crate::{DecideOutcome, Decision, Scope};
-    let registry = ApproverRegistry::compile(&[
-        spec("alice", "critical", &[("cli", &["alice"])]),
-        spec("bob", "critical", &[("cli", &["bob"])]),
-        spec("erin", "critical", &[("cli", &["erin"])]),
-    ])
-    .unwrap();
-    let mut approval = approval(Risk::High, "carol");
-    approval.approver_groups = vec![GroupQuorum {
-        group: "security".into(),
-        required: 2,
-        members: vec!["alice".into(), "bob".into()],
-        ..Default::default()
-    }];
-    let delegations = [Delegation {
-        id: "d1".into(),
-        delegator: "alice".into(),
-        delegate: "erin".into(),
-        created_at: 0,
-        until: 10,
-        revoked_at: None,
-        reason: String::new(),
-        created_by: "admin".into(),
-    }];
-    let vote = |who: &Decider, verdict: Verdict, approval: &Approval, key: &str| {
-        let authorized = registry
-            .authorize(who, verdict, approval, &delegations)
-            .unwrap();
-        Decision {
-            verdict,
-            scope: Scope::Once,
-            reason: String::new(),
-            decider: who.clone(),
-            idempotency_key: key.into(),
-            decided_at: 1,
-            approver: authorized.approver,
-            args_digest: String::new(),
-            edited_arguments_json: String::new(),
-            restarts_count: false,
-            delegate: authorized.delegate,
-        }
-    };
-    let alice = decider("cli", "alice", "alice");
-    let erin = decider("cli", "erin", "erin");
-    let own = vote(&alice, Verdict::Approve, &approval, "k1");
-    assert_eq!(
-        approval.decide(own, None, 1).unwrap().outcome,
-        DecideOutcome::Recorded
-    );
-    // erin approves for alice, who approved already: the same vote again.
-    let again = vote(&erin, Verdict::Approve, &approval, "k2");
-    assert_eq!(
-        (again.approver.as_str(), again.delegate.as_deref()),
-        ("alice", Some("erin"))
-    );
-    assert_eq!(
-        approval.decide(again, None, 2).unwrap().outcome,
-        DecideOutcome::Duplicate
-    );
-    assert_eq!(approval.approvals_so_far(), 1);
-    // A rejection for alice is another decision: it rejects.
-    let reject = vote(&erin, Verdict::Reject, &approval, "k3");
-    assert_eq!(
-        approval.decide(reject, None, 3).unwrap().outcome,
-        DecideOutcome::Resolved
-    );
 }

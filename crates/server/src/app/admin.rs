@@ -7,10 +7,10 @@ use countersign_core::{Decider, Error as DomainError, EventKind, Millis, Risk, R
 
 use super::reads::paginate;
 use super::shared::App;
+use crate::app::AppError;
 use crate::audit::AuditReport;
-use crate::auth::Caller;
-use crate::backup::{self, Backup, BackupError};
-use crate::error::AppError;
+use crate::caller::Caller;
+use crate::store::backup::{self, Backup, BackupError};
 use crate::store::{now_millis, Grant};
 use crate::store::{AuditedEvent, EventFilter, GrantFilter};
 

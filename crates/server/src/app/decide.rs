@@ -11,8 +11,9 @@ use countersign_core::{
 
 use super::rates::check_rate;
 use super::shared::App;
-use crate::auth::{Caller, Role};
-use crate::error::AppError;
+use crate::app::AppError;
+use crate::caller::Caller;
+use crate::config::Role;
 use crate::store::now_millis;
 
 /// A decision as a worker (or an admin) sends it.

@@ -6,8 +6,9 @@ use countersign_core::validate::validate_digest;
 use countersign_core::{Approval, ConsumeOutcome, Delivery};
 
 use super::shared::App;
-use crate::auth::{Caller, Role};
-use crate::error::AppError;
+use crate::app::AppError;
+use crate::caller::Caller;
+use crate::config::Role;
 use crate::store::now_millis;
 
 const MAX_TEXT_CHARS: usize = 4096;

@@ -2,7 +2,7 @@
 //! delivery, read and list; and the admin's (audit trail, backups, grants, delegations). Each
 //! takes domain inputs and the caller (a token's name, role and scope), checks what the caller
 //! may do, the limits and the domain's rules, has the store persist the change and returns
-//! domain values or an [`AppError`](crate::error::AppError). The gRPC services
+//! domain values or an [`AppError`]. The gRPC services
 //! (`crate::service`) only convert wire types and map that one error to a status.
 //!
 //! This file only declares and re-exports; what the use cases share ([`App`]) is `shared.rs`.
@@ -10,19 +10,25 @@
 mod admin;
 mod callers;
 mod decide;
+mod error;
 mod lifecycle;
 pub(crate) mod observe;
 mod rates;
 mod reads;
 mod request;
 mod shared;
+mod sweep;
+mod watch;
 
 #[cfg(test)]
 mod tests;
 
 pub(crate) use admin::{EventsQuery, GrantsQuery, NewDelegation};
 pub(crate) use decide::DecideInput;
+pub(crate) use error::AppError;
 pub(crate) use lifecycle::{ConsumeInput, DeliveryInput};
 pub(crate) use reads::ListQuery;
 
 pub(crate) use shared::App;
+pub(crate) use sweep::sweep;
+pub(crate) use watch::{Watch, WatchItem};

@@ -4,8 +4,8 @@
 
 use std::time::Instant;
 
+use crate::app::AppError;
 use crate::config::LimitsConfig;
-use crate::error::AppError;
 use crate::limits::RateLimiter;
 use crate::store::Store;
 

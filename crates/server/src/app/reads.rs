@@ -7,10 +7,10 @@ use countersign_core::{Approval, Error as DomainError, State};
 use tokio::sync::broadcast;
 
 use super::shared::App;
-use crate::auth::{Caller, Role};
-use crate::error::AppError;
+use crate::app::AppError;
+use crate::caller::Caller;
+use crate::config::Role;
 use crate::store::ListFilter;
-use crate::watch::Start;
 
 const DEFAULT_PAGE_SIZE: u32 = 50;
 const MAX_PAGE_SIZE: u32 = 500;
@@ -138,51 +138,5 @@ pub(crate) fn paginate<T>(
         items.last().map(token).unwrap_or_default()
     } else {
         String::new()
-    }
-}
-
-/// The longest history id a watch request may name (the server's are UUIDs, 36 characters).
-const MAX_HISTORY_ID_CHARS: usize = 64;
-
-impl App {
-    /// Where a watch of `channel` begins: checks the caller may serve it and that the start
-    /// asked for makes sense (`after_seq` 0: now or, with `include_snapshot`, a snapshot;
-    /// `history_id`: the log `after_seq` was read from, empty when the client does not say).
-    pub fn watch_start(
-        &self,
-        caller: &Caller,
-        channel: String,
-        after_seq: u64,
-        history_id: String,
-        include_snapshot: bool,
-    ) -> Result<(String, Start), AppError> {
-        caller.allow("WatchApprovals", &[Role::Worker])?;
-        let channel = caller.channel_filter(channel)?;
-        if !channel.is_empty() {
-            validate_channel("channel", &channel)?;
-        }
-        let after_seq = i64::try_from(after_seq)
-            .map_err(|_| DomainError::invalid("after_seq", "is out of range"))?;
-        if history_id.chars().count() > MAX_HISTORY_ID_CHARS {
-            return Err(DomainError::invalid(
-                "history_id",
-                format!("is longer than {MAX_HISTORY_ID_CHARS} characters: send the one the watch's events carry"),
-            )
-            .into());
-        }
-        let start = match (include_snapshot, after_seq) {
-            (true, 0) => Start::Snapshot,
-            (true, _) => return Err(DomainError::invalid(
-                "include_snapshot",
-                "cannot be combined with after_seq: a snapshot restarts the stream from the head",
-            )
-            .into()),
-            (false, 0) => Start::Now,
-            (false, seq) => Start::After {
-                seq,
-                history: Some(history_id).filter(|history| !history.is_empty()),
-            },
-        };
-        Ok((channel, start))
     }
 }

@@ -7,9 +7,10 @@ use countersign_core::Disposition;
 use super::observe::observe;
 use super::rates::check_rate;
 use super::shared::App;
-use crate::auth::{Caller, Role};
+use crate::app::AppError;
+use crate::caller::Caller;
 use crate::config::PolicyMode;
-use crate::error::AppError;
+use crate::config::Role;
 use crate::store::{now_millis, Requested};
 
 impl App {

@@ -11,11 +11,12 @@ use countersign_core::Approval;
 
 use super::callers::Callers;
 use super::rates;
-use crate::auth::{Caller, Role};
+use crate::app::AppError;
+use crate::caller::Caller;
 use crate::config::Config;
-use crate::error::AppError;
-use crate::hub::Hub;
+use crate::config::Role;
 use crate::security::Security;
+use crate::store::hub::Hub;
 use crate::store::Store;
 
 /// The longest approval id accepted.
@@ -52,7 +53,7 @@ impl App {
                 .storage
                 .backup_dir
                 .clone()
-                .or_else(|| crate::backup::default_directory(&config.database)),
+                .or_else(|| crate::store::backup::default_directory(&config.database)),
             callers: Callers::new(
                 store.clone(),
                 Duration::from_millis(config.approvals.caller_grace_ms),

@@ -11,11 +11,11 @@ use countersign_core::{
 use sha2::{Digest, Sha256};
 
 use super::{App, ConsumeInput, DecideInput, ListQuery};
-use crate::auth::Caller;
+use crate::app::AppError;
+use crate::caller::Caller;
 use crate::config::Config;
-use crate::error::AppError;
-use crate::hub::Hub;
 use crate::security::Security;
+use crate::store::hub::Hub;
 use crate::store::EventFilter;
 use crate::store::Store;
 

@@ -3,7 +3,7 @@
 //! that reads and moves it ([`AuditSql`], written once for both backends), the start-up checks
 //! that refuse a database whose chain was truncated or has unchained rows, and the check that
 //! an approval's stored row says what its newest event says; and the log's history id, which
-//! a rechain (here) and a restore (`crate::backup`, `audit new-history`) change. The
+//! a rechain (here) and a restore (`crate::store::backup`, `audit new-history`) change. The
 //! operator's commands on the anchor (`audit head`, `audit rechain`, `audit new-history`) are
 //! `crate::integrity`.
 

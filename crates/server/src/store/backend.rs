@@ -16,7 +16,7 @@ use super::error::StoreError;
 use super::event::{AuditedEvent, EventFilter, StoredEvent};
 use super::records::{ChainHead, Grant, GrantFilter, ListFilter, Snapshot};
 use crate::audit::AuditReport;
-use crate::backup::{Backup, BackupError};
+use crate::store::backup::{Backup, BackupError};
 
 /// The writer's connection to a backend. A batch is: `begin`, `load`, `write`, `commit`; after
 /// any error the store drops the connection and asks the backend for a new one, so no
@@ -87,7 +87,7 @@ pub trait Backend: SharedReads {
     /// broken row.
     async fn verify_audit(&self) -> Result<AuditReport, StoreError>;
     /// Writes a consistent copy of the database to the new file `into` while serving goes on,
-    /// and verifies the copy's audit chain; see [`crate::backup`].
+    /// and verifies the copy's audit chain; see [`crate::store::backup`].
     async fn backup(&self, into: &Path) -> Result<Backup, BackupError>;
     /// Closes the backend's connections at a clean stop, once the writer has closed its own
     /// (SQLite: ending with a full checkpoint, see `sqlite.rs`).

@@ -9,7 +9,9 @@
 //! - `writer.rs`: the single writer and, on a shared database, the follower;
 //! - `audit_sql.rs`: the audit chain's anchor, its SQL and the start-up checks;
 //! - `reads.rs`: the reads both backends make with the same SQL, written once;
-//! - `sqlite.rs`, `postgres.rs`: the two backends; `sqlite_writer.rs`: SQLite's writing connection.
+//! - `sqlite.rs`, `postgres.rs`: the two backends; `sqlite_writer.rs`: SQLite's writing connection;
+//! - `hub.rs`: the fan-out of committed events to watch streams and waiters;
+//! - `backup.rs`: online backups and their verification.
 //!
 //! One writer task owns the only writing connection. It takes every change waiting in its
 //! queue as one batch (group commit), reads what the batch needs in a few statements, applies
@@ -26,9 +28,11 @@
 
 pub(crate) mod audit_sql;
 mod backend;
+pub mod backup;
 mod batch;
 mod error;
 mod event;
+pub mod hub;
 pub(crate) mod postgres;
 mod reads;
 mod records;
@@ -48,14 +52,14 @@ use countersign_core::{
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::audit::AuditReport;
-use crate::backup::{Backup, BackupError};
 use crate::config::{Database, StorageConfig};
-use crate::hub::Hub;
 use audit_sql::IntegrityError;
 use backend::Backend;
+use backup::{Backup, BackupError};
 use batch::{Change, PreparedRequest, Reply};
 pub use error::StoreError;
 pub(crate) use event::{AuditedEvent, EventFilter, StoredEvent};
+use hub::Hub;
 use records::Snapshot;
 pub(crate) use records::{now_millis, Grant, GrantFilter, ListFilter, Requested};
 pub use writer::CommitObserver;

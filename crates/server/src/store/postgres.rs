@@ -32,8 +32,8 @@ use super::records::{
     channels_column, ChainHead, Grant, GrantFilter, ListFilter, Snapshot, GRANT_COLUMNS,
 };
 use crate::audit::AuditReport;
-use crate::backup::{Backup, BackupError};
 use crate::config::StorageConfig;
+use crate::store::backup::{Backup, BackupError};
 
 /// How long a session may sit idle inside a transaction before PostgreSQL ends it.
 const IDLE_IN_TRANSACTION_TIMEOUT: &str = "10s";

@@ -27,8 +27,8 @@ use super::event::{AuditedEvent, EventBody, EventFilter, StoredEvent};
 use super::records::{Grant, GrantFilter, ListFilter, Snapshot};
 use super::sqlite_writer::{autocheckpoint_pages, SqliteWriter, WriterSettings};
 use crate::audit::AuditReport;
-use crate::backup::{self, Backup, BackupError};
 use crate::config::{StorageConfig, WalCheckpoints};
+use crate::store::backup::{self, Backup, BackupError};
 use countersign_core::groups::Delegation;
 
 pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");

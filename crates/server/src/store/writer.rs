@@ -16,7 +16,7 @@ use super::backend::{Backend, WriterConnection};
 use super::batch::{Applied, BatchKeys, Change, Plan, Reply};
 use super::error::StoreError;
 use super::records::{now_millis, ChainHead};
-use crate::hub::Hub;
+use crate::store::hub::Hub;
 
 /// One change waiting in the writer's queue, with the caller to answer.
 pub(super) struct Job {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::broadcast;
 
-use crate::store::StoredEvent;
+use super::StoredEvent;
 
 #[derive(Clone)]
 pub struct Hub {

@@ -14,10 +14,10 @@ use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, SqliteConnection};
 use thiserror::Error;
 
+use super::audit_sql::AuditSql;
+use super::StoreError;
 use crate::audit::AuditReport;
 use crate::config::Database;
-use crate::store::audit_sql::AuditSql;
-use crate::store::StoreError;
 
 /// A verified copy.
 #[derive(Debug, Clone)]
