@@ -23,8 +23,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use countersign_client::{Client, ClientError};
-use countersign_worker::retry::Backoff;
-use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions};
+use countersign_worker::runtime::{self, RuntimeError};
 use slack_morphism::errors::SlackClientError;
 use slack_morphism::prelude::*;
 
@@ -64,7 +63,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), WorkerError> {
     let store = Store::open(&settings.state_dir)?;
-    let client = Client::connect(settings.server.client.clone())?;
+    let client = Client::connect(settings.runtime.server.client.clone())?;
     let slack = Arc::new(api::client(&settings.api_url)?);
     let api = SlackApi::new(slack.clone(), &settings.bot_token, settings.request_timeout);
     let inbound = Arc::new(Inbound::new(
@@ -95,20 +94,12 @@ pub async fn run(
         }
     };
     tracing::info!(
-        server = %settings.server.client.url,
+        server = %settings.runtime.server.client.url,
         slack = %settings.api_url,
         channels = settings.channels.len(),
         "slack worker started"
     );
-    let options = RuntimeOptions {
-        heartbeat_timeout: settings.server.heartbeat_timeout,
-        max_backoff: settings.server.max_backoff,
-        retry: Backoff::new(settings.retry_interval, settings.max_retry_wait),
-        shutdown_grace: settings.shutdown_grace,
-        // Every start reconciles with a snapshot; the store knows what was shown.
-        cursor_path: None,
-        metrics_listen: settings.metrics_listen,
-    };
+    let options = settings.runtime.options();
     let channel = SlackChannel::new(client.clone(), api, store, settings.clone());
     let result = tokio::select! {
         result = runtime::run(client, channel, options, shutdown) => result.map_err(WorkerError::from),

@@ -219,7 +219,7 @@ impl TelegramChannel {
     /// unsettled is shown as it is now (a message an earlier run sent and did not record is
     /// recorded then, not at the approval's next event).
     pub(crate) async fn prepare(&self, shows: &ShowRequests) -> Result<(), ClientError> {
-        let pending = pending_approvals(&self.client, CHANNEL, self.settings.max_backoff).await?;
+        let pending = pending_approvals(&self.client, CHANNEL, self.settings.runtime.server.max_backoff).await?;
         for approval in &pending {
             for (chat_id, message_id) in recorded_messages(approval) {
                 self.book
@@ -448,7 +448,7 @@ impl TelegramChannel {
             target: chat_id.to_string(),
             message_ref: format!("{chat_id}:{message_id}"),
         };
-        let backoff = Backoff::new(Duration::from_millis(100), self.settings.max_backoff);
+        let backoff = Backoff::new(Duration::from_millis(100), self.settings.runtime.server.max_backoff);
         let recorded = retry_in_line(
             backoff,
             RECORD_DELIVERY_ATTEMPTS,
