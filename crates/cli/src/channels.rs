@@ -78,7 +78,9 @@ fn channels() -> [Box<dyn Prepare>; 6] {
             section: |config| config.web.take(),
             load: web,
             announce: announce_web,
-            run: |(settings, listener), shutdown| countersign_web::serve(settings, listener, shutdown),
+            run: |(settings, listener), shutdown| {
+                countersign_web::serve(settings, listener, shutdown)
+            },
         }),
     ]
 }

@@ -35,10 +35,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use countersign_worker::config::{RuntimeSection, WORKER_TOKEN_ENV};
 pub use countersign_worker::config::{
     ConfigError, MetricsSection, RuntimeSettings, ServerSection, WorkerSettings,
 };
+use countersign_worker::config::{RuntimeSection, WORKER_TOKEN_ENV};
 
 use crate::api::{GitHubAuth, GitHubSettings};
 use crate::target::Target;
@@ -113,7 +113,13 @@ impl std::fmt::Debug for Settings {
             .field("server_url", &self.runtime.server.client.url)
             .field(
                 "server_token",
-                &self.runtime.server.client.token.as_ref().map(|_| "<redacted>"),
+                &self
+                    .runtime
+                    .server
+                    .client
+                    .token
+                    .as_ref()
+                    .map(|_| "<redacted>"),
             )
             .field("github", &self.github)
             .field("default_target", &self.default_target)
@@ -337,8 +343,14 @@ mod tests {
             &[],
         )
         .unwrap();
-        assert_eq!(config.runtime.server.client.connect_timeout, Duration::from_secs(7));
-        assert_eq!(config.runtime.server.heartbeat_timeout, Duration::from_secs(9));
+        assert_eq!(
+            config.runtime.server.client.connect_timeout,
+            Duration::from_secs(7)
+        );
+        assert_eq!(
+            config.runtime.server.heartbeat_timeout,
+            Duration::from_secs(9)
+        );
         // The name this worker used before is still read.
         let old_name = parse(&with("connect_timeout_ms = 2500"), &[]).unwrap();
         assert_eq!(
@@ -369,7 +381,10 @@ mod tests {
             config.webhook.as_ref().map(|w| w.secret.as_str()),
             Some("envsecret")
         );
-        assert_eq!(config.runtime.server.client.token.as_deref(), Some("worker"));
+        assert_eq!(
+            config.runtime.server.client.token.as_deref(),
+            Some("worker")
+        );
         let printed = format!("{config:?}");
         assert!(!printed.contains("worker\"") && !printed.contains("envsecret"));
         assert!(!printed.contains("ghp_fromenv"));

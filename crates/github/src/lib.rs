@@ -16,56 +16,39 @@
 //! start takes a snapshot and corrects the 50 most recently resolved approvals.
 
 pub mod api;
-mod board;
 pub mod channel;
 pub mod command;
-mod commands;
 pub mod config;
+mod error;
+mod inbound;
 mod incoming;
 pub mod permission;
 mod poller;
 mod recent;
 pub mod render;
+mod shown;
 pub mod target;
 mod webhook;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use countersign_client::{Client, ClientError};
-use countersign_worker::outbox::{Outbox, OutboxError};
-use countersign_worker::runtime::{self, RuntimeError};
+use countersign_client::Client;
+use countersign_worker::outbox::Outbox;
+use countersign_worker::runtime;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::api::{ApiError, GitHubApi};
-use crate::board::Board;
+use crate::api::GitHubApi;
 use crate::channel::GitHubChannel;
-use crate::commands::Commands;
 pub use crate::config::Settings;
+pub use crate::error::WorkerError;
+use crate::inbound::Commands;
 use crate::incoming::PollTargets;
+use crate::shown::Board;
 
 /// Comments waiting for the commands.
 const INPUT_QUEUE: usize = 1024;
-
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    #[error(transparent)]
-    GitHub(#[from] ApiError),
-    #[error("countersign server: {0}")]
-    Server(#[from] ClientError),
-    #[error("cannot listen for webhooks on {addr}: {source}")]
-    Listen {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-    #[error("a worker task ended unexpectedly: {0}")]
-    Task(String),
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-    #[error("{0} (check the disk and the permissions of state_dir)")]
-    Outbox(#[from] OutboxError),
-}
 
 /// Runs the worker until `shutdown` completes (then the requests being posted are finished,
 /// within the grace period, and it returns `Ok`) or the watch fails for good (bad token, no
@@ -196,7 +179,10 @@ impl Worker {
             adopted,
         };
         let adopting = channel.clone();
-        let (stop, max_backoff) = (stopped(shutdown_rx.clone()), config.runtime.server.max_backoff);
+        let (stop, max_backoff) = (
+            stopped(shutdown_rx.clone()),
+            config.runtime.server.max_backoff,
+        );
         other_tasks.push(tokio::spawn(async move {
             tokio::select! {
                 () = stop => {}

@@ -10,8 +10,8 @@ use std::time::Duration;
 use common::{github_decider, Harness, Mode, PATIENCE, REPO, SECRET};
 use countersign_client::groups::quorum;
 use countersign_client::pb;
-use countersign_github::render::{marked_approval_id, short_id};
 use countersign_github::config::WorkerSettings;
+use countersign_github::render::{marked_approval_id, short_id};
 use countersign_testkit::github::{
     captured_bot_comment_payload, issue_comment_payload, post_webhook, sign_webhook, Comment,
     CommentAction, Endpoint, Failure, PermissionShape, Role, UserKind, DEFAULT_BOT_LOGIN,
@@ -852,8 +852,8 @@ async fn github_app_credentials() {
     );
     let app_bot = harness.github.app_bot();
     file.github.bot_login = app_bot.login.clone();
-    let config = countersign_github::Settings::from_file(file, common::no_environment)
-        .expect("app config");
+    let config =
+        countersign_github::Settings::from_file(file, common::no_environment).expect("app config");
     harness.worker = Some(
         countersign_github::Worker::start(config)
             .await

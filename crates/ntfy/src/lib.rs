@@ -16,11 +16,11 @@
 //! that runs the worker in its own process.
 
 pub mod api;
+mod channel;
 pub mod config;
 mod error;
 pub mod render;
-pub mod store;
-mod worker;
+pub mod shown;
 
 use std::future::Future;
 
@@ -29,11 +29,11 @@ use countersign_links::pages::Pages;
 use countersign_worker::runtime;
 
 use crate::api::NtfyApi;
+use crate::channel::NtfyChannel;
+pub use crate::channel::CHANNEL;
 pub use crate::config::Settings;
 pub use crate::error::WorkerError;
-use crate::store::{Store, StoreError};
-use crate::worker::NtfyChannel;
-pub use crate::worker::CHANNEL;
+use crate::shown::{Store, StoreError};
 
 /// Runs the worker until `shutdown` completes (the publishes in flight are then finished,
 /// within the grace period, and it returns `Ok`) or an error that retrying cannot fix occurs.

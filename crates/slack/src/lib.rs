@@ -12,49 +12,29 @@
 //! that runs the worker in its own process.
 
 pub mod api;
+mod channel;
 pub mod config;
+mod error;
 pub mod http;
 mod inbound;
 pub mod render;
-pub mod store;
-mod worker;
+pub mod shown;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use countersign_client::{Client, ClientError};
-use countersign_worker::runtime::{self, RuntimeError};
-use slack_morphism::errors::SlackClientError;
+use countersign_client::Client;
+use countersign_worker::runtime;
 use slack_morphism::prelude::*;
 
 use crate::api::SlackApi;
+use crate::channel::SlackChannel;
+pub use crate::channel::CHANNEL;
 pub use crate::config::Settings;
 use crate::config::Taps;
+pub use crate::error::WorkerError;
 use crate::inbound::Inbound;
-use crate::store::{Store, StoreError};
-use crate::worker::SlackChannel;
-pub use crate::worker::CHANNEL;
-
-/// Why the worker stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    #[error("countersign server: {0}")]
-    Server(#[from] ClientError),
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("cannot set up the Slack client: {0}")]
-    Tls(#[from] std::io::Error),
-    #[error("cannot start Socket Mode (check SLACK_APP_TOKEN and that Socket Mode is on): {0}")]
-    SocketMode(#[from] SlackClientError),
-    #[error("cannot serve Slack's requests on {addr}: {source}")]
-    Listen {
-        addr: std::net::SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-}
+use crate::shown::Store;
 
 /// Runs the worker until `shutdown` completes (the posts in flight are then finished, within
 /// the grace period, and it returns `Ok`) or an error that retrying cannot fix occurs.

@@ -231,7 +231,13 @@ impl std::fmt::Debug for Settings {
             .field("server_url", &self.runtime.server.client.url)
             .field(
                 "worker_token",
-                &self.runtime.server.client.token.as_ref().map(|_| "<redacted>"),
+                &self
+                    .runtime
+                    .server
+                    .client
+                    .token
+                    .as_ref()
+                    .map(|_| "<redacted>"),
             )
             .field("api_url", &self.api_url)
             .field("default_chat_id", &self.default_chat_id)

@@ -11,13 +11,13 @@ use countersign_worker::runtime::ShowRequests;
 use pb::{Scope, Verdict};
 use teloxide::types::{CallbackQuery, InlineKeyboardButtonKind, Message, Update, UpdateKind, User};
 
-use crate::book::MessageBook;
-use crate::bot_api::BotApi;
+use crate::api::BotApi;
 use crate::callback::{ButtonAction, CallbackData};
+use crate::channel::CHANNEL;
 use crate::command::parse_command;
 use crate::config::Settings;
 use crate::render::{decision_outcome_text, escape};
-use crate::worker::CHANNEL;
+use crate::shown::MessageBook;
 
 /// Callback answers.
 const ANSWER_UNKNOWN_BUTTON: &str = "Unknown or outdated button";

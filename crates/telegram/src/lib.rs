@@ -18,41 +18,30 @@
 //!
 //! [`run`] is the entry point used by the `countersign-telegram` binary and by tests.
 
-mod book;
-pub mod bot_api;
+pub mod api;
 pub mod callback;
+mod channel;
 pub mod command;
 pub mod config;
+mod error;
 mod inbound;
 pub mod render;
-mod worker;
+mod shown;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use countersign_client::{Client, ClientError};
-use countersign_worker::outbox::{Outbox, OutboxError};
-use countersign_worker::runtime::{self, RuntimeError};
+use countersign_client::Client;
+use countersign_worker::outbox::Outbox;
+use countersign_worker::runtime;
 
-use crate::book::MessageBook;
-use crate::bot_api::{BotApi, BotApiError};
+use crate::api::{BotApi, BotApiError};
+use crate::channel::TelegramChannel;
+pub use crate::channel::CHANNEL;
 pub use crate::config::Settings;
+pub use crate::error::WorkerError;
 use crate::inbound::Inbound;
-use crate::worker::TelegramChannel;
-pub use crate::worker::CHANNEL;
-
-/// Why the worker stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    #[error("Telegram: {0}")]
-    Telegram(#[from] BotApiError),
-    #[error("countersign server: {0}")]
-    Server(#[from] ClientError),
-    #[error(transparent)]
-    Outbox(#[from] OutboxError),
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-}
+use crate::shown::MessageBook;
 
 /// Runs the worker until `shutdown` completes (then the messages being sent or edited are
 /// finished, within the configured grace, and it returns `Ok`) or an error that retrying

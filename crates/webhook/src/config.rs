@@ -33,8 +33,7 @@ use std::time::Duration;
 use countersign_worker::config::defaults;
 pub use countersign_worker::config::{
     ConfigError, MetricsSection, RuntimeSection, RuntimeSettings, ServerSection, WorkerSettings,
-    WORKER_TOKEN_ENV,
-    WORKER_TOKEN_NEEDED,
+    WORKER_TOKEN_ENV, WORKER_TOKEN_NEEDED,
 };
 use serde::Deserialize;
 

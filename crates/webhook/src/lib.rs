@@ -13,8 +13,8 @@
 //! approval and graceful shutdown; the deliveries use its retry verdicts and backoff
 //! honouring Retry-After.
 
+pub mod channel;
 pub mod config;
-pub mod deliver;
 mod error;
 pub mod event;
 pub mod signature;
@@ -28,9 +28,9 @@ use countersign_links::pages::Pages;
 use countersign_worker::lanes::Lanes;
 use countersign_worker::runtime;
 
+pub use crate::channel::CHANNEL;
+use crate::channel::{Deliveries, Queue};
 pub use crate::config::Settings;
-pub use crate::deliver::CHANNEL;
-use crate::deliver::{Deliveries, Queue};
 pub use crate::error::WorkerError;
 use crate::store::{Store, StoreError};
 

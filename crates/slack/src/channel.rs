@@ -20,7 +20,7 @@ use pb::ApprovalState;
 use crate::api::{SlackApi, SlackError};
 use crate::config::Settings;
 use crate::render;
-use crate::store::{Post, Store, StoreError};
+use crate::shown::{Post, Store, StoreError};
 
 /// The channel name this worker serves; also the decider channel (`slack:<user id>`).
 pub const CHANNEL: &str = "slack";

@@ -23,7 +23,7 @@ use pb::ApprovalState;
 use crate::api::{NtfyApi, NtfyError, Publish};
 use crate::config::{Settings, Topic};
 use crate::render::{self, Buttons};
-use crate::store::{Store, StoreError};
+use crate::shown::{Store, StoreError};
 
 /// The channel name this worker serves.
 pub const CHANNEL: &str = "ntfy";
