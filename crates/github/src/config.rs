@@ -110,23 +110,11 @@ pub struct Settings {
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
-            .field("server_url", &self.runtime.server.client.url)
-            .field(
-                "server_token",
-                &self
-                    .runtime
-                    .server
-                    .client
-                    .token
-                    .as_ref()
-                    .map(|_| "<redacted>"),
-            )
+            .field("runtime", &self.runtime)
             .field("github", &self.github)
             .field("default_target", &self.default_target)
             .field("webhook", &self.webhook)
             .field("polling", &self.polling)
-            .field("retry_interval", &self.runtime.retry.first)
-            .field("cursor_path", &self.runtime.cursor_path)
             .field("outbox_path", &self.outbox_path)
             .finish()
     }

@@ -120,7 +120,7 @@ pub struct Settings {
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
-            .field("server_url", &self.runtime.server.client.url)
+            .field("runtime", &self.runtime)
             .field("ntfy_url", &self.ntfy_url)
             .field(
                 "access_token",
@@ -165,11 +165,7 @@ impl WorkerSettings for Settings {
             server,
             env(WORKER_TOKEN_ENV),
             metrics,
-            RuntimeSection {
-                retry_interval: Duration::from_millis(ntfy.retry_interval_ms.max(1)),
-                max_retry_wait: Duration::from_millis(ntfy.max_retry_wait_ms),
-                cursor_path: None,
-            },
+            RuntimeSection::from_millis(ntfy.retry_interval_ms, ntfy.max_retry_wait_ms),
         )?;
         if !is_http_url(&ntfy.server_url) {
             return Err(ConfigError::Invalid(

@@ -132,7 +132,7 @@ pub struct Settings {
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
-            .field("server_url", &self.runtime.server.client.url)
+            .field("runtime", &self.runtime)
             .field("api_url", &self.api_url)
             .field("channels", &self.channels)
             .field("default_channel", &self.default_channel)
@@ -174,11 +174,7 @@ impl WorkerSettings for Settings {
             server,
             env(WORKER_TOKEN_ENV),
             metrics,
-            RuntimeSection {
-                retry_interval: Duration::from_millis(slack.retry_interval_ms.max(1)),
-                max_retry_wait: Duration::from_millis(slack.max_retry_wait_ms),
-                cursor_path: None,
-            },
+            RuntimeSection::from_millis(slack.retry_interval_ms, slack.max_retry_wait_ms),
         )?;
         let token = |name: &str, prefix: &str, what: &str| match env(name) {
             Some(token) if token.starts_with(prefix) => Ok(token),

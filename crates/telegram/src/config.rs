@@ -228,23 +228,12 @@ impl WorkerSettings for Settings {
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
-            .field("server_url", &self.runtime.server.client.url)
-            .field(
-                "worker_token",
-                &self
-                    .runtime
-                    .server
-                    .client
-                    .token
-                    .as_ref()
-                    .map(|_| "<redacted>"),
-            )
+            .field("runtime", &self.runtime)
             .field("api_url", &self.api_url)
             .field("default_chat_id", &self.default_chat_id)
             .field("allowed_user_ids", &self.allowed_user_ids)
             .field("buttons", &self.buttons)
             .field("outbox_path", &self.outbox_path)
-            .field("cursor_path", &self.runtime.cursor_path)
             .finish_non_exhaustive()
     }
 }

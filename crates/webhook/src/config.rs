@@ -158,7 +158,7 @@ pub struct Settings {
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
-            .field("server_url", &self.runtime.server.client.url)
+            .field("runtime", &self.runtime)
             .field("state_dir", &self.state_dir)
             .field("listen", &self.listen)
             .field("public_url", &self.public_url)
@@ -187,11 +187,7 @@ impl WorkerSettings for Settings {
             server,
             env(WORKER_TOKEN_ENV),
             metrics,
-            RuntimeSection {
-                retry_interval: Duration::from_millis(webhook.retry_interval_ms.max(1)),
-                max_retry_wait: Duration::from_millis(webhook.max_retry_wait_ms),
-                cursor_path: None,
-            },
+            RuntimeSection::from_millis(webhook.retry_interval_ms, webhook.max_retry_wait_ms),
         )?;
         let mut names = HashSet::new();
         let mut resolved = Vec::new();

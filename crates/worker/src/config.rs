@@ -236,6 +236,18 @@ pub struct RuntimeSection {
     pub cursor_path: Option<PathBuf>,
 }
 
+impl RuntimeSection {
+    /// The section of a channel whose keys are `retry_interval_ms` (at least 1) and
+    /// `max_retry_wait_ms`, without a cursor: every start takes a snapshot and reconciles.
+    pub fn from_millis(retry_interval_ms: u64, max_retry_wait_ms: u64) -> RuntimeSection {
+        RuntimeSection {
+            retry_interval: Duration::from_millis(retry_interval_ms.max(1)),
+            max_retry_wait: Duration::from_millis(max_retry_wait_ms),
+            cursor_path: None,
+        }
+    }
+}
+
 /// What every channel's `Settings` embed (as their `runtime` field): the server resolved,
 /// where `/healthz` and `/metrics` are served, and how the runtime retries, stops and
 /// resumes. (No `Debug`: it holds the worker token.)
@@ -250,6 +262,22 @@ pub struct RuntimeSettings {
     pub shutdown_grace: Duration,
     /// The watch cursor file; `None`: every start takes a snapshot and reconciles.
     pub cursor_path: Option<PathBuf>,
+}
+
+/// Shows everything except the worker token.
+impl std::fmt::Debug for RuntimeSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeSettings")
+            .field("server_url", &self.server.client.url)
+            .field(
+                "worker_token",
+                &self.server.client.token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("metrics_listen", &self.metrics_listen)
+            .field("retry", &self.retry)
+            .field("cursor_path", &self.cursor_path)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RuntimeSettings {
