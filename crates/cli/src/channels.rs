@@ -394,18 +394,13 @@ fn web(
         admin: Some(pieces.admin_token.clone()),
     };
     let mut settings = web_settings(pieces.instance, section, &pieces.server_url, tokens)?;
-    let listener = std::net::TcpListener::bind(settings.listen)
-        .and_then(|listener| {
-            listener.set_nonblocking(true)?;
-            tokio::net::TcpListener::from_std(listener)
-        })
-        .map_err(|error| {
-            CliError::Failure(format!(
-                "the web inbox cannot listen on {}: {error} (set listen in [web] of {})",
-                settings.listen,
-                pieces.instance.config_file.display()
-            ))
-        })?;
+    let listener = listen(settings.listen).map_err(|error| {
+        CliError::Failure(format!(
+            "the web inbox cannot listen on {}: {error} (set listen in [web] of {})",
+            settings.listen,
+            pieces.instance.config_file.display()
+        ))
+    })?;
     if !public_url_set {
         settings.public_url = local_url(local_address(&listener)?);
     }
@@ -446,6 +441,20 @@ pub fn web_settings(
     }
     create_private_dir(&settings.state_dir)?;
     Ok(settings)
+}
+
+/// A listener on `addr`, as `tokio::net::TcpListener::bind` makes one (address reuse on
+/// Unix, a backlog of 1024), without waiting: the table's `load` is not async.
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 fn local_address(listener: &tokio::net::TcpListener) -> Result<SocketAddr, CliError> {
