@@ -10,7 +10,7 @@
 //! full arguments. The first line of the request comment is a hidden marker with the
 //! approval id, which is how the worker recognises its own comment after a crash.
 
-use countersign_client::{groups, pb, version, withdrawal};
+use countersign_client::{decider, groups, pb, version, withdrawal};
 use countersign_worker::agent_text;
 use countersign_worker::approval;
 pub use countersign_worker::approval::short_id;
@@ -352,7 +352,7 @@ fn decider_name(decider: &pb::Decider) -> String {
     } else {
         format!(
             "{} ({})",
-            inline(approval::decider_name(decider), 100),
+            inline(decider::name(decider), 100),
             inline(&decider.channel, 50)
         )
     }

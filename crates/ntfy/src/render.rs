@@ -3,10 +3,10 @@
 //! each with hidden characters made visible ([`agent_text::one_line`]), the action and reason
 //! together under "The agent says", so they cannot pass for the worker's own lines.
 
-use countersign_client::{pb, version, withdrawal};
+use countersign_client::{decider, pb, version, withdrawal};
 use countersign_worker::agent_text;
 use countersign_worker::approval::{
-    decide_elsewhere, decider_name, format_time, or_dash, outcome_word, prefix, risk_word, short_id,
+    decide_elsewhere, format_time, or_dash, outcome_word, prefix, risk_word, short_id,
 };
 use pb::{ApprovalState, Risk};
 
@@ -153,7 +153,7 @@ fn resolution_line(approval: &pb::Approval) -> String {
         .map(|d| {
             format!(
                 "{} ({})",
-                agent_text::one_line(decider_name(d), IDENTITY_LIMIT),
+                agent_text::one_line(decider::name(d), IDENTITY_LIMIT),
                 agent_text::one_line(&d.channel, IDENTITY_LIMIT)
             )
         })

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use countersign_client::{pb, version, withdrawal};
+use countersign_client::{decider, pb, version, withdrawal};
 use countersign_worker::agent_text::{self, Measure};
 use countersign_worker::approval;
 use countersign_worker::approval::{format_time, or_dash, outcome_word, prefix, short_id};
@@ -285,7 +285,7 @@ fn names(deciders: &[&pb::Decider]) -> String {
         .map(|decider| {
             format!(
                 "{} ({})",
-                code(approval::decider_name(decider), NAME_LIMIT),
+                code(decider::name(decider), NAME_LIMIT),
                 escape_within(
                     &agent_text::one_line(&decider.channel, NAME_LIMIT),
                     NAME_LIMIT

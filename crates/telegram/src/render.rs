@@ -5,7 +5,7 @@
 //! an edit that changes nothing is recognised (and Telegram's "message is not modified" is
 //! expected, not an error).
 
-use countersign_client::{groups, pb, version};
+use countersign_client::{decider, groups, pb, version};
 use pb::{ApprovalState, ResolvedBy, Risk, Scope, Verdict};
 
 use countersign_worker::agent_text::{self, Measure};
@@ -446,7 +446,7 @@ fn resolved_at(approval: &pb::Approval) -> Option<i64> {
 /// A decider as people know them: the display name, else the user id; with the channel when
 /// the decision came from elsewhere.
 pub fn decider_name(decider: &pb::Decider) -> String {
-    let name = approval::decider_name(decider).to_owned();
+    let name = decider::name(decider).to_owned();
     if decider.channel.is_empty() || decider.channel == "telegram" {
         name
     } else {

@@ -2,9 +2,9 @@
 //! plain text: the templates escape it (askama escapes HTML by default), so agent text can
 //! never become markup.
 
-use countersign_client::{groups, pb, version, Timestamp};
+use countersign_client::{decider, groups, pb, version, Timestamp};
 use countersign_worker::agent_text::one_line;
-use countersign_worker::approval::{cancelled_word, decider_name, risk_word};
+use countersign_worker::approval::{cancelled_word, risk_word};
 use serde_json::Value;
 
 /// The longest action shown in a list row.
@@ -40,7 +40,7 @@ pub fn time_text(at: Option<&Timestamp>) -> String {
 
 fn decider_text(decider: Option<&pb::Decider>) -> String {
     match decider {
-        Some(d) => format!("{} ({})", decider_name(d), d.channel),
+        Some(d) => decider::name_and_channel(d),
         None => "unknown".into(),
     }
 }

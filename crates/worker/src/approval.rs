@@ -59,16 +59,6 @@ pub fn cancelled_word(approval: &pb::Approval) -> &'static str {
     }
 }
 
-/// A decider as people know them: the display name, else the user id. Not yet escaped: each
-/// channel escapes it for its markup (and adds the channel it decided on as it shows it).
-pub fn decider_name(decider: &pb::Decider) -> &str {
-    if decider.display_name.is_empty() {
-        &decider.user_id
-    } else {
-        &decider.display_name
-    }
-}
-
 /// The risk in a lowercase word (`high`), as plain-text channels and the web inbox show it.
 pub fn risk_word(risk: pb::Risk) -> &'static str {
     match risk {
