@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use countersign_client::{pb, Client, ClientConfig};
 use countersign_github::config::{
-    Config, Environment, FileConfig, GitHubSection, PollingSection, ServerSection,
+    FileConfig, GitHubSection, PollingSection, ServerSection, WorkerSettings,
 };
 use countersign_testkit::github::{Endpoint, FakeGitHub, DEFAULT_BOT_LOGIN, DEFAULT_TOKEN};
 use countersign_testkit::server::TestServer;
@@ -25,14 +25,6 @@ const CHAT: i64 = -1001234567890;
 const REPO: &str = "acme/widgets";
 
 /// No secrets from the environment: the configuration holds them.
-struct NoEnvironment;
-
-impl Environment for NoEnvironment {
-    fn get(&self, _name: &str) -> Option<String> {
-        None
-    }
-}
-
 /// A platform as the benchmark sees it: when the message of each approval was created.
 trait Platform {
     fn channel(&self) -> &'static str;
@@ -285,7 +277,7 @@ async fn main() {
             }),
             metrics: Default::default(),
         };
-        let config = Config::from_file(file, &NoEnvironment).expect("config");
+        let config = countersign_github::Settings::from_file(file, |_| None).expect("config");
         let worker = countersign_github::Worker::start(config)
             .await
             .expect("start the GitHub worker");

@@ -245,28 +245,24 @@ fn the_server_example_loads_and_resolves_its_tokens() {
 fn the_telegram_example_loads() {
     let text = std::fs::read_to_string(example("telegram.example.toml")).unwrap();
     let file: countersign_telegram::config::FileConfig = toml::from_str(&text).unwrap();
-    let settings = countersign_telegram::Settings::from_file(
-        file,
-        Some("worker-token".into()),
-        Some("123456:bot-token".into()),
-    )
+    let settings = countersign_telegram::Settings::from_file(file, |name| match name {
+        countersign_telegram::config::WORKER_TOKEN_ENV => Some("worker-token".into()),
+        countersign_telegram::config::BOT_TOKEN_ENV => Some("123456:bot-token".into()),
+        _ => None,
+    })
     .unwrap();
-    assert_eq!(settings.server_url, "http://server:50051");
+    assert_eq!(settings.runtime.server.client.url, "http://server:50051");
     assert!(settings.default_chat_id.is_some());
 }
 
 #[test]
 fn the_github_example_loads() {
-    struct Secrets;
-    impl countersign_github::config::Environment for Secrets {
-        fn get(&self, name: &str) -> Option<String> {
-            Some(format!("secret-for-{name}"))
-        }
-    }
+    let text = std::fs::read_to_string(example("github.example.toml")).unwrap();
+    let file: countersign_github::config::FileConfig = toml::from_str(&text).unwrap();
     let config =
-        countersign_github::config::Config::load(&example("github.example.toml"), &Secrets)
+        countersign_github::Settings::from_file(file, |name| Some(format!("secret-for-{name}")))
             .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(config.server.client.url, "http://server:50051");
+    assert_eq!(config.runtime.server.client.url, "http://server:50051");
     assert!(config.webhook.is_some() && config.polling.is_some());
 }
 
@@ -279,6 +275,6 @@ fn the_webhook_example_loads() {
             .then(|| "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD".to_owned())
     })
     .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(settings.server_url, "http://server:50051");
+    assert_eq!(settings.runtime.server.client.url, "http://server:50051");
     assert_eq!(settings.endpoint("ops").unwrap().approver, "alice");
 }

@@ -1,8 +1,7 @@
-//! The channel workers of the local instance, as `up` runs them: each one's settings built
-//! from its section of the one config file with the server's address and the generated worker
-//! token filled in, then run by the worker crate's own code (`countersign_telegram::run`,
-//! `countersign_ntfy::run`, `countersign_slack::run`, `countersign_github::Worker`, `countersign_webhook::run`,
-//! `countersign_web::serve`).
+//! The channel workers of the local instance, as `up` runs them: one line per channel in
+//! [`CHANNELS`] — its section of the one config file, how its settings are made from it (the
+//! server's address and the generated worker token filled in), and the worker crate's own
+//! `run(settings, shutdown)`, the entry its binary runs too.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -19,6 +18,73 @@ use crate::instance::{create_private_dir, local_url, Instance, InstanceConfig, S
 /// A channel worker running in this process; its error says which one stopped.
 pub type WorkerRun = Pin<Box<dyn Future<Output = Result<(), String>>>>;
 
+/// What asks a worker to stop.
+type Shutdown = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// One line of `up`'s channel table.
+struct Channel<Section, S, F> {
+    /// What the log calls it when it stops.
+    piece: &'static str,
+    /// Its section of the config file, taken out of it; `None`: the channel is not set up.
+    section: fn(&mut InstanceConfig) -> Option<Section>,
+    /// Its settings from that section.
+    load: fn(Section, &Pieces<'_>) -> Result<S, CliError>,
+    /// Says in the log what the worker does and, for those that listen, where.
+    announce: fn(&S, usize),
+    /// The worker crate's entry.
+    run: fn(S, Shutdown) -> F,
+}
+
+/// Every channel `up` runs, in the order it starts them: adding a channel is one line.
+fn channels() -> [Box<dyn Prepare>; 6] {
+    [
+        Box::new(Channel {
+            piece: "Telegram worker",
+            section: |config| config.telegram.take(),
+            load: telegram,
+            announce: announce_telegram,
+            run: countersign_telegram::run,
+        }),
+        Box::new(Channel {
+            piece: "ntfy worker",
+            section: |config| config.ntfy.take(),
+            load: ntfy,
+            announce: announce_ntfy,
+            run: countersign_ntfy::run,
+        }),
+        Box::new(Channel {
+            piece: "Slack worker",
+            section: |config| config.slack.take(),
+            load: slack,
+            announce: announce_slack,
+            run: countersign_slack::run,
+        }),
+        Box::new(Channel {
+            piece: "GitHub worker",
+            section: |config| config.github.take(),
+            load: github,
+            announce: announce_github,
+            run: countersign_github::run,
+        }),
+        Box::new(Channel {
+            piece: "webhook worker",
+            section: |config| config.webhook.take(),
+            load: webhook,
+            announce: announce_webhook,
+            run: countersign_webhook::run,
+        }),
+        Box::new(Channel {
+            piece: "web inbox",
+            section: |config| config.web.take(),
+            load: web,
+            announce: announce_web,
+            run: |(settings, listener), shutdown| {
+                countersign_web::serve(settings, listener, shutdown)
+            },
+        }),
+    ]
+}
+
 /// What `up` needs to start the workers: where the server is and the token they use.
 pub struct Pieces<'a> {
     pub instance: &'a Instance,
@@ -29,124 +95,147 @@ pub struct Pieces<'a> {
 
 /// The workers the config file sets up, ready to run: their settings are checked (and the web
 /// inbox's address bound) before anything starts, so that a mistake stops `up` at once.
-pub async fn prepare(
+pub fn prepare(
     config: &mut InstanceConfig,
     pieces: &Pieces<'_>,
-) -> Result<Vec<Prepared>, CliError> {
+) -> Result<Vec<Box<dyn Prepared>>, CliError> {
     let mut prepared = Vec::new();
-    if let Some(section) = config.telegram.take() {
-        prepared.push(telegram(section, pieces)?);
-    }
-    if let Some((section, topics)) = config.ntfy.take() {
-        prepared.push(ntfy(section, topics, pieces)?);
-    }
-    if let Some(section) = config.slack.take() {
-        prepared.push(slack(section, pieces)?);
-    }
-    if let Some(file) = config.github.take() {
-        prepared.push(github(file, pieces)?);
-    }
-    if let Some(file) = config.webhook.take() {
-        prepared.push(webhook(file, pieces)?);
-    }
-    if let Some(section) = config.web.take() {
-        prepared.push(web(section, pieces).await?);
+    for channel in channels() {
+        if let Some(worker) = channel.prepare(config, pieces)? {
+            prepared.push(worker);
+        }
     }
     Ok(prepared)
 }
 
-/// A worker with its settings, not yet started.
-pub enum Prepared {
-    Telegram(countersign_telegram::Settings),
-    Ntfy(countersign_ntfy::Settings),
-    Slack(countersign_slack::Settings),
-    GitHub(countersign_github::config::Config),
-    Webhook(countersign_webhook::Settings),
-    Web(countersign_web::Settings, tokio::net::TcpListener),
+/// A line of the table, its types hidden.
+trait Prepare {
+    fn prepare(
+        &self,
+        config: &mut InstanceConfig,
+        pieces: &Pieces<'_>,
+    ) -> Result<Option<Box<dyn Prepared>>, CliError>;
 }
 
-impl Prepared {
-    /// Says in the log what the worker does and, for those that listen, where.
-    pub fn announce(&self, approvers: usize) {
-        match self {
-            Prepared::Telegram(settings) => tracing::info!(
-                default_chat_id = ?settings.default_chat_id,
-                approvers,
-                "countersign up: the Telegram worker sends approvals to your chat"
-            ),
-            Prepared::Ntfy(settings) => tracing::info!(
-                ntfy = %settings.ntfy_url,
-                topics = settings.topics.len(),
-                decision_links = %settings.public_url,
-                "countersign up: the ntfy worker publishes approvals to your topics"
-            ),
-            Prepared::Slack(settings) => tracing::info!(
-                channels = settings.channels.len(),
-                default_channel = ?settings.default_channel,
-                "countersign up: the Slack worker posts approvals to your channels"
-            ),
-            Prepared::GitHub(config) => tracing::info!(
-                github = %config.github.api_url,
-                default_target = %config.default_target.as_ref().map(ToString::to_string).unwrap_or_default(),
-                polling_ms = config.polling.as_ref().map(|polling| polling.interval.as_millis() as u64),
-                webhook = %config.webhook.as_ref().map(|webhook| format!("http://{}/webhook", webhook.listen)).unwrap_or_default(),
-                "countersign up: the GitHub worker posts approvals as comments and reads /approve and /reject"
-            ),
-            Prepared::Webhook(settings) => tracing::info!(
-                endpoints = settings.endpoints.len(),
-                decision_links = %settings.public_url,
-                listen = %settings.listen,
-                "countersign up: the webhook worker delivers approvals to your endpoints; decision links at {}",
-                settings.public_url
-            ),
-            Prepared::Web(settings, _) => tracing::info!(
-                url = %settings.public_url,
-                "countersign up: the web inbox is at {} (a sign-in link: countersign setup web)",
-                settings.public_url
-            ),
-        }
+impl<Section, S, F, E> Prepare for Channel<Section, S, F>
+where
+    S: 'static,
+    F: Future<Output = Result<(), E>> + 'static,
+    E: std::fmt::Display + 'static,
+{
+    fn prepare(
+        &self,
+        config: &mut InstanceConfig,
+        pieces: &Pieces<'_>,
+    ) -> Result<Option<Box<dyn Prepared>>, CliError> {
+        let Some(section) = (self.section)(config) else {
+            return Ok(None);
+        };
+        let settings = (self.load)(section, pieces)?;
+        Ok(Some(Box::new(Ready {
+            piece: self.piece,
+            settings,
+            announce: self.announce,
+            run: self.run,
+        })))
     }
+}
+
+/// A worker with its settings, not yet started.
+pub trait Prepared {
+    /// Says in the log what the worker does and, for those that listen, where.
+    fn announce(&self, approvers: usize);
 
     /// Runs the worker until `stopped` turns true; when it ends, for whatever reason, it sets
     /// `stop` so that every other piece stops too.
-    pub fn run(self, stopped: watch::Receiver<bool>, stop: watch::Sender<bool>) -> WorkerRun {
-        let shutdown = until_stopped(stopped);
-        match self {
-            Prepared::Telegram(settings) => Box::pin(stopping_all(
-                "Telegram worker",
-                countersign_telegram::run(settings, shutdown),
-                stop,
-            )),
-            Prepared::Ntfy(settings) => Box::pin(stopping_all(
-                "ntfy worker",
-                countersign_ntfy::run(settings, shutdown),
-                stop,
-            )),
-            Prepared::Slack(settings) => Box::pin(stopping_all(
-                "Slack worker",
-                countersign_slack::run(settings, shutdown),
-                stop,
-            )),
-            Prepared::GitHub(config) => Box::pin(stopping_all(
-                "GitHub worker",
-                async move {
-                    let worker = countersign_github::Worker::start(config).await?;
-                    worker.run_until(shutdown).await
-                },
-                stop,
-            )),
-            Prepared::Webhook(settings) => Box::pin(stopping_all(
-                "webhook worker",
-                countersign_webhook::run(settings, shutdown),
-                stop,
-            )),
-            Prepared::Web(settings, listener) => Box::pin(stopping_all(
-                "web inbox",
-                countersign_web::serve(settings, listener, shutdown),
-                stop,
-            )),
-        }
+    fn run(self: Box<Self>, stopped: watch::Receiver<bool>, stop: watch::Sender<bool>)
+        -> WorkerRun;
+}
+
+struct Ready<S, F> {
+    piece: &'static str,
+    settings: S,
+    announce: fn(&S, usize),
+    run: fn(S, Shutdown) -> F,
+}
+
+impl<S, F, E> Prepared for Ready<S, F>
+where
+    F: Future<Output = Result<(), E>> + 'static,
+    E: std::fmt::Display + 'static,
+{
+    fn announce(&self, approvers: usize) {
+        (self.announce)(&self.settings, approvers);
     }
+
+    fn run(
+        self: Box<Self>,
+        stopped: watch::Receiver<bool>,
+        stop: watch::Sender<bool>,
+    ) -> WorkerRun {
+        let shutdown: Shutdown = Box::pin(until_stopped(stopped));
+        Box::pin(stopping_all(
+            self.piece,
+            (self.run)(self.settings, shutdown),
+            stop,
+        ))
+    }
+}
+
+fn announce_telegram(settings: &countersign_telegram::Settings, approvers: usize) {
+    tracing::info!(
+        default_chat_id = ?settings.default_chat_id,
+        approvers,
+        "countersign up: the Telegram worker sends approvals to your chat"
+    );
+}
+
+fn announce_ntfy(settings: &countersign_ntfy::Settings, _approvers: usize) {
+    tracing::info!(
+        ntfy = %settings.ntfy_url,
+        topics = settings.topics.len(),
+        decision_links = %settings.public_url,
+        "countersign up: the ntfy worker publishes approvals to your topics"
+    );
+}
+
+fn announce_slack(settings: &countersign_slack::Settings, _approvers: usize) {
+    tracing::info!(
+        channels = settings.channels.len(),
+        default_channel = ?settings.default_channel,
+        "countersign up: the Slack worker posts approvals to your channels"
+    );
+}
+
+fn announce_github(settings: &countersign_github::Settings, _approvers: usize) {
+    tracing::info!(
+        github = %settings.github.api_url,
+        default_target = %settings.default_target.as_ref().map(ToString::to_string).unwrap_or_default(),
+        polling_ms = settings.polling.as_ref().map(|polling| polling.interval.as_millis() as u64),
+        webhook = %settings.webhook.as_ref().map(|webhook| format!("http://{}/webhook", webhook.listen)).unwrap_or_default(),
+        "countersign up: the GitHub worker posts approvals as comments and reads /approve and /reject"
+    );
+}
+
+fn announce_webhook(settings: &countersign_webhook::Settings, _approvers: usize) {
+    tracing::info!(
+        endpoints = settings.endpoints.len(),
+        decision_links = %settings.public_url,
+        listen = %settings.listen,
+        "countersign up: the webhook worker delivers approvals to your endpoints; decision links at {}",
+        settings.public_url
+    );
+}
+
+fn announce_web(
+    (settings, _listener): &(countersign_web::Settings, tokio::net::TcpListener),
+    _approvers: usize,
+) {
+    tracing::info!(
+        url = %settings.public_url,
+        "countersign up: the web inbox is at {} (a sign-in link: countersign setup web)",
+        settings.public_url
+    );
 }
 
 /// Runs a piece; when it ends, for whatever reason, every other piece stops too.
@@ -194,7 +283,7 @@ fn server_section(pieces: &Pieces<'_>) -> ServerSection {
 fn telegram(
     section: countersign_telegram::config::TelegramSection,
     pieces: &Pieces<'_>,
-) -> Result<Prepared, CliError> {
+) -> Result<countersign_telegram::Settings, CliError> {
     let bot_token = match env_var(BOT_TOKEN_ENV) {
         Some(token) => Some(token),
         None => pieces.instance.read_secret(Secret::TelegramBotToken)?,
@@ -206,24 +295,25 @@ fn telegram(
         // no endpoint of their own.
         metrics: Default::default(),
     };
-    let settings = countersign_telegram::Settings::from_file(
-        file,
-        Some(pieces.worker_token.clone()),
-        bot_token,
-    )
+    let settings = countersign_telegram::Settings::from_file(file, |name| match name {
+        BOT_TOKEN_ENV => bot_token.clone(),
+        _ => pieces.secret(name),
+    })
     .map_err(|error| invalid(pieces.instance, error, "run countersign setup telegram"))?;
     // The worker keeps its outbox and watch cursor there; it does not create it.
-    if let Some(dir) = settings.cursor_path.parent() {
+    if let Some(dir) = settings.outbox_path.parent() {
         create_private_dir(dir)?;
     }
-    Ok(Prepared::Telegram(settings))
+    Ok(settings)
 }
 
 fn ntfy(
-    section: countersign_ntfy::config::NtfySection,
-    topics: Vec<countersign_ntfy::config::TopicSection>,
+    (section, topics): (
+        countersign_ntfy::config::NtfySection,
+        Vec<countersign_ntfy::config::TopicSection>,
+    ),
     pieces: &Pieces<'_>,
-) -> Result<Prepared, CliError> {
+) -> Result<countersign_ntfy::Settings, CliError> {
     let file = countersign_ntfy::config::FileConfig {
         server: server_section(pieces),
         ntfy: section,
@@ -235,13 +325,13 @@ fn ntfy(
     let settings = countersign_ntfy::Settings::from_file(file, |name| pieces.secret(name))
         .map_err(|error| invalid(pieces.instance, error, "see docs/quickstart.md, ntfy"))?;
     create_private_dir(&settings.state_dir)?;
-    Ok(Prepared::Ntfy(settings))
+    Ok(settings)
 }
 
 fn slack(
     section: countersign_slack::config::SlackSection,
     pieces: &Pieces<'_>,
-) -> Result<Prepared, CliError> {
+) -> Result<countersign_slack::Settings, CliError> {
     let file = countersign_slack::config::FileConfig {
         server: server_section(pieces),
         slack: section,
@@ -250,52 +340,37 @@ fn slack(
     let settings = countersign_slack::Settings::from_file(file, |name| pieces.secret(name))
         .map_err(|error| invalid(pieces.instance, error, "see crates/slack/README.md"))?;
     create_private_dir(&settings.state_dir)?;
-    Ok(Prepared::Slack(settings))
+    Ok(settings)
 }
 
 /// The GitHub worker's secrets: the generated worker token, the GitHub token from its
 /// environment variable or the file `setup github` wrote, the rest from the environment.
-struct GitHubEnvironment<'a> {
-    pieces: &'a Pieces<'a>,
-    github_token: Option<String>,
-}
-
-impl countersign_github::config::Environment for GitHubEnvironment<'_> {
-    fn get(&self, name: &str) -> Option<String> {
-        match name {
-            countersign_github::config::ENV_GITHUB_TOKEN => self.github_token.clone(),
-            _ => self.pieces.secret(name),
-        }
-    }
-}
-
 fn github(
     mut file: countersign_github::config::FileConfig,
     pieces: &Pieces<'_>,
-) -> Result<Prepared, CliError> {
+) -> Result<countersign_github::Settings, CliError> {
     file.server.url = pieces.server_url.clone();
     let github_token = match env_var(countersign_github::config::ENV_GITHUB_TOKEN) {
         Some(token) => Some(token),
         None => pieces.instance.read_secret(Secret::GitHubToken)?,
     };
-    let environment = GitHubEnvironment {
-        pieces,
-        github_token,
-    };
-    let config = countersign_github::config::Config::from_file(file, &environment)
-        .map_err(|error| invalid(pieces.instance, error, "run countersign setup github"))?;
-    if let Some(path) = &config.cursor_path {
+    let settings = countersign_github::Settings::from_file(file, |name| match name {
+        countersign_github::config::ENV_GITHUB_TOKEN => github_token.clone(),
+        _ => pieces.secret(name),
+    })
+    .map_err(|error| invalid(pieces.instance, error, "run countersign setup github"))?;
+    if let Some(path) = &settings.runtime.cursor_path {
         if let Some(dir) = path.parent() {
             create_private_dir(dir)?;
         }
     }
-    Ok(Prepared::GitHub(config))
+    Ok(settings)
 }
 
 fn webhook(
     mut file: countersign_webhook::config::FileConfig,
     pieces: &Pieces<'_>,
-) -> Result<Prepared, CliError> {
+) -> Result<countersign_webhook::Settings, CliError> {
     file.server = server_section(pieces);
     // On one machine the decision-link pages are where they listen.
     if file.webhook.public_url.is_empty() {
@@ -304,10 +379,14 @@ fn webhook(
     let settings = countersign_webhook::Settings::from_file(file, |name| pieces.secret(name))
         .map_err(|error| invalid(pieces.instance, error, "see docs/quickstart.md, webhooks"))?;
     create_private_dir(&settings.state_dir)?;
-    Ok(Prepared::Webhook(settings))
+    Ok(settings)
 }
 
-async fn web(section: toml::Table, pieces: &Pieces<'_>) -> Result<Prepared, CliError> {
+/// The web inbox's settings and its address, bound.
+fn web(
+    section: toml::Table,
+    pieces: &Pieces<'_>,
+) -> Result<(countersign_web::Settings, tokio::net::TcpListener), CliError> {
     let public_url_set = section.contains_key("public_url");
     let tokens = WebTokens {
         worker: Some(pieces.worker_token.clone()),
@@ -315,19 +394,17 @@ async fn web(section: toml::Table, pieces: &Pieces<'_>) -> Result<Prepared, CliE
         admin: Some(pieces.admin_token.clone()),
     };
     let mut settings = web_settings(pieces.instance, section, &pieces.server_url, tokens)?;
-    let listener = tokio::net::TcpListener::bind(settings.listen)
-        .await
-        .map_err(|error| {
-            CliError::Failure(format!(
-                "the web inbox cannot listen on {}: {error} (set listen in [web] of {})",
-                settings.listen,
-                pieces.instance.config_file.display()
-            ))
-        })?;
+    let listener = listen(settings.listen).map_err(|error| {
+        CliError::Failure(format!(
+            "the web inbox cannot listen on {}: {error} (set listen in [web] of {})",
+            settings.listen,
+            pieces.instance.config_file.display()
+        ))
+    })?;
     if !public_url_set {
         settings.public_url = local_url(local_address(&listener)?);
     }
-    Ok(Prepared::Web(settings, listener))
+    Ok((settings, listener))
 }
 
 /// The tokens the web inbox talks to the server with.
@@ -364,6 +441,20 @@ pub fn web_settings(
     }
     create_private_dir(&settings.state_dir)?;
     Ok(settings)
+}
+
+/// A listener on `addr`, as `tokio::net::TcpListener::bind` makes one (address reuse on
+/// Unix, a backlog of 1024), without waiting: the table's `load` is not async.
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 fn local_address(listener: &tokio::net::TcpListener) -> Result<SocketAddr, CliError> {

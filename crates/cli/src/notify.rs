@@ -226,7 +226,7 @@ async fn to_telegram(
         escape(&notice.title),
         escape(&notice.message)
     );
-    let sent = match countersign_telegram::bot_api::BotApi::new(&token, api_url) {
+    let sent = match countersign_telegram::api::BotApi::new(&token, api_url) {
         Ok(api) => api.send_message(chat_id, &html, &[], None).await.map(drop),
         Err(error) => Err(error),
     };

@@ -11,7 +11,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use countersign_telegram::bot_api::{BotApi, BotApiError};
+use countersign_telegram::api::{BotApi, BotApiError};
 use countersign_telegram::command::split_command;
 use countersign_telegram::config::BOT_TOKEN_ENV;
 use countersign_telegram::render::escape;

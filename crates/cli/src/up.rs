@@ -63,7 +63,7 @@ pub async fn up(instance: &Instance, args: UpArgs) -> Result<Exit, CliError> {
         admin_token: instance.ensure_token(Token::Admin)?,
     };
     let approvers = server.approvers.len();
-    let workers = channels::prepare(&mut loaded, &pieces).await?;
+    let workers = channels::prepare(&mut loaded, &pieces)?;
 
     tracing::info!(
         grpc = %url,

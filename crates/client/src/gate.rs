@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::backoff::{log_retry, Backoff};
-use crate::{version, Client, ClientError};
+use crate::{decider, version, Client, ClientError};
 
 /// How long a gated request keeps retrying a server it cannot reach before it denies: long
 /// enough to ride out a restart, short enough that an agent is not held for minutes by a server
@@ -410,14 +410,7 @@ pub fn resolved_by(approval: &pb::Approval) -> String {
             let names: Vec<String> = resolution
                 .deciders
                 .iter()
-                .map(|decider| {
-                    let name = if decider.display_name.is_empty() {
-                        &decider.user_id
-                    } else {
-                        &decider.display_name
-                    };
-                    format!("{name} ({})", decider.channel)
-                })
+                .map(decider::name_and_channel)
                 .collect();
             format!("by {}", names.join(", "))
         }

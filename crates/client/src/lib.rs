@@ -46,6 +46,7 @@
 mod backoff;
 mod client;
 mod connection;
+pub mod decider;
 mod error;
 pub mod gate;
 pub mod groups;

@@ -2,7 +2,7 @@
 //! arguments is current (the edited one when an approver edited them) and which approvals
 //! count for it.
 
-use crate::pb;
+use crate::{decider, pb};
 
 /// The arguments to run and their digest: the edited ones when edited.
 pub fn current_arguments(approval: &pb::Approval) -> (&str, &str) {
@@ -46,11 +46,5 @@ pub fn edited_input(approval: &pb::Approval) -> Option<serde_json::Value> {
 
 /// "Alice (telegram)": who made the current edit.
 pub fn editor_name(approval: &pb::Approval) -> Option<String> {
-    let editor = approval.editor.as_ref()?;
-    let name = if editor.display_name.is_empty() {
-        &editor.user_id
-    } else {
-        &editor.display_name
-    };
-    Some(format!("{name} ({})", editor.channel))
+    approval.editor.as_ref().map(decider::name_and_channel)
 }

@@ -24,10 +24,10 @@ use time::OffsetDateTime;
 use tokio::sync::{mpsc, watch};
 
 use crate::api::{ApiError, GitHubApi, IssueComment, IssueSummary, Placed};
-use crate::board::{Board, Message, MessageKind};
-use crate::commands::Input;
+use crate::inbound::Input;
 use crate::incoming::{unedited, PollTargets};
 use crate::render;
+use crate::shown::{Board, Message, MessageKind};
 use crate::target::{IssueRef, RepoName, Target, CHANNEL};
 
 /// Resolved approvals looked at after a snapshot, to correct comments left pending.

@@ -30,13 +30,15 @@
 //! ```
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use countersign_worker::config::{env_var, read_toml, WORKER_TOKEN_ENV};
-pub use countersign_worker::config::{ConfigError, MetricsSection, ServerSection, ServerSettings};
+pub use countersign_worker::config::{
+    ConfigError, MetricsSection, RuntimeSettings, ServerSection, WorkerSettings,
+};
+use countersign_worker::config::{RuntimeSection, WORKER_TOKEN_ENV};
 
 use crate::api::{GitHubAuth, GitHubSettings};
 use crate::target::Target;
@@ -93,36 +95,26 @@ pub struct PollingSection {
 
 /// The validated configuration the worker runs with.
 #[derive(Clone)]
-pub struct Config {
-    /// How to reach the server, and how the watch behaves.
-    pub server: ServerSettings,
+pub struct Settings {
+    /// The server, `[metrics]`, retries (`github.retry_interval_ms`, at most 16 times it) and
+    /// the watch cursor (in the state directory), if one is configured.
+    pub runtime: RuntimeSettings,
     pub github: GitHubSettings,
     pub default_target: Option<Target>,
     pub webhook: Option<WebhookSettings>,
     pub polling: Option<PollingSettings>,
-    pub retry_interval: Duration,
-    /// The watch cursor file (in the state directory), if one is configured.
-    pub cursor_path: Option<PathBuf>,
     /// The outbox of request posts (in the state directory), if one is configured.
     pub outbox_path: Option<PathBuf>,
-    /// Where `/healthz` and `/metrics` are served (`[metrics] listen`).
-    pub metrics_listen: Option<SocketAddr>,
 }
 
-impl std::fmt::Debug for Config {
+impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Config")
-            .field("server_url", &self.server.client.url)
-            .field(
-                "server_token",
-                &self.server.client.token.as_ref().map(|_| "<redacted>"),
-            )
+        f.debug_struct("Settings")
+            .field("runtime", &self.runtime)
             .field("github", &self.github)
             .field("default_target", &self.default_target)
             .field("webhook", &self.webhook)
             .field("polling", &self.polling)
-            .field("retry_interval", &self.retry_interval)
-            .field("cursor_path", &self.cursor_path)
             .field("outbox_path", &self.outbox_path)
             .finish()
     }
@@ -148,29 +140,31 @@ pub struct PollingSettings {
     pub interval: Duration,
 }
 
-/// Where secrets come from besides the file; `std::env::var` in the binary.
-pub trait Environment {
-    fn get(&self, name: &str) -> Option<String>;
-}
+/// Secrets in the environment win over those in the file.
+impl WorkerSettings for Settings {
+    type File = FileConfig;
 
-pub struct ProcessEnvironment;
-
-impl Environment for ProcessEnvironment {
-    fn get(&self, name: &str) -> Option<String> {
-        env_var(name)
-    }
-}
-
-impl Config {
-    /// Reads and validates the file at `path`, taking secrets from `env` first.
-    pub fn load(path: &Path, env: &dyn Environment) -> Result<Config, ConfigError> {
-        let file: FileConfig = read_toml(path)?;
-        Config::from_file(file, env)
-    }
-
-    pub fn from_file(file: FileConfig, env: &dyn Environment) -> Result<Config, ConfigError> {
+    fn from_file(
+        file: FileConfig,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Settings, ConfigError> {
         let invalid = |message: String| ConfigError::Invalid(message);
-        let server = file.server.resolve(env.get(ENV_WORKER_TOKEN))?;
+        let retry_interval =
+            Duration::from_millis(file.github.retry_interval_ms.unwrap_or(30_000).max(1));
+        let runtime = RuntimeSettings::from_sections(
+            file.server,
+            env(ENV_WORKER_TOKEN),
+            file.metrics,
+            RuntimeSection {
+                retry_interval,
+                max_retry_wait: retry_interval.saturating_mul(16),
+                cursor_path: file
+                    .github
+                    .state_dir
+                    .as_ref()
+                    .map(|dir| dir.join("watch-cursor")),
+            },
+        )?;
 
         let github = file.github;
         let bot_login = github.bot_login.trim().to_string();
@@ -179,7 +173,7 @@ impl Config {
                 "github.bot_login is required (the account the worker comments as)".to_string(),
             ));
         }
-        let token = env.get(ENV_GITHUB_TOKEN).or(github.token);
+        let token = env(ENV_GITHUB_TOKEN).or(github.token);
         let auth = match (token, github.app_id, github.installation_id) {
             (Some(_), Some(_), _) => {
                 return Err(invalid(
@@ -194,7 +188,7 @@ impl Config {
                 GitHubAuth::Token(token)
             }
             (None, Some(app_id), Some(installation_id)) => {
-                let private_key_pem = match env.get(ENV_APP_PRIVATE_KEY) {
+                let private_key_pem = match env(ENV_APP_PRIVATE_KEY) {
                     Some(pem) => pem,
                     None => {
                         let path = github.private_key_path.ok_or_else(|| {
@@ -255,8 +249,7 @@ impl Config {
 
         let webhook = match file.webhook {
             Some(section) => {
-                let secret = env
-                    .get(ENV_WEBHOOK_SECRET)
+                let secret = env(ENV_WEBHOOK_SECRET)
                     .or(section.secret)
                     .filter(|secret| !secret.is_empty())
                     .ok_or_else(|| {
@@ -280,20 +273,12 @@ impl Config {
                     .to_string(),
             ));
         }
-        Ok(Config {
-            server,
-            metrics_listen: file.metrics.listen,
+        Ok(Settings {
+            runtime,
             github: github_settings,
             default_target,
             webhook,
             polling,
-            retry_interval: Duration::from_millis(
-                github.retry_interval_ms.unwrap_or(30_000).max(1),
-            ),
-            cursor_path: github
-                .state_dir
-                .as_ref()
-                .map(|dir| dir.join("watch-cursor")),
             outbox_path: github
                 .state_dir
                 .as_ref()
@@ -307,20 +292,13 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    struct FakeEnvironment(HashMap<&'static str, &'static str>);
-
-    impl Environment for FakeEnvironment {
-        fn get(&self, name: &str) -> Option<String> {
-            self.0.get(name).map(|value| value.to_string())
-        }
-    }
-
-    fn parse(text: &str, env: &[(&'static str, &'static str)]) -> Result<Config, ConfigError> {
+    fn parse(text: &str, env: &[(&'static str, &'static str)]) -> Result<Settings, ConfigError> {
         let file: FileConfig = toml::from_str(text).map_err(|source| ConfigError::Parse {
             path: PathBuf::from("test.toml"),
             source,
         })?;
-        Config::from_file(file, &FakeEnvironment(env.iter().copied().collect()))
+        let env: HashMap<&str, &str> = env.iter().copied().collect();
+        Settings::from_file(file, |name| env.get(name).map(|value| value.to_string()))
     }
 
     const MINIMAL: &str = r#"
@@ -342,7 +320,7 @@ mod tests {
         assert_eq!(config.default_target.unwrap().to_string(), "acme/ops#42");
         assert_eq!(config.polling.unwrap().interval, Duration::from_secs(30));
         assert!(config.webhook.is_none());
-        assert_eq!(config.server.client.token, None);
+        assert_eq!(config.runtime.server.client.token, None);
     }
 
     #[test]
@@ -353,12 +331,18 @@ mod tests {
             &[],
         )
         .unwrap();
-        assert_eq!(config.server.client.connect_timeout, Duration::from_secs(7));
-        assert_eq!(config.server.heartbeat_timeout, Duration::from_secs(9));
+        assert_eq!(
+            config.runtime.server.client.connect_timeout,
+            Duration::from_secs(7)
+        );
+        assert_eq!(
+            config.runtime.server.heartbeat_timeout,
+            Duration::from_secs(9)
+        );
         // The name this worker used before is still read.
         let old_name = parse(&with("connect_timeout_ms = 2500"), &[]).unwrap();
         assert_eq!(
-            old_name.server.client.connect_timeout,
+            old_name.runtime.server.client.connect_timeout,
             Duration::from_millis(2500)
         );
         assert!(parse(
@@ -385,7 +369,10 @@ mod tests {
             config.webhook.as_ref().map(|w| w.secret.as_str()),
             Some("envsecret")
         );
-        assert_eq!(config.server.client.token.as_deref(), Some("worker"));
+        assert_eq!(
+            config.runtime.server.client.token.as_deref(),
+            Some("worker")
+        );
         let printed = format!("{config:?}");
         assert!(!printed.contains("worker\"") && !printed.contains("envsecret"));
         assert!(!printed.contains("ghp_fromenv"));

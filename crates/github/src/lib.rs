@@ -16,61 +16,59 @@
 //! start takes a snapshot and corrects the 50 most recently resolved approvals.
 
 pub mod api;
-mod board;
 pub mod channel;
 pub mod command;
-mod commands;
 pub mod config;
+mod error;
+mod inbound;
 mod incoming;
 pub mod permission;
 mod poller;
 mod recent;
 pub mod render;
+mod shown;
 pub mod target;
 mod webhook;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use countersign_client::{Client, ClientError};
-use countersign_worker::outbox::{Outbox, OutboxError};
-use countersign_worker::retry::Backoff;
-use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions};
+use countersign_client::Client;
+use countersign_worker::outbox::Outbox;
+use countersign_worker::runtime;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::api::{ApiError, GitHubApi};
-use crate::board::Board;
+use crate::api::GitHubApi;
 use crate::channel::GitHubChannel;
-use crate::commands::Commands;
-use crate::config::Config;
+pub use crate::config::Settings;
+pub use crate::error::WorkerError;
+use crate::inbound::Commands;
 use crate::incoming::PollTargets;
+use crate::shown::Board;
 
 /// Comments waiting for the commands.
 const INPUT_QUEUE: usize = 1024;
-/// How long a shutdown waits for the requests being posted.
-const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    #[error(transparent)]
-    GitHub(#[from] ApiError),
-    #[error("countersign server: {0}")]
-    Server(#[from] ClientError),
-    #[error("cannot listen for webhooks on {addr}: {source}")]
-    Listen {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-    #[error("a worker task ended unexpectedly: {0}")]
-    Task(String),
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-    #[error("{0} (check the disk and the permissions of state_dir)")]
-    Outbox(#[from] OutboxError),
+/// Runs the worker until `shutdown` completes (then the requests being posted are finished,
+/// within the grace period, and it returns `Ok`) or the watch fails for good (bad token, no
+/// permission).
+pub async fn run(
+    settings: Settings,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), WorkerError> {
+    tracing::info!(
+        server = %settings.runtime.server.client.url,
+        github = %settings.github.api_url,
+        bot = %settings.github.bot_login,
+        webhook = settings.webhook.is_some(),
+        polling = settings.polling.is_some(),
+        "starting the GitHub worker"
+    );
+    Worker::start(settings).await?.run_until(shutdown).await
 }
 
-/// A running worker.
+/// A running worker (what [`run`] runs; tests start one to learn its webhook address).
 pub struct Worker {
     webhook_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
@@ -86,9 +84,9 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 impl Worker {
     /// Connects (lazily) to the server and GitHub, binds the webhook listener when configured,
     /// and starts watching, polling and serving.
-    pub async fn start(config: Config) -> Result<Worker, WorkerError> {
+    pub async fn start(config: Settings) -> Result<Worker, WorkerError> {
         let api = Arc::new(GitHubApi::new(config.github.clone())?);
-        let client = Client::connect(config.server.client.clone())?;
+        let client = Client::connect(config.runtime.server.client.clone())?;
         let outbox = config
             .outbox_path
             .as_deref()
@@ -152,7 +150,7 @@ impl Worker {
             Arc::clone(&api),
             Arc::clone(&board),
             inputs.clone(),
-            config.retry_interval,
+            config.runtime.retry.first,
         );
         // Commands wait until every pending approval's request is on the board (see
         // `GitHubChannel::adopt_pending`); they queue up meanwhile.
@@ -181,24 +179,17 @@ impl Worker {
             adopted,
         };
         let adopting = channel.clone();
-        let (stop, max_backoff) = (stopped(shutdown_rx.clone()), config.server.max_backoff);
+        let (stop, max_backoff) = (
+            stopped(shutdown_rx.clone()),
+            config.runtime.server.max_backoff,
+        );
         other_tasks.push(tokio::spawn(async move {
             tokio::select! {
                 () = stop => {}
                 () = adopting.adopt_pending(max_backoff, ready) => {}
             }
         }));
-        let options = RuntimeOptions {
-            heartbeat_timeout: config.server.heartbeat_timeout,
-            max_backoff: config.server.max_backoff,
-            retry: Backoff::new(
-                config.retry_interval,
-                config.retry_interval.saturating_mul(16),
-            ),
-            shutdown_grace: SHUTDOWN_GRACE,
-            cursor_path: config.cursor_path.clone(),
-            metrics_listen: config.metrics_listen,
-        };
+        let options = config.runtime.options();
         let stop = stopped(shutdown_rx);
         let watch_task =
             tokio::spawn(async move { Ok(runtime::run(client, channel, options, stop).await?) });

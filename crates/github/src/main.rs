@@ -5,11 +5,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use countersign_github::config::{
-    Config, ProcessEnvironment, ENV_APP_PRIVATE_KEY, ENV_GITHUB_TOKEN, ENV_WEBHOOK_SECRET,
-    ENV_WORKER_TOKEN,
+    ENV_APP_PRIVATE_KEY, ENV_GITHUB_TOKEN, ENV_WEBHOOK_SECRET, ENV_WORKER_TOKEN,
 };
-use countersign_github::Worker;
-use countersign_worker::config::WORKER_TOKEN_NEEDED;
+use countersign_github::Settings;
+use countersign_worker::config::{WorkerSettings, WORKER_TOKEN_NEEDED};
 use countersign_worker::logging::{self, LogFormat};
 
 /// Posts countersign approval requests as GitHub issue comments and turns `/approve` and
@@ -46,39 +45,10 @@ fn secrets_help() -> String {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     logging::init(cli.log_format);
-    let config = match Config::load(&cli.config, &ProcessEnvironment) {
-        Ok(config) => config,
-        Err(error) => {
-            tracing::error!(%error, "configuration refused");
-            return ExitCode::from(2);
-        }
-    };
-    tracing::info!(
-        server = %config.server.client.url,
-        github = %config.github.api_url,
-        bot = %config.github.bot_login,
-        webhook = config.webhook.is_some(),
-        polling = config.polling.is_some(),
-        "starting the GitHub worker"
-    );
-    let worker = match Worker::start(config).await {
-        Ok(worker) => worker,
-        Err(error) => {
-            tracing::error!(%error, "cannot start");
-            return ExitCode::FAILURE;
-        }
-    };
-    match worker
-        .run_until(countersign_worker::shutdown::signal())
-        .await
-    {
-        Ok(()) => {
-            tracing::info!("stopped");
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            tracing::error!(%error, "stopped on an error");
-            ExitCode::FAILURE
-        }
-    }
+    countersign_worker::shutdown::run_until_signal(
+        "GitHub worker",
+        Settings::load(&cli.config),
+        countersign_github::run,
+    )
+    .await
 }

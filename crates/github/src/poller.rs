@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use crate::api::GitHubApi;
-use crate::commands::Input;
+use crate::inbound::Input;
 use crate::incoming::{unedited, PollTargets};
 
 pub async fn run(

@@ -10,8 +10,9 @@
 //! full arguments. The first line of the request comment is a hidden marker with the
 //! approval id, which is how the worker recognises its own comment after a crash.
 
-use countersign_client::{groups, pb, version, withdrawal};
+use countersign_client::{decider, groups, pb, version, withdrawal};
 use countersign_worker::agent_text;
+use countersign_worker::approval;
 pub use countersign_worker::approval::short_id;
 use countersign_worker::approval::{cancelled_word, format_time, reminder_detail};
 
@@ -283,18 +284,16 @@ fn status_line(approval: &pb::Approval) -> String {
         .unwrap_or_default();
     match approval.state() {
         State::Pending => {
-            let approvers: Vec<String> = version::current_approvals(approval)
-                .filter_map(|d| d.decider.as_ref())
-                .map(decider_name)
-                .collect();
-            if approvers.is_empty() {
+            let progress = approval::progress(approval);
+            if progress.approvers.is_empty() {
                 "⏳ **Waiting for approval**".to_string()
             } else {
+                let names: Vec<String> = progress.approvers.into_iter().map(decider_name).collect();
                 format!(
                     "⏳ **Waiting for approval**: {} of {} approvals ({})",
-                    approvers.len(),
-                    approval.required_approvals.max(1),
-                    approvers.join(", ")
+                    names.len(),
+                    progress.required,
+                    names.join(", ")
                 )
             }
         }
@@ -351,12 +350,11 @@ fn decider_name(decider: &pb::Decider) -> String {
     if decider.channel == "github" && is_github_login(&decider.display_name) {
         format!("@{}", decider.display_name)
     } else {
-        let name = if decider.display_name.is_empty() {
-            &decider.user_id
-        } else {
-            &decider.display_name
-        };
-        format!("{} ({})", inline(name, 100), inline(&decider.channel, 50))
+        format!(
+            "{} ({})",
+            inline(decider::name(decider), 100),
+            inline(&decider.channel, 50)
+        )
     }
 }
 

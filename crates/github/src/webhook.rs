@@ -17,7 +17,7 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 
 use crate::api::IssueComment;
-use crate::commands::Input;
+use crate::inbound::Input;
 use crate::incoming::IncomingComment;
 use crate::recent::RecentSet;
 use crate::target::{IssueRef, RepoName};

@@ -10,6 +10,7 @@ use std::time::Duration;
 use common::{github_decider, Harness, Mode, PATIENCE, REPO, SECRET};
 use countersign_client::groups::quorum;
 use countersign_client::pb;
+use countersign_github::config::WorkerSettings;
 use countersign_github::render::{marked_approval_id, short_id};
 use countersign_testkit::github::{
     captured_bot_comment_payload, issue_comment_payload, post_webhook, sign_webhook, Comment,
@@ -851,8 +852,8 @@ async fn github_app_credentials() {
     );
     let app_bot = harness.github.app_bot();
     file.github.bot_login = app_bot.login.clone();
-    let config = countersign_github::config::Config::from_file(file, &common::NoEnvironment)
-        .expect("app config");
+    let config =
+        countersign_github::Settings::from_file(file, common::no_environment).expect("app config");
     harness.worker = Some(
         countersign_github::Worker::start(config)
             .await
@@ -1811,7 +1812,7 @@ async fn a_comment_resolved_in_a_gap_past_retention_is_corrected() {
     let mut file = harness.file_config();
     file.server.url = format!("http://{}", relay.addr);
     file.server.max_backoff_secs = 1;
-    let config = countersign_github::config::Config::from_file(file, &common::NoEnvironment)
+    let config = countersign_github::Settings::from_file(file, common::no_environment)
         .expect("worker config");
     harness.worker = Some(
         countersign_github::Worker::start(config)

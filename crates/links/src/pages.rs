@@ -13,7 +13,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Form, Router};
-use countersign_client::{pb, Client, ClientError};
+use countersign_client::{decider, pb, Client, ClientError};
 use countersign_worker::agent_text;
 use hmac::{Hmac, Mac};
 use serde::Deserialize;
@@ -213,7 +213,10 @@ async fn show(State(pages): State<Pages>, Path(token): Path<String>) -> Response
             &approval.edited_args_digest,
             format!(
                 " edited by {}",
-                escape(&agent_text::one_line(&editor_name(editor), 200))
+                escape(&agent_text::one_line(
+                    &decider::name_and_channel(editor),
+                    200
+                ))
             ),
         ),
         _ => (
@@ -239,15 +242,6 @@ async fn show(State(pages): State<Pages>, Path(token): Path<String>) -> Response
         arguments = escape(&arguments),
     );
     page(StatusCode::OK, &format!("{word} this request?"), &body)
-}
-
-fn editor_name(editor: &pb::Decider) -> String {
-    let name = if editor.display_name.is_empty() {
-        &editor.user_id
-    } else {
-        &editor.display_name
-    };
-    format!("{name} ({})", editor.channel)
 }
 
 fn already_resolved(approval: &pb::Approval) -> Response {

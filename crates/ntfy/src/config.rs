@@ -28,8 +28,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use countersign_worker::config::defaults;
 pub use countersign_worker::config::{
-    ConfigError, MetricsSection, ServerSection, ServerSettings, WorkerSettings, WORKER_TOKEN_ENV,
+    ConfigError, MetricsSection, RuntimeSection, RuntimeSettings, ServerSection, WorkerSettings,
+    WORKER_TOKEN_ENV,
 };
 use serde::Deserialize;
 
@@ -60,13 +62,13 @@ pub struct NtfySection {
     #[serde(default = "default_state_dir")]
     pub state_dir: PathBuf,
     /// One call's limit (connect, send, answer).
-    #[serde(default = "default_request_timeout_ms")]
+    #[serde(default = "defaults::request_timeout_ms")]
     pub request_timeout_ms: u64,
     /// The first pause after a failed publish, doubling up to `max_retry_wait_ms` (never
     /// before ntfy's `Retry-After`).
-    #[serde(default = "default_retry_interval_ms")]
+    #[serde(default = "defaults::retry_interval_ms")]
     pub retry_interval_ms: u64,
-    #[serde(default = "default_max_retry_wait_ms")]
+    #[serde(default = "defaults::max_retry_wait_ms")]
     pub max_retry_wait_ms: u64,
 }
 
@@ -89,15 +91,6 @@ fn default_listen() -> SocketAddr {
 fn default_state_dir() -> PathBuf {
     PathBuf::from("countersign-ntfy-state")
 }
-fn default_request_timeout_ms() -> u64 {
-    10_000
-}
-fn default_retry_interval_ms() -> u64 {
-    1_000
-}
-fn default_max_retry_wait_ms() -> u64 {
-    60_000
-}
 
 /// One configured topic.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,7 +103,9 @@ pub struct Topic {
 /// Everything the worker needs, validated, secrets resolved.
 #[derive(Clone)]
 pub struct Settings {
-    pub server: ServerSettings,
+    /// The server, `[metrics]` and retries (`retry_interval_ms`, `max_retry_wait_ms`); no
+    /// cursor: every start reconciles with a snapshot, the store knows what was shown.
+    pub runtime: RuntimeSettings,
     pub ntfy_url: String,
     pub access_token: Option<String>,
     pub topics: Vec<Topic>,
@@ -119,19 +114,13 @@ pub struct Settings {
     pub public_url: String,
     pub state_dir: PathBuf,
     pub request_timeout: Duration,
-    pub retry_interval: Duration,
-    pub max_retry_wait: Duration,
-    /// How long a shutdown waits for the publishes in flight.
-    pub shutdown_grace: Duration,
-    /// Where `/healthz` and `/metrics` are served (`[metrics] listen`).
-    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Shows everything except the tokens.
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
-            .field("server_url", &self.server.client.url)
+            .field("runtime", &self.runtime)
             .field("ntfy_url", &self.ntfy_url)
             .field(
                 "access_token",
@@ -172,7 +161,12 @@ impl WorkerSettings for Settings {
             topics,
             metrics,
         } = file;
-        let server = server.resolve(env(WORKER_TOKEN_ENV))?;
+        let runtime = RuntimeSettings::from_sections(
+            server,
+            env(WORKER_TOKEN_ENV),
+            metrics,
+            RuntimeSection::from_millis(ntfy.retry_interval_ms, ntfy.max_retry_wait_ms),
+        )?;
         if !is_http_url(&ntfy.server_url) {
             return Err(ConfigError::Invalid(
                 "ntfy.server_url must start with http:// or https://".to_owned(),
@@ -217,8 +211,7 @@ impl WorkerSettings for Settings {
             }
         }
         Ok(Settings {
-            server,
-            metrics_listen: metrics.listen,
+            runtime,
             ntfy_url: ntfy.server_url.trim_end_matches('/').to_owned(),
             access_token: env(ACCESS_TOKEN_ENV),
             topics: resolved,
@@ -227,9 +220,6 @@ impl WorkerSettings for Settings {
             public_url: ntfy.public_url.trim_end_matches('/').to_owned(),
             state_dir: ntfy.state_dir,
             request_timeout: Duration::from_millis(ntfy.request_timeout_ms),
-            retry_interval: Duration::from_millis(ntfy.retry_interval_ms.max(1)),
-            max_retry_wait: Duration::from_millis(ntfy.max_retry_wait_ms),
-            shutdown_grace: Duration::from_secs(10),
         })
     }
 }
@@ -292,7 +282,10 @@ mod tests {
         assert_eq!(settings.ntfy_url, "https://ntfy.example");
         assert_eq!(settings.public_url, "https://a.example");
         assert_eq!(settings.access_token.as_deref(), Some("tk_secret"));
-        assert_eq!(settings.server.client.token.as_deref(), Some("env-worker"));
+        assert_eq!(
+            settings.runtime.server.client.token.as_deref(),
+            Some("env-worker")
+        );
         assert_eq!(settings.topic("ops").unwrap().approver, "alice");
         assert_eq!(settings.topic("bob-phone").unwrap().approver, "bob-phone");
         let shown = format!("{settings:?}");

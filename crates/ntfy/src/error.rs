@@ -4,7 +4,7 @@ use countersign_client::ClientError;
 use countersign_worker::runtime::RuntimeError;
 
 use crate::api::NtfyError;
-use crate::store::StoreError;
+use crate::shown::StoreError;
 
 /// Why the worker stopped.
 #[derive(Debug, thiserror::Error)]

@@ -16,25 +16,24 @@
 //! that runs the worker in its own process.
 
 pub mod api;
+mod channel;
 pub mod config;
 mod error;
 pub mod render;
-pub mod store;
-mod worker;
+pub mod shown;
 
 use std::future::Future;
 
 use countersign_client::Client;
 use countersign_links::pages::Pages;
-use countersign_worker::retry::Backoff;
-use countersign_worker::runtime::{self, RuntimeOptions};
+use countersign_worker::runtime;
 
 use crate::api::NtfyApi;
+use crate::channel::NtfyChannel;
+pub use crate::channel::CHANNEL;
 pub use crate::config::Settings;
 pub use crate::error::WorkerError;
-use crate::store::{Store, StoreError};
-use crate::worker::NtfyChannel;
-pub use crate::worker::CHANNEL;
+use crate::shown::{Store, StoreError};
 
 /// Runs the worker until `shutdown` completes (the publishes in flight are then finished,
 /// within the grace period, and it returns `Ok`) or an error that retrying cannot fix occurs.
@@ -43,7 +42,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), WorkerError> {
     let store = Store::open(&settings.database_path()).await?;
-    let client = Client::connect(settings.server.client.clone())?;
+    let client = Client::connect(settings.runtime.server.client.clone())?;
     let api = NtfyApi::new(
         &settings.ntfy_url,
         settings.access_token.clone(),
@@ -59,21 +58,13 @@ pub async fn run(
             source,
         })?;
     tracing::info!(
-        server = %settings.server.client.url,
+        server = %settings.runtime.server.client.url,
         ntfy = %settings.ntfy_url,
         topics = settings.topics.len(),
         %listen,
         "ntfy worker started"
     );
-    let options = RuntimeOptions {
-        heartbeat_timeout: settings.server.heartbeat_timeout,
-        max_backoff: settings.server.max_backoff,
-        retry: Backoff::new(settings.retry_interval, settings.max_retry_wait),
-        shutdown_grace: settings.shutdown_grace,
-        // Every start reconciles with a snapshot; the store knows what was shown.
-        cursor_path: None,
-        metrics_listen: settings.metrics_listen,
-    };
+    let options = settings.runtime.options();
     let router = pages.clone().router();
     let channel = NtfyChannel::new(client.clone(), api, store, pages, settings);
     let serve = async {

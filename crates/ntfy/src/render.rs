@@ -3,10 +3,10 @@
 //! each with hidden characters made visible ([`agent_text::one_line`]), the action and reason
 //! together under "The agent says", so they cannot pass for the worker's own lines.
 
-use countersign_client::{pb, version, withdrawal};
+use countersign_client::{decider, pb, version, withdrawal};
 use countersign_worker::agent_text;
 use countersign_worker::approval::{
-    decide_elsewhere, format_time, or_dash, outcome_word, prefix, short_id,
+    decide_elsewhere, format_time, or_dash, outcome_word, prefix, risk_word, short_id,
 };
 use pb::{ApprovalState, Risk};
 
@@ -100,11 +100,7 @@ pub fn outcome(approval: &pb::Approval, topic: &str) -> Publish {
 /// buttons and place, and a message of only the tool, the risk, the full id and where else to
 /// decide.
 pub fn minimal(approval: &pb::Approval, refused: Publish) -> Publish {
-    let risk = approval
-        .risk()
-        .as_str_name()
-        .trim_start_matches("RISK_")
-        .to_lowercase();
+    let risk = risk_word(approval.risk());
     Publish {
         message: format!(
             "Tool: {}\nRisk: {risk}\nID: {}\n{}",
@@ -155,14 +151,9 @@ fn resolution_line(approval: &pb::Approval) -> String {
         .decider
         .as_ref()
         .map(|d| {
-            let name = if d.display_name.is_empty() {
-                &d.user_id
-            } else {
-                &d.display_name
-            };
             format!(
                 "{} ({})",
-                agent_text::one_line(name, IDENTITY_LIMIT),
+                agent_text::one_line(decider::name(d), IDENTITY_LIMIT),
                 agent_text::one_line(&d.channel, IDENTITY_LIMIT)
             )
         })
@@ -180,11 +171,7 @@ fn resolution_line(approval: &pb::Approval) -> String {
 /// The message: `first` (the outcome's line, or nothing), then the approval's facts, its
 /// arguments cut so that the whole stays within ntfy's message limit.
 fn body(approval: &pb::Approval, first: String) -> String {
-    let risk = approval
-        .risk()
-        .as_str_name()
-        .trim_start_matches("RISK_")
-        .to_lowercase();
+    let risk = risk_word(approval.risk());
     let mut head = first;
     head.push_str(&format!(
         "Tool: {}\nRisk: {risk}\nAgent: {} · session {}\n",

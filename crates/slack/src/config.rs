@@ -29,8 +29,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use countersign_worker::config::defaults;
 pub use countersign_worker::config::{
-    ConfigError, MetricsSection, ServerSection, ServerSettings, WorkerSettings, WORKER_TOKEN_ENV,
+    ConfigError, MetricsSection, RuntimeSection, RuntimeSettings, ServerSection, WorkerSettings,
+    WORKER_TOKEN_ENV,
 };
 use serde::Deserialize;
 
@@ -68,13 +70,13 @@ pub struct SlackSection {
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
     /// One Web API call's limit.
-    #[serde(default = "default_request_timeout_ms")]
+    #[serde(default = "defaults::request_timeout_ms")]
     pub request_timeout_ms: u64,
     /// The first pause after a failed post or update, doubling up to `max_retry_wait_ms`
     /// (never before Slack's `Retry-After`).
-    #[serde(default = "default_retry_interval_ms")]
+    #[serde(default = "defaults::retry_interval_ms")]
     pub retry_interval_ms: u64,
-    #[serde(default = "default_max_retry_wait_ms")]
+    #[serde(default = "defaults::max_retry_wait_ms")]
     pub max_retry_wait_ms: u64,
 }
 
@@ -110,22 +112,12 @@ fn default_api_url() -> String {
 fn default_state_dir() -> PathBuf {
     PathBuf::from("countersign-slack-state")
 }
-fn default_request_timeout_ms() -> u64 {
-    10_000
-}
-fn default_retry_interval_ms() -> u64 {
-    1_000
-}
-fn default_max_retry_wait_ms() -> u64 {
-    60_000
-}
 
 /// Everything the worker needs, validated, secrets resolved.
 #[derive(Clone)]
 pub struct Settings {
-    pub server: ServerSettings,
-    /// Where `/healthz` and `/metrics` are served (`[metrics] listen`).
-    pub metrics_listen: Option<SocketAddr>,
+    /// The server, `[metrics]` and retries (`retry_interval_ms`, `max_retry_wait_ms`).
+    pub runtime: RuntimeSettings,
     pub api_url: String,
     pub bot_token: String,
     pub taps: Taps,
@@ -134,17 +126,13 @@ pub struct Settings {
     pub allowed_user_ids: Vec<String>,
     pub state_dir: PathBuf,
     pub request_timeout: Duration,
-    pub retry_interval: Duration,
-    pub max_retry_wait: Duration,
-    /// How long a shutdown waits for the posts in flight.
-    pub shutdown_grace: Duration,
 }
 
 /// Shows everything except the tokens.
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
-            .field("server_url", &self.server.client.url)
+            .field("runtime", &self.runtime)
             .field("api_url", &self.api_url)
             .field("channels", &self.channels)
             .field("default_channel", &self.default_channel)
@@ -182,7 +170,12 @@ impl WorkerSettings for Settings {
             slack,
             metrics,
         } = file;
-        let server = server.resolve(env(WORKER_TOKEN_ENV))?;
+        let runtime = RuntimeSettings::from_sections(
+            server,
+            env(WORKER_TOKEN_ENV),
+            metrics,
+            RuntimeSection::from_millis(slack.retry_interval_ms, slack.max_retry_wait_ms),
+        )?;
         let token = |name: &str, prefix: &str, what: &str| match env(name) {
             Some(token) if token.starts_with(prefix) => Ok(token),
             Some(_) => Err(ConfigError::Invalid(format!(
@@ -243,8 +236,7 @@ impl WorkerSettings for Settings {
             }
         }
         Ok(Settings {
-            server,
-            metrics_listen: metrics.listen,
+            runtime,
             api_url: slack.api_url.trim_end_matches('/').to_owned(),
             bot_token,
             taps,
@@ -253,9 +245,6 @@ impl WorkerSettings for Settings {
             allowed_user_ids: slack.allowed_user_ids,
             state_dir: slack.state_dir,
             request_timeout: Duration::from_millis(slack.request_timeout_ms.max(1)),
-            retry_interval: Duration::from_millis(slack.retry_interval_ms.max(1)),
-            max_retry_wait: Duration::from_millis(slack.max_retry_wait_ms),
-            shutdown_grace: Duration::from_secs(10),
         })
     }
 }

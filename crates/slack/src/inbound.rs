@@ -13,10 +13,10 @@ use pb::{Scope, Verdict};
 use slack_morphism::prelude::*;
 
 use crate::api::SlackApi;
+use crate::channel::CHANNEL;
 use crate::config::Settings;
 use crate::render::{self, ALLOW_SESSION, APPROVE, REASON_BLOCK, REASON_INPUT, REJECT};
-use crate::store::Store;
-use crate::worker::CHANNEL;
+use crate::shown::Store;
 
 /// Where an action came from and what it names.
 struct Tap {

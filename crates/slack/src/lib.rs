@@ -12,50 +12,29 @@
 //! that runs the worker in its own process.
 
 pub mod api;
+mod channel;
 pub mod config;
+mod error;
 pub mod http;
 mod inbound;
 pub mod render;
-pub mod store;
-mod worker;
+pub mod shown;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use countersign_client::{Client, ClientError};
-use countersign_worker::retry::Backoff;
-use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions};
-use slack_morphism::errors::SlackClientError;
+use countersign_client::Client;
+use countersign_worker::runtime;
 use slack_morphism::prelude::*;
 
 use crate::api::SlackApi;
+use crate::channel::SlackChannel;
+pub use crate::channel::CHANNEL;
 pub use crate::config::Settings;
 use crate::config::Taps;
+pub use crate::error::WorkerError;
 use crate::inbound::Inbound;
-use crate::store::{Store, StoreError};
-use crate::worker::SlackChannel;
-pub use crate::worker::CHANNEL;
-
-/// Why the worker stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    #[error("countersign server: {0}")]
-    Server(#[from] ClientError),
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("cannot set up the Slack client: {0}")]
-    Tls(#[from] std::io::Error),
-    #[error("cannot start Socket Mode (check SLACK_APP_TOKEN and that Socket Mode is on): {0}")]
-    SocketMode(#[from] SlackClientError),
-    #[error("cannot serve Slack's requests on {addr}: {source}")]
-    Listen {
-        addr: std::net::SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-}
+use crate::shown::Store;
 
 /// Runs the worker until `shutdown` completes (the posts in flight are then finished, within
 /// the grace period, and it returns `Ok`) or an error that retrying cannot fix occurs.
@@ -64,7 +43,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), WorkerError> {
     let store = Store::open(&settings.state_dir)?;
-    let client = Client::connect(settings.server.client.clone())?;
+    let client = Client::connect(settings.runtime.server.client.clone())?;
     let slack = Arc::new(api::client(&settings.api_url)?);
     let api = SlackApi::new(slack.clone(), &settings.bot_token, settings.request_timeout);
     let inbound = Arc::new(Inbound::new(
@@ -95,20 +74,12 @@ pub async fn run(
         }
     };
     tracing::info!(
-        server = %settings.server.client.url,
+        server = %settings.runtime.server.client.url,
         slack = %settings.api_url,
         channels = settings.channels.len(),
         "slack worker started"
     );
-    let options = RuntimeOptions {
-        heartbeat_timeout: settings.server.heartbeat_timeout,
-        max_backoff: settings.server.max_backoff,
-        retry: Backoff::new(settings.retry_interval, settings.max_retry_wait),
-        shutdown_grace: settings.shutdown_grace,
-        // Every start reconciles with a snapshot; the store knows what was shown.
-        cursor_path: None,
-        metrics_listen: settings.metrics_listen,
-    };
+    let options = settings.runtime.options();
     let channel = SlackChannel::new(client.clone(), api, store, settings.clone());
     let result = tokio::select! {
         result = runtime::run(client, channel, options, shutdown) => result.map_err(WorkerError::from),

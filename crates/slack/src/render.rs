@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use countersign_client::{pb, version, withdrawal};
+use countersign_client::{decider, pb, version, withdrawal};
 use countersign_worker::agent_text::{self, Measure};
 use countersign_worker::approval;
 use countersign_worker::approval::{format_time, or_dash, outcome_word, prefix, short_id};
@@ -130,7 +130,7 @@ pub fn minimal_message(approval: &pb::Approval) -> SlackMessageContent {
     } else {
         format!("{}: {tool}", outcome_word(approval))
     };
-    let risk = approval.risk().as_str_name().trim_start_matches("RISK_");
+    let risk = approval::risk_word(approval.risk()).to_uppercase();
     let mut blocks: Vec<SlackBlock> = vec![
         SlackHeaderBlock::new(pt!(title.clone())).into(),
         section(format!(
@@ -204,7 +204,7 @@ fn section(text: String) -> SlackBlock {
 }
 
 fn facts(approval: &pb::Approval) -> String {
-    let risk = approval.risk().as_str_name().trim_start_matches("RISK_");
+    let risk = approval::risk_word(approval.risk()).to_uppercase();
     let mut facts = format!(
         "*Tool:* {}\n*Risk:* {}\n*Agent:* {} · session {}\n",
         code(&approval.tool_name, TOOL_LIMIT),
@@ -224,10 +224,10 @@ fn status(approval: &pb::Approval) -> String {
     let state = approval.state();
     let line = match state {
         ApprovalState::Pending => {
-            let required = approval.required_approvals.max(1) as usize;
-            let approvers: Vec<&pb::Decider> = version::current_approvals(approval)
-                .filter_map(|decision| decision.decider.as_ref())
-                .collect();
+            let approval::Progress {
+                required,
+                approvers,
+            } = approval::progress(approval);
             if required == 1 {
                 return "⏳ Waiting for a decision".to_owned();
             }
@@ -283,14 +283,9 @@ fn names(deciders: &[&pb::Decider]) -> String {
         .iter()
         .take(NAMED_APPROVERS)
         .map(|decider| {
-            let name = if decider.display_name.is_empty() {
-                &decider.user_id
-            } else {
-                &decider.display_name
-            };
             format!(
                 "{} ({})",
-                code(name, NAME_LIMIT),
+                code(decider::name(decider), NAME_LIMIT),
                 escape_within(
                     &agent_text::one_line(&decider.channel, NAME_LIMIT),
                     NAME_LIMIT

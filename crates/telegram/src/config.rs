@@ -20,13 +20,12 @@
 //! # listen = "127.0.0.1:9091"
 //! ```
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use countersign_worker::config::{env_var, read_toml};
 pub use countersign_worker::config::{
-    ConfigError, MetricsSection, ServerSection, WORKER_TOKEN_ENV, WORKER_TOKEN_NEEDED,
+    ConfigError, MetricsSection, RuntimeSection, RuntimeSettings, ServerSection, WorkerSettings,
+    WORKER_TOKEN_ENV, WORKER_TOKEN_NEEDED,
 };
 use serde::Deserialize;
 
@@ -134,32 +133,19 @@ fn default_state_dir() -> PathBuf {
 /// Everything the worker needs, validated, secrets resolved.
 #[derive(Clone)]
 pub struct Settings {
-    pub server_url: String,
-    pub worker_token: Option<String>,
-    pub ca_cert_pem: Option<Vec<u8>>,
-    pub connect_timeout: Duration,
-    pub heartbeat_timeout: Duration,
-    pub max_backoff: Duration,
+    /// The server, `[metrics]`, retries (`retry_interval_secs`, `max_retry_wait_secs`) and the
+    /// watch cursor (`state_dir/watch-cursor`).
+    pub runtime: RuntimeSettings,
     pub bot_token: String,
     pub api_url: String,
     pub default_chat_id: Option<i64>,
     pub allowed_user_ids: Vec<i64>,
     pub buttons: Vec<ButtonAction>,
     pub poll_timeout_secs: u32,
-    /// The longest pause between two attempts of a failing call.
-    pub max_retry_wait: Duration,
     /// The first pause after a failed Bot API poll (doubling up to `max_backoff`).
     pub poll_error_backoff: Duration,
-    /// The first pause before a failed send or edit is tried again.
-    pub retry_interval: Duration,
     /// The outbox file.
     pub outbox_path: PathBuf,
-    /// The watch cursor file: the seq a restarted worker resumes after.
-    pub cursor_path: PathBuf,
-    /// How long a shutdown waits for the messages being sent or edited.
-    pub shutdown_grace: Duration,
-    /// Where `/healthz` and `/metrics` are served (`[metrics] listen`).
-    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Settings {
@@ -176,30 +162,34 @@ impl Settings {
             },
             metrics: MetricsSection::default(),
         };
-        Settings::from_file(file, None, None)
+        Settings::from_file(file, |_| None)
     }
+}
 
-    /// Reads the file at `path`; `COUNTERSIGN_WORKER_TOKEN` and `TELEGRAM_BOT_TOKEN` override
-    /// the tokens in it.
-    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
-        let file: FileConfig = read_toml(path)?;
-        Settings::from_file(file, env_var(WORKER_TOKEN_ENV), env_var(BOT_TOKEN_ENV))
-    }
+/// `COUNTERSIGN_WORKER_TOKEN` and `TELEGRAM_BOT_TOKEN` override the tokens in the file.
+impl WorkerSettings for Settings {
+    type File = FileConfig;
 
-    /// Validates a parsed file; tokens from the environment win over those in the file.
-    pub fn from_file(
+    fn from_file(
         file: FileConfig,
-        worker_token_env: Option<String>,
-        bot_token_env: Option<String>,
+        env: impl Fn(&str) -> Option<String>,
     ) -> Result<Settings, ConfigError> {
         let FileConfig {
             server,
             telegram,
             metrics,
         } = file;
-        let ca_cert_pem = server.ca_cert_pem()?;
-        let connect_timeout = server.connect_timeout()?;
-        let bot_token = bot_token_env.or(telegram.bot_token).ok_or_else(|| {
+        let runtime = RuntimeSettings::from_sections(
+            server,
+            env(WORKER_TOKEN_ENV),
+            metrics,
+            RuntimeSection {
+                retry_interval: Duration::from_secs(telegram.retry_interval_secs.max(1)),
+                max_retry_wait: Duration::from_secs(telegram.max_retry_wait_secs),
+                cursor_path: Some(telegram.state_dir.join("watch-cursor")),
+            },
+        )?;
+        let bot_token = env(BOT_TOKEN_ENV).or(telegram.bot_token).ok_or_else(|| {
             ConfigError::Invalid(format!(
                 "no bot token: set {BOT_TOKEN_ENV} (or telegram.bot_token)"
             ))
@@ -221,25 +211,15 @@ impl Settings {
             }
         }
         Ok(Settings {
-            server_url: server.url,
-            worker_token: worker_token_env.or(server.token),
-            ca_cert_pem,
-            connect_timeout,
-            heartbeat_timeout: Duration::from_secs(server.heartbeat_timeout_secs),
-            max_backoff: Duration::from_secs(server.max_backoff_secs),
+            runtime,
             bot_token,
             api_url: telegram.api_url,
             default_chat_id: telegram.default_chat_id,
             allowed_user_ids: telegram.allowed_user_ids,
             buttons,
             poll_timeout_secs: telegram.poll_timeout_secs,
-            max_retry_wait: Duration::from_secs(telegram.max_retry_wait_secs),
             poll_error_backoff: Duration::from_secs(1),
-            retry_interval: Duration::from_secs(telegram.retry_interval_secs.max(1)),
             outbox_path: telegram.state_dir.join("outbox.jsonl"),
-            cursor_path: telegram.state_dir.join("watch-cursor"),
-            shutdown_grace: Duration::from_secs(10),
-            metrics_listen: metrics.listen,
         })
     }
 }
@@ -248,17 +228,12 @@ impl Settings {
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
-            .field("server_url", &self.server_url)
-            .field(
-                "worker_token",
-                &self.worker_token.as_ref().map(|_| "<redacted>"),
-            )
+            .field("runtime", &self.runtime)
             .field("api_url", &self.api_url)
             .field("default_chat_id", &self.default_chat_id)
             .field("allowed_user_ids", &self.allowed_user_ids)
             .field("buttons", &self.buttons)
             .field("outbox_path", &self.outbox_path)
-            .field("cursor_path", &self.cursor_path)
             .finish_non_exhaustive()
     }
 }
@@ -287,9 +262,16 @@ mod tests {
             poll_timeout_secs = 5
             "#,
         );
-        let settings =
-            Settings::from_file(file, Some("env-worker".into()), Some("env-bot".into())).unwrap();
-        assert_eq!(settings.worker_token.as_deref(), Some("env-worker"));
+        let settings = Settings::from_file(file, |name| match name {
+            WORKER_TOKEN_ENV => Some("env-worker".into()),
+            BOT_TOKEN_ENV => Some("env-bot".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(
+            settings.runtime.server.client.token.as_deref(),
+            Some("env-worker")
+        );
         assert_eq!(settings.bot_token, "env-bot");
         assert_eq!(settings.api_url, "http://127.0.0.1:8081");
         assert_eq!(settings.default_chat_id, Some(-100123));
@@ -317,8 +299,11 @@ mod tests {
             bot_token = "file-bot-token"
             "#,
         );
-        let settings = Settings::from_file(file, None, None).unwrap();
-        assert_eq!(settings.worker_token.as_deref(), Some("file-worker-token"));
+        let settings = Settings::from_file(file, |_| None).unwrap();
+        assert_eq!(
+            settings.runtime.server.client.token.as_deref(),
+            Some("file-worker-token")
+        );
         assert_eq!(settings.bot_token, "file-bot-token");
         assert_eq!(settings.api_url, "https://api.telegram.org");
         assert_eq!(settings.buttons, ButtonAction::ALL.to_vec());
@@ -328,7 +313,7 @@ mod tests {
     #[test]
     fn mistakes_are_refused_with_a_reason() {
         let no_token = parse("[server]\nurl = \"http://127.0.0.1:1\"\n");
-        let error = Settings::from_file(no_token, None, None).unwrap_err();
+        let error = Settings::from_file(no_token, |_| None).unwrap_err();
         assert!(error.to_string().contains(BOT_TOKEN_ENV), "{error}");
 
         let unknown_button: Result<FileConfig, _> =
@@ -340,6 +325,7 @@ mod tests {
         assert!(typo.is_err());
 
         let no_buttons = parse("[server]\nurl = \"http://x\"\n[telegram]\nbuttons = []\n");
-        assert!(Settings::from_file(no_buttons, None, Some("t".into())).is_err());
+        let bot_token = |name: &str| (name == BOT_TOKEN_ENV).then(|| "t".to_owned());
+        assert!(Settings::from_file(no_buttons, bot_token).is_err());
     }
 }

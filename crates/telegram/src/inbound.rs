@@ -11,13 +11,13 @@ use countersign_worker::runtime::ShowRequests;
 use pb::{Scope, Verdict};
 use teloxide::types::{CallbackQuery, InlineKeyboardButtonKind, Message, Update, UpdateKind, User};
 
-use crate::book::MessageBook;
-use crate::bot_api::BotApi;
+use crate::api::BotApi;
 use crate::callback::{ButtonAction, CallbackData};
+use crate::channel::CHANNEL;
 use crate::command::parse_command;
 use crate::config::Settings;
 use crate::render::{decision_outcome_text, escape};
-use crate::worker::CHANNEL;
+use crate::shown::MessageBook;
 
 /// Callback answers.
 const ANSWER_UNKNOWN_BUTTON: &str = "Unknown or outdated button";
@@ -74,7 +74,7 @@ impl Inbound {
                         tracing::warn!(retry_in_ms, %error, "polling Telegram for updates failed");
                     }
                     tokio::time::sleep(wait).await;
-                    pause = (pause * 2).min(self.settings.max_backoff);
+                    pause = (pause * 2).min(self.settings.runtime.server.max_backoff);
                 }
             }
         }
@@ -300,7 +300,7 @@ impl Inbound {
 
     /// Backoff for calls retried in line (callback answers, replies).
     fn call_backoff(&self) -> Backoff {
-        Backoff::new(Duration::from_millis(200), self.settings.max_retry_wait)
+        Backoff::new(Duration::from_millis(200), self.settings.runtime.retry.max)
     }
 
     /// Replies to a command, retrying what may pass (a 5xx, a flood wait) a few times, briefly:
@@ -309,7 +309,7 @@ impl Inbound {
         let sent = retry_in_line(
             self.call_backoff(),
             3,
-            self.settings.max_retry_wait.min(REPLY_MAX_WAIT),
+            self.settings.runtime.retry.max.min(REPLY_MAX_WAIT),
             "sendMessage",
             || self.bot.send_message(chat_id, html, &[], Some(message_id)),
         )

@@ -18,42 +18,30 @@
 //!
 //! [`run`] is the entry point used by the `countersign-telegram` binary and by tests.
 
-mod book;
-pub mod bot_api;
+pub mod api;
 pub mod callback;
+mod channel;
 pub mod command;
 pub mod config;
+mod error;
 mod inbound;
 pub mod render;
-mod worker;
+mod shown;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use countersign_client::{Client, ClientConfig, ClientError};
-use countersign_worker::outbox::{Outbox, OutboxError};
-use countersign_worker::retry::Backoff;
-use countersign_worker::runtime::{self, RuntimeError, RuntimeOptions};
+use countersign_client::Client;
+use countersign_worker::outbox::Outbox;
+use countersign_worker::runtime;
 
-use crate::book::MessageBook;
-use crate::bot_api::{BotApi, BotApiError};
+use crate::api::{BotApi, BotApiError};
+use crate::channel::TelegramChannel;
+pub use crate::channel::CHANNEL;
 pub use crate::config::Settings;
+pub use crate::error::WorkerError;
 use crate::inbound::Inbound;
-use crate::worker::TelegramChannel;
-pub use crate::worker::CHANNEL;
-
-/// Why the worker stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    #[error("Telegram: {0}")]
-    Telegram(#[from] BotApiError),
-    #[error("countersign server: {0}")]
-    Server(#[from] ClientError),
-    #[error(transparent)]
-    Outbox(#[from] OutboxError),
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-}
+use crate::shown::MessageBook;
 
 /// Runs the worker until `shutdown` completes (then the messages being sent or edited are
 /// finished, within the configured grace, and it returns `Ok`) or an error that retrying
@@ -64,12 +52,7 @@ pub async fn run(
 ) -> Result<(), WorkerError> {
     let bot = BotApi::new(&settings.bot_token, &settings.api_url)?;
     let outbox = Outbox::open(&settings.outbox_path)?;
-    let client = Client::connect(ClientConfig {
-        url: settings.server_url.clone(),
-        token: settings.worker_token.clone(),
-        ca_cert_pem: settings.ca_cert_pem.clone(),
-        connect_timeout: settings.connect_timeout,
-    })?;
+    let client = Client::connect(settings.runtime.server.client.clone())?;
     let book = Arc::new(MessageBook::default());
     let (shows, queue) = runtime::show_requests();
     let unsettled = outbox.all_unsettled().len();
@@ -92,20 +75,13 @@ pub async fn run(
     };
     tracing::info!(
         bot = %bot_username,
-        server = %settings.server_url,
+        server = %settings.runtime.server.client.url,
         default_chat_id = ?settings.default_chat_id,
         allowlisted_users = settings.allowed_user_ids.len(),
         unsettled_outbox_entries = unsettled,
         "Telegram worker started"
     );
-    let options = RuntimeOptions {
-        heartbeat_timeout: settings.heartbeat_timeout,
-        max_backoff: settings.max_backoff,
-        retry: Backoff::new(settings.retry_interval, settings.max_retry_wait),
-        shutdown_grace: settings.shutdown_grace,
-        cursor_path: Some(settings.cursor_path.clone()),
-        metrics_listen: settings.metrics_listen,
-    };
+    let options = settings.runtime.options();
     let inbound = Arc::new(Inbound {
         client: client.clone(),
         bot,
@@ -136,7 +112,7 @@ async fn connect_to_telegram(bot: &BotApi, settings: &Settings) -> Result<String
                 let wait = pause.max(error.retry_after().unwrap_or_default());
                 tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "cannot reach the Telegram Bot API");
                 tokio::time::sleep(wait).await;
-                pause = (pause * 2).min(settings.max_backoff);
+                pause = (pause * 2).min(settings.runtime.server.max_backoff);
             }
             Err(error) => return Err(error),
         }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use countersign_telegram::config::{BOT_TOKEN_ENV, WORKER_TOKEN_ENV, WORKER_TOKEN_NEEDED};
 use countersign_telegram::Settings;
+use countersign_worker::config::WorkerSettings;
 use countersign_worker::logging::{self, LogFormat};
 
 /// Shows countersign approval requests in Telegram with inline Approve / Reject / Allow for

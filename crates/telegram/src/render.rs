@@ -5,10 +5,11 @@
 //! an edit that changes nothing is recognised (and Telegram's "message is not modified" is
 //! expected, not an error).
 
-use countersign_client::{groups, pb, version};
+use countersign_client::{decider, groups, pb, version};
 use pb::{ApprovalState, ResolvedBy, Risk, Scope, Verdict};
 
 use countersign_worker::agent_text::{self, Measure};
+use countersign_worker::approval;
 use countersign_worker::approval::{
     cancelled_word, decide_elsewhere, format_time, or_dash, reminder_detail, short_id,
 };
@@ -342,13 +343,13 @@ fn status_html(approval: &pb::Approval) -> String {
 }
 
 fn pending_html(approval: &pb::Approval) -> String {
-    let required = approval.required_approvals.max(1) as usize;
+    let approval::Progress {
+        required,
+        approvers,
+    } = approval::progress(approval);
     if required == 1 {
         return "⏳ Waiting for a decision".to_owned();
     }
-    let approvers: Vec<&pb::Decider> = version::current_approvals(approval)
-        .filter_map(|decision| decision.decider.as_ref())
-        .collect();
     let mut html = format!("⏳ Waiting: {} of {required} approvals", approvers.len());
     if !approvers.is_empty() {
         html.push_str(&format!(" (by {})", names_html(&approvers)));
@@ -445,11 +446,7 @@ fn resolved_at(approval: &pb::Approval) -> Option<i64> {
 /// A decider as people know them: the display name, else the user id; with the channel when
 /// the decision came from elsewhere.
 pub fn decider_name(decider: &pb::Decider) -> String {
-    let name = if decider.display_name.is_empty() {
-        decider.user_id.clone()
-    } else {
-        decider.display_name.clone()
-    };
+    let name = decider::name(decider).to_owned();
     if decider.channel.is_empty() || decider.channel == "telegram" {
         name
     } else {

@@ -2,23 +2,13 @@
 //! plain text: the templates escape it (askama escapes HTML by default), so agent text can
 //! never become markup.
 
-use countersign_client::{groups, pb, version, Timestamp};
+use countersign_client::{decider, groups, pb, version, Timestamp};
 use countersign_worker::agent_text::one_line;
-use countersign_worker::approval::cancelled_word;
+use countersign_worker::approval::{cancelled_word, risk_word};
 use serde_json::Value;
 
 /// The longest action shown in a list row.
 const ROW_ACTION_CHARS: usize = 200;
-
-pub fn risk_label(risk: pb::Risk) -> &'static str {
-    match risk {
-        pb::Risk::Unspecified => "unspecified",
-        pb::Risk::Low => "low",
-        pb::Risk::Medium => "medium",
-        pb::Risk::High => "high",
-        pb::Risk::Critical => "critical",
-    }
-}
 
 pub fn state_label(state: pb::ApprovalState) -> &'static str {
     match state {
@@ -50,8 +40,7 @@ pub fn time_text(at: Option<&Timestamp>) -> String {
 
 fn decider_text(decider: Option<&pb::Decider>) -> String {
     match decider {
-        Some(d) if !d.display_name.is_empty() => format!("{} ({})", d.display_name, d.channel),
-        Some(d) => format!("{} ({})", d.user_id, d.channel),
+        Some(d) => decider::name_and_channel(d),
         None => "unknown".into(),
     }
 }
@@ -98,7 +87,7 @@ impl Row {
             session: one_line(&approval.session_id, 128),
             tool: one_line(&approval.tool_name, 128),
             action: one_line(&approval.action, ROW_ACTION_CHARS),
-            risk: risk_label(approval.risk()),
+            risk: risk_word(approval.risk()),
             risk_rank: approval.risk() as u8,
             state: state_label(approval.state()),
             created_ms: millis(approval.created_at.as_ref()),
@@ -142,7 +131,7 @@ impl Filters {
     pub fn admit(&self, approval: &pb::Approval) -> bool {
         (self.agent.is_empty() || self.agent == approval.agent_id)
             && (self.tool.is_empty() || self.tool == approval.tool_name)
-            && (self.risk.is_empty() || self.risk == risk_label(approval.risk()))
+            && (self.risk.is_empty() || self.risk == risk_word(approval.risk()))
     }
 }
 

@@ -30,9 +30,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use countersign_worker::config::defaults;
 pub use countersign_worker::config::{
-    ConfigError, MetricsSection, ServerSection, WorkerSettings, WORKER_TOKEN_ENV,
-    WORKER_TOKEN_NEEDED,
+    ConfigError, MetricsSection, RuntimeSection, RuntimeSettings, ServerSection, WorkerSettings,
+    WORKER_TOKEN_ENV, WORKER_TOKEN_NEEDED,
 };
 use serde::Deserialize;
 
@@ -64,7 +65,7 @@ pub struct WebhookSection {
     #[serde(default)]
     pub default_endpoints: Vec<String>,
     /// One delivery attempt's limit (connect, send, answer).
-    #[serde(default = "default_request_timeout_ms")]
+    #[serde(default = "defaults::request_timeout_ms")]
     pub request_timeout_ms: u64,
     /// The first pause after a failed attempt, doubling up to `max_retry_wait_ms`.
     #[serde(default = "default_retry_interval_ms")]
@@ -83,7 +84,7 @@ impl Default for WebhookSection {
             listen: default_listen(),
             public_url: String::new(),
             default_endpoints: Vec::new(),
-            request_timeout_ms: default_request_timeout_ms(),
+            request_timeout_ms: defaults::request_timeout_ms(),
             retry_interval_ms: default_retry_interval_ms(),
             max_retry_wait_ms: default_max_retry_wait_ms(),
             give_up_after_secs: default_give_up_after_secs(),
@@ -116,9 +117,6 @@ fn default_state_dir() -> PathBuf {
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 8787))
 }
-fn default_request_timeout_ms() -> u64 {
-    10_000
-}
 fn default_retry_interval_ms() -> u64 {
     5_000
 }
@@ -143,32 +141,24 @@ pub struct Endpoint {
 /// Everything the worker needs, validated, secrets resolved.
 #[derive(Clone)]
 pub struct Settings {
-    /// Where `/healthz` and `/metrics` are served (`[metrics] listen`).
-    pub metrics_listen: Option<SocketAddr>,
-    pub server_url: String,
-    pub worker_token: Option<String>,
-    pub ca_cert_pem: Option<Vec<u8>>,
-    pub connect_timeout: Duration,
-    pub heartbeat_timeout: Duration,
-    pub max_backoff: Duration,
+    /// The server, `[metrics]` and retries (`retry_interval_ms`, `max_retry_wait_ms`, also the
+    /// deliveries' backoff); no cursor: every start reconciles with a snapshot against the
+    /// queue.
+    pub runtime: RuntimeSettings,
     pub state_dir: PathBuf,
     pub listen: SocketAddr,
     pub public_url: String,
     pub endpoints: Vec<Endpoint>,
     pub default_endpoints: Vec<String>,
     pub request_timeout: Duration,
-    pub retry_interval: Duration,
-    pub max_retry_wait: Duration,
     pub give_up_after: Duration,
-    /// How long a shutdown waits for deliveries in flight.
-    pub shutdown_grace: Duration,
 }
 
 /// Shows everything except secrets.
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
-            .field("server_url", &self.server_url)
+            .field("runtime", &self.runtime)
             .field("state_dir", &self.state_dir)
             .field("listen", &self.listen)
             .field("public_url", &self.public_url)
@@ -193,8 +183,12 @@ impl WorkerSettings for Settings {
             endpoints,
             metrics,
         } = file;
-        let ca_cert_pem = server.ca_cert_pem()?;
-        let connect_timeout = server.connect_timeout()?;
+        let runtime = RuntimeSettings::from_sections(
+            server,
+            env(WORKER_TOKEN_ENV),
+            metrics,
+            RuntimeSection::from_millis(webhook.retry_interval_ms, webhook.max_retry_wait_ms),
+        )?;
         let mut names = HashSet::new();
         let mut resolved = Vec::new();
         for endpoint in endpoints {
@@ -252,23 +246,14 @@ impl WorkerSettings for Settings {
             ));
         }
         Ok(Settings {
-            metrics_listen: metrics.listen,
-            server_url: server.url,
-            worker_token: env(WORKER_TOKEN_ENV).or(server.token),
-            ca_cert_pem,
-            connect_timeout,
-            heartbeat_timeout: Duration::from_secs(server.heartbeat_timeout_secs),
-            max_backoff: Duration::from_secs(server.max_backoff_secs),
+            runtime,
             state_dir: webhook.state_dir,
             listen: webhook.listen,
             public_url: webhook.public_url.trim_end_matches('/').to_owned(),
             endpoints: resolved,
             default_endpoints: webhook.default_endpoints,
             request_timeout: Duration::from_millis(webhook.request_timeout_ms),
-            retry_interval: Duration::from_millis(webhook.retry_interval_ms.max(1)),
-            max_retry_wait: Duration::from_millis(webhook.max_retry_wait_ms),
             give_up_after: Duration::from_secs(webhook.give_up_after_secs),
-            shutdown_grace: Duration::from_secs(10),
         })
     }
 }

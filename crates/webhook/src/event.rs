@@ -6,6 +6,7 @@
 use countersign_client::pb;
 use countersign_links::store::NewLink;
 use countersign_links::{expires_ms, LinkVerdict};
+use countersign_worker::approval::risk_word;
 use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
@@ -94,7 +95,7 @@ pub fn requested(
             "args_digest": approval.args_digest,
             "action": approval.action,
             "reason": approval.reason,
-            "risk": approval.risk().as_str_name().trim_start_matches("RISK_").to_lowercase(),
+            "risk": risk_word(approval.risk()),
             "required_approvals": approval.required_approvals,
             "labels": approval.labels,
             "created_at": rfc3339(approval.created_at.as_ref()),

@@ -13,8 +13,8 @@
 //! approval and graceful shutdown; the deliveries use its retry verdicts and backoff
 //! honouring Retry-After.
 
+pub mod channel;
 pub mod config;
-pub mod deliver;
 mod error;
 pub mod event;
 pub mod signature;
@@ -23,15 +23,14 @@ pub mod store;
 use std::future::Future;
 use std::sync::Arc;
 
-use countersign_client::{Client, ClientConfig};
+use countersign_client::Client;
 use countersign_links::pages::Pages;
 use countersign_worker::lanes::Lanes;
-use countersign_worker::retry::Backoff;
-use countersign_worker::runtime::{self, RuntimeOptions};
+use countersign_worker::runtime;
 
+pub use crate::channel::CHANNEL;
+use crate::channel::{Deliveries, Queue};
 pub use crate::config::Settings;
-pub use crate::deliver::CHANNEL;
-use crate::deliver::{Deliveries, Queue};
 pub use crate::error::WorkerError;
 use crate::store::{Store, StoreError};
 
@@ -48,12 +47,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), WorkerError> {
     let store = open_store(&settings).await?;
-    let client = Client::connect(ClientConfig {
-        url: settings.server_url.clone(),
-        token: settings.worker_token.clone(),
-        ca_cert_pem: settings.ca_cert_pem.clone(),
-        connect_timeout: settings.connect_timeout,
-    })?;
+    let client = Client::connect(settings.runtime.server.client.clone())?;
     let form_key = store.links().form_key().await.map_err(StoreError::from)?;
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
@@ -65,22 +59,14 @@ pub async fn run(
     let lanes = Lanes::new();
     // The lanes' jobs hold the deliveries; dropping this future (a kill in tests) stops them.
     let _stop_lanes = lanes.abort_on_drop();
-    let grace = settings.shutdown_grace;
+    let grace = settings.runtime.shutdown_grace;
     tracing::info!(
-        server = %settings.server_url,
+        server = %settings.runtime.server.client.url,
         endpoints = settings.endpoints.len(),
         listen = %settings.listen,
         "webhook worker started"
     );
-    let options = RuntimeOptions {
-        heartbeat_timeout: settings.heartbeat_timeout,
-        max_backoff: settings.max_backoff,
-        retry: Backoff::new(settings.retry_interval, settings.max_retry_wait),
-        shutdown_grace: grace,
-        // Every start reconciles with a snapshot; the SQLite queue keeps what was queued.
-        cursor_path: None,
-        metrics_listen: settings.metrics_listen,
-    };
+    let options = settings.runtime.options();
     let deliveries = Arc::new(Deliveries::new(store, settings, lanes.clone())?);
     let serve = async {
         axum::serve(listener, pages)

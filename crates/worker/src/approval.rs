@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use countersign_client::{pb, withdrawal, Client, ClientError};
+use countersign_client::{pb, version, withdrawal, Client, ClientError};
 
 /// Whether a session grant approved the approval at once (no one was asked): channels post a
 /// short notice, so approvers see every use of the grants they gave.
@@ -56,6 +56,34 @@ pub fn cancelled_word(approval: &pb::Approval) -> &'static str {
         "Withdrawn"
     } else {
         "Cancelled"
+    }
+}
+
+/// The risk in a lowercase word (`high`), as plain-text channels and the web inbox show it.
+pub fn risk_word(risk: pb::Risk) -> &'static str {
+    match risk {
+        pb::Risk::Unspecified => "unspecified",
+        pb::Risk::Low => "low",
+        pb::Risk::Medium => "medium",
+        pb::Risk::High => "high",
+        pb::Risk::Critical => "critical",
+    }
+}
+
+/// A pending approval's quorum progress: how many approvals it needs (at least one) and who
+/// approved its current version so far.
+pub struct Progress<'a> {
+    pub required: usize,
+    pub approvers: Vec<&'a pb::Decider>,
+}
+
+/// The quorum progress every channel shows while an approval is pending.
+pub fn progress(approval: &pb::Approval) -> Progress<'_> {
+    Progress {
+        required: approval.required_approvals.max(1) as usize,
+        approvers: version::current_approvals(approval)
+            .filter_map(|decision| decision.decider.as_ref())
+            .collect(),
     }
 }
 
@@ -177,6 +205,64 @@ pub fn route_targets<'a>(approval: &'a pb::Approval, channel: &str) -> Vec<&'a s
         .filter(|route| route.channel == channel)
         .map(|route| route.target.trim())
         .collect()
+}
+
+/// The places of a channel (its configured chats, channels or topics) an approval goes to:
+/// for each of [`route_targets`], the place it names when `configured` knows it, else the
+/// `default` place (a target naming no configured place is logged with `unknown`: the approval
+/// still reaches approvers, and an agent still cannot send anywhere else); without a default,
+/// nowhere (logged with `no_default`). Each place once, in order.
+pub fn configured_places<'a, T: PartialEq + ?Sized>(
+    approval: &pb::Approval,
+    channel: &str,
+    configured: impl Fn(&str) -> Option<&'a T>,
+    default: Option<&'a T>,
+    unknown: &str,
+    no_default: &str,
+) -> Vec<&'a T> {
+    let mut places: Vec<&'a T> = Vec::new();
+    for target in route_targets(approval, channel) {
+        let known = configured(target);
+        if !target.is_empty() && known.is_none() {
+            tracing::warn!(approval_id = %approval.id, target = ?target, "{unknown}");
+        }
+        let Some(place) = known.or(default) else {
+            tracing::warn!(approval_id = %approval.id, "{no_default}");
+            continue;
+        };
+        if !places.contains(&place) {
+            places.push(place);
+        }
+    }
+    places
+}
+
+/// Records a message on the server (`RecordDelivery`) unless the approval already carries a
+/// delivery of `channel` to `target`. Best effort: the channel's own record of what it showed
+/// is what a restarted worker goes by, so a failure is only logged.
+pub async fn record_delivery_once(
+    client: &Client,
+    approval: &pb::Approval,
+    channel: &str,
+    target: &str,
+    message_ref: String,
+) {
+    let recorded = approval
+        .deliveries
+        .iter()
+        .any(|d| d.channel == channel && d.target == target);
+    if recorded {
+        return;
+    }
+    let request = pb::RecordDeliveryRequest {
+        approval_id: approval.id.clone(),
+        channel: channel.to_owned(),
+        target: target.to_owned(),
+        message_ref,
+    };
+    if let Err(error) = client.record_delivery(request).await {
+        tracing::warn!(approval_id = %approval.id, %error, "cannot record the delivery on the server");
+    }
 }
 
 #[cfg(test)]

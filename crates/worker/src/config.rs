@@ -1,10 +1,18 @@
 //! The parts of a worker's configuration every channel shares: the `[server]` and `[metrics]`
-//! sections, how the TOML file is read, and the errors that name what is wrong.
+//! sections, the runtime's part of a channel's section ([`RuntimeSection`]), the one settings
+//! shape every channel's `Settings` embed ([`RuntimeSettings`], turned into the runtime's
+//! [`RuntimeOptions`] by [`RuntimeSettings::options`]), the defaults channel sections share,
+//! how the TOML file is read, and the errors that name what is wrong.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+
+use crate::retry::Backoff;
+use crate::runtime::RuntimeOptions;
 
 /// The environment variable holding the worker's token for the countersign server.
 pub const WORKER_TOKEN_ENV: &str = "COUNTERSIGN_WORKER_TOKEN";
@@ -212,6 +220,116 @@ impl ServerSection {
 #[serde(deny_unknown_fields)]
 pub struct MetricsSection {
     pub listen: Option<std::net::SocketAddr>,
+}
+
+/// The runtime's part of a channel's section: how a failing platform write is retried and
+/// where the watch cursor is kept. Each channel names the keys in its own section, in the units
+/// its README documents (which differ between channels and stay as they were), and builds
+/// this from them.
+#[derive(Clone, Debug)]
+pub struct RuntimeSection {
+    /// The first pause before a failed write is tried again (doubling, per approval).
+    pub retry_interval: Duration,
+    /// The longest pause between two attempts (a platform's retry-after is always honoured).
+    pub max_retry_wait: Duration,
+    /// Where the watch cursor is kept; `None`: every start takes a snapshot and reconciles.
+    pub cursor_path: Option<PathBuf>,
+}
+
+impl RuntimeSection {
+    /// The section of a channel whose keys are `retry_interval_ms` (at least 1) and
+    /// `max_retry_wait_ms`, without a cursor: every start takes a snapshot and reconciles.
+    pub fn from_millis(retry_interval_ms: u64, max_retry_wait_ms: u64) -> RuntimeSection {
+        RuntimeSection {
+            retry_interval: Duration::from_millis(retry_interval_ms.max(1)),
+            max_retry_wait: Duration::from_millis(max_retry_wait_ms),
+            cursor_path: None,
+        }
+    }
+}
+
+/// What every channel's `Settings` embed (as their `runtime` field): the server resolved,
+/// where `/healthz` and `/metrics` are served, and how the runtime retries, stops and
+/// resumes. (No `Debug`: it holds the worker token.)
+#[derive(Clone)]
+pub struct RuntimeSettings {
+    pub server: ServerSettings,
+    /// Where `/healthz` and `/metrics` are served (`[metrics] listen`).
+    pub metrics_listen: Option<SocketAddr>,
+    /// The backoff of an approval's retries.
+    pub retry: Backoff,
+    /// How long a shutdown waits for the platform writes in flight.
+    pub shutdown_grace: Duration,
+    /// The watch cursor file; `None`: every start takes a snapshot and reconciles.
+    pub cursor_path: Option<PathBuf>,
+}
+
+/// Shows everything except the worker token.
+impl std::fmt::Debug for RuntimeSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeSettings")
+            .field("server_url", &self.server.client.url)
+            .field(
+                "worker_token",
+                &self.server.client.token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("metrics_listen", &self.metrics_listen)
+            .field("retry", &self.retry)
+            .field("cursor_path", &self.cursor_path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RuntimeSettings {
+    /// The `[server]` and `[metrics]` sections and the runtime's part of the channel's section
+    /// resolved; `worker_token_env` (the value of [`WORKER_TOKEN_ENV`]) wins over the file's
+    /// token.
+    pub fn from_sections(
+        server: ServerSection,
+        worker_token_env: Option<String>,
+        metrics: MetricsSection,
+        runtime: RuntimeSection,
+    ) -> Result<RuntimeSettings, ConfigError> {
+        Ok(RuntimeSettings {
+            server: server.resolve(worker_token_env)?,
+            metrics_listen: metrics.listen,
+            retry: Backoff::new(runtime.retry_interval, runtime.max_retry_wait),
+            shutdown_grace: SHUTDOWN_GRACE,
+            cursor_path: runtime.cursor_path,
+        })
+    }
+
+    /// The options [`crate::runtime::run`] takes.
+    pub fn options(&self) -> RuntimeOptions {
+        RuntimeOptions {
+            heartbeat_timeout: self.server.heartbeat_timeout,
+            max_backoff: self.server.max_backoff,
+            retry: self.retry,
+            shutdown_grace: self.shutdown_grace,
+            cursor_path: self.cursor_path.clone(),
+            metrics_listen: self.metrics_listen,
+        }
+    }
+}
+
+/// How long a shutdown waits for the platform writes in flight, in every channel.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// The defaults channel sections share (`#[serde(default = "…")]` names them), so that the
+/// same key means the same in every channel that has it.
+pub mod defaults {
+    /// `request_timeout_ms`: one platform call's limit (connect, send, answer).
+    pub fn request_timeout_ms() -> u64 {
+        10_000
+    }
+    /// `retry_interval_ms`: the first pause after a failed write.
+    pub fn retry_interval_ms() -> u64 {
+        1_000
+    }
+    /// `max_retry_wait_ms`: the longest pause between two attempts.
+    pub fn max_retry_wait_ms() -> u64 {
+        60_000
+    }
 }
 
 const DEFAULT_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);

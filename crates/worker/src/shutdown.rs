@@ -28,9 +28,11 @@ pub async fn signal() {
     }
 }
 
-/// The body of a worker binary's `main`: `settings` (or why they were refused, logged as
+/// The body of every worker binary's `main`: `settings` (or why they were refused, logged as
 /// "cannot start"), then `run` with them until Ctrl-C or SIGTERM; failure is logged as
-/// "the `worker` stopped". The process's exit code.
+/// "the `worker` stopped". The process's exit code, the same for every worker: 0 stopped on
+/// a signal, 1 settings refused or stopped on an error (clap exits 2 on an unusable command
+/// line before this runs).
 pub async fn run_until_signal<S, E, F, R>(
     worker: &str,
     settings: Result<S, E>,

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use countersign_client::{pb, Client, ClientConfig};
 use countersign_github::config::{
-    Config, Environment, FileConfig, GitHubSection, PollingSection, ServerSection, WebhookSection,
+    FileConfig, GitHubSection, PollingSection, ServerSection, WebhookSection, WorkerSettings,
 };
 use countersign_github::render::marked_approval_id;
-use countersign_github::Worker;
+use countersign_github::{Settings, Worker};
 use countersign_testkit::github::{
     issue_comment_payload, post_webhook, sign_webhook, Comment, CommentAction, FakeGitHub,
     PermissionShape, Role, User, UserKind, DEFAULT_BOT_LOGIN, DEFAULT_TOKEN,
@@ -27,12 +27,9 @@ pub enum Mode {
     Both,
 }
 
-pub struct NoEnvironment;
-
-impl Environment for NoEnvironment {
-    fn get(&self, _name: &str) -> Option<String> {
-        None
-    }
+/// Test settings take no secret from the environment.
+pub fn no_environment(_name: &str) -> Option<String> {
+    None
 }
 
 pub struct Harness {
@@ -142,8 +139,8 @@ impl Harness {
         }
     }
 
-    pub fn config(&self) -> Config {
-        Config::from_file(self.file_config(), &NoEnvironment).expect("worker config")
+    pub fn config(&self) -> Settings {
+        Settings::from_file(self.file_config(), no_environment).expect("worker config")
     }
 
     pub async fn start_worker(&mut self) {

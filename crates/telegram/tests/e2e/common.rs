@@ -38,6 +38,15 @@ pub struct Harness {
 }
 
 impl Harness {
+    /// The worker's watch cursor file (the test settings always have one).
+    pub fn cursor_path(&self) -> &std::path::Path {
+        self.settings
+            .runtime
+            .cursor_path
+            .as_deref()
+            .expect("the test settings keep a cursor")
+    }
+
     /// Server, fake Telegram and a running worker with test settings.
     pub async fn start() -> Harness {
         let mut harness = Harness::without_worker().await;
@@ -76,13 +85,13 @@ impl Harness {
         settings.default_chat_id = Some(CHAT);
         settings.allowed_user_ids = vec![alice().id, bob().id];
         settings.poll_timeout_secs = 5;
-        settings.heartbeat_timeout = Duration::from_secs(5);
-        settings.max_backoff = Duration::from_millis(500);
+        settings.runtime.server.heartbeat_timeout = Duration::from_secs(5);
+        settings.runtime.server.max_backoff = Duration::from_millis(500);
         settings.poll_error_backoff = Duration::from_millis(50);
-        settings.retry_interval = Duration::from_millis(100);
+        settings.runtime.retry.first = Duration::from_millis(100);
         let state = tempfile::tempdir().expect("a state directory");
         settings.outbox_path = state.path().join("outbox.jsonl");
-        settings.cursor_path = state.path().join("watch-cursor");
+        settings.runtime.cursor_path = Some(state.path().join("watch-cursor"));
         let agent = Client::connect(ClientConfig::new(server.url())).expect("agent client");
         Harness {
             server,

@@ -10,7 +10,7 @@ use crate::common::{Harness, CHAT};
 
 /// The seq in the worker's cursor file (the seq, then the log's history id), if it wrote one.
 fn persisted_cursor(harness: &Harness) -> Option<u64> {
-    let text = std::fs::read_to_string(&harness.settings.cursor_path).ok()?;
+    let text = std::fs::read_to_string(harness.cursor_path()).ok()?;
     let seq = text
         .split_whitespace()
         .next()

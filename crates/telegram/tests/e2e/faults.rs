@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use countersign_client::pb::{self, ApprovalState};
-use countersign_telegram::bot_api::BotApi;
+use countersign_telegram::api::BotApi;
 use countersign_telegram::callback::ButtonAction;
 use countersign_telegram::render::render_approval;
 use countersign_testkit::telegram::{ChatMessage, InjectedError, RecordedRequest};

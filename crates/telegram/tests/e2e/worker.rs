@@ -932,7 +932,7 @@ async fn flood_limits_are_honoured_for_sends_and_edits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_wait_beyond_the_limit_is_retried_later_and_holds_every_message_until_it_passed() {
     let mut harness = Harness::without_worker().await;
-    harness.settings.max_retry_wait = Duration::from_secs(1);
+    harness.settings.runtime.retry.max = Duration::from_secs(1);
     harness.start_worker();
     harness.telegram.fail_next(
         "sendMessage",
@@ -1305,7 +1305,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
 async fn forget_cursor(harness: &Harness) {
     let mut absent_checks = 0;
     while absent_checks < 3 {
-        match std::fs::remove_file(&harness.settings.cursor_path) {
+        match std::fs::remove_file(harness.cursor_path()) {
             Ok(()) => absent_checks = 0,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => absent_checks += 1,
             Err(error) => panic!("cannot remove the watch cursor: {error}"),

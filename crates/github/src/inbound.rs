@@ -13,11 +13,11 @@ use countersign_worker::lanes::Lanes;
 use tokio::sync::mpsc;
 
 use crate::api::{ApiError, Author, GitHubApi, IssueComment, ReactionContent};
-use crate::board::Board;
 use crate::command::{parse_command, Command, Verdict};
 use crate::incoming::IncomingComment;
 use crate::recent::RecentSet;
 use crate::render::{self, replied_comment_id, Reply};
+use crate::shown::Board;
 use crate::target::{IssueRef, RepoName, CHANNEL};
 
 const REMEMBERED_COMMENTS: usize = 50_000;

@@ -15,7 +15,7 @@ use countersign_client::{pb, version, Client};
 use countersign_links::pages::Pages;
 use countersign_links::store::NewLink;
 use countersign_links::{expires_ms, LinkVerdict};
-use countersign_worker::approval::route_targets;
+use countersign_worker::approval::{configured_places, record_delivery_once};
 use countersign_worker::channel::Channel;
 use countersign_worker::retry::{Classify, Verdict};
 use pb::ApprovalState;
@@ -23,7 +23,7 @@ use pb::ApprovalState;
 use crate::api::{NtfyApi, NtfyError, Publish};
 use crate::config::{Settings, Topic};
 use crate::render::{self, Buttons};
-use crate::store::{Store, StoreError};
+use crate::shown::{Store, StoreError};
 
 /// The channel name this worker serves.
 pub const CHANNEL: &str = "ntfy";
@@ -239,22 +239,8 @@ impl NtfyChannel {
     /// Records the notification on the server (best effort: the local store is what a
     /// restarted worker goes by).
     async fn record_delivery(&self, approval: &pb::Approval, topic: &Topic) {
-        let recorded = approval
-            .deliveries
-            .iter()
-            .any(|d| d.channel == CHANNEL && d.target == topic.name);
-        if recorded {
-            return;
-        }
-        let request = pb::RecordDeliveryRequest {
-            approval_id: approval.id.clone(),
-            channel: CHANNEL.to_owned(),
-            target: topic.name.clone(),
-            message_ref: format!("{}/{}", topic.name, render::sequence_id(&approval.id)),
-        };
-        if let Err(error) = self.client.record_delivery(request).await {
-            tracing::warn!(approval_id = %approval.id, %error, "cannot record the delivery on the server");
-        }
+        let message_ref = format!("{}/{}", topic.name, render::sequence_id(&approval.id));
+        record_delivery_once(&self.client, approval, CHANNEL, &topic.name, message_ref).await;
     }
 
     /// The topics an approval goes to: each `ntfy` route's target (a topic), the default topic
@@ -262,28 +248,14 @@ impl NtfyChannel {
     /// still reaches approvers, and an agent still cannot publish anywhere else), or an
     /// approval without routes.
     fn topics_of(&self, approval: &pb::Approval) -> Vec<&Topic> {
-        let mut topics: Vec<&Topic> = Vec::new();
-        for target in route_targets(approval, CHANNEL) {
-            let configured = self.settings.topic(target);
-            if !target.is_empty() && configured.is_none() {
-                tracing::warn!(approval_id = %approval.id, target = ?target, "an ntfy route names a topic that is not a [[topics]] entry: publishing to the default topic instead");
-            }
-            let topic = match configured.or_else(|| {
-                self.settings
-                    .default_topic
-                    .as_deref()
-                    .and_then(|name| self.settings.topic(name))
-            }) {
-                Some(topic) => topic,
-                None => {
-                    tracing::warn!(approval_id = %approval.id, "no ntfy.default_topic is configured for this approval's route: it is published to no topic");
-                    continue;
-                }
-            };
-            if !topics.iter().any(|t| t.name == topic.name) {
-                topics.push(topic);
-            }
-        }
-        topics
+        let default = self.settings.default_topic.as_deref();
+        configured_places(
+            approval,
+            CHANNEL,
+            |target| self.settings.topic(target),
+            default.and_then(|name| self.settings.topic(name)),
+            "an ntfy route names a topic that is not a [[topics]] entry: publishing to the default topic instead",
+            "no ntfy.default_topic is configured for this approval's route: it is published to no topic",
+        )
     }
 }

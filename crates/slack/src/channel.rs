@@ -12,7 +12,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use countersign_client::{pb, Client};
-use countersign_worker::approval::route_targets;
+use countersign_worker::approval::{configured_places, record_delivery_once};
 use countersign_worker::channel::Channel;
 use countersign_worker::retry::{Classify, Verdict};
 use pb::ApprovalState;
@@ -20,7 +20,7 @@ use pb::ApprovalState;
 use crate::api::{SlackApi, SlackError};
 use crate::config::Settings;
 use crate::render;
-use crate::store::{Post, Store, StoreError};
+use crate::shown::{Post, Store, StoreError};
 
 /// The channel name this worker serves; also the decider channel (`slack:<user id>`).
 pub const CHANNEL: &str = "slack";
@@ -237,21 +237,9 @@ impl SlackChannel {
     /// Records the message on the server (best effort: the local store is what a restarted
     /// worker goes by).
     async fn record_delivery(&self, approval: &pb::Approval, channel: &str, ts: &str) {
-        let recorded = approval
-            .deliveries
-            .iter()
-            .any(|d| d.channel == CHANNEL && d.target == channel);
-        if recorded || approval.state() != ApprovalState::Pending {
-            return;
-        }
-        let request = pb::RecordDeliveryRequest {
-            approval_id: approval.id.clone(),
-            channel: CHANNEL.to_owned(),
-            target: channel.to_owned(),
-            message_ref: format!("{channel}:{ts}"),
-        };
-        if let Err(error) = self.client.record_delivery(request).await {
-            tracing::warn!(approval_id = %approval.id, %error, "cannot record the delivery on the server");
+        if approval.state() == ApprovalState::Pending {
+            let message_ref = format!("{channel}:{ts}");
+            record_delivery_once(&self.client, approval, CHANNEL, channel, message_ref).await;
         }
     }
 
@@ -260,28 +248,17 @@ impl SlackChannel {
     /// (logged: the approval still reaches approvers, and an agent still cannot post
     /// anywhere else), or an approval without routes.
     fn channels_of(&self, approval: &pb::Approval) -> Vec<String> {
-        let mut channels: Vec<String> = Vec::new();
-        for target in route_targets(approval, CHANNEL) {
-            let configured = self.settings.channels.iter().any(|c| c == target);
-            if !target.is_empty() && !configured {
-                tracing::warn!(approval_id = %approval.id, target = ?target, "a Slack route names a channel that is not in slack.channels: posting in the default channel instead");
-            }
-            let channel = if configured {
-                target
-            } else {
-                match &self.settings.default_channel {
-                    Some(channel) => channel.as_str(),
-                    None => {
-                        tracing::warn!(approval_id = %approval.id, "no slack.default_channel is configured for this approval's route: it is posted in no Slack channel");
-                        continue;
-                    }
-                }
-            };
-            if !channels.iter().any(|c| c == channel) {
-                channels.push(channel.to_owned());
-            }
-        }
-        channels
+        configured_places(
+            approval,
+            CHANNEL,
+            |target| self.settings.channels.iter().find(|c| *c == target),
+            self.settings.default_channel.as_ref(),
+            "a Slack route names a channel that is not in slack.channels: posting in the default channel instead",
+            "no slack.default_channel is configured for this approval's route: it is posted in no Slack channel",
+        )
+        .into_iter()
+        .cloned()
+        .collect()
     }
 }
 

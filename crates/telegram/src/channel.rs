@@ -22,13 +22,13 @@ use countersign_worker::retry::{keep_longest, retry_in_line, Backoff, Classify, 
 use countersign_worker::runtime::ShowRequests;
 use pb::{ApprovalState, EventKind};
 
-use crate::book::{fingerprint, MessageBook, ShownMessage};
-use crate::bot_api::{BotApi, BotApiError, EditOutcome};
+use crate::api::{BotApi, BotApiError, EditOutcome};
 use crate::config::Settings;
 use crate::render::{
     grant_notice_html, reminder_html, render_approval, render_minimal, status_reply_html,
     RenderedMessage, REPLACED_COPY_HTML,
 };
+use crate::shown::{fingerprint, MessageBook, ShownMessage};
 
 /// The channel name this worker serves.
 pub const CHANNEL: &str = "telegram";
@@ -219,7 +219,12 @@ impl TelegramChannel {
     /// unsettled is shown as it is now (a message an earlier run sent and did not record is
     /// recorded then, not at the approval's next event).
     pub(crate) async fn prepare(&self, shows: &ShowRequests) -> Result<(), ClientError> {
-        let pending = pending_approvals(&self.client, CHANNEL, self.settings.max_backoff).await?;
+        let pending = pending_approvals(
+            &self.client,
+            CHANNEL,
+            self.settings.runtime.server.max_backoff,
+        )
+        .await?;
         for approval in &pending {
             for (chat_id, message_id) in recorded_messages(approval) {
                 self.book
@@ -448,7 +453,10 @@ impl TelegramChannel {
             target: chat_id.to_string(),
             message_ref: format!("{chat_id}:{message_id}"),
         };
-        let backoff = Backoff::new(Duration::from_millis(100), self.settings.max_backoff);
+        let backoff = Backoff::new(
+            Duration::from_millis(100),
+            self.settings.runtime.server.max_backoff,
+        );
         let recorded = retry_in_line(
             backoff,
             RECORD_DELIVERY_ATTEMPTS,

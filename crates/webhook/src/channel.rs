@@ -93,7 +93,7 @@ impl Deliveries {
             .build()
             .map_err(|error| WorkerError::Http(error.to_string()))?;
         Ok(Deliveries {
-            backoff: Backoff::new(settings.retry_interval, settings.max_retry_wait),
+            backoff: settings.runtime.retry,
             store,
             settings,
             http,
