@@ -535,10 +535,12 @@ pub enum RulesCommand {
     /// the arguments: a shell command's program and subcommand (`npm test`) with further words
     /// of plain characters only (no `;`, `|`, `&`, `$`, quotes or redirections), or a file
     /// directly in one directory (no dotfiles). Each proposal shows its evidence (how many
-    /// approvals, by whom) and the `[[rules]]` entry it would add. `--accept N` appends that
-    /// entry to the server's config file (--to, else the local instance's), after the rules already
-    /// there, with a comment recording who accepted it, when and on what evidence; the server
-    /// applies it when restarted.
+    /// approvals, by whom), its id (a digest of the rule) and the `[[rules]]` entry it would
+    /// add, which allows exactly the argument lists people approved. A rejection blocks every
+    /// suggestion for a program its command line runs (or, when that cannot be told, for its
+    /// tool). `--accept ID` appends that entry to the server's config file (--to, else the
+    /// local instance's), after the rules already there, with a comment recording who
+    /// accepted it, when and on what evidence; the server applies it when restarted.
     Suggest(RulesSuggestArgs),
 }
 
@@ -550,14 +552,16 @@ pub struct RulesSuggestArgs {
     /// The fewest approvals a shape needs to be proposed
     #[arg(long, default_value_t = 3)]
     pub min_approvals: u32,
-    /// Add proposal N (as numbered in the list) to the config file; repeatable
-    #[arg(long, value_name = "N")]
-    pub accept: Vec<usize>,
+    /// Add the suggestion with this id (as listed) to the config file; repeatable. Refused
+    /// when the history has changed the suggestion since it was listed
+    #[arg(long, value_name = "ID")]
+    pub accept: Vec<String>,
     /// The server's config file --accept adds to [default: the local instance's,
     /// $XDG_CONFIG_HOME/countersign/countersign.toml]
     #[arg(long, value_name = "PATH")]
     pub to: Option<PathBuf>,
-    /// At most this many events read
+    /// At most this many events read, the newest (a warning says when older ones were left
+    /// out)
     #[arg(long, default_value_t = 100_000)]
     pub limit: usize,
 }
@@ -570,7 +574,8 @@ pub struct PolicyReportArgs {
     /// Only events before this time: RFC 3339 or an age
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
     pub until: Option<SystemTime>,
-    /// At most this many events read
+    /// At most this many events read, the newest (a warning says when older ones were left
+    /// out)
     #[arg(long, default_value_t = 100_000)]
     pub limit: usize,
 }
