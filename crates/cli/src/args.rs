@@ -196,12 +196,12 @@ pub enum Command {
     /// Add the countersign hook to a coding agent's settings (merging, with a backup)
     Install(InstallArgs),
     /// Send a coding agent's "finished", "failed" or "waiting for input" event to the local
-    /// instance's ntfy topics and Telegram default chat as a notice (no buttons), outside the
-    /// quiet hours
+    /// instance's ntfy topics, Telegram default chat and Slack default channel as a notice (no
+    /// buttons), outside the quiet hours
     ///
-    /// Reads Claude Code's Stop, StopFailure or Notification hook input on stdin, or Codex's
-    /// `agent-turn-complete` JSON as the last argument (`countersign install claude-code|codex
-    /// --notify` sets them up). Quiet hours:
+    /// Reads Claude Code's Stop, StopFailure or Notification hook input (Gemini CLI's
+    /// AfterAgent or Notification) on stdin, or Codex's `agent-turn-complete` JSON as the last
+    /// argument (`countersign install claude-code|codex|gemini --notify` sets them up). Quiet hours:
     /// `[notify] quiet_hours = "22:00-07:00"` (and `utc_offset = "+01:00"`) in the config file.
     Notify(NotifyArgs),
     /// Run countersign on this machine: the server and every configured channel in one process
@@ -470,10 +470,11 @@ pub struct InstallArgs {
     /// Code)
     #[arg(long, conflicts_with = "user")]
     pub channel: bool,
-    /// Also send notices to your ntfy topics and Telegram chat (`countersign notify`): for
-    /// Claude Code the Stop, StopFailure and Notification hooks ("finished", "failed",
-    /// "waiting for input"); for Codex its `notify` program in ~/.codex/config.toml
-    /// ("finished")
+    /// Also send notices to your ntfy topics, Telegram chat and Slack channel (`countersign
+    /// notify`): for Claude Code the Stop, StopFailure and Notification hooks ("finished",
+    /// "failed", "waiting for input"); for Gemini CLI the AfterAgent and Notification hooks
+    /// ("finished", "waiting for confirmation"); for Codex its `notify` program in
+    /// ~/.codex/config.toml ("finished")
     #[arg(long)]
     pub notify: bool,
 }
@@ -670,6 +671,7 @@ pub enum EventKind {
     Consumed,
     Delivered,
     GrantRevoked,
+    RuleAccepted,
     Reminded,
     Escalated,
 }
@@ -686,6 +688,7 @@ impl From<EventKind> for pb::EventKind {
             EventKind::Consumed => pb::EventKind::Consumed,
             EventKind::Delivered => pb::EventKind::Delivered,
             EventKind::GrantRevoked => pb::EventKind::GrantRevoked,
+            EventKind::RuleAccepted => pb::EventKind::RuleAccepted,
             EventKind::Reminded => pb::EventKind::Reminded,
             EventKind::Escalated => pb::EventKind::Escalated,
         }

@@ -417,6 +417,7 @@ async fn rules_suggest(
     let mut doc = crate::config_file::read(&instance)?;
     let accepted_by = crate::settings::local_user().unwrap_or_else(|| "an unknown user".into());
     let mut names = Vec::new();
+    let mut accepted = Vec::new();
     for id in &args.accept {
         let suggestion = suggestions
             .iter()
@@ -434,6 +435,11 @@ async fn rules_suggest(
             })?;
         crate::rules_suggest::accept(&mut doc, suggestion, &accepted_by, SystemTime::now())?;
         names.push(suggestion.rule_name());
+        accepted.push(crate::rules_suggest::acceptance(suggestion, &accepted_by));
+    }
+    // On the audit trail before the file: a rule never takes effect unrecorded.
+    for acceptance in accepted {
+        client.record_rule_accepted(acceptance).await?;
     }
     crate::config_file::write(&instance, &doc)?;
     for name in names {

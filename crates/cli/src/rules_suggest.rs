@@ -387,6 +387,33 @@ fn glob_literal(text: &str) -> String {
     glob
 }
 
+/// The `[[rules]]` entry a suggestion adds, as TOML.
+pub fn rule_text(suggestion: &Suggestion) -> String {
+    let mut doc = DocumentMut::new();
+    let mut rules = ArrayOfTables::new();
+    rules.push(rule_table(suggestion));
+    doc.insert("rules", Item::ArrayOfTables(rules));
+    doc.to_string()
+}
+
+/// What the audit trail records of a suggestion `accepted_by` accepted: the rule, the
+/// evidence, and the newest approval of it (the event is recorded there).
+pub fn acceptance(suggestion: &Suggestion, accepted_by: &str) -> pb::RecordRuleAcceptedRequest {
+    let first = suggestion.approval_ids.first().cloned().unwrap_or_default();
+    let last = suggestion.approval_ids.last().cloned().unwrap_or_default();
+    pb::RecordRuleAcceptedRequest {
+        approval_id: last.clone(),
+        rule_name: suggestion.rule_name(),
+        rule: rule_text(suggestion),
+        evidence: format!(
+            "{}; approvals {first} … {last}; suggestion {}; accepted on the CLI as {}",
+            suggestion.evidence(),
+            suggestion.id(),
+            one_line(accepted_by)
+        ),
+    }
+}
+
 /// The suggestions as text: each with its id, its evidence and the rule it would add.
 pub fn text(suggestions: &[Suggestion]) -> String {
     if suggestions.is_empty() {
@@ -395,10 +422,6 @@ pub fn text(suggestions: &[Suggestion]) -> String {
     }
     let mut out = String::new();
     for suggestion in suggestions {
-        let mut doc = DocumentMut::new();
-        let mut rules = ArrayOfTables::new();
-        rules.push(rule_table(suggestion));
-        doc.insert("rules", Item::ArrayOfTables(rules));
         out.push_str(&format!(
             "{} allow {} {} for agent {}: {}\n",
             suggestion.id(),
@@ -407,7 +430,7 @@ pub fn text(suggestions: &[Suggestion]) -> String {
             cell(&suggestion.shape.agent_id, 64),
             suggestion.evidence()
         ));
-        for line in doc.to_string().lines() {
+        for line in rule_text(suggestion).lines() {
             out.push_str(&format!("   {line}\n"));
         }
     }

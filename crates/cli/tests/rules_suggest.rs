@@ -215,6 +215,36 @@ async fn shapes_approved_repeatedly_and_never_rejected_are_proposed_and_one_can_
         rules.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
         ["no-curl", "suggested-claude-code-bash-npm-test"]
     );
+    // The acceptance is on the audit trail (before the file was written): a RULE_ACCEPTED
+    // event on the newest approval of the evidence, naming the rule, the caller and the
+    // evidence.
+    let mut events = countersign(&url);
+    events.args(["events", "--kind", "rule-accepted", "-o", "json"]);
+    let events = tokio::time::timeout(STEP, events.output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_exit(&events, 0);
+    let events: Value = serde_json::from_slice(&events.stdout).expect("JSON");
+    let events = events.as_array().unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["kind"], "RULE_ACCEPTED");
+    assert_eq!(events[0]["approval"]["id"], proposed[0]["evidence"][2]);
+    let detail = events[0]["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("rule \"suggested-claude-code-bash-npm-test\" accepted by anonymous")
+            && detail.contains("approved 3 times")
+            && detail.contains(&format!(
+                "suggestion {npm_test}; accepted on the CLI as tester"
+            ))
+            && detail.contains("[[rules]]")
+            && detail.contains(&format!(
+                "regex = '{}'",
+                proposed[0]["regex"].as_str().unwrap()
+            )),
+        "{detail}"
+    );
+
     // Accepting it again adds nothing.
     let again = suggest(
         &url,

@@ -20,7 +20,7 @@ mod shared;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use admin::{EventsQuery, GrantsQuery, NewDelegation};
+pub(crate) use admin::{EventsQuery, GrantsQuery, NewDelegation, RuleAccepted};
 pub(crate) use decide::DecideInput;
 pub(crate) use lifecycle::{ConsumeInput, DeliveryInput};
 pub(crate) use reads::ListQuery;
