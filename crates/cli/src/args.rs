@@ -196,8 +196,8 @@ pub enum Command {
     /// Add the countersign hook to a coding agent's settings (merging, with a backup)
     Install(InstallArgs),
     /// Send a coding agent's "finished", "failed" or "waiting for input" event to the local
-    /// instance's ntfy topics, Telegram default chat and Slack default channel as a notice (no
-    /// buttons), outside the quiet hours
+    /// instance's ntfy topics, Telegram default chat, Slack default channel and webhook
+    /// endpoints as a notice (no buttons), outside the quiet hours
     ///
     /// Reads Claude Code's Stop, StopFailure or Notification hook input (Gemini CLI's
     /// AfterAgent or Notification) on stdin, or Codex's `agent-turn-complete` JSON as the last

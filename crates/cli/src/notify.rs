@@ -1,8 +1,8 @@
 //! `notify claude-code|codex|gemini`: a coding agent's "it's done" events (Claude Code's
 //! `Stop`, `StopFailure` and `Notification` hooks; Codex's `notify` program; Gemini CLI's
-//! `AfterAgent` and `Notification` hooks) sent to the local
-//! instance's ntfy topics and Telegram default chat as a notice: a plain notification with no
-//! buttons, held back during the configured quiet hours.
+//! `AfterAgent` and `Notification` hooks) sent to the local instance's ntfy topics, Telegram
+//! default chat, Slack default channel and webhook endpoints as a notice: a plain notification
+//! with no buttons, held back during the configured quiet hours.
 //!
 //! These hooks cannot block anything, so this command never makes the host wait long: one
 //! call per destination with its timeout, and a failure is a warning on stderr (the host
@@ -195,9 +195,13 @@ pub async fn notify(instance: &Instance, args: NotifyArgs) -> Result<Exit, CliEr
         sent_to += 1;
         failed |= !to_slack(&notice, &section).await;
     }
+    if let Some(file) = config.webhook {
+        sent_to += 1;
+        failed |= !to_webhooks(&notice, file).await;
+    }
     if sent_to == 0 {
         return Err(CliError::Usage(format!(
-            "config file {}: notices go to ntfy topics, Telegram's default chat and Slack's default channel, and it sets none of them",
+            "config file {}: notices go to ntfy topics, Telegram's default chat, Slack's default channel and webhook endpoints, and it sets none of them",
             instance.config_file.display()
         )));
     }
@@ -282,6 +286,34 @@ async fn to_slack(notice: &Notice, section: &countersign_slack::config::SlackSec
         return false;
     }
     true
+}
+
+/// POSTs `notice` as an `agent.notice` event, signed, to the webhook's default endpoints (else
+/// every endpoint), once each; false when one failed.
+async fn to_webhooks(notice: &Notice, file: countersign_webhook::config::FileConfig) -> bool {
+    let defaults = &file.webhook.default_endpoints;
+    let timeout = Duration::from_millis(file.webhook.request_timeout_ms);
+    let (webhook_id, body) =
+        countersign_webhook::event::notice(&notice.title, &notice.message, &notice.tags);
+    let mut sent = true;
+    for section in file.endpoints {
+        if !defaults.is_empty() && !defaults.contains(&section.name) {
+            continue;
+        }
+        let name = section.name.clone();
+        let posted = match section.resolve(countersign_worker::config::env_var) {
+            Ok(endpoint) => {
+                countersign_webhook::deliver::send_once(&endpoint, &webhook_id, &body, timeout)
+                    .await
+            }
+            Err(error) => Err(error.to_string()),
+        };
+        if let Err(error) = posted {
+            eprintln!("countersign: the notice to webhook endpoint {name:?} failed: {error}");
+            sent = false;
+        }
+    }
+    sent
 }
 
 /// Sends `notice` to Telegram's default chat, as escaped HTML without buttons; false when it

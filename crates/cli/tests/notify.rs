@@ -370,3 +370,70 @@ async fn gemini_cli_s_after_agent_and_notification_hooks_send_notices_to_ntfy_an
     assert_exit(&output, 0);
     assert_eq!(ntfy.notifications("phone").len(), 2);
 }
+
+/// With webhook endpoints configured, the notice is POSTed once to each default endpoint as an
+/// `agent.notice` event signed as the webhook channel signs its events (Standard Webhooks).
+#[tokio::test]
+async fn a_notice_is_posted_signed_to_the_default_webhook_endpoints() {
+    use axum::extract::State;
+    use axum::http::HeaderMap;
+    use std::sync::{Arc, Mutex};
+
+    type Received = Arc<Mutex<Vec<(HeaderMap, String)>>>;
+    async fn receive(State(received): State<Received>, headers: HeaderMap, body: String) {
+        received.lock().unwrap().push((headers, body));
+    }
+    let received: Received = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let app = axum::Router::new()
+        .route("/hook", axum::routing::post(receive))
+        .route("/other", axum::routing::post(receive))
+        .with_state(received.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let ntfy = FakeNtfy::start().await;
+    let home = tempfile::tempdir().unwrap();
+    write_config(
+        &home.path().join(".config"),
+        &ntfy,
+        &format!(
+            "[webhook]\ndefault_endpoints = [\"ops\"]\n\n[[webhook.endpoints]]\nname = \"ops\"\nurl = \"{url}\"\nsecret_env = \"OPS_WEBHOOK_SECRET\"\n\n[[webhook.endpoints]]\nname = \"audit\"\nurl = \"{}\"\nsecret_env = \"AUDIT_WEBHOOK_SECRET\"\n",
+            url.replace("/hook", "/other")
+        ),
+    );
+    let mut notify = countersign("http://127.0.0.1:9");
+    notify
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join(".config"))
+        .env("XDG_DATA_HOME", home.path().join(".local/share"))
+        .env("OPS_WEBHOOK_SECRET", SECRET)
+        .args(["notify", "claude-code"]);
+    let output = run_with_input(
+        notify,
+        fixture("claude-code/stop.json").to_string().as_bytes(),
+    )
+    .await;
+    assert_exit(&output, 0);
+
+    let received = received.lock().unwrap().clone();
+    assert_eq!(received.len(), 1, "only the default endpoint: {received:?}");
+    let (headers, body) = &received[0];
+    let event: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(event["type"], "agent.notice");
+    assert_eq!(event["data"]["title"], "Claude Code finished in shop");
+    assert_eq!(
+        event["data"]["message"],
+        "It is waiting for your next prompt."
+    );
+    let header = |name: &str| headers[name].to_str().unwrap().to_owned();
+    let secret = countersign_webhook::signature::Secret::parse(SECRET).unwrap();
+    let timestamp: i64 = header("webhook-timestamp").parse().unwrap();
+    assert_eq!(
+        header("webhook-signature"),
+        secret.sign(&header("webhook-id"), timestamp, body)
+    );
+    assert!(header("webhook-id").starts_with("msg_notice_"));
+    assert_eq!(ntfy.notifications("phone").len(), 1);
+}
