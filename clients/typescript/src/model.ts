@@ -21,6 +21,7 @@ export type EventKind =
   | "delivered"
   | "decision_refused"
   | "grant_revoked"
+  | "rule_accepted"
   | "reminded"
   | "escalated";
 

@@ -196,12 +196,12 @@ pub enum Command {
     /// Add the countersign hook to a coding agent's settings (merging, with a backup)
     Install(InstallArgs),
     /// Send a coding agent's "finished", "failed" or "waiting for input" event to the local
-    /// instance's ntfy topics and Telegram default chat as a notice (no buttons), outside the
-    /// quiet hours
+    /// instance's ntfy topics, Telegram default chat, Slack default channel and webhook
+    /// endpoints as a notice (no buttons), outside the quiet hours
     ///
-    /// Reads Claude Code's Stop, StopFailure or Notification hook input on stdin, or Codex's
-    /// `agent-turn-complete` JSON as the last argument (`countersign install claude-code|codex
-    /// --notify` sets them up). Quiet hours:
+    /// Reads Claude Code's Stop, StopFailure or Notification hook input (Gemini CLI's
+    /// AfterAgent or Notification) on stdin, or Codex's `agent-turn-complete` JSON as the last
+    /// argument (`countersign install claude-code|codex|gemini --notify` sets them up). Quiet hours:
     /// `[notify] quiet_hours = "22:00-07:00"` (and `utc_offset = "+01:00"`) in the config file.
     Notify(NotifyArgs),
     /// Run countersign on this machine: the server and every configured channel in one process
@@ -470,10 +470,11 @@ pub struct InstallArgs {
     /// Code)
     #[arg(long, conflicts_with = "user")]
     pub channel: bool,
-    /// Also send notices to your ntfy topics and Telegram chat (`countersign notify`): for
-    /// Claude Code the Stop, StopFailure and Notification hooks ("finished", "failed",
-    /// "waiting for input"); for Codex its `notify` program in ~/.codex/config.toml
-    /// ("finished")
+    /// Also send notices to your ntfy topics, Telegram chat and Slack channel (`countersign
+    /// notify`): for Claude Code the Stop, StopFailure and Notification hooks ("finished",
+    /// "failed", "waiting for input"); for Gemini CLI the AfterAgent and Notification hooks
+    /// ("finished", "waiting for confirmation"); for Codex its `notify` program in
+    /// ~/.codex/config.toml ("finished")
     #[arg(long)]
     pub notify: bool,
 }
@@ -535,10 +536,12 @@ pub enum RulesCommand {
     /// the arguments: a shell command's program and subcommand (`npm test`) with further words
     /// of plain characters only (no `;`, `|`, `&`, `$`, quotes or redirections), or a file
     /// directly in one directory (no dotfiles). Each proposal shows its evidence (how many
-    /// approvals, by whom) and the `[[rules]]` entry it would add. `--accept N` appends that
-    /// entry to the server's config file (--to, else the local instance's), after the rules already
-    /// there, with a comment recording who accepted it, when and on what evidence; the server
-    /// applies it when restarted.
+    /// approvals, by whom), its id (a digest of the rule) and the `[[rules]]` entry it would
+    /// add, which allows exactly the argument lists people approved. A rejection blocks every
+    /// suggestion for a program its command line runs (or, when that cannot be told, for its
+    /// tool). `--accept ID` appends that entry to the server's config file (--to, else the
+    /// local instance's), after the rules already there, with a comment recording who
+    /// accepted it, when and on what evidence; the server applies it when restarted.
     Suggest(RulesSuggestArgs),
 }
 
@@ -550,14 +553,16 @@ pub struct RulesSuggestArgs {
     /// The fewest approvals a shape needs to be proposed
     #[arg(long, default_value_t = 3)]
     pub min_approvals: u32,
-    /// Add proposal N (as numbered in the list) to the config file; repeatable
-    #[arg(long, value_name = "N")]
-    pub accept: Vec<usize>,
+    /// Add the suggestion with this id (as listed) to the config file; repeatable. Refused
+    /// when the history has changed the suggestion since it was listed
+    #[arg(long, value_name = "ID")]
+    pub accept: Vec<String>,
     /// The server's config file --accept adds to [default: the local instance's,
     /// $XDG_CONFIG_HOME/countersign/countersign.toml]
     #[arg(long, value_name = "PATH")]
     pub to: Option<PathBuf>,
-    /// At most this many events read
+    /// At most this many events read, the newest (a warning says when older ones were left
+    /// out)
     #[arg(long, default_value_t = 100_000)]
     pub limit: usize,
 }
@@ -570,7 +575,8 @@ pub struct PolicyReportArgs {
     /// Only events before this time: RFC 3339 or an age
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
     pub until: Option<SystemTime>,
-    /// At most this many events read
+    /// At most this many events read, the newest (a warning says when older ones were left
+    /// out)
     #[arg(long, default_value_t = 100_000)]
     pub limit: usize,
 }
@@ -665,6 +671,7 @@ pub enum EventKind {
     Consumed,
     Delivered,
     GrantRevoked,
+    RuleAccepted,
     Reminded,
     Escalated,
 }
@@ -681,6 +688,7 @@ impl From<EventKind> for pb::EventKind {
             EventKind::Consumed => pb::EventKind::Consumed,
             EventKind::Delivered => pb::EventKind::Delivered,
             EventKind::GrantRevoked => pb::EventKind::GrantRevoked,
+            EventKind::RuleAccepted => pb::EventKind::RuleAccepted,
             EventKind::Reminded => pb::EventKind::Reminded,
             EventKind::Escalated => pb::EventKind::Escalated,
         }

@@ -417,18 +417,29 @@ async fn rules_suggest(
     let mut doc = crate::config_file::read(&instance)?;
     let accepted_by = crate::settings::local_user().unwrap_or_else(|| "an unknown user".into());
     let mut names = Vec::new();
-    for &number in &args.accept {
-        let suggestion = number
-            .checked_sub(1)
-            .and_then(|index| suggestions.get(index))
+    let mut accepted = Vec::new();
+    for id in &args.accept {
+        let suggestion = suggestions
+            .iter()
+            .find(|suggestion| suggestion.id() == *id)
             .ok_or_else(|| {
                 CliError::Usage(format!(
-                    "there is no suggestion {number} (there are {}); run `countersign rules suggest` to list them",
-                    suggestions.len()
+                    "there is no suggestion {id:?} now (there are {}: {}); the history may have changed it since it was listed: run `countersign rules suggest` again",
+                    suggestions.len(),
+                    suggestions
+                        .iter()
+                        .map(crate::rules_suggest::Suggestion::id)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ))
             })?;
         crate::rules_suggest::accept(&mut doc, suggestion, &accepted_by, SystemTime::now())?;
         names.push(suggestion.rule_name());
+        accepted.push(crate::rules_suggest::acceptance(suggestion, &accepted_by));
+    }
+    // On the audit trail before the file: a rule never takes effect unrecorded.
+    for acceptance in accepted {
+        client.record_rule_accepted(acceptance).await?;
     }
     crate::config_file::write(&instance, &doc)?;
     for name in names {
@@ -441,7 +452,8 @@ async fn rules_suggest(
 }
 
 /// The audit trail's events that carry an approval as it was left (requested, resolved,
-/// expired, cancelled, consumed), oldest first.
+/// expired, cancelled, consumed): the newest `limit` of them, oldest first. When older events
+/// were left out, says so on stderr (what is read is then not the whole history).
 async fn approval_events(
     client: &Client,
     since: Option<SystemTime>,
@@ -459,20 +471,34 @@ async fn approval_events(
         kinds: kinds.iter().map(|&k| k.into()).collect(),
         since: since.map(wire_time),
         until: until.map(wire_time),
+        newest_first: true,
         ..Default::default()
     };
-    collect_pages(limit, MAX_ADMIN_PAGE_SIZE, |page_size, page_token| {
-        let request = pb::ListEventsRequest {
-            page_size,
-            page_token,
-            ..filter.clone()
-        };
-        async move {
-            let page = client.list_events(request).await?;
-            Ok((page.events, page.next_page_token))
-        }
-    })
-    .await
+    // One more than the limit: whether it comes tells whether the limit cut the history.
+    let mut events = collect_pages(
+        limit.saturating_add(1),
+        MAX_ADMIN_PAGE_SIZE,
+        |page_size, page_token| {
+            let request = pb::ListEventsRequest {
+                page_size,
+                page_token,
+                ..filter.clone()
+            };
+            async move {
+                let page = client.list_events(request).await?;
+                Ok((page.events, page.next_page_token))
+            }
+        },
+    )
+    .await?;
+    if events.len() > limit {
+        events.truncate(limit);
+        eprintln!(
+            "countersign: only the newest {limit} events of the period were read; older ones were left out (raise --limit or narrow --since)"
+        );
+    }
+    events.reverse();
+    Ok(events)
 }
 
 async fn grants(client: &Client, out: &Printer, args: GrantsListArgs) -> Result<Exit, CliError> {

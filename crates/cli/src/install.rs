@@ -242,22 +242,25 @@ fn install_codex_notify(argv: &Value) -> Result<PathBuf, CliError> {
     Ok(path)
 }
 
-/// Claude Code's events whose hooks send notices (`install --notify`).
-const NOTICE_EVENTS: [&str; 3] = ["Stop", "StopFailure", "Notification"];
+/// The host's events whose hooks send notices (`install --notify`): Claude Code's finished,
+/// failed and waiting; Gemini CLI's finished turn and tool confirmation (it has no hook for a
+/// failed turn). Codex has one `notify` program instead.
+fn notice_events(host: Host) -> &'static [&'static str] {
+    match host {
+        Host::ClaudeCode => &["Stop", "StopFailure", "Notification"],
+        Host::Gemini => &["AfterAgent", "Notification"],
+        Host::Codex => &[],
+    }
+}
 
-/// With `--notify`, the groups that run `countersign notify` under each of [`NOTICE_EVENTS`];
-/// none without it.
+/// With `--notify`, the groups that run `countersign notify` under each of the host's
+/// [`notice_events`]; none without it.
 fn notice_groups(
     flags: &InstallFlags,
     args: &InstallArgs,
 ) -> Result<Vec<(&'static str, Value)>, CliError> {
     if !args.notify {
         return Ok(Vec::new());
-    }
-    if args.host == Host::Gemini {
-        return Err(CliError::Usage(
-            "--notify is for Claude Code and Codex; Gemini CLI is not supported yet".into(),
-        ));
     }
     // `notify` reads the local instance's file: only `--config` is passed on.
     let notify_flags = InstallFlags {
@@ -271,8 +274,18 @@ fn notice_groups(
         return Ok(vec![(CODEX_NOTIFY, json!(argv))]);
     }
     let command = crate::exec::shell_join(&argv);
-    let group = json!({"hooks": [{"type": "command", "command": command, "timeout": 30}]});
-    Ok(NOTICE_EVENTS
+    // A notice is sent in well under the hosts' timeouts (seconds for Claude Code,
+    // milliseconds for Gemini CLI).
+    let hook = match args.host {
+        Host::Gemini => {
+            json!({"name": "countersign-notify", "type": "command", "command": command, "timeout": 30_000})
+        }
+        Host::ClaudeCode | Host::Codex => {
+            json!({"type": "command", "command": command, "timeout": 30})
+        }
+    };
+    let group = json!({ "hooks": [hook] });
+    Ok(notice_events(args.host)
         .iter()
         .map(|event| (*event, group.clone()))
         .collect())
@@ -396,7 +409,7 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
         if args.host == Host::Codex {
             let config = install_codex_notify(notice_group)?;
             println!(
-                "set Codex's notify program in {}: finished turns go to the ntfy topics and Telegram chat of the local instance",
+                "set Codex's notify program in {}: finished turns go to the ntfy topics, Telegram chat and Slack channel of the local instance",
                 config.display()
             );
             continue;
@@ -415,9 +428,10 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
         "installed the countersign {event} hook in {}",
         path.display()
     );
-    if !notices.is_empty() && args.host == Host::ClaudeCode {
+    if !notices.is_empty() && args.host != Host::Codex {
         println!(
-            "installed the countersign notify hooks (Stop, StopFailure, Notification): notices go to the ntfy topics and Telegram chat of the local instance"
+            "installed the countersign notify hooks ({}): notices go to the ntfy topics, Telegram chat and Slack channel of the local instance",
+            notice_events(args.host).join(", ")
         );
     }
     if let Some(server) = local.and_then(|local| local.server) {

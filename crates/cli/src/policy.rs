@@ -185,7 +185,15 @@ fn compile(specs: &[RuleSpec]) -> Result<Policy, String> {
 }
 
 /// The config file's rules, compiled as the server compiles them, and their lines.
-fn load(instance: &Instance) -> Result<(Policy, Vec<Option<usize>>), CliError> {
+/// The rules of the local instance's config file, compiled, with each rule's line, and whether
+/// `[policy] mode = "observe"` has them only observed.
+struct LoadedRules {
+    policy: Policy,
+    lines: Vec<Option<usize>>,
+    observed: bool,
+}
+
+fn load(instance: &Instance) -> Result<LoadedRules, CliError> {
     let text = std::fs::read_to_string(&instance.config_file).map_err(|error| {
         CliError::Usage(format!(
             "cannot read config file {}: {error}",
@@ -196,7 +204,11 @@ fn load(instance: &Instance) -> Result<(Policy, Vec<Option<usize>>), CliError> {
     let policy = Policy::compile(&config.server.rules, &config.server.request_limits())
         .map_err(|error| config_file::invalid(instance, &error.to_string()))?;
     let (_, lines) = rules_of(&text).map_err(|what| config_file::invalid(instance, &what))?;
-    Ok((policy, lines))
+    Ok(LoadedRules {
+        policy,
+        lines,
+        observed: config.server.policy.mode == countersign_server::config::PolicyMode::Observe,
+    })
 }
 
 fn line_of(lines: &[Option<usize>], index: usize) -> String {
@@ -253,7 +265,11 @@ fn test(
     output: Output,
 ) -> Result<Exit, CliError> {
     let call = read_call(call)?;
-    let (policy, lines) = load(instance)?;
+    let LoadedRules {
+        policy,
+        lines,
+        observed,
+    } = load(instance)?;
     let risk = match risk {
         Some(risk) => risk.into(),
         None => countersign_client::gate::default_risk(&call.tool_name),
@@ -285,11 +301,19 @@ fn test(
         follow_up: None,
         withdraw_when_caller_leaves: false,
     };
+    let declared = request.risk;
     let explanation = policy.explain(request);
     let rule_line = explanation
         .rules
         .iter()
         .find(|r| r.outcome == Outcome::Decided);
+    // Observe mode: the server asks as without rules (the declared risk, no rule), and only
+    // records what the rules would have done.
+    let (decision, risk) = if observed {
+        ("ask", declared)
+    } else {
+        (explanation.decision, explanation.risk)
+    };
     match output {
         Output::Json => {
             let rules: Vec<Value> = explanation
@@ -306,19 +330,42 @@ fn test(
                     })
                 })
                 .collect();
-            let answer = json!({
+            let verdict = json!({
                 "decision": explanation.decision,
                 "risk": risk_name(explanation.risk),
                 "rule": explanation.rule,
                 "line": rule_line.and_then(|r| lines.get(r.index).copied().flatten()),
                 "reason": explanation.reason,
-                "rules": rules,
             });
+            let mut answer = if observed {
+                json!({
+                    "decision": decision,
+                    "risk": risk_name(risk),
+                    "rule": null,
+                    "line": null,
+                    "reason": "",
+                    "observed": verdict,
+                })
+            } else {
+                verdict
+            };
+            answer["mode"] = json!(if observed { "observe" } else { "enforce" });
+            answer["rules"] = Value::Array(rules);
             println!("{answer}");
         }
         Output::Table => {
-            println!("decision: {}", explanation.decision);
-            println!("risk: {}", risk_name(explanation.risk));
+            if observed {
+                println!("decision: {decision} (the config file's [policy] mode is \"observe\": the rules are recorded, not applied)");
+                println!("risk: {}", risk_name(risk));
+                print!("observed: the rules would {}", explanation.decision);
+                if explanation.decision != "ask" {
+                    print!(" it");
+                }
+                println!(", at {} risk", risk_name(explanation.risk));
+            } else {
+                println!("decision: {decision}");
+                println!("risk: {}", risk_name(risk));
+            }
             match (&explanation.rule, rule_line) {
                 (Some(name), Some(rule)) => {
                     println!("rule: {name:?} ({})", line_of(&lines, rule.index))
@@ -362,7 +409,7 @@ fn outcome_words(outcome: &Outcome) -> (&'static str, String) {
 }
 
 fn lint(instance: &Instance, output: Output) -> Result<Exit, CliError> {
-    let (policy, lines) = load(instance)?;
+    let LoadedRules { policy, lines, .. } = load(instance)?;
     let findings = policy.lint();
     let kind = |finding: &Finding| match finding.kind {
         FindingKind::Unreachable => "unreachable",

@@ -1,22 +1,32 @@
 //! `rules suggest`: allow rules proposed from the audit trail, for call shapes people approved
-//! again and again and never rejected; `--accept N` appends one to the config file.
+//! again and again and never rejected; `--accept ID` appends one to the config file.
 //!
 //! A shape is an agent, a tool and a bound on its arguments that a rule can hold to:
 //! - a shell command (`/command`) made of plain words only (letters, digits and
 //!   `_ . / = : @ % + , -`: nothing that can start another command, redirect, substitute,
-//!   quote or expand): its program and subcommand (`npm test`), followed by any of the further
-//!   words people approved with it, so `npm test --watch` may become `npm test --watch
-//!   src/a.test.js` but never `npm test; rm -rf ~`, `npm test > ~/.bashrc`, or `rm -rf /`
-//!   from approvals of `rm -rf build`;
+//!   quote or expand): its program and subcommand (`npm test`), followed by exactly one of the
+//!   lists of further words people approved with it, so approvals of `npm test --watch` and
+//!   `npm test src/a.test.js` allow those two and neither `npm test --watch src/a.test.js`,
+//!   `npm test; rm -rf ~`, `npm test > ~/.bashrc`, nor `rm -rf /` from approvals of
+//!   `rm -rf build`;
 //! - a file path (`/file_path`): a file directly in the same directory, whose name does not
 //!   start with a dot (no `..`, no `.env`).
 //!
-//! Other calls are not generalised: nothing is proposed for them.
+//! Other calls are not generalised: nothing is proposed for them. A rejection counts against
+//! every shape it might share a program with, whatever its own shape: a rejected shell command
+//! blocks every program its line runs (as the policy engine's shell parser reads it), a
+//! rejected file call blocks its directory, and a rejected call whose programs or directory
+//! cannot be told blocks its tool.
+//!
+//! Each suggestion has an id, a digest of the rule it would add: `--accept ID` adds that rule
+//! and no other, and is refused when history has changed the suggestion since it was listed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use countersign_client::pb;
+use countersign_core::policy::shell;
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 use toml_edit::{value, Array, ArrayOfTables, DocumentMut, InlineTable, Item, Table};
 
 use crate::exit::CliError;
@@ -61,12 +71,24 @@ impl Bound {
     }
 }
 
+/// What a rejection counts against: suggestions of any agent for that tool and…
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Blocked {
+    /// …whatever their shape (the rejected call's programs or directory cannot be told).
+    Tool(String),
+    /// …a command whose program is this.
+    Program(String, String),
+    /// …a file in this directory.
+    Directory(String, String),
+}
+
 /// One proposed rule and its evidence.
 #[derive(Debug, Clone)]
 pub struct Suggestion {
     shape: Shape,
-    /// The words approved after a command's first ones.
-    further_words: BTreeSet<String>,
+    /// The lists of words approved after a command's first ones (an empty list: the first
+    /// words alone).
+    further_words: BTreeSet<Vec<String>>,
     approvals: u32,
     /// How many times each person approved it (display name and channel).
     approvers: BTreeMap<String, u32>,
@@ -81,20 +103,42 @@ impl Suggestion {
             Bound::Command(head) => {
                 let head: Vec<String> = head.iter().map(|word| regex::escape(word)).collect();
                 let head = head.join(" ");
-                if self.further_words.is_empty() {
-                    return format!("^{head}$");
-                }
+                // Each approved list as written: ` --watch`, ` src/a\.js`, or "" (none).
                 let further: Vec<String> = self
                     .further_words
                     .iter()
-                    .map(|word| regex::escape(word))
+                    .map(|words| {
+                        words
+                            .iter()
+                            .map(|word| format!(" {}", regex::escape(word)))
+                            .collect()
+                    })
                     .collect();
-                format!("^{head}( ({}))*$", further.join("|"))
+                match further.as_slice() {
+                    [only] => format!("^{head}{only}$"),
+                    _ => format!("^{head}(?:{})$", further.join("|")),
+                }
             }
             Bound::Directory(directory) => {
                 format!("^{}/{SAFE_NAME}$", regex::escape(directory))
             }
         }
+    }
+
+    /// The suggestion's id: a digest of the rule it would add, so an id names that rule and no
+    /// other however the list around it changes.
+    pub fn id(&self) -> String {
+        let mut digest = Sha256::new();
+        for part in [
+            self.shape.agent_id.as_str(),
+            self.shape.tool_name.as_str(),
+            self.shape.bound.pointer(),
+            self.regex().as_str(),
+        ] {
+            digest.update(part.as_bytes());
+            digest.update([0]);
+        }
+        hex::encode(&digest.finalize()[..5])
     }
 
     /// The rule's name in the config file.
@@ -141,7 +185,8 @@ fn shape_of(approval: &pb::Approval) -> Option<(Shape, Vec<String>)> {
     };
     if let Some(command) = arguments.get("command").and_then(Value::as_str) {
         let words: Vec<&str> = command.split(' ').collect();
-        if words.iter().any(|word| !plain.is_match(word)) {
+        // An assignment first (`PAGER=x git log`) changes what the program does.
+        if words.iter().any(|word| !plain.is_match(word)) || words[0].contains('=') {
             return None;
         }
         // `git status`, `npm test`: the second word is a subcommand unless it is an option or
@@ -163,6 +208,64 @@ fn shape_of(approval: &pb::Approval) -> Option<(Shape, Vec<String>)> {
         return None;
     }
     Some((shape(Bound::Directory(directory.to_owned())), Vec::new()))
+}
+
+/// What a rejected call counts against (see the module's comment).
+fn blocked_by(approval: &pb::Approval) -> Vec<Blocked> {
+    let tool = approval.tool_name.clone();
+    let whole_tool = || vec![Blocked::Tool(approval.tool_name.clone())];
+    let Ok(arguments) = serde_json::from_str::<Value>(&approval.arguments_json) else {
+        return whole_tool();
+    };
+    if let Some(command) = arguments.get("command") {
+        let Some(line) = command.as_str() else {
+            return whole_tool();
+        };
+        let analysis = shell::analyze(line);
+        if analysis.opaque.is_some() {
+            return whole_tool();
+        }
+        // Every word that is not an option may be a program (`sudo rm`, `env X=1 rm`, `xargs
+        // rm`), by the last part of its path (`/bin/rm`): more than the line runs, never less.
+        let programs: BTreeSet<String> = analysis
+            .all
+            .iter()
+            .flatten()
+            .filter(|word| !word.starts_with('-'))
+            .map(|word| word.rsplit('/').next().unwrap_or(word).to_owned())
+            .collect();
+        if programs.is_empty() {
+            return whole_tool();
+        }
+        return programs
+            .into_iter()
+            .map(|program| Blocked::Program(tool.clone(), program))
+            .collect();
+    }
+    match shape_of(approval) {
+        Some((
+            Shape {
+                bound: Bound::Directory(directory),
+                ..
+            },
+            _,
+        )) => vec![Blocked::Directory(tool, directory)],
+        _ => whole_tool(),
+    }
+}
+
+/// Whether a rejection counts against `shape`.
+fn is_blocked(blocked: &BTreeSet<Blocked>, shape: &Shape) -> bool {
+    let tool = shape.tool_name.clone();
+    blocked.contains(&Blocked::Tool(tool.clone()))
+        || match &shape.bound {
+            Bound::Command(head) => head
+                .first()
+                .is_some_and(|program| blocked.contains(&Blocked::Program(tool, program.clone()))),
+            Bound::Directory(directory) => {
+                blocked.contains(&Blocked::Directory(tool, directory.clone()))
+            }
+        }
 }
 
 /// Who decided, as the report names them.
@@ -202,17 +305,20 @@ pub fn suggest(events: &[pb::AuditEvent], min_approvals: u32) -> Vec<Suggestion>
         }
     }
     let mut shapes: BTreeMap<Shape, Suggestion> = BTreeMap::new();
-    let mut rejected: BTreeSet<Shape> = BTreeSet::new();
+    let mut blocked: BTreeSet<Blocked> = BTreeSet::new();
     for (_, approval) in newest.into_values() {
         let by_people = approval
             .resolution
             .as_ref()
             .is_some_and(|r| r.resolved_by() == pb::ResolvedBy::Decision);
-        let Some((shape, further)) = by_people.then(|| shape_of(approval)).flatten() else {
+        if !by_people {
             continue;
-        };
+        }
         match approval.state() {
             pb::ApprovalState::Approved | pb::ApprovalState::Consumed => {
+                let Some((shape, further)) = shape_of(approval) else {
+                    continue;
+                };
                 let suggestion = shapes.entry(shape.clone()).or_insert(Suggestion {
                     shape,
                     further_words: BTreeSet::new(),
@@ -221,21 +327,19 @@ pub fn suggest(events: &[pb::AuditEvent], min_approvals: u32) -> Vec<Suggestion>
                     approval_ids: Vec::new(),
                 });
                 suggestion.approvals += 1;
-                suggestion.further_words.extend(further);
+                suggestion.further_words.insert(further);
                 suggestion.approval_ids.push(approval.id.clone());
                 for who in deciders(approval) {
                     *suggestion.approvers.entry(who).or_default() += 1;
                 }
             }
-            pb::ApprovalState::Rejected => {
-                rejected.insert(shape);
-            }
+            pb::ApprovalState::Rejected => blocked.extend(blocked_by(approval)),
             _ => {}
         }
     }
     let mut suggestions: Vec<Suggestion> = shapes
         .into_values()
-        .filter(|s| s.approvals >= min_approvals && !rejected.contains(&s.shape))
+        .filter(|s| s.approvals >= min_approvals && !is_blocked(&blocked, &s.shape))
         .collect();
     suggestions.sort_by(|a, b| {
         b.approvals
@@ -283,31 +387,54 @@ fn glob_literal(text: &str) -> String {
     glob
 }
 
-/// The suggestions as text: numbered, each with its evidence and the rule it would add.
+/// The `[[rules]]` entry a suggestion adds, as TOML.
+pub fn rule_text(suggestion: &Suggestion) -> String {
+    let mut doc = DocumentMut::new();
+    let mut rules = ArrayOfTables::new();
+    rules.push(rule_table(suggestion));
+    doc.insert("rules", Item::ArrayOfTables(rules));
+    doc.to_string()
+}
+
+/// What the audit trail records of a suggestion `accepted_by` accepted: the rule, the
+/// evidence, and the newest approval of it (the event is recorded there).
+pub fn acceptance(suggestion: &Suggestion, accepted_by: &str) -> pb::RecordRuleAcceptedRequest {
+    let first = suggestion.approval_ids.first().cloned().unwrap_or_default();
+    let last = suggestion.approval_ids.last().cloned().unwrap_or_default();
+    pb::RecordRuleAcceptedRequest {
+        approval_id: last.clone(),
+        rule_name: suggestion.rule_name(),
+        rule: rule_text(suggestion),
+        evidence: format!(
+            "{}; approvals {first} … {last}; suggestion {}; accepted on the CLI as {}",
+            suggestion.evidence(),
+            suggestion.id(),
+            one_line(accepted_by)
+        ),
+    }
+}
+
+/// The suggestions as text: each with its id, its evidence and the rule it would add.
 pub fn text(suggestions: &[Suggestion]) -> String {
     if suggestions.is_empty() {
         return "no suggestions: no call shape was approved often enough without ever being rejected\n"
             .to_owned();
     }
     let mut out = String::new();
-    for (number, suggestion) in suggestions.iter().enumerate() {
-        let mut doc = DocumentMut::new();
-        let mut rules = ArrayOfTables::new();
-        rules.push(rule_table(suggestion));
-        doc.insert("rules", Item::ArrayOfTables(rules));
+    for suggestion in suggestions {
         out.push_str(&format!(
-            "{}. allow {} {} for agent {}: {}\n",
-            number + 1,
+            "{} allow {} {} for agent {}: {}\n",
+            suggestion.id(),
             cell(&suggestion.shape.tool_name, 64),
             cell(&suggestion.shape.bound.summary(), 120),
             cell(&suggestion.shape.agent_id, 64),
             suggestion.evidence()
         ));
-        for line in doc.to_string().lines() {
+        for line in rule_text(suggestion).lines() {
             out.push_str(&format!("   {line}\n"));
         }
     }
-    out.push_str("\naccept one with: countersign rules suggest --accept N\n");
+    out.push_str("\naccept one with: countersign rules suggest --accept ID\n");
     out
 }
 
@@ -316,10 +443,9 @@ pub fn json(suggestions: &[Suggestion]) -> Value {
     Value::Array(
         suggestions
             .iter()
-            .enumerate()
-            .map(|(number, s)| {
+            .map(|s| {
                 json!({
-                    "number": number + 1,
+                    "id": s.id(),
                     "rule": s.rule_name(),
                     "agent_id": s.shape.agent_id,
                     "tool_name": s.shape.tool_name,
@@ -367,9 +493,10 @@ pub fn accept(
     let first = suggestion.approval_ids.first().cloned().unwrap_or_default();
     let last = suggestion.approval_ids.last().cloned().unwrap_or_default();
     rule.decor_mut().set_prefix(format!(
-        "\n# Accepted from `countersign rules suggest` by {} at {when}: {}; evidence: approvals {first} … {last}.\n",
+        "\n# Accepted from `countersign rules suggest` by {} at {when}: {}; evidence: approvals {first} … {last}; suggestion {}.\n",
         one_line(accepted_by),
         one_line(&suggestion.evidence()),
+        suggestion.id(),
     ));
     rules.push(rule);
     Ok(())

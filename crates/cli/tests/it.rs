@@ -1,6 +1,7 @@
 //! The CLI's tests through the real `countersign` binary, one test binary (linked once): each
 //! module is a suite; `support` holds their shared helpers.
 
+mod claude_session;
 mod cli;
 mod hooks;
 mod install;

@@ -362,3 +362,43 @@ async fn setup_writes_the_preset_it_is_given_after_its_own_work() {
         Some("strict: read tools")
     );
 }
+
+/// With `[policy] mode = "observe"` the server asks about every call as without rules:
+/// `policy test` says so (decision `ask`, the declared risk) and shows what the observed rules
+/// would have done.
+#[tokio::test]
+async fn policy_test_in_observe_mode_says_the_call_is_asked_and_what_the_rules_would_do() {
+    let home = home();
+    assert_exit(&run(&home, &["policy", "preset", "observe"]).await, 0);
+    let call = r#"{"tool_name":"Bash","tool_input":{"command":"ls; rm -rf ~"}}"#;
+
+    let json = run(&home, &["-o", "json", "policy", "test", call]).await;
+    assert_exit(&json, 0);
+    let answer: Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert_eq!(answer["mode"], "observe", "{answer}");
+    assert_eq!(answer["decision"], "ask", "{answer}");
+    assert_eq!(answer["risk"], "high", "{answer}");
+    assert_eq!(answer["rule"], Value::Null, "{answer}");
+    assert_eq!(answer["observed"]["decision"], "deny", "{answer}");
+    assert_eq!(
+        answer["observed"]["rule"], "balanced: wiping / or the home directory is denied",
+        "{answer}"
+    );
+
+    let table = run(&home, &["policy", "test", call]).await;
+    assert_exit(&table, 0);
+    let out = stdout(&table);
+    assert!(
+        out.starts_with("decision: ask (the config file's [policy] mode is \"observe\": the rules are recorded, not applied)\nrisk: high\nobserved: the rules would deny it, at high risk\n"),
+        "{out}"
+    );
+
+    // Enforced again, the rules decide.
+    assert_exit(&run(&home, &["policy", "preset", "balanced"]).await, 0);
+    let enforced = run(&home, &["-o", "json", "policy", "test", call]).await;
+    let answer: Value = serde_json::from_str(&stdout(&enforced)).unwrap();
+    assert_eq!(
+        (answer["mode"].as_str(), answer["decision"].as_str()),
+        (Some("enforce"), Some("deny"))
+    );
+}

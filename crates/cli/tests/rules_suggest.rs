@@ -1,5 +1,5 @@
 //! `countersign rules suggest` through the real binary (issue 43 item 5): allow rules proposed
-//! from the decisions on the audit trail, with their evidence; `--accept N` adds one to the
+//! from the decisions on the audit trail, with their evidence; `--accept ID` adds one to the
 //! server's config file, where it then allows what it was proposed for and nothing more.
 
 use crate::support;
@@ -10,6 +10,7 @@ use countersign_client::{pb, Client};
 use countersign_server::config::Config;
 use countersign_testkit::server::TestServer;
 use serde_json::{json, Value};
+use support::home::Home;
 use support::*;
 
 async fn suggest(server: &str, extra: &[&str]) -> Output {
@@ -19,6 +20,50 @@ async fn suggest(server: &str, extra: &[&str]) -> Output {
         .await
         .expect("countersign hung")
         .expect("countersign ran")
+}
+
+/// The suggestions listed as JSON.
+async fn suggestions(server: &str, extra: &[&str]) -> Value {
+    let output = suggest(server, &[&["-o", "json"], extra].concat()).await;
+    assert_exit(&output, 0);
+    serde_json::from_slice(&output.stdout).expect("JSON")
+}
+
+/// Each suggestion as (tool, shape, approvals).
+fn shapes(proposed: &Value) -> Vec<(String, String, u64)> {
+    proposed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["tool_name"].as_str().unwrap().to_owned(),
+                s["shape"].as_str().unwrap().to_owned(),
+                s["approvals"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// `times` calls of `tool` with `arguments`, each approved.
+async fn approved(client: &Client, key: &str, tool: &str, arguments: Value, times: usize) {
+    for n in 0..times {
+        let approval = ask(
+            client,
+            pb::Risk::High,
+            &format!("{key}{n}"),
+            tool,
+            arguments.clone(),
+        )
+        .await;
+        approve(client, &approval.id, pb::Scope::Once, "").await;
+    }
+}
+
+/// One call of `tool` with `arguments`, rejected.
+async fn rejected(client: &Client, key: &str, tool: &str, arguments: Value) {
+    let approval = ask(client, pb::Risk::High, key, tool, arguments).await;
+    reject(client, &approval.id, "no").await;
 }
 
 /// The history: what was asked and how people answered.
@@ -93,31 +138,21 @@ async fn shapes_approved_repeatedly_and_never_rejected_are_proposed_and_one_can_
     let client = client(&url);
     history(&client).await;
 
-    let output = suggest(&url, &["-o", "json"]).await;
-    assert_exit(&output, 0);
-    let proposed: Value = serde_json::from_slice(&output.stdout).expect("JSON");
-    let shapes: Vec<(&str, &str, u64)> = proposed
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            (
-                s["tool_name"].as_str().unwrap(),
-                s["shape"].as_str().unwrap(),
-                s["approvals"].as_u64().unwrap(),
-            )
-        })
-        .collect();
+    let proposed = suggestions(&url, &[]).await;
     assert_eq!(
-        shapes,
+        shapes(&proposed),
         [
-            ("Bash", "npm test", 3),
-            ("Bash", "rm", 3),
-            ("Read", "/home/dev/shop/src/*", 3)
+            ("Bash".into(), "npm test".into(), 3),
+            ("Bash".into(), "rm".into(), 3),
+            ("Read".into(), "/home/dev/shop/src/*".into(), 3)
         ]
     );
+    // Only the argument lists people approved, not any combination of their words.
     let rm = regex::Regex::new(proposed[1]["regex"].as_str().unwrap()).unwrap();
-    assert!(rm.is_match("rm -rf build") && rm.is_match("rm build"));
+    assert!(rm.is_match("rm -rf build"));
+    for other in ["rm build", "rm -rf", "rm -rf build build", "rm -rf /"] {
+        assert!(!rm.is_match(other), "{other}");
+    }
     assert!(!rm.is_match("rm -rf /") && !rm.is_match("rm -rf build/../.."));
     assert_eq!(proposed[0]["evidence"].as_array().unwrap().len(), 3);
     assert_eq!(proposed[0]["rejections"], 0);
@@ -126,23 +161,40 @@ async fn shapes_approved_repeatedly_and_never_rejected_are_proposed_and_one_can_
     assert_exit(&output, 0);
     let text = stdout(&output);
     let first = text.lines().next().unwrap_or_default();
+    let npm_test = proposed[0]["id"].as_str().unwrap();
     assert!(
-        first.starts_with("1. allow Bash npm test for agent claude-code: approved 3 times (")
-            && first.ends_with("×3), never rejected"),
+        first.starts_with(&format!(
+            "{npm_test} allow Bash npm test for agent claude-code: approved 3 times ("
+        )) && first.ends_with("×3), never rejected"),
         "{text}"
     );
     assert!(text.contains("[[rules]]"), "{text}");
 
     // Accepted into a server config file that has rules of its own: appended after them, with
     // who accepted it and the evidence; the file's comments stay.
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("countersign.toml");
+    let home = Home::new("http://127.0.0.1:9");
+    let file = home.config_file();
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     std::fs::write(
         &file,
         "# my rules\n[[rules]]\nname = \"no-curl\"\naction = \"deny\"\n[rules.match]\narguments = [{ pointer = \"/command\", regex = \"curl\" }]\n",
     )
     .unwrap();
-    let output = suggest(&url, &["--accept", "1", "--to", file.to_str().unwrap()]).await;
+    let mine = std::fs::read_to_string(&file).unwrap();
+    // Suggestions are accepted by id, not by their place in a list that may have changed.
+    let by_number = suggest(&url, &["--accept", "1", "--to", file.to_str().unwrap()]).await;
+    assert_exit(&by_number, 64);
+    assert!(
+        stderr(&by_number).contains("there is no suggestion \"1\" now"),
+        "{}",
+        stderr(&by_number)
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), mine);
+    let output = suggest(
+        &url,
+        &["--accept", npm_test, "--to", file.to_str().unwrap()],
+    )
+    .await;
     assert_exit(&output, 0);
     assert!(
         stdout(&output).starts_with("added rule suggested-claude-code-bash-npm-test to "),
@@ -163,16 +215,66 @@ async fn shapes_approved_repeatedly_and_never_rejected_are_proposed_and_one_can_
         rules.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
         ["no-curl", "suggested-claude-code-bash-npm-test"]
     );
+    // The acceptance is on the audit trail (before the file was written): a RULE_ACCEPTED
+    // event on the newest approval of the evidence, naming the rule, the caller and the
+    // evidence.
+    let mut events = countersign(&url);
+    events.args(["events", "--kind", "rule-accepted", "-o", "json"]);
+    let events = tokio::time::timeout(STEP, events.output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_exit(&events, 0);
+    let events: Value = serde_json::from_slice(&events.stdout).expect("JSON");
+    let events = events.as_array().unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["kind"], "RULE_ACCEPTED");
+    assert_eq!(events[0]["approval"]["id"], proposed[0]["evidence"][2]);
+    let detail = events[0]["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("rule \"suggested-claude-code-bash-npm-test\" accepted by anonymous")
+            && detail.contains("approved 3 times")
+            && detail.contains(&format!(
+                "suggestion {npm_test}; accepted on the CLI as tester"
+            ))
+            && detail.contains("[[rules]]")
+            && detail.contains(&format!(
+                "regex = '{}'",
+                proposed[0]["regex"].as_str().unwrap()
+            )),
+        "{detail}"
+    );
+
     // Accepting it again adds nothing.
-    let again = suggest(&url, &["--accept", "1", "--to", file.to_str().unwrap()]).await;
+    let again = suggest(
+        &url,
+        &["--accept", npm_test, "--to", file.to_str().unwrap()],
+    )
+    .await;
     assert_exit(&again, 64);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), written);
+
+    // The policy engine reads the rule as proposed: `policy test` on the file allows the
+    // approved lists and asks about a combination of them; `policy lint` finds nothing.
+    for (command, decision) in [
+        ("npm test --watch", "allow"),
+        ("npm test src/cart.test.js", "allow"),
+        ("npm test src/cart.test.js --watch", "ask"),
+    ] {
+        let call = json!({"tool_name": "Bash", "tool_input": {"command": command}}).to_string();
+        let tested = home.run(&["policy", "test", &call, "-o", "json"]).await;
+        assert_exit(&tested, 0);
+        let answer: Value = serde_json::from_slice(&tested.stdout).expect("JSON");
+        assert_eq!(answer["decision"], decision, "{command}: {answer}");
+    }
+    let lint = home.run(&["policy", "lint"]).await;
+    assert_exit(&lint, 0);
 
     // A server with the file's rules allows `npm test` with the words people approved it
     // with, and asks about anything else.
     let ruled = TestServer::start_with(|c| c.rules = rules).await;
     let agent = support::client(&ruled.url());
-    for (n, command) in ["npm test", "npm test src/cart.test.js --watch"]
+    for (n, command) in ["npm test", "npm test --watch", "npm test src/cart.test.js"]
         .into_iter()
         .enumerate()
     {
@@ -188,6 +290,8 @@ async fn shapes_approved_repeatedly_and_never_rejected_are_proposed_and_one_can_
     }
     for (n, command) in [
         "npm test --coverage",
+        "npm test src/cart.test.js --watch",
+        "npm test --watch --watch",
         "npm test; rm -rf ~",
         "npm test > ~/.bashrc",
         "npm test $(cat /etc/passwd)",
@@ -206,4 +310,107 @@ async fn shapes_approved_repeatedly_and_never_rejected_are_proposed_and_one_can_
         .await;
         assert_eq!(asked.state(), pb::ApprovalState::Pending, "{command}");
     }
+}
+
+#[tokio::test]
+async fn a_rejection_blocks_suggestions_for_its_programs_or_its_tool_even_when_it_has_no_shape() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let client = client(&url);
+    approved(&client, "rm", "Bash", json!({"command": "rm -rf build"}), 3).await;
+    approved(&client, "npm", "Bash", json!({"command": "npm test"}), 3).await;
+    approved(
+        &client,
+        "read",
+        "Read",
+        json!({"file_path": "/home/dev/shop/src/a.rs"}),
+        3,
+    )
+    .await;
+    let all = [
+        ("Bash".to_owned(), "npm test".to_owned(), 3),
+        ("Bash".to_owned(), "rm".to_owned(), 3),
+        ("Read".to_owned(), "/home/dev/shop/src/*".to_owned(), 3),
+    ];
+    assert_eq!(shapes(&suggestions(&url, &[]).await), all);
+
+    // `~` is no plain word, so this call has no shape of its own; it is still a rejected rm.
+    rejected(&client, "r1", "Bash", json!({"command": "rm -rf ~/x"})).await;
+    assert_eq!(
+        shapes(&suggestions(&url, &[]).await),
+        [all[0].clone(), all[2].clone()]
+    );
+    // A rejected read whose directory cannot be told counts against every read.
+    rejected(&client, "r2", "Read", json!({"file_path": "../secrets"})).await;
+    assert_eq!(shapes(&suggestions(&url, &[]).await), [all[0].clone()]);
+    // A rejected line whose commands cannot be known before it runs counts against them all.
+    rejected(&client, "r3", "Bash", json!({"command": "$CMD -rf /"})).await;
+    assert_eq!(shapes(&suggestions(&url, &[]).await), []);
+}
+
+#[tokio::test]
+async fn an_id_names_one_rule_and_is_refused_once_the_history_has_changed_it() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let client = client(&url);
+    approved(&client, "a", "Bash", json!({"command": "npm test"}), 3).await;
+    let listed = suggestions(&url, &[]).await;
+    let id = listed[0]["id"].as_str().unwrap().to_owned();
+    // The same history lists the same id.
+    assert_eq!(suggestions(&url, &[]).await[0]["id"], id.as_str());
+
+    // Another approved argument list changes the rule the suggestion would add.
+    approved(
+        &client,
+        "b",
+        "Bash",
+        json!({"command": "npm test --watch"}),
+        1,
+    )
+    .await;
+    let now = suggestions(&url, &[]).await;
+    assert_eq!(now.as_array().unwrap().len(), 1);
+    assert_ne!(now[0]["id"], id.as_str());
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("countersign.toml");
+    let mine = "# my rules\n";
+    std::fs::write(&file, mine).unwrap();
+    let output = suggest(&url, &["--accept", &id, "--to", file.to_str().unwrap()]).await;
+    assert_exit(&output, 64);
+    assert!(
+        stderr(&output).contains(&format!("there is no suggestion {id:?} now")),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), mine);
+}
+
+#[tokio::test]
+async fn the_newest_events_are_read_and_a_limit_that_cut_the_history_is_said() {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let client = client(&url);
+    // Each approved call is two events: requested and resolved.
+    approved(&client, "old", "Bash", json!({"command": "make"}), 3).await;
+    approved(&client, "new", "Bash", json!({"command": "npm test"}), 3).await;
+
+    let output = suggest(&url, &["-o", "json", "--limit", "6"]).await;
+    assert_exit(&output, 0);
+    let proposed: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(
+        shapes(&proposed),
+        [("Bash".to_owned(), "npm test".to_owned(), 3)]
+    );
+    assert!(
+        stderr(&output).contains("only the newest 6 events of the period were read"),
+        "{}",
+        stderr(&output)
+    );
+
+    let whole = suggest(&url, &["-o", "json", "--limit", "12"]).await;
+    assert_exit(&whole, 0);
+    assert_eq!(stderr(&whole), "");
+    let proposed: Value = serde_json::from_slice(&whole.stdout).expect("JSON");
+    assert_eq!(proposed.as_array().unwrap().len(), 2);
 }

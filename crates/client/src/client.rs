@@ -272,6 +272,20 @@ impl Client {
         Ok(self.admin.clone().revoke_grant(request).await?.into_inner())
     }
 
+    /// Records on the audit trail that a suggested rule was accepted (a RULE_ACCEPTED event
+    /// on the newest approval of its evidence). Admin tokens only.
+    pub async fn record_rule_accepted(
+        &self,
+        request: pb::RecordRuleAcceptedRequest,
+    ) -> Result<pb::Approval, ClientError> {
+        Ok(self
+            .admin
+            .clone()
+            .record_rule_accepted(request)
+            .await?
+            .into_inner())
+    }
+
     /// Lets `delegate` decide on behalf of `delegator` until `until`. Admin tokens only.
     pub async fn create_delegation(
         &self,

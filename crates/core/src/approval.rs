@@ -337,6 +337,8 @@ pub enum EventKind {
     Consumed,
     Delivered,
     GrantRevoked,
+    /// An operator accepted a rule suggested from this and earlier approvals.
+    RuleAccepted,
     /// Nobody decided within the reminder time: the channels remind the deciders.
     Reminded,
     /// The approval went to the escalation group.
@@ -344,7 +346,7 @@ pub enum EventKind {
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 11] = [
+    pub const ALL: [EventKind; 12] = [
         EventKind::Requested,
         EventKind::DecisionRecorded,
         EventKind::DecisionRefused,
@@ -354,6 +356,7 @@ impl EventKind {
         EventKind::Consumed,
         EventKind::Delivered,
         EventKind::GrantRevoked,
+        EventKind::RuleAccepted,
         EventKind::Reminded,
         EventKind::Escalated,
     ];
@@ -369,6 +372,7 @@ impl EventKind {
             EventKind::Consumed => "CONSUMED",
             EventKind::Delivered => "DELIVERED",
             EventKind::GrantRevoked => "GRANT_REVOKED",
+            EventKind::RuleAccepted => "RULE_ACCEPTED",
             EventKind::Reminded => "REMINDED",
             EventKind::Escalated => "ESCALATED",
         }

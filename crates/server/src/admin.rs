@@ -9,11 +9,11 @@ use countersign_proto::v1::admin_service_server::AdminService;
 use tonic::{Request, Response, Status};
 
 use crate::app::AppError;
-use crate::app::{App, EventsQuery, GrantsQuery, NewDelegation};
+use crate::app::{App, EventsQuery, GrantsQuery, NewDelegation, RuleAccepted};
 use crate::auth::caller_of;
 use crate::convert::{
-    audited_event_to_pb, delegation_to_pb, event_kind_from_pb, grant_to_pb, millis_of, risk_to_pb,
-    routes_to_pb,
+    approval_to_pb, audited_event_to_pb, delegation_to_pb, event_kind_from_pb, grant_to_pb,
+    millis_of, risk_to_pb, routes_to_pb,
 };
 use crate::store::now_millis;
 
@@ -127,6 +127,25 @@ impl AdminService for AdminApi {
             .revoke_grant(&caller, &request.grant_id, &request.reason, now)
             .await?;
         Ok(Response::new(grant_to_pb(&grant, now)))
+    }
+
+    async fn record_rule_accepted(
+        &self,
+        request: Request<pb::RecordRuleAcceptedRequest>,
+    ) -> Result<Response<pb::Approval>, Status> {
+        let caller = caller_of(&request)?;
+        let request = request.into_inner();
+        let accepted = RuleAccepted {
+            approval_id: request.approval_id,
+            rule_name: request.rule_name,
+            rule: request.rule,
+            evidence: request.evidence,
+        };
+        let approval = self
+            .app
+            .record_rule_accepted(&caller, accepted, now_millis())
+            .await?;
+        Ok(Response::new(approval_to_pb(&approval)))
     }
 
     async fn create_delegation(

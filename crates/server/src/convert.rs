@@ -158,6 +158,7 @@ pub fn event_kind_to_pb(kind: EventKind) -> pb::EventKind {
         EventKind::Consumed => pb::EventKind::Consumed,
         EventKind::Delivered => pb::EventKind::Delivered,
         EventKind::GrantRevoked => pb::EventKind::GrantRevoked,
+        EventKind::RuleAccepted => pb::EventKind::RuleAccepted,
         EventKind::Reminded => pb::EventKind::Reminded,
         EventKind::Escalated => pb::EventKind::Escalated,
     }

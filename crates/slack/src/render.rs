@@ -119,6 +119,15 @@ pub fn message(approval: &pb::Approval) -> SlackMessageContent {
     )
 }
 
+/// A notice (`countersign notify`: an agent finished, failed or waits): its title in bold and
+/// its message, escaped, with no buttons.
+pub fn notice(title: &str, message: &str) -> SlackMessageContent {
+    let text = format!("*{}*\n{}", escape(title), escape(message));
+    SlackMessageContent::new()
+        .with_text(text.clone())
+        .with_blocks(vec![section(text)])
+}
+
 /// The smallest message of an approval, for when Slack refused the full one: the tool, the
 /// risk and the id, where else to decide, and the buttons while pending. Nothing the agent
 /// wrote but the tool's name, which is short.

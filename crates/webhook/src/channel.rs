@@ -86,11 +86,7 @@ pub struct Deliveries {
 
 impl Deliveries {
     pub fn new(store: Store, settings: Settings, lanes: Lanes) -> Result<Deliveries, WorkerError> {
-        let http = reqwest::Client::builder()
-            .timeout(settings.request_timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("countersign-webhook/", env!("CARGO_PKG_VERSION")))
-            .build()
+        let http = http_client(settings.request_timeout)
             .map_err(|error| WorkerError::Http(error.to_string()))?;
         Ok(Deliveries {
             backoff: settings.runtime.retry,
@@ -256,55 +252,82 @@ impl Deliveries {
 
     /// POSTs the event, signed now; the status on 2xx.
     async fn post(&self, endpoint: &Endpoint, delivery: &Delivery) -> Result<u16, AttemptError> {
-        let timestamp = now_ms() / 1000;
-        let signature = signature_header(
-            &endpoint.secrets,
-            &delivery.webhook_id,
-            timestamp,
-            &delivery.body,
-        );
-        let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        for (name, value) in [
-            ("webhook-id", delivery.webhook_id.clone()),
-            ("webhook-timestamp", timestamp.to_string()),
-            ("webhook-signature", signature),
-        ] {
-            let value = HeaderValue::from_str(&value).map_err(|error| AttemptError {
-                verdict: Verdict::Final,
-                message: format!("{name} is not a valid header value: {error}"),
-            })?;
-            headers.insert(name, value);
-        }
-        let response = self
-            .http
-            .post(&endpoint.url)
-            .headers(headers)
-            .body(delivery.body.clone())
-            .send()
-            .await
-            .map_err(|error| AttemptError {
-                verdict: Verdict::Retry { after: None },
-                // Without the URL: an endpoint's URL may carry a secret of its own.
-                message: if error.is_timeout() {
-                    "timed out".to_owned()
-                } else {
-                    format!("transport error: {}", error.without_url())
-                },
-            })?;
-        let status = response.status();
-        if status.is_success() {
-            return Ok(status.as_u16());
-        }
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        Err(AttemptError {
-            verdict: Verdict::of_http_status(status.as_u16(), retry_after),
-            message: format!("HTTP {status}"),
-        })
+        post_signed(&self.http, endpoint, &delivery.webhook_id, &delivery.body).await
     }
+}
+
+/// An HTTP client as deliveries use: `timeout` per attempt, no redirects.
+fn http_client(timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("countersign-webhook/", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// POSTs one event to `endpoint` once, signed now, with no retry and nothing stored (a
+/// notice: `countersign notify`); the status on 2xx, else what went wrong.
+pub async fn send_once(
+    endpoint: &Endpoint,
+    webhook_id: &str,
+    body: &str,
+    timeout: Duration,
+) -> Result<u16, String> {
+    let http = http_client(timeout).map_err(|error| error.to_string())?;
+    post_signed(&http, endpoint, webhook_id, body)
+        .await
+        .map_err(|error| error.message)
+}
+
+/// POSTs `body` as the event `webhook_id`, signed now; the status on 2xx.
+async fn post_signed(
+    http: &reqwest::Client,
+    endpoint: &Endpoint,
+    webhook_id: &str,
+    body: &str,
+) -> Result<u16, AttemptError> {
+    let timestamp = now_ms() / 1000;
+    let signature = signature_header(&endpoint.secrets, webhook_id, timestamp, body);
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    for (name, value) in [
+        ("webhook-id", webhook_id.to_owned()),
+        ("webhook-timestamp", timestamp.to_string()),
+        ("webhook-signature", signature),
+    ] {
+        let value = HeaderValue::from_str(&value).map_err(|error| AttemptError {
+            verdict: Verdict::Final,
+            message: format!("{name} is not a valid header value: {error}"),
+        })?;
+        headers.insert(name, value);
+    }
+    let response = http
+        .post(&endpoint.url)
+        .headers(headers)
+        .body(body.to_owned())
+        .send()
+        .await
+        .map_err(|error| AttemptError {
+            verdict: Verdict::Retry { after: None },
+            // Without the URL: an endpoint's URL may carry a secret of its own.
+            message: if error.is_timeout() {
+                "timed out".to_owned()
+            } else {
+                format!("transport error: {}", error.without_url())
+            },
+        })?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(status.as_u16());
+    }
+    let retry_after = response
+        .headers()
+        .get(RETRY_AFTER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    Err(AttemptError {
+        verdict: Verdict::of_http_status(status.as_u16(), retry_after),
+        message: format!("HTTP {status}"),
+    })
 }

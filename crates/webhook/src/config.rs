@@ -108,6 +108,40 @@ pub struct EndpointSection {
     pub decision_links: bool,
 }
 
+impl EndpointSection {
+    /// The endpoint with its signing secrets read from `env` (`secret_env`).
+    pub fn resolve(self, env: impl Fn(&str) -> Option<String>) -> Result<Endpoint, ConfigError> {
+        let secrets = env(&self.secret_env)
+            .ok_or_else(|| {
+                ConfigError::Invalid(format!(
+                    "endpoint {}: no signing secret in {}",
+                    self.name, self.secret_env
+                ))
+            })
+            .and_then(|text| {
+                Secret::parse_list(&text).map_err(|error| {
+                    ConfigError::Invalid(format!(
+                        "endpoint {}: {} : {error}",
+                        self.name, self.secret_env
+                    ))
+                })
+            })?;
+        if secrets.is_empty() {
+            return Err(ConfigError::Invalid(format!(
+                "endpoint {}: {} holds no secret",
+                self.name, self.secret_env
+            )));
+        }
+        Ok(Endpoint {
+            approver: self.approver.unwrap_or_else(|| self.name.clone()),
+            name: self.name,
+            url: self.url,
+            secrets,
+            decision_links: self.decision_links,
+        })
+    }
+}
+
 fn default_true() -> bool {
     true
 }
@@ -204,34 +238,7 @@ impl WorkerSettings for Settings {
                     endpoint.name
                 )));
             }
-            let secrets = env(&endpoint.secret_env)
-                .ok_or_else(|| {
-                    ConfigError::Invalid(format!(
-                        "endpoint {}: no signing secret in {}",
-                        endpoint.name, endpoint.secret_env
-                    ))
-                })
-                .and_then(|text| {
-                    Secret::parse_list(&text).map_err(|error| {
-                        ConfigError::Invalid(format!(
-                            "endpoint {}: {} : {error}",
-                            endpoint.name, endpoint.secret_env
-                        ))
-                    })
-                })?;
-            if secrets.is_empty() {
-                return Err(ConfigError::Invalid(format!(
-                    "endpoint {}: {} holds no secret",
-                    endpoint.name, endpoint.secret_env
-                )));
-            }
-            resolved.push(Endpoint {
-                approver: endpoint.approver.unwrap_or_else(|| endpoint.name.clone()),
-                name: endpoint.name,
-                url: endpoint.url,
-                secrets,
-                decision_links: endpoint.decision_links,
-            });
+            resolved.push(endpoint.resolve(&env)?);
         }
         for name in &webhook.default_endpoints {
             if !names.contains(name) {

@@ -8,6 +8,7 @@ use countersign_links::store::NewLink;
 use countersign_links::{expires_ms, LinkVerdict};
 use countersign_worker::approval::risk_word;
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
@@ -15,6 +16,8 @@ use crate::config::Endpoint;
 
 pub const REQUESTED: &str = "approval.requested";
 pub const RESOLVED: &str = "approval.resolved";
+/// `countersign notify`: an agent finished, failed or waits (no approval, no links).
+pub const NOTICE: &str = "agent.notice";
 
 /// The webhook-id of an approval's event of `event_type`.
 pub fn webhook_id(approval_id: &str, event_type: &str) -> String {
@@ -104,6 +107,29 @@ pub fn requested(
         }
     });
     (body.to_string(), links)
+}
+
+/// A notice event and its webhook-id: a digest of the event and the moment it was made (a
+/// notice is sent once, never replayed).
+pub fn notice(title: &str, message: &str, tags: &[String]) -> (String, String) {
+    let body = json!({
+        "type": NOTICE,
+        "timestamp": now_rfc3339(),
+        "data": {"title": title, "message": message, "tags": tags},
+    })
+    .to_string();
+    let mut digest = Sha256::new();
+    digest.update(
+        OffsetDateTime::now_utc()
+            .unix_timestamp_nanos()
+            .to_be_bytes(),
+    );
+    digest.update(body.as_bytes());
+    let id: String = digest.finalize()[..12]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    (format!("msg_notice_{id}"), body)
 }
 
 /// The resolution event (approved, rejected, expired, cancelled).

@@ -92,6 +92,8 @@ class EventKind(_WireEnum):
     HEARTBEAT = "heartbeat"
     DECISION_REFUSED = "decision_refused"
     GRANT_REVOKED = "grant_revoked"
+    #: An operator accepted a rule suggested from this and earlier approvals.
+    RULE_ACCEPTED = "rule_accepted"
     #: Nobody decided within the reminder time; the channels reminded the deciders.
     REMINDED = "reminded"
     #: The approval went to its escalation group.

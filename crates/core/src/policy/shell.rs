@@ -457,7 +457,8 @@ impl Walker {
         self.analysis.all.push(texts);
     }
 
-    /// Command lines inside arguments: `sh -c STRING`, `eval STRING…`, also behind wrappers.
+    /// Command lines inside arguments: `sh -c STRING`, `eval STRING…`, `env -S STRING`, also
+    /// behind wrappers.
     fn nested_strings(&mut self, words: &[String], depth: usize) {
         for candidate in candidates(words, 0) {
             let Some(name) = candidate.first() else {
@@ -465,11 +466,24 @@ impl Walker {
             };
             if name == "eval" {
                 self.program(&candidate[1..].join(" "), depth + 1, false);
+            } else if name == "env" {
+                for script in env_split_strings(&candidate) {
+                    self.program(script, depth + 1, false);
+                }
             } else if SHELLS.contains(&name.as_str()) {
                 if let Some(at) = candidate.iter().position(|w| is_c_option(w)) {
-                    match candidate.get(at + 1) {
-                        Some(script) => self.program(script, depth + 1, false),
-                        None => self.opaque("a shell's -c without a command"),
+                    // The command line is the first word after `-c` that is no option
+                    // (`bash -c -- CMD`, `bash -c -e CMD`); an option's value
+                    // (`-o pipefail`) is taken for one too: more than runs, never less.
+                    let scripts: Vec<&String> = candidate[at + 1..]
+                        .iter()
+                        .filter(|word| !word.starts_with('-'))
+                        .collect();
+                    if scripts.is_empty() {
+                        self.opaque("a shell's -c without a command");
+                    }
+                    for script in scripts {
+                        self.program(script, depth + 1, false);
                     }
                 }
             }
@@ -668,6 +682,25 @@ const EXEC_OPTIONS: [&str; 6] = [
     "--exec",
     "--exec-batch",
 ];
+
+/// The strings `env -S STRING` (`-SSTRING`, `--split-string[=]STRING`) splits into the
+/// command it runs, up to env's first word that is neither an option nor an assignment.
+fn env_split_strings(words: &[String]) -> Vec<&str> {
+    let mut strings = Vec::new();
+    let mut rest = words.iter().skip(1);
+    while let Some(word) = rest.next() {
+        if word == "-S" || word == "--split-string" {
+            strings.extend(rest.next().map(String::as_str));
+        } else if let Some(value) = word.strip_prefix("--split-string=") {
+            strings.push(value);
+        } else if let Some(value) = word.strip_prefix("-S") {
+            strings.push(value);
+        } else if !word.starts_with('-') && !word.contains('=') {
+            break;
+        }
+    }
+    strings
+}
 
 fn is_c_option(word: &str) -> bool {
     word.starts_with('-') && !word.starts_with("--") && word.contains('c')

@@ -3,7 +3,7 @@
 
 use countersign_core::fields::{optional, required};
 use countersign_core::groups::Delegation;
-use countersign_core::{Decider, Error as DomainError, EventKind, Millis, Risk, Route};
+use countersign_core::{Approval, Decider, Error as DomainError, EventKind, Millis, Risk, Route};
 
 use super::reads::paginate;
 use super::shared::App;
@@ -53,6 +53,17 @@ pub struct NewDelegation {
     pub delegate: String,
     pub until: Option<Millis>,
     pub reason: String,
+}
+
+/// A suggested rule an operator accepted (`RecordRuleAccepted`).
+#[derive(Debug, Clone)]
+pub struct RuleAccepted {
+    /// The newest approval of the rule's evidence.
+    pub approval_id: String,
+    pub rule_name: String,
+    /// The rule as written to the config file.
+    pub rule: String,
+    pub evidence: String,
 }
 
 /// A registered approver as operators see it.
@@ -173,6 +184,38 @@ impl App {
             .await?;
         tracing::info!(grant_id = %grant.id, token = %caller.name, "grant revoked");
         Ok(grant)
+    }
+
+    /// Records on the audit trail that the caller accepted the suggested rule `rule_name`
+    /// (`rule`, its TOML) on `evidence`, as a RULE_ACCEPTED event on `approval_id`, the
+    /// newest approval of that evidence.
+    pub async fn record_rule_accepted(
+        &self,
+        caller: &Caller,
+        accepted: RuleAccepted,
+        now: Millis,
+    ) -> Result<Approval, AppError> {
+        caller.allow("RecordRuleAccepted", &[])?;
+        required("approval_id", &accepted.approval_id, MAX_ID_CHARS)?;
+        required("rule_name", &accepted.rule_name, MAX_ID_CHARS)?;
+        required("rule", &accepted.rule, MAX_REASON_CHARS)?;
+        optional("evidence", &accepted.evidence, MAX_REASON_CHARS)?;
+        let mut detail = format!(
+            "rule {:?} accepted by {} from the approvals it was suggested from",
+            accepted.rule_name, caller.name
+        );
+        if !accepted.evidence.is_empty() {
+            detail.push_str(": ");
+            detail.push_str(&accepted.evidence);
+        }
+        detail.push('\n');
+        detail.push_str(&accepted.rule);
+        let approval = self
+            .store
+            .record_rule_accepted(&accepted.approval_id, &detail, now)
+            .await?;
+        tracing::info!(approval_id = %approval.id, rule = %accepted.rule_name, token = %caller.name, "suggested rule accepted");
+        Ok(approval)
     }
 
     pub async fn create_delegation(

@@ -23,7 +23,7 @@ mod watch;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use admin::{EventsQuery, GrantsQuery, NewDelegation};
+pub(crate) use admin::{EventsQuery, GrantsQuery, NewDelegation, RuleAccepted};
 pub(crate) use decide::DecideInput;
 pub(crate) use error::AppError;
 pub(crate) use lifecycle::{ConsumeInput, DeliveryInput};

@@ -56,6 +56,11 @@ pub(crate) enum Change {
         revoked_by: String,
         reason: String,
     },
+    /// A RULE_ACCEPTED event on the approval, with `detail`; the approval is unchanged.
+    RecordRuleAccepted {
+        approval_id: String,
+        detail: String,
+    },
     Cancel {
         approval_id: String,
         reason: String,
@@ -129,7 +134,8 @@ impl BatchKeys {
                 | Change::RefuseDecision { approval_id, .. }
                 | Change::Cancel { approval_id, .. }
                 | Change::Consume { approval_id, .. }
-                | Change::RecordDelivery { approval_id, .. } => {
+                | Change::RecordDelivery { approval_id, .. }
+                | Change::RecordRuleAccepted { approval_id, .. } => {
                     keys.approval_ids.push(approval_id.clone());
                 }
                 Change::RevokeGrant { grant_id, .. } => keys.grant_ids.push(grant_id.clone()),
@@ -643,6 +649,23 @@ impl Plan {
                 revoked_by,
                 reason,
             } => self.revoke_grant(&grant_id, &revoked_by, &reason, now),
+            Change::RecordRuleAccepted {
+                approval_id,
+                detail,
+            } => {
+                let approval = self.load(&approval_id)?;
+                let body = EventBody {
+                    approval,
+                    decision: None,
+                    delivery: None,
+                    detail: Some(detail),
+                };
+                let event = self.append(EventKind::RuleAccepted, now, body)?;
+                Ok(Applied {
+                    reply: Reply::Approval(event.approval.clone()),
+                    events: vec![event],
+                })
+            }
             Change::Cancel {
                 approval_id,
                 reason,

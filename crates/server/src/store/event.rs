@@ -20,7 +20,8 @@ pub struct StoredEvent {
     pub approval: Approval,
     pub decision: Option<Decision>,
     pub delivery: Option<Delivery>,
-    /// DECISION_REFUSED: why; GRANT_REVOKED: which grant and why.
+    /// DECISION_REFUSED: why; GRANT_REVOKED: which grant and why; RULE_ACCEPTED: which rule,
+    /// by whom, on what evidence.
     pub detail: Option<String>,
 }
 

@@ -281,6 +281,20 @@ impl Store {
         }
     }
 
+    /// Records a RULE_ACCEPTED event with `detail` on an approval (which stays as it is).
+    pub(crate) async fn record_rule_accepted(
+        &self,
+        approval_id: &str,
+        detail: &str,
+        now: Millis,
+    ) -> Result<Approval, StoreError> {
+        let change = Change::RecordRuleAccepted {
+            approval_id: approval_id.to_string(),
+            detail: detail.to_string(),
+        };
+        self.submit_for_approval(change, now).await
+    }
+
     pub(crate) async fn cancel(
         &self,
         approval_id: &str,

@@ -71,6 +71,7 @@ class EventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_KIND_HEARTBEAT: _ClassVar[EventKind]
     EVENT_KIND_DECISION_REFUSED: _ClassVar[EventKind]
     EVENT_KIND_GRANT_REVOKED: _ClassVar[EventKind]
+    EVENT_KIND_RULE_ACCEPTED: _ClassVar[EventKind]
     EVENT_KIND_REMINDED: _ClassVar[EventKind]
     EVENT_KIND_ESCALATED: _ClassVar[EventKind]
 
@@ -128,6 +129,7 @@ EVENT_KIND_DELIVERED: EventKind
 EVENT_KIND_HEARTBEAT: EventKind
 EVENT_KIND_DECISION_REFUSED: EventKind
 EVENT_KIND_GRANT_REVOKED: EventKind
+EVENT_KIND_RULE_ACCEPTED: EventKind
 EVENT_KIND_REMINDED: EventKind
 EVENT_KIND_ESCALATED: EventKind
 DECIDE_OUTCOME_UNSPECIFIED: DecideOutcome
@@ -616,6 +618,18 @@ class RevokeGrantRequest(_message.Message):
     grant_id: str
     reason: str
     def __init__(self, grant_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class RecordRuleAcceptedRequest(_message.Message):
+    __slots__ = ("approval_id", "rule_name", "rule", "evidence")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    RULE_NAME_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    rule_name: str
+    rule: str
+    evidence: str
+    def __init__(self, approval_id: _Optional[str] = ..., rule_name: _Optional[str] = ..., rule: _Optional[str] = ..., evidence: _Optional[str] = ...) -> None: ...
 
 class GroupQuorum(_message.Message):
     __slots__ = ("group", "required", "members", "destinations", "contacts", "approved")

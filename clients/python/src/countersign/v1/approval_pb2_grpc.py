@@ -504,6 +504,11 @@ class AdminServiceStub:
                 request_serializer=countersign_dot_v1_dot_approval__pb2.BackupDatabaseRequest.SerializeToString,
                 response_deserializer=countersign_dot_v1_dot_approval__pb2.BackupDatabaseResponse.FromString,
                 _registered_method=True)
+        self.RecordRuleAccepted = channel.unary_unary(
+                '/countersign.v1.AdminService/RecordRuleAccepted',
+                request_serializer=countersign_dot_v1_dot_approval__pb2.RecordRuleAcceptedRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_approval__pb2.Approval.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -576,6 +581,15 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecordRuleAccepted(self, request, context):
+        """Records that an operator accepted a rule suggested from people's approvals (`countersign
+        rules suggest --accept`, issue 43): a RULE_ACCEPTED event on the newest approval of the
+        rule's evidence, naming the rule, the caller and the evidence. Returns that approval.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -623,6 +637,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.BackupDatabase,
                     request_deserializer=countersign_dot_v1_dot_approval__pb2.BackupDatabaseRequest.FromString,
                     response_serializer=countersign_dot_v1_dot_approval__pb2.BackupDatabaseResponse.SerializeToString,
+            ),
+            'RecordRuleAccepted': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordRuleAccepted,
+                    request_deserializer=countersign_dot_v1_dot_approval__pb2.RecordRuleAcceptedRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_approval__pb2.Approval.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -869,6 +888,33 @@ class AdminService:
             '/countersign.v1.AdminService/BackupDatabase',
             countersign_dot_v1_dot_approval__pb2.BackupDatabaseRequest.SerializeToString,
             countersign_dot_v1_dot_approval__pb2.BackupDatabaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordRuleAccepted(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.AdminService/RecordRuleAccepted',
+            countersign_dot_v1_dot_approval__pb2.RecordRuleAcceptedRequest.SerializeToString,
+            countersign_dot_v1_dot_approval__pb2.Approval.FromString,
             options,
             channel_credentials,
             insecure,
