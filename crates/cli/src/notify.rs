@@ -303,7 +303,7 @@ async fn to_webhooks(notice: &Notice, file: countersign_webhook::config::FileCon
         let name = section.name.clone();
         let posted = match section.resolve(countersign_worker::config::env_var) {
             Ok(endpoint) => {
-                countersign_webhook::deliver::send_once(&endpoint, &webhook_id, &body, timeout)
+                countersign_webhook::channel::send_once(&endpoint, &webhook_id, &body, timeout)
                     .await
             }
             Err(error) => Err(error.to_string()),

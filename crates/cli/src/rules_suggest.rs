@@ -277,14 +277,7 @@ fn deciders(approval: &pb::Approval) -> Vec<String> {
             resolution
                 .deciders
                 .iter()
-                .map(|decider| {
-                    let name = if decider.display_name.is_empty() {
-                        &decider.user_id
-                    } else {
-                        &decider.display_name
-                    };
-                    format!("{name} ({})", decider.channel)
-                })
+                .map(countersign_client::decider::name_and_channel)
                 .collect()
         })
         .unwrap_or_default()
