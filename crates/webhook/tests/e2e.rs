@@ -614,7 +614,9 @@ async fn a_delivery_failing_beyond_the_retry_window_is_a_dead_letter() {
     if let Some(worker) = harness.worker.take() {
         worker.abort();
     }
-    harness.settings.give_up_after = Duration::from_millis(150);
+    // Long enough for a retry (30 ms apart) on a loaded machine: at 150 ms a full test run on
+    // two cores gave up after the first attempt.
+    harness.settings.give_up_after = Duration::from_secs(1);
     harness.worker = Some(tokio::spawn(countersign_webhook::run(
         harness.settings.clone(),
         std::future::pending(),
