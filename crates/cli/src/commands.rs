@@ -6,19 +6,19 @@ use std::time::SystemTime;
 use countersign_client::{pb, Client, WatchItem, WatchOptions};
 use serde_json::Value;
 
+use crate::agent::install::InstallFlags;
+use crate::agent::waiting::{
+    approval_request, await_decision, outcome_text, request_to_wait, verdict_exit,
+};
 use crate::args::{
     ApproveArgs, Cli, Command, DecideArgs, DelegationsCommand, EventsArgs, GrantsCommand,
     GrantsListArgs, ListArgs, Output, PolicyCommand, PolicyReportArgs, RequestArgs, RulesCommand,
     RulesSuggestArgs, SetupCommand, WatchArgs,
 };
 use crate::exit::{CliError, Exit};
-use crate::install::InstallFlags;
 use crate::instance::Instance;
 use crate::render;
 use crate::settings::Settings;
-use crate::waiting::{
-    approval_request, await_decision, outcome_text, request_to_wait, verdict_exit,
-};
 
 /// The most approvals one `ListApprovals` call returns.
 const MAX_PAGE_SIZE: usize = 500;
@@ -39,17 +39,19 @@ pub async fn run(cli: Cli) -> i32 {
         let done = match Instance::locate(cli.config.as_deref()) {
             Ok(instance) => match cli.command {
                 Command::Setup(SetupCommand::Telegram(args)) => {
-                    crate::setup::telegram(&instance, args).await
+                    crate::local::setup::telegram(&instance, args).await
                 }
                 Command::Setup(SetupCommand::Github(args)) => {
-                    crate::setup_github::github(&instance, args).await
+                    crate::local::setup_github::github(&instance, args).await
                 }
                 Command::Setup(SetupCommand::Web(args)) => {
-                    crate::setup_web::web(&instance, args).await
+                    crate::local::setup_web::web(&instance, args).await
                 }
-                Command::Up(args) => crate::up::up(&instance, args).await,
-                Command::Policy(command) => crate::policy::run(&instance, command, cli.output),
-                Command::Notify(args) => crate::notify::notify(&instance, args).await,
+                Command::Up(args) => crate::local::up::up(&instance, args).await,
+                Command::Policy(command) => {
+                    crate::operator::policy::run(&instance, command, cli.output)
+                }
+                Command::Notify(args) => crate::agent::notify::notify(&instance, args).await,
                 _ => Err(CliError::Failure(
                     "not a command of the local instance".into(),
                 )),
@@ -69,7 +71,7 @@ pub async fn run(cli: Cli) -> i32 {
     };
     let command = match cli.command {
         // A hook answers the host on stdout whatever goes wrong, bad settings included.
-        Command::Hook(args) => return crate::hook::run(settings, args).await,
+        Command::Hook(args) => return crate::agent::hook::run(settings, args).await,
         command => command,
     };
     let settings = match settings {
@@ -118,7 +120,7 @@ async fn dispatch(
         }) => {
             let version = if edit {
                 let approval = client.get_approval(&decision.id).await?;
-                let edited = crate::edit::edit_arguments(&approval)?;
+                let edited = crate::operator::edit::edit_arguments(&approval)?;
                 Version {
                     expected_digest: edited.seen_digest,
                     edited_arguments: edited.arguments.unwrap_or_default(),
@@ -164,7 +166,7 @@ async fn dispatch(
             out.approval(&client.consume(&id, outcome.into(), &detail).await?)?;
             Exit::Success
         }
-        Command::Exec(args) => return crate::exec::exec(&client, settings, args).await,
+        Command::Exec(args) => return crate::agent::exec::exec(&client, settings, args).await,
         Command::Events(args) => events(&client, &out, args).await?,
         Command::Grants(GrantsCommand::List(args)) => grants(&client, &out, args).await?,
         Command::Grants(GrantsCommand::Revoke { id, reason }) => {
@@ -205,10 +207,10 @@ async fn dispatch(
             }
             Exit::Success
         }
-        Command::Hook(args) => return Ok(crate::hook::run(Ok(settings.clone()), args).await),
-        Command::Mcp(args) => crate::mcp::serve(client, settings, args).await?,
-        Command::Install(args) => crate::install::install(install_flags, args)?,
-        Command::Doctor { host } => crate::install::doctor(&client, host).await,
+        Command::Hook(args) => return Ok(crate::agent::hook::run(Ok(settings.clone()), args).await),
+        Command::Mcp(args) => crate::agent::mcp::serve(client, settings, args).await?,
+        Command::Install(args) => crate::agent::install::install(install_flags, args)?,
+        Command::Doctor { host } => crate::agent::install::doctor(&client, host).await,
         Command::Up(_) | Command::Setup(_) | Command::Notify(_) | Command::Policy(_) => {
             return Err(CliError::Failure(
                 "up, setup, notify and policy run before the client settings".into(),
@@ -391,10 +393,10 @@ async fn policy_report(
     args: PolicyReportArgs,
 ) -> Result<Exit, CliError> {
     let events = approval_events(client, args.since, args.until, args.limit).await?;
-    let report = crate::policy_report::summarize(&events);
+    let report = crate::operator::policy_report::summarize(&events);
     match out.format {
-        Output::Table => out.write(&crate::policy_report::text(&report))?,
-        Output::Json => out.json(&crate::policy_report::json(&report), true)?,
+        Output::Table => out.write(&crate::operator::policy_report::text(&report))?,
+        Output::Json => out.json(&crate::operator::policy_report::json(&report), true)?,
     }
     Ok(Exit::Success)
 }
@@ -405,11 +407,11 @@ async fn rules_suggest(
     args: RulesSuggestArgs,
 ) -> Result<Exit, CliError> {
     let events = approval_events(client, args.since, None, args.limit).await?;
-    let suggestions = crate::rules_suggest::suggest(&events, args.min_approvals);
+    let suggestions = crate::operator::rules_suggest::suggest(&events, args.min_approvals);
     if args.accept.is_empty() {
         match out.format {
-            Output::Table => out.write(&crate::rules_suggest::text(&suggestions))?,
-            Output::Json => out.json(&crate::rules_suggest::json(&suggestions), true)?,
+            Output::Table => out.write(&crate::operator::rules_suggest::text(&suggestions))?,
+            Output::Json => out.json(&crate::operator::rules_suggest::json(&suggestions), true)?,
         }
         return Ok(Exit::Success);
     }
@@ -428,14 +430,22 @@ async fn rules_suggest(
                     suggestions.len(),
                     suggestions
                         .iter()
-                        .map(crate::rules_suggest::Suggestion::id)
+                        .map(crate::operator::rules_suggest::Suggestion::id)
                         .collect::<Vec<_>>()
                         .join(", ")
                 ))
             })?;
-        crate::rules_suggest::accept(&mut doc, suggestion, &accepted_by, SystemTime::now())?;
+        crate::operator::rules_suggest::accept(
+            &mut doc,
+            suggestion,
+            &accepted_by,
+            SystemTime::now(),
+        )?;
         names.push(suggestion.rule_name());
-        accepted.push(crate::rules_suggest::acceptance(suggestion, &accepted_by));
+        accepted.push(crate::operator::rules_suggest::acceptance(
+            suggestion,
+            &accepted_by,
+        ));
     }
     // On the audit trail before the file: a rule never takes effect unrecorded.
     for acceptance in accepted {

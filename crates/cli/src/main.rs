@@ -1,31 +1,17 @@
 //! `countersign`: the command-line client of a countersign server.
 
+mod agent;
 mod args;
-mod channels;
-mod codex_trust;
 mod commands;
 mod config_file;
-mod edit;
-mod exec;
 mod exit;
-mod hook;
-mod install;
 mod instance;
-mod instance_check;
-mod mcp;
-mod notify;
+mod local;
 mod notify_config;
-mod policy;
-mod policy_report;
+mod operator;
 mod render;
-mod rules_suggest;
+mod rules_file;
 mod settings;
-mod setup;
-mod setup_github;
-mod setup_web;
-mod stop;
-mod up;
-mod waiting;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

@@ -143,7 +143,7 @@ fn gemini_notice(input: &Value) -> Option<Notice> {
 pub async fn notify(instance: &Instance, args: NotifyArgs) -> Result<Exit, CliError> {
     let (input, notice_of): (Vec<u8>, NoticeOf) = match args.host {
         Host::ClaudeCode => (
-            crate::hook::read_input()
+            crate::agent::hook::read_input()
                 .await
                 .map_err(|error| CliError::Usage(format!("cannot read the hook input: {error}")))?,
             claude_code_notice,
@@ -159,7 +159,7 @@ pub async fn notify(instance: &Instance, args: NotifyArgs) -> Result<Exit, CliEr
             codex_notice,
         ),
         Host::Gemini => (
-            crate::hook::read_input()
+            crate::agent::hook::read_input()
                 .await
                 .map_err(|error| CliError::Usage(format!("cannot read the hook input: {error}")))?,
             gemini_notice,

@@ -37,7 +37,7 @@ const POLL_SECONDS: u64 = 10;
 
 pub async fn telegram(instance: &Instance, args: SetupTelegramArgs) -> Result<Exit, CliError> {
     if let Some(name) = &args.preset {
-        crate::policy::check_preset(name)?;
+        crate::rules_file::check_preset(name)?;
     }
     let existing = config_file::read(instance)?;
     let configured_api_url = existing
@@ -99,7 +99,7 @@ pub async fn telegram(instance: &Instance, args: SetupTelegramArgs) -> Result<Ex
             paired.name
         ),
     }
-    crate::policy::offer_preset(instance, args.preset.as_deref())?;
+    crate::rules_file::offer_preset(instance, args.preset.as_deref())?;
     Ok(Exit::Success)
 }
 

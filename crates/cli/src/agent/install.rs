@@ -7,12 +7,12 @@ use std::time::Duration;
 use countersign_client::{Client, ClientError};
 use serde_json::{json, Map, Value};
 
+use crate::agent::hook::{default_timeout, event_name};
 use crate::args::{HookEvent, Host, InstallArgs};
 use crate::exit::{CliError, Exit};
-use crate::hook::{default_timeout, event_name};
 use crate::instance::local_url;
 use crate::instance::{Instance, Secret, Token};
-use crate::instance_check::check_instance;
+use crate::local::instance_check::check_instance;
 use crate::settings::DEFAULT_SERVER;
 
 /// The global flags an installed hook command repeats, so that it talks to the same server
@@ -44,7 +44,7 @@ fn settings_path(host: Host, user: bool) -> Result<PathBuf, CliError> {
         Host::Gemini => ".gemini/settings.json",
     };
     if user && host == Host::Codex {
-        return crate::codex_trust::codex_home()
+        return crate::agent::codex_trust::codex_home()
             .map(|home| home.join("hooks.json"))
             .ok_or_else(|| CliError::Usage("--user needs $CODEX_HOME or $HOME".into()));
     }
@@ -159,7 +159,7 @@ fn hook_command(flags: &InstallFlags, args: &InstallArgs) -> Result<String, CliE
         words.extend(["--event", "permission-request"]);
     }
     words.extend(["--timeout", timeout.as_str()]);
-    Ok(crate::exec::shell_join(&countersign_command(
+    Ok(crate::agent::exec::shell_join(&countersign_command(
         flags, &words,
     )?))
 }
@@ -190,7 +190,7 @@ const CODEX_NOTIFY: &str = "notify";
 /// Sets Codex's `notify` program to `argv` in its user config, unless the person set another
 /// one (Codex runs only one): returns where.
 fn install_codex_notify(argv: &Value) -> Result<PathBuf, CliError> {
-    let path = crate::codex_trust::user_config()
+    let path = crate::agent::codex_trust::user_config()
         .ok_or_else(|| CliError::Usage("--notify needs $CODEX_HOME or $HOME".into()))?;
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
@@ -273,7 +273,7 @@ fn notice_groups(
         // Codex runs one `notify` program (its argv, the event appended) from its user config.
         return Ok(vec![(CODEX_NOTIFY, json!(argv))]);
     }
-    let command = crate::exec::shell_join(&argv);
+    let command = crate::agent::exec::shell_join(&argv);
     // A notice is sent in well under the hosts' timeouts (seconds for Claude Code,
     // milliseconds for Gemini CLI).
     let hook = match args.host {
@@ -367,7 +367,7 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
         return Err(CliError::Usage("--timeout must be at least 1s".into()));
     }
     if let Some(name) = &args.preset {
-        crate::policy::check_preset(name)?;
+        crate::rules_file::check_preset(name)?;
     }
     if args.channel {
         return install_channel(flags, &args);
@@ -438,10 +438,10 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
         println!("the hook asks the local countersign instance at {server} (countersign up)");
     }
     if args.host == Host::Codex {
-        println!("{}", crate::codex_trust::trust_steps(&path));
+        println!("{}", crate::agent::codex_trust::trust_steps(&path));
     }
     if for_local_instance {
-        crate::policy::offer_preset(&Instance::locate(None)?, args.preset.as_deref())?;
+        crate::rules_file::offer_preset(&Instance::locate(None)?, args.preset.as_deref())?;
     }
     Ok(Exit::Success)
 }
@@ -666,7 +666,7 @@ pub async fn doctor(client: &Client, only: Option<Host>) -> Exit {
                 let event = &installed_hook.event;
                 let mut checks = vec![check_hook(host, &installed_hook, user)];
                 if host == Host::Codex {
-                    checks.push(crate::codex_trust::check(
+                    checks.push(crate::agent::codex_trust::check(
                         &path,
                         event,
                         installed_hook.group_index,

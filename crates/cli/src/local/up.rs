@@ -12,9 +12,9 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use crate::args::UpArgs;
-use crate::channels::{self, until_stopped, Pieces, WorkerRun};
 use crate::exit::{CliError, Exit};
 use crate::instance::{local_url, Instance, Token};
+use crate::local::channels::{self, until_stopped, Pieces, WorkerRun};
 
 pub async fn up(instance: &Instance, args: UpArgs) -> Result<Exit, CliError> {
     let mut loaded = instance.load_config()?;

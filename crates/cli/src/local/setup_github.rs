@@ -18,8 +18,8 @@ use crate::args::SetupGitHubArgs;
 use crate::config_file::{self, NewApprover, Owner, Registered};
 use crate::exit::{CliError, Exit};
 use crate::instance::{Instance, Secret};
+use crate::local::setup::{prompt, prompt_secret};
 use crate::settings::local_user;
-use crate::setup::{prompt, prompt_secret};
 
 const DEFAULT_API_URL: &str = "https://api.github.com";
 
@@ -32,7 +32,7 @@ const POLLING_INTERVAL_MS: i64 = 15_000;
 
 pub async fn github(instance: &Instance, args: SetupGitHubArgs) -> Result<Exit, CliError> {
     if let Some(name) = &args.preset {
-        crate::policy::check_preset(name)?;
+        crate::rules_file::check_preset(name)?;
     }
     let mut doc = config_file::read(instance)?;
     let configured = |key: &str| {
@@ -163,7 +163,7 @@ pub async fn github(instance: &Instance, args: SetupGitHubArgs) -> Result<Exit, 
         instance.config_file.display(),
         instance.secret_path(Secret::GitHubToken).display()
     );
-    crate::policy::offer_preset(instance, args.preset.as_deref())?;
+    crate::rules_file::offer_preset(instance, args.preset.as_deref())?;
     Ok(Exit::Success)
 }
 

@@ -14,10 +14,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use crate::agent::stop::{self, StopSignals};
 use crate::args::{GateArgs, HookArgs, HookEvent, Host, OnError};
 use crate::exit::CliError;
 use crate::settings::{local_user, Settings};
-use crate::stop::{self, StopSignals};
 
 /// The most hook input read from stdin; more is refused (and denied).
 const MAX_INPUT_BYTES: u64 = 4 << 20;

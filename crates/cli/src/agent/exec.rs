@@ -6,12 +6,12 @@ use countersign_client::gate::{truncate, MAX_ACTION_CHARS};
 use countersign_client::{pb, version, Client};
 use serde_json::json;
 
+use crate::agent::waiting::{
+    approval_request, await_decision, outcome_text, request_to_wait, verdict_exit,
+};
 use crate::args::ExecArgs;
 use crate::exit::{CliError, Exit};
 use crate::settings::Settings;
-use crate::waiting::{
-    approval_request, await_decision, outcome_text, request_to_wait, verdict_exit,
-};
 
 /// Requests approval to run `args.command`, waits, and runs it only when approved. Returns the
 /// command's exit status, or the code saying why it did not run.

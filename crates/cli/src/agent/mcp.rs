@@ -29,11 +29,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::agent::hook::Call;
+use crate::agent::stop::{self, StopSignals};
 use crate::args::{McpArgs, Risk};
 use crate::exit::{CliError, Exit};
-use crate::hook::Call;
 use crate::settings::Settings;
-use crate::stop::{self, StopSignals};
 
 /// Protocol revisions this server speaks, newest first; a client asking for another gets the
 /// newest.

@@ -8,17 +8,17 @@ use countersign_web::sessions::{Approver, Sessions};
 use toml_edit::{value, Array, Item, Table, TableLike};
 
 use crate::args::SetupWebArgs;
-use crate::channels::{web_settings, WebTokens};
 use crate::config_file;
 use crate::exit::{CliError, Exit};
 use crate::instance::{local_url, Instance};
+use crate::local::channels::{web_settings, WebTokens};
 
 /// The channel the web inbox decides on.
 const CHANNEL: &str = countersign_web::config::CHANNEL;
 
 pub async fn web(instance: &Instance, args: SetupWebArgs) -> Result<Exit, CliError> {
     if let Some(name) = &args.preset {
-        crate::policy::check_preset(name)?;
+        crate::rules_file::check_preset(name)?;
     }
     let mut doc = config_file::read(instance)?;
     let approvers = config_file::approvers(&mut doc, instance)?;
@@ -110,7 +110,7 @@ pub async fn web(instance: &Instance, args: SetupWebArgs) -> Result<Exit, CliErr
         humantime::format_duration(settings.login_ttl),
         settings.public_url
     );
-    crate::policy::offer_preset(instance, args.preset.as_deref())?;
+    crate::rules_file::offer_preset(instance, args.preset.as_deref())?;
     Ok(Exit::Success)
 }
 

@@ -1,0 +1,9 @@
+//! The local instance: `up` (the server and the channel workers in one process) and the
+//! `setup` commands that connect a channel to it; `doctor`'s checks of it.
+
+pub mod channels;
+pub mod instance_check;
+pub mod setup;
+pub mod setup_github;
+pub mod setup_web;
+pub mod up;
