@@ -134,7 +134,7 @@ pub async fn count(
         &dir,
         calls,
         String::new(),
-        |profile| server_thread_kind(profile),
+        server_thread_kind,
     )?;
 
     eprintln!("countersign-bench: instructions of RequestApproval (SQLite, full, group commit)");
