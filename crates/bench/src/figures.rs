@@ -14,7 +14,7 @@ use tonic::transport::Channel;
 use crate::echo::pb::echo_client::EchoClient;
 use crate::echo::pb::EchoMessage;
 use crate::error::BenchError;
-use crate::load::{self, closed_loop, connections, SharedSamples, Summary};
+use crate::load::{self, closed_loop, connections, Load, SharedSamples, Summary};
 use crate::report::Figure;
 
 /// How long the latency figures give a waiter to subscribe before the decision is sent.
@@ -23,15 +23,6 @@ const WAITER_HEAD_START: Duration = Duration::from_millis(100);
 const STREAMS_PER_CONNECTION: usize = 100;
 const BENCH_CHANNEL: &str = "bench";
 const SENT_LABEL: &str = "bench_sent_us";
-
-/// What every figure is run with.
-#[derive(Debug, Clone)]
-pub struct Load {
-    pub concurrency: usize,
-    pub connections: usize,
-    pub warmup: Duration,
-    pub duration: Duration,
-}
 
 /// A realistic request: a shell command with its working directory, routed to one channel.
 pub fn approval_request(agent: String, key: String) -> pb::RequestApprovalRequest {
@@ -92,24 +83,19 @@ pub async fn echo_baseline(url: &str, load: &Load) -> Result<Figure, BenchError>
     let channels = connections(url, load.connections).await?;
     let payload = vec![0x5a_u8; message_bytes()];
     let clients: Vec<_> = channels.into_iter().map(EchoClient::new).collect();
-    let summary = closed_loop(
-        load.concurrency,
-        load.warmup,
-        load.duration,
-        move |worker, _| {
-            let mut client = clients[worker % clients.len()].clone();
-            let message = EchoMessage {
-                payload: payload.clone(),
-            };
-            async move {
-                client
-                    .echo(message)
-                    .await
-                    .map(drop)
-                    .map_err(|s| s.to_string())
-            }
-        },
-    )
+    let summary = closed_loop(load, move |worker, _| {
+        let mut client = clients[worker % clients.len()].clone();
+        let message = EchoMessage {
+            payload: payload.clone(),
+        };
+        async move {
+            client
+                .echo(message)
+                .await
+                .map(drop)
+                .map_err(|s| s.to_string())
+        }
+    })
     .await;
     Ok(Figure::throughput("echo baseline (tonic unary)", &summary))
 }
@@ -118,25 +104,20 @@ pub async fn echo_baseline(url: &str, load: &Load) -> Result<Figure, BenchError>
 pub async fn request_throughput(url: &str, load: &Load) -> Result<Summary, BenchError> {
     let clients = clients(&connections(url, load.connections).await?);
     let prefix = run_prefix();
-    Ok(closed_loop(
-        load.concurrency,
-        load.warmup,
-        load.duration,
-        move |worker, iteration| {
-            let mut client = clients[worker % clients.len()].clone();
-            let request = approval_request(
-                format!("bench-agent-{worker:02}"),
-                format!("{prefix}-w{worker:02}-{iteration:010}"),
-            );
-            async move {
-                client
-                    .request_approval(request)
-                    .await
-                    .map(drop)
-                    .map_err(|s| s.to_string())
-            }
-        },
-    )
+    Ok(closed_loop(load, move |worker, iteration| {
+        let mut client = clients[worker % clients.len()].clone();
+        let request = approval_request(
+            format!("bench-agent-{worker:02}"),
+            format!("{prefix}-w{worker:02}-{iteration:010}"),
+        );
+        async move {
+            client
+                .request_approval(request)
+                .await
+                .map(drop)
+                .map_err(|s| s.to_string())
+        }
+    })
     .await)
 }
 
@@ -144,50 +125,45 @@ pub async fn request_throughput(url: &str, load: &Load) -> Result<Summary, Bench
 pub async fn full_cycle(url: &str, load: &Load) -> Result<Figure, BenchError> {
     let clients = clients(&connections(url, load.connections).await?);
     let prefix = run_prefix();
-    let summary = closed_loop(
-        load.concurrency,
-        load.warmup,
-        load.duration,
-        move |worker, iteration| {
-            let mut client = clients[worker % clients.len()].clone();
-            let request = approval_request(
-                format!("bench-agent-{worker:02}"),
-                format!("{prefix}-cycle-w{worker:02}-{iteration:010}"),
-            );
-            async move {
-                let created = client
-                    .request_approval(request)
-                    .await
-                    .map_err(|s| format!("request: {s}"))?
-                    .into_inner();
-                let id = created
-                    .approval
-                    .map(|a| a.id)
-                    .ok_or("request: no approval in the answer")?;
-                client
-                    .decide(decide_request(
-                        id.clone(),
-                        pb::Verdict::Approve,
-                        format!("user-{worker}"),
-                    ))
-                    .await
-                    .map_err(|s| format!("decide: {s}"))?;
-                let waited = client
-                    .wait_for_decision(pb::WaitForDecisionRequest {
-                        approval_id: id,
-                        timeout_ms: 10_000,
-                    })
-                    .await
-                    .map_err(|s| format!("wait: {s}"))?
-                    .into_inner();
-                if waited.state == pb::ApprovalState::Approved as i32 {
-                    Ok(())
-                } else {
-                    Err(format!("wait returned state {}", waited.state))
-                }
+    let summary = closed_loop(load, move |worker, iteration| {
+        let mut client = clients[worker % clients.len()].clone();
+        let request = approval_request(
+            format!("bench-agent-{worker:02}"),
+            format!("{prefix}-cycle-w{worker:02}-{iteration:010}"),
+        );
+        async move {
+            let created = client
+                .request_approval(request)
+                .await
+                .map_err(|s| format!("request: {s}"))?
+                .into_inner();
+            let id = created
+                .approval
+                .map(|a| a.id)
+                .ok_or("request: no approval in the answer")?;
+            client
+                .decide(decide_request(
+                    id.clone(),
+                    pb::Verdict::Approve,
+                    format!("user-{worker}"),
+                ))
+                .await
+                .map_err(|s| format!("decide: {s}"))?;
+            let waited = client
+                .wait_for_decision(pb::WaitForDecisionRequest {
+                    approval_id: id,
+                    timeout_ms: 10_000,
+                })
+                .await
+                .map_err(|s| format!("wait: {s}"))?
+                .into_inner();
+            if waited.state == pb::ApprovalState::Approved as i32 {
+                Ok(())
+            } else {
+                Err(format!("wait returned state {}", waited.state))
             }
-        },
-    )
+        }
+    })
     .await;
     Ok(Figure::throughput(
         "cycle: request -> Decide -> WaitForDecision",
@@ -204,16 +180,11 @@ pub async fn lifecycle(url: &str, load: &Load) -> Result<(Summary, usize), Bench
     let sample = live_once(clients[0].clone(), format!("{prefix}-lifecycle-sample"))
         .await
         .map_err(BenchError::Setup)?;
-    let summary = closed_loop(
-        load.concurrency,
-        load.warmup,
-        load.duration,
-        move |worker, iteration| {
-            let client = clients[worker % clients.len()].clone();
-            let key = format!("{prefix}-lifecycle-w{worker:02}-{iteration:010}");
-            async move { live_once(client, key).await.map(|_| ()) }
-        },
-    )
+    let summary = closed_loop(load, move |worker, iteration| {
+        let client = clients[worker % clients.len()].clone();
+        let key = format!("{prefix}-lifecycle-w{worker:02}-{iteration:010}");
+        async move { live_once(client, key).await.map(|_| ()) }
+    })
     .await;
     Ok((summary, sample.encoded_len()))
 }
@@ -562,32 +533,27 @@ pub async fn create_pending(url: &str, count: u64) -> Result<(), BenchError> {
 /// `ListApprovals` of the first page of pending approvals, in closed loops.
 pub async fn list_pending(url: &str, load: &Load, page_size: u32) -> Result<Summary, BenchError> {
     let clients = clients(&connections(url, load.connections).await?);
-    Ok(closed_loop(
-        load.concurrency,
-        load.warmup,
-        load.duration,
-        move |worker, _| {
-            let mut client = clients[worker % clients.len()].clone();
-            async move {
-                let page = client
-                    .list_approvals(pb::ListApprovalsRequest {
-                        states: vec![pb::ApprovalState::Pending as i32],
-                        page_size,
-                        ..Default::default()
-                    })
-                    .await
-                    .map_err(|s| s.to_string())?
-                    .into_inner();
-                if page.approvals.len() == page_size as usize {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "a page of {} approvals, {page_size} expected",
-                        page.approvals.len()
-                    ))
-                }
+    Ok(closed_loop(load, move |worker, _| {
+        let mut client = clients[worker % clients.len()].clone();
+        async move {
+            let page = client
+                .list_approvals(pb::ListApprovalsRequest {
+                    states: vec![pb::ApprovalState::Pending as i32],
+                    page_size,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|s| s.to_string())?
+                .into_inner();
+            if page.approvals.len() == page_size as usize {
+                Ok(())
+            } else {
+                Err(format!(
+                    "a page of {} approvals, {page_size} expected",
+                    page.approvals.len()
+                ))
             }
-        },
-    )
+        }
+    })
     .await)
 }

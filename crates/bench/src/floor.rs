@@ -20,7 +20,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::Connection;
 
 use crate::error::BenchError;
-use crate::figures::Load;
+use crate::load::Load;
 
 /// Where the floor writes: the database a stopped server created.
 pub enum Storage<'a> {
@@ -221,18 +221,22 @@ pub async fn request_writes(
     }
 }
 
-/// Runs `write_batch` back to back: unmeasured for the warm-up, then counted.
+/// Runs `write_batch` back to back: unmeasured for the warm-up, then counted; or, with
+/// `load.calls`, batches until that many changes are written, all counted.
 async fn timed<F>(load: &Load, batch: usize, mut write_batch: F) -> Result<Floor, BenchError>
 where
     F: AsyncFnMut() -> Result<(), BenchError>,
 {
     let warm = Instant::now();
-    while warm.elapsed() < load.warmup {
+    while load.calls.is_none() && warm.elapsed() < load.warmup {
         write_batch().await?;
     }
     let started = Instant::now();
     let mut changes = 0u64;
-    while started.elapsed() < load.duration {
+    while match load.calls {
+        Some(calls) => changes < calls,
+        None => started.elapsed() < load.duration,
+    } {
         write_batch().await?;
         changes += batch as u64;
     }

@@ -1,12 +1,25 @@
 //! Load generation: closed loops at a fixed concurrency, latency samples and their summary.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::BenchError;
+
+/// What every figure is run with.
+#[derive(Debug, Clone)]
+pub struct Load {
+    pub concurrency: usize,
+    pub connections: usize,
+    pub warmup: Duration,
+    pub duration: Duration,
+    /// A fixed number of calls (or the floor's changes) instead of `warmup` and `duration`:
+    /// the instruction counts (`--instructions`) compare equal amounts of work.
+    pub calls: Option<u64>,
+}
 
 /// `count` separate HTTP/2 connections to `url`: one connection would serialize every call
 /// through one connection task, which no deployment with several agents does.
@@ -107,37 +120,43 @@ pub struct Summary {
     pub first_error: Option<String>,
 }
 
-/// Runs `op(worker, iteration)` in `concurrency` loops, each starting its next call when the
-/// previous one returned, for `warmup` then `duration`; only calls that start and finish
-/// inside the measured window count.
-pub async fn closed_loop<F, Fut>(
-    concurrency: usize,
-    warmup: Duration,
-    duration: Duration,
-    op: F,
-) -> Summary
+/// Runs `op(worker, iteration)` in `load.concurrency` loops, each starting its next call when
+/// the previous one returned: for the load's warm-up and then its duration, counting only calls
+/// that start and finish inside the measured window; or, with `load.calls`, exactly that many
+/// calls, all counted.
+pub async fn closed_loop<F, Fut>(load: &Load, op: F) -> Summary
 where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), String>> + Send + 'static,
 {
     let op = Arc::new(op);
-    let start = Instant::now() + warmup;
-    let end = start + duration;
-    let mut workers = Vec::with_capacity(concurrency);
-    for worker in 0..concurrency.max(1) {
-        let op = op.clone();
+    let began_all = Instant::now();
+    let (start, end) = match load.calls {
+        Some(_) => (began_all, None),
+        None => {
+            let start = began_all + load.warmup;
+            (start, Some(start + load.duration))
+        }
+    };
+    let left = Arc::new(AtomicU64::new(load.calls.unwrap_or(u64::MAX)));
+    let mut workers = Vec::with_capacity(load.concurrency);
+    for worker in 0..load.concurrency.max(1) {
+        let (op, left) = (op.clone(), left.clone());
         workers.push(tokio::spawn(async move {
             let mut samples = Samples::default();
             let mut iteration = 0u64;
             loop {
                 let began = Instant::now();
-                if began >= end {
+                let more = left
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                    .is_ok();
+                if !more || end.is_some_and(|end| began >= end) {
                     break;
                 }
                 let result = op(worker, iteration).await;
                 iteration += 1;
                 let finished = Instant::now();
-                if began < start || finished > end {
+                if began < start || end.is_some_and(|end| finished > end) {
                     continue;
                 }
                 match result {
@@ -155,5 +174,9 @@ where
             Err(e) => all.fail(format!("load task failed: {e}")),
         }
     }
-    all.summarize(duration)
+    let window = match load.calls {
+        Some(_) => began_all.elapsed(),
+        None => load.duration,
+    };
+    all.summarize(window)
 }

@@ -7,6 +7,7 @@ mod error;
 mod figures;
 mod floor;
 mod history;
+mod instructions;
 mod load;
 mod process;
 mod report;
@@ -20,7 +21,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 
 use crate::error::BenchError;
-use crate::figures::Load;
+use crate::load::Load;
 use crate::process::{Served, ServerSettings, ThreadTimes};
 use crate::report::{Figure, Report};
 
@@ -96,12 +97,30 @@ struct Args {
     /// The started servers' log level (their log goes to a file in the temporary directory).
     #[arg(long, default_value = "info")]
     server_log_level: String,
+    /// Count instructions instead of timing: the echo service, the server (SQLite, full,
+    /// group commit) and the storage floor each run under valgrind's callgrind for this many
+    /// calls (changes) after a tenth as many unmeasured; prints instructions per call by
+    /// thread kind. Takes minutes (callgrind runs code about 50x slower); needs valgrind.
+    #[arg(long, value_name = "CALLS")]
+    instructions: Option<u64>,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
     /// Serve the echo baseline on this address (used by the bench itself).
     #[arg(long, hide = true, value_name = "ADDR")]
     echo_server: Option<SocketAddr>,
+    /// Write the storage floor's changes into this SQLite database, pausing for stdin (used
+    /// by --instructions).
+    #[arg(long, hide = true, value_name = "PATH")]
+    floor_process: Option<PathBuf>,
+    #[arg(long, hide = true, default_value = "")]
+    floor_template: String,
+    #[arg(long, hide = true, default_value = "")]
+    floor_key: String,
+    #[arg(long, hide = true, default_value_t = DEFAULT_FLOOR_BATCH)]
+    floor_batch: usize,
+    #[arg(long, hide = true, default_value_t = 0)]
+    floor_warmup: u64,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -127,6 +146,28 @@ fn main() -> ExitCode {
     if let Some(listen) = args.echo_server {
         return echo::run(listen);
     }
+    if let Some(database) = &args.floor_process {
+        let template = floor::Template {
+            id: args.floor_template.clone(),
+            key: args.floor_key.clone(),
+            agent: FLOOR_AGENT.into(),
+        };
+        let written = instructions::floor_process(
+            database,
+            template,
+            args.floor_batch.max(1),
+            args.floor_warmup,
+            args.instructions.unwrap_or(0),
+            args.concurrency.max(1),
+        );
+        return match written {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("countersign-bench floor: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -137,6 +178,28 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(calls) = args.instructions {
+        return match runtime.block_on(count_instructions(&args, calls)) {
+            Ok(counted) if args.json => match serde_json::to_string_pretty(&counted) {
+                Ok(json) => {
+                    println!("{json}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("countersign-bench: {e}");
+                    ExitCode::FAILURE
+                }
+            },
+            Ok(counted) => {
+                print!("{}", counted.table());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("countersign-bench: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match runtime.block_on(run(&args)) {
         Ok(report) => {
             if args.json {
@@ -167,15 +230,31 @@ fn progress(what: &str) {
     eprintln!("countersign-bench: {what}");
 }
 
-/// Mean changes per group commit, and the writer's time per change (a batch's time from
-/// taking it off the queue to its commit, over its changes) in microseconds, since the server
-/// started, from its `/metrics`.
-async fn commit_figures(served: &Served) -> Option<(f64, f64)> {
-    let text = scrape::get(served.metrics?).await.ok()?;
-    let commits = scrape::value(&text, "countersign_commit_batch_size_count")?;
-    let changes = scrape::value(&text, "countersign_commit_batch_size_sum")?;
-    let seconds = scrape::value(&text, "countersign_commit_latency_seconds_sum")?;
-    (commits > 0.0 && changes > 0.0).then(|| (changes / commits, seconds * 1e6 / changes))
+/// `--instructions`: the counts, against the server binary in a temporary directory.
+async fn count_instructions(
+    args: &Args,
+    calls: u64,
+) -> Result<instructions::Instructions, BenchError> {
+    let binary = process::server_binary(args.server_binary.clone())?;
+    let scratch = tempfile::Builder::new()
+        .prefix("countersign-bench-")
+        .tempdir()
+        .map_err(|e| BenchError::Setup(format!("cannot create a temporary directory: {e}")))?;
+    let load = Load {
+        concurrency: args.concurrency.max(1),
+        connections: args.connections.max(1),
+        warmup: args.warmup,
+        duration: args.duration,
+        calls: None,
+    };
+    instructions::count(
+        &binary,
+        scratch.path(),
+        &args.server_log_level,
+        calls,
+        &load,
+    )
+    .await
 }
 
 async fn run(args: &Args) -> Result<Report, BenchError> {
@@ -204,6 +283,7 @@ async fn measure(args: &Args, servers: &mut Option<Servers>) -> Result<Report, B
         connections: args.connections.max(1),
         warmup: args.warmup,
         duration: args.duration,
+        calls: None,
     };
     let mut figures = Vec::new();
 
@@ -246,7 +326,7 @@ async fn measure(args: &Args, servers: &mut Option<Servers>) -> Result<Report, B
                         &load,
                     );
                     let mut notes = Vec::new();
-                    if let Some((batch, writer_us)) = commit_figures(&served).await {
+                    if let Some((batch, writer_us)) = scrape::commit_figures(&served).await {
                         notes.push(format!(
                             "{batch:.1} changes/commit, writer {writer_us:.0} us/change"
                         ));
@@ -421,6 +501,10 @@ async fn measure(args: &Args, servers: &mut Option<Servers>) -> Result<Report, B
 /// The storage floor figure's name starts so.
 const FLOOR: &str = "storage floor";
 
+/// The agent of the template approval the floor copies (`figures::template_request`'s
+/// `bench-{purpose}`).
+const FLOOR_AGENT: &str = "bench-floor";
+
 /// Changes per commit of the floor when no group-commit figure measured the server's.
 const DEFAULT_FLOOR_BATCH: usize = 32;
 
@@ -444,7 +528,7 @@ async fn storage_floor(
     let template = floor::Template {
         id,
         key,
-        agent: "bench-floor".into(),
+        agent: FLOOR_AGENT.into(),
     };
     let storage = match servers.postgres {
         Some(_) => floor::Storage::Postgres(&servers.last_database),

@@ -55,6 +55,11 @@ impl Served {
         format!("http://{}", self.addr)
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// Resident memory of the process, from `/proc`.
     pub fn rss_bytes(&self) -> Result<u64, BenchError> {
         let pid = self
@@ -238,6 +243,18 @@ pub async fn start_server(
     database: &str,
     settings: &ServerSettings,
 ) -> Result<Served, BenchError> {
+    start_server_under(&[], binary, dir, database, settings).await
+}
+
+/// [`start_server`] run by the command `under` (a tool and its options, such as valgrind's;
+/// empty: none), which must exec the server in its own process.
+pub async fn start_server_under(
+    under: &[String],
+    binary: &Path,
+    dir: &Path,
+    database: &str,
+    settings: &ServerSettings,
+) -> Result<Served, BenchError> {
     let addr = free_port()?;
     let metrics = free_port()?;
     let config = dir.join("countersign.toml");
@@ -252,7 +269,7 @@ pub async fn start_server(
     let log_err = log_file
         .try_clone()
         .map_err(|e| BenchError::Setup(format!("cannot open {}: {e}", log.display())))?;
-    let child = Command::new(binary)
+    let child = command_under(under, binary)
         .arg("--config")
         .arg(&config)
         .arg("--listen")
@@ -310,12 +327,29 @@ async fn wait_until_serving(served: &mut Served) -> Result<(), BenchError> {
     }
 }
 
+/// `program` run by the command `under` (empty: on its own).
+fn command_under(under: &[String], program: &Path) -> Command {
+    match under.split_first() {
+        Some((tool, options)) => {
+            let mut command = Command::new(tool);
+            command.args(options).arg(program);
+            command
+        }
+        None => Command::new(program),
+    }
+}
+
 /// Starts this executable again as the echo baseline (hidden `--echo-server` flag) and reads
 /// the address it bound from its first line of output.
 pub async fn start_echo() -> Result<Served, BenchError> {
+    start_echo_under(&[]).await
+}
+
+/// [`start_echo`] run by the command `under`, as in [`start_server_under`].
+pub async fn start_echo_under(under: &[String]) -> Result<Served, BenchError> {
     let exe = std::env::current_exe()
         .map_err(|e| BenchError::Setup(format!("cannot find the bench executable: {e}")))?;
-    let mut child = Command::new(exe)
+    let mut child = command_under(under, &exe)
         .arg("--echo-server")
         .arg("127.0.0.1:0")
         .stdin(Stdio::null())

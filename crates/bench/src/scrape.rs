@@ -6,6 +6,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::error::BenchError;
+use crate::process::Served;
 
 /// The body of `GET /metrics`, over plain HTTP/1.1.
 pub async fn get(addr: SocketAddr) -> Result<String, BenchError> {
@@ -32,4 +33,15 @@ pub fn value(text: &str, series: &str) -> Option<f64> {
         let rest = line.strip_prefix(series)?;
         rest.strip_prefix(' ')?.trim().parse().ok()
     })
+}
+
+/// Mean changes per group commit, and the writer's time per change (a batch's time from
+/// taking it off the queue to its commit, over its changes) in microseconds, since the server
+/// started, from its `/metrics`.
+pub async fn commit_figures(served: &Served) -> Option<(f64, f64)> {
+    let text = get(served.metrics?).await.ok()?;
+    let commits = value(&text, "countersign_commit_batch_size_count")?;
+    let changes = value(&text, "countersign_commit_batch_size_sum")?;
+    let seconds = value(&text, "countersign_commit_latency_seconds_sum")?;
+    (commits > 0.0 && changes > 0.0).then(|| (changes / commits, seconds * 1e6 / changes))
 }

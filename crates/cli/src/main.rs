@@ -51,10 +51,17 @@ fn main() -> ExitCode {
             )
             .init();
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
+    // A hook makes one call and answers: one thread does it, without starting (and waking)
+    // a pool of workers on every tool call of the agent.
+    let runtime = match if matches!(cli.command, args::Command::Hook(_)) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(2);
+        builder
+    }
+    .enable_all()
+    .build()
     {
         Ok(runtime) => runtime,
         Err(error) => {

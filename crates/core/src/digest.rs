@@ -225,7 +225,7 @@ fn write_canonical(value: &Value, out: &mut String) {
 }
 
 /// A JSON string as JCS escapes it (see the module's comment).
-fn write_string(text: &str, out: &mut String) {
+pub(crate) fn write_string(text: &str, out: &mut String) {
     out.push('"');
     let mut plain = 0;
     for (at, byte) in text.bytes().enumerate() {
@@ -255,7 +255,7 @@ fn write_string(text: &str, out: &mut String) {
 }
 
 /// ECMAScript's `Number.prototype.toString` of a finite double (RFC 8785, 3.2.2.3).
-fn ecmascript_number(value: f64) -> String {
+pub(crate) fn ecmascript_number(value: f64) -> String {
     if value == 0.0 {
         return "0".into();
     }

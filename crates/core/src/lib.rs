@@ -4,6 +4,7 @@
 
 pub mod approval;
 pub mod approvers;
+pub mod canonical;
 pub mod digest;
 pub mod error;
 pub mod fields;

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use countersign_core::canonical::{to_canonical_json, to_canonical_json_without};
 use countersign_core::digest::{args_digest, canonical_json};
 use countersign_core::validate::{validate_request, Limits, RequestInput};
 use countersign_core::{
@@ -426,5 +427,104 @@ proptest! {
                 prop_assert!(approval.consumption.is_some());
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Canonical JSON written from the types (the server's chain hashes of new events)
+
+/// Every shape serde gives a type: enum variants of each kind, options, tuples, floats (the
+/// non-finite ones too), maps with integer keys, a flattened map.
+#[derive(Debug, serde::Serialize)]
+struct Shapes {
+    unit: Shape,
+    newtype: Shape,
+    tuple: Shape,
+    record: Shape,
+    maybe: Option<f64>,
+    float: f64,
+    small: f32,
+    pair: (i64, String),
+    by_number: BTreeMap<u32, bool>,
+    wrapped: Wrapped,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    skipped: String,
+    #[serde(flatten)]
+    flattened: BTreeMap<String, Value>,
+}
+
+#[derive(Debug, serde::Serialize)]
+enum Shape {
+    Unit,
+    Newtype(String),
+    Tuple(u8, Option<String>),
+    Record { text: String, value: Value },
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Wrapped(char);
+
+/// Strings that need every kind of escape, and none.
+fn text() -> impl Strategy<Value = String> {
+    "(?s)\\PC{0,12}|[\\x00-\\x7f]{0,12}"
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+    #[test]
+    fn canonical_json_from_the_types_is_canonical_json_of_their_value(
+        value in json_value(),
+        reason in text(),
+        labels in prop::collection::btree_map(text(), text(), 0..4),
+        decided in any::<bool>(),
+        float in any::<f64>(),
+        small in any::<f32>(),
+        number in any::<i64>(),
+        key in any::<u32>(),
+        letter in any::<char>(),
+        extra in prop::collection::btree_map("[a-z_]{1,8}", json_value(), 0..3),
+    ) {
+        // Any JSON value, through its own Serialize.
+        prop_assert_eq!(to_canonical_json(&value).expect("serializes"), canonical_json(&value));
+
+        // An approval as the server stores it in a REQUESTED event.
+        let mut approval = new_approval(1, 60, decided);
+        approval.reason = reason.clone();
+        approval.labels = labels;
+        approval.arguments_json = value.to_string();
+        if decided {
+            let _ = approval.decide(decision(0, 0, true, false, 0, 1), None, 1);
+        }
+        let as_value = serde_json::to_value(&approval).expect("serializes");
+        prop_assert_eq!(to_canonical_json(&approval).expect("serializes"), canonical_json(&as_value));
+
+        // Leaving out an entry is removing it from the value first.
+        let body = serde_json::json!({ "approval": approval, "detail": reason.clone() });
+        let mut removed = body.clone();
+        if let Some(object) = removed["approval"].as_object_mut() {
+            object.remove("arguments_json");
+        }
+        prop_assert_eq!(
+            to_canonical_json_without(&body, &["approval", "arguments_json"]).expect("serializes"),
+            canonical_json(&removed)
+        );
+
+        let shapes = Shapes {
+            unit: Shape::Unit,
+            newtype: Shape::Newtype(reason.clone()),
+            tuple: Shape::Tuple(7, decided.then(|| reason.clone())),
+            record: Shape::Record { text: reason.clone(), value: value.clone() },
+            maybe: decided.then_some(float),
+            float,
+            small,
+            pair: (number, reason),
+            by_number: BTreeMap::from([(key, decided), (key / 2, !decided)]),
+            wrapped: Wrapped(letter),
+            skipped: String::new(),
+            flattened: extra,
+        };
+        let as_value = serde_json::to_value(&shapes).expect("serializes");
+        prop_assert_eq!(to_canonical_json(&shapes).expect("serializes"), canonical_json(&as_value));
     }
 }

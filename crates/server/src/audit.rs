@@ -83,26 +83,41 @@ pub fn chain_hash(
     )
 }
 
+/// Where a body keeps the argument values its hash leaves out: the approval's
+/// `arguments_json` (its `args_digest` stands for them).
+pub const ARGUMENT_VALUES: [&str; 2] = ["approval", "arguments_json"];
+
 /// A row's canonical content up to its seq, the last key: everything of its hash that does
 /// not depend on its place in the chain, so it can be made before the row has one. `body` is
 /// given back as it came.
 pub fn content_before_seq(approval_id: &str, kind: &str, at_ms: i64, body: &mut Value) -> String {
-    let approval = body.get_mut("approval").and_then(Value::as_object_mut);
-    let set_aside = approval.and_then(|approval| approval.remove("arguments_json"));
-    // Keys in byte order, as canonical JSON has them.
-    let content = format!(
-        "{{\"approval_id\":{},\"at_ms\":{at_ms},\"body\":{},\"kind\":{},\"seq\":",
-        Value::from(approval_id),
-        canonical_json(body),
-        Value::from(kind),
-    );
+    let [outer, inner] = ARGUMENT_VALUES;
+    let approval = body.get_mut(outer).and_then(Value::as_object_mut);
+    let set_aside = approval.and_then(|approval| approval.remove(inner));
+    let content = content_before_seq_of(approval_id, kind, at_ms, &canonical_json(body));
     if let (Some(arguments), Some(approval)) = (
         set_aside,
-        body.get_mut("approval").and_then(Value::as_object_mut),
+        body.get_mut(outer).and_then(Value::as_object_mut),
     ) {
-        approval.insert("arguments_json".into(), arguments);
+        approval.insert(inner.into(), arguments);
     }
     content
+}
+
+/// [`content_before_seq`] from the canonical JSON of the body without its argument values
+/// ([`ARGUMENT_VALUES`]).
+pub fn content_before_seq_of(
+    approval_id: &str,
+    kind: &str,
+    at_ms: i64,
+    hashed_body: &str,
+) -> String {
+    // Keys in byte order, as canonical JSON has them.
+    format!(
+        "{{\"approval_id\":{},\"at_ms\":{at_ms},\"body\":{hashed_body},\"kind\":{},\"seq\":",
+        Value::from(approval_id),
+        Value::from(kind),
+    )
 }
 
 /// The hash of the row at `seq` after `prev_hash`, from its [`content_before_seq`].

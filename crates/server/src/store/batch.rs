@@ -22,7 +22,7 @@ use countersign_core::{
 use super::error::StoreError;
 use super::event::{EventBody, StoredEvent};
 use super::records::{ChainHead, Grant, Requested};
-use crate::audit::{chain_hash_at, content_before_seq, Columns};
+use crate::audit::{chain_hash_at, content_before_seq_of, Columns};
 
 /// How many due approvals one expiry sweep expires at most; the next sweep takes the rest.
 pub const EXPIRY_SWEEP_LIMIT: i64 = 1000;
@@ -251,15 +251,13 @@ impl SealedEvent {
         at: Millis,
         body: &EventBody,
     ) -> Result<SealedEvent, StoreError> {
-        let mut json = body.stored(kind)?;
-        let columns = Columns::of(&json);
-        let before_seq = content_before_seq(&body.approval.id, kind.as_str(), at, &mut json);
+        let stored = body.stored_form(kind)?;
         Ok(SealedEvent {
             kind,
             at,
-            text: json.to_string(),
-            columns,
-            before_seq,
+            before_seq: content_before_seq_of(&body.approval.id, kind.as_str(), at, &stored.hashed),
+            text: stored.text,
+            columns: stored.columns,
         })
     }
 }

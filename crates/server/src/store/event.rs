@@ -10,6 +10,8 @@ use countersign_core::{
 use serde::{Deserialize, Serialize};
 
 use super::error::StoreError;
+use crate::audit::{Columns, ARGUMENT_VALUES};
+use countersign_core::canonical::{to_canonical_json, to_canonical_json_without};
 
 /// One committed entry of the event log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +55,31 @@ struct StoredBody {
     detail: Option<String>,
 }
 
+impl StoredBody {
+    /// [`Columns::of`] the body's JSON, from the types.
+    fn columns(&self) -> Columns {
+        let agent_id = match &self.approval {
+            Some(approval) if !approval.agent_id.is_empty() => approval.agent_id.clone(),
+            _ => self
+                .after
+                .as_ref()
+                .map(|after| after.agent_id.clone())
+                .unwrap_or_default(),
+        };
+        match &self.decision {
+            Some(decision) => Columns {
+                agent_id,
+                decider: decision.decider.identity(),
+                approver: decision.approver.clone(),
+            },
+            None => Columns {
+                agent_id,
+                ..Columns::default()
+            },
+        }
+    }
+}
+
 /// The parts of an approval that change after its request, right after an event. Decisions
 /// are only ever appended (each is in the event that added it), so with the approval as it is
 /// now they give back the approval as it was then.
@@ -81,9 +108,29 @@ struct Progress {
     routes: Option<Vec<Route>>,
 }
 
+/// An event's stored form: the text of its body, the canonical JSON of that body without the
+/// argument values (what its chain hash covers) and its columns.
+pub(super) struct StoredForm {
+    pub text: String,
+    pub hashed: String,
+    pub columns: Columns,
+}
+
 impl EventBody {
+    /// The stored form of this event, written straight from the types: the same text,
+    /// canonical content and columns as from the body's `serde_json::Value` (the keys of its
+    /// objects in order, no floats among its numbers).
+    pub(super) fn stored_form(&self, kind: EventKind) -> Result<StoredForm, StoreError> {
+        let stored = self.stored(kind);
+        Ok(StoredForm {
+            text: to_canonical_json(&stored)?,
+            hashed: to_canonical_json_without(&stored, &ARGUMENT_VALUES)?,
+            columns: stored.columns(),
+        })
+    }
+
     /// The JSON to store for this event.
-    pub(super) fn stored(&self, kind: EventKind) -> Result<serde_json::Value, StoreError> {
+    fn stored(&self, kind: EventKind) -> StoredBody {
         let (approval, after) = if kind == EventKind::Requested {
             let mut requested = self.approval.clone();
             requested.clear_argument_values();
@@ -118,13 +165,13 @@ impl EventBody {
             decision.edited_arguments_json.clear();
             decision
         });
-        Ok(serde_json::to_value(StoredBody {
+        StoredBody {
             approval,
             after,
             decision,
             delivery: self.delivery.clone(),
             detail: self.detail.clone(),
-        })?)
+        }
     }
 
     /// Reads a stored body back; `current` is the approval as stored now (its row).
@@ -273,4 +320,86 @@ pub struct AuditedEvent {
     pub event: StoredEvent,
     pub prev_hash: String,
     pub hash: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use countersign_core::validate::{validate_request, Limits, RequestInput};
+    use countersign_core::{Decider, Decision, Delivery, Disposition, Scope, Verdict};
+    use serde_json::Value;
+
+    use super::*;
+    use crate::audit::{content_before_seq, content_before_seq_of};
+
+    #[test]
+    fn the_stored_form_from_the_types_is_the_one_of_the_json_value() {
+        let input = RequestInput {
+            agent_id: "agent-1".into(),
+            session_id: "s1".into(),
+            requester: "ève".into(),
+            idempotency_key: "call-1".into(),
+            tool_name: "bash".into(),
+            risk: Some(countersign_core::Risk::High),
+            arguments_json: r#"{"command": "rm -rf /tmp/x", "n": 1.5}"#.into(),
+            labels: [("b".into(), "2".into()), ("a".into(), "1".into())].into(),
+            ..RequestInput::default()
+        };
+        let request = validate_request(input, &Limits::default()).expect("valid request");
+        let mut approval = Approval::new("a1".into(), request, 60, Disposition::RequireHuman, 5);
+        // Text that needs every kind of escape (validation keeps controls out of the ids).
+        approval.reason = "why \"now\"\n\u{1}\u{7f}\\ \u{202e}".into();
+        approval.labels.insert("tab\there".into(), "é\u{8}".into());
+        let decision = Decision {
+            verdict: Verdict::Approve,
+            scope: Scope::Once,
+            reason: "ok\u{202e}".into(),
+            decider: Decider {
+                channel: "telegram".into(),
+                user_id: "42".into(),
+                display_name: "Ann".into(),
+            },
+            idempotency_key: "d1".into(),
+            decided_at: 6,
+            approver: "ann".into(),
+            args_digest: String::new(),
+            edited_arguments_json: "{\"x\":1}".into(),
+            restarts_count: false,
+            delegate: None,
+        };
+        let delivery = Delivery {
+            channel: "telegram".into(),
+            target: "ops".into(),
+            message_ref: "m1".into(),
+            recorded_at: 7,
+        };
+        for kind in EventKind::ALL {
+            for (decision, delivery, detail) in [
+                (None, None, None),
+                (
+                    Some(decision.clone()),
+                    Some(delivery.clone()),
+                    Some("why".into()),
+                ),
+            ] {
+                let body = EventBody {
+                    approval: approval.clone(),
+                    decision,
+                    delivery,
+                    detail,
+                };
+                let form = body.stored_form(kind).expect("stored form");
+                // What the server wrote before: the body's serde_json::Value.
+                let mut json = serde_json::to_value(body.stored(kind)).expect("a value");
+                assert_eq!(form.text, json.to_string(), "{kind:?}");
+                assert_eq!(form.columns, Columns::of(&json), "{kind:?}");
+                assert_eq!(
+                    content_before_seq_of("a1", kind.as_str(), 5, &form.hashed),
+                    content_before_seq("a1", kind.as_str(), 5, &mut json),
+                    "{kind:?}"
+                );
+                let read: Value = serde_json::from_str(&form.text).expect("JSON");
+                assert_eq!(read, json);
+            }
+        }
+    }
 }

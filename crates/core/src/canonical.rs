@@ -1,0 +1,619 @@
+//! Canonical JSON written straight from a `Serialize` type: the bytes
+//! [`canonical_json`](crate::digest::canonical_json) gives for the type's `serde_json::Value`,
+//! without building that value (every string, map and number of it allocated, then walked
+//! again). The server hashes every event's content this way on the calls' threads.
+//!
+//! Objects are written once their entries are: each entry's value goes into the object's own
+//! buffer, then the entries are written in key order (a key given twice keeps its last value,
+//! as `serde_json::Value`'s map does). Numbers, strings and non-finite floats (`null`) are
+//! written as `serde_json::to_value` then `canonical_json` write them; what `to_value` refuses
+//! (integers beyond 64 bits, map keys that are not strings, integers, booleans or chars) is
+//! refused too.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::ops::Range;
+
+use serde::ser::{self, Error as _, Impossible, Serialize};
+
+use crate::digest::{ecmascript_number, write_string};
+
+type Error = serde_json::Error;
+
+/// The canonical JSON of `value`.
+pub fn to_canonical_json<T: Serialize + ?Sized>(value: &T) -> Result<String, Error> {
+    to_canonical_json_without(value, &[])
+}
+
+/// The canonical JSON of `value` without the entry that `omit` names by its keys from the
+/// top (`["approval", "arguments_json"]`: the key `arguments_json` of the object under
+/// `approval`); as if it were removed from the value first. Empty: nothing is left out.
+pub fn to_canonical_json_without<T: Serialize + ?Sized>(
+    value: &T,
+    omit: &[&str],
+) -> Result<String, Error> {
+    let mut out = String::new();
+    value.serialize(Canonical {
+        out: &mut out,
+        omit,
+    })?;
+    Ok(out)
+}
+
+struct Canonical<'o, 'p> {
+    out: &'o mut String,
+    /// The path of the entry to leave out, from this value.
+    omit: &'p [&'p str],
+}
+
+impl<'o, 'p> Canonical<'o, 'p> {
+    fn integer(self, value: impl std::fmt::Display) -> Result<(), Error> {
+        // Writing into a String cannot fail.
+        let _ = write!(self.out, "{value}");
+        Ok(())
+    }
+
+    fn object(self) -> Object<'o, 'p> {
+        Object {
+            out: self.out,
+            omit: self.omit,
+            buffer: String::new(),
+            entries: Vec::new(),
+            key: None,
+            in_variant: false,
+        }
+    }
+
+    /// `{"variant":` … `}` around an enum variant's content.
+    fn variant(self, variant: &'static str) -> Canonical<'o, 'p> {
+        self.out.push('{');
+        write_string(variant, self.out);
+        self.out.push(':');
+        Canonical {
+            out: self.out,
+            omit: &[],
+        }
+    }
+}
+
+impl<'o, 'p> ser::Serializer for Canonical<'o, 'p> {
+    type Ok = ();
+    type Error = Error;
+    type SerializeSeq = Array<'o>;
+    type SerializeTuple = Array<'o>;
+    type SerializeTupleStruct = Array<'o>;
+    type SerializeTupleVariant = Array<'o>;
+    type SerializeMap = Object<'o, 'p>;
+    type SerializeStruct = Object<'o, 'p>;
+    type SerializeStructVariant = Object<'o, 'p>;
+
+    fn serialize_bool(self, value: bool) -> Result<(), Error> {
+        self.out.push_str(if value { "true" } else { "false" });
+        Ok(())
+    }
+
+    fn serialize_i8(self, value: i8) -> Result<(), Error> {
+        self.integer(value)
+    }
+
+    fn serialize_i16(self, value: i16) -> Result<(), Error> {
+        self.integer(value)
+    }
+
+    fn serialize_i32(self, value: i32) -> Result<(), Error> {
+        self.integer(value)
+    }
+
+    fn serialize_i64(self, value: i64) -> Result<(), Error> {
+        self.integer(value)
+    }
+
+    fn serialize_i128(self, value: i128) -> Result<(), Error> {
+        match (i64::try_from(value), u64::try_from(value)) {
+            (Ok(value), _) => self.integer(value),
+            (_, Ok(value)) => self.integer(value),
+            _ => Err(Error::custom("number out of range")),
+        }
+    }
+
+    fn serialize_u8(self, value: u8) -> Result<(), Error> {
+        self.integer(value)
+    }
+
+    fn serialize_u16(self, value: u16) -> Result<(), Error> {
+        self.integer(value)
+    }
+
+    fn serialize_u32(self, value: u32) -> Result<(), Error> {
+        self.integer(value)
+    }
+
+    fn serialize_u64(self, value: u64) -> Result<(), Error> {
+        self.integer(value)
+    }
+
+    fn serialize_u128(self, value: u128) -> Result<(), Error> {
+        match u64::try_from(value) {
+            Ok(value) => self.integer(value),
+            Err(_) => Err(Error::custom("number out of range")),
+        }
+    }
+
+    fn serialize_f32(self, value: f32) -> Result<(), Error> {
+        self.serialize_f64(f64::from(value))
+    }
+
+    fn serialize_f64(self, value: f64) -> Result<(), Error> {
+        // serde_json's value of a non-finite float is null.
+        if value.is_finite() {
+            self.out.push_str(&ecmascript_number(value));
+        } else {
+            self.out.push_str("null");
+        }
+        Ok(())
+    }
+
+    fn serialize_char(self, value: char) -> Result<(), Error> {
+        write_string(value.encode_utf8(&mut [0; 4]), self.out);
+        Ok(())
+    }
+
+    fn serialize_str(self, value: &str) -> Result<(), Error> {
+        write_string(value, self.out);
+        Ok(())
+    }
+
+    fn serialize_bytes(self, value: &[u8]) -> Result<(), Error> {
+        let mut array = self.serialize_seq(Some(value.len()))?;
+        for byte in value {
+            ser::SerializeSeq::serialize_element(&mut array, byte)?;
+        }
+        ser::SerializeSeq::end(array)
+    }
+
+    fn serialize_none(self) -> Result<(), Error> {
+        self.serialize_unit()
+    }
+
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), Error> {
+        value.serialize(self)
+    }
+
+    fn serialize_unit(self) -> Result<(), Error> {
+        self.out.push_str("null");
+        Ok(())
+    }
+
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<(), Error> {
+        self.serialize_unit()
+    }
+
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result<(), Error> {
+        self.serialize_str(variant)
+    }
+
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        value.serialize(self)
+    }
+
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        let Canonical { out, .. } = self.variant(variant);
+        value.serialize(Canonical {
+            out: &mut *out,
+            omit: &[],
+        })?;
+        out.push('}');
+        Ok(())
+    }
+
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Array<'o>, Error> {
+        self.out.push('[');
+        Ok(Array {
+            out: self.out,
+            first: true,
+            close: "]",
+        })
+    }
+
+    fn serialize_tuple(self, len: usize) -> Result<Array<'o>, Error> {
+        self.serialize_seq(Some(len))
+    }
+
+    fn serialize_tuple_struct(self, _name: &'static str, len: usize) -> Result<Array<'o>, Error> {
+        self.serialize_seq(Some(len))
+    }
+
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<Array<'o>, Error> {
+        let Canonical { out, .. } = self.variant(variant);
+        out.push('[');
+        Ok(Array {
+            out,
+            first: true,
+            close: "]}",
+        })
+    }
+
+    fn serialize_map(self, _len: Option<usize>) -> Result<Object<'o, 'p>, Error> {
+        Ok(self.object())
+    }
+
+    fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<Object<'o, 'p>, Error> {
+        Ok(self.object())
+    }
+
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<Object<'o, 'p>, Error> {
+        let mut object = self.variant(variant).object();
+        object.in_variant = true;
+        Ok(object)
+    }
+}
+
+/// An array being written: its elements go straight to the output.
+struct Array<'o> {
+    out: &'o mut String,
+    first: bool,
+    close: &'static str,
+}
+
+impl Array<'_> {
+    fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        if !self.first {
+            self.out.push(',');
+        }
+        self.first = false;
+        value.serialize(Canonical {
+            out: self.out,
+            omit: &[],
+        })
+    }
+
+    fn close(self) -> Result<(), Error> {
+        self.out.push_str(self.close);
+        Ok(())
+    }
+}
+
+impl ser::SerializeSeq for Array<'_> {
+    type Ok = ();
+    type Error = Error;
+
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.element(value)
+    }
+
+    fn end(self) -> Result<(), Error> {
+        self.close()
+    }
+}
+
+impl ser::SerializeTuple for Array<'_> {
+    type Ok = ();
+    type Error = Error;
+
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.element(value)
+    }
+
+    fn end(self) -> Result<(), Error> {
+        self.close()
+    }
+}
+
+impl ser::SerializeTupleStruct for Array<'_> {
+    type Ok = ();
+    type Error = Error;
+
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.element(value)
+    }
+
+    fn end(self) -> Result<(), Error> {
+        self.close()
+    }
+}
+
+impl ser::SerializeTupleVariant for Array<'_> {
+    type Ok = ();
+    type Error = Error;
+
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.element(value)
+    }
+
+    fn end(self) -> Result<(), Error> {
+        self.close()
+    }
+}
+
+/// An object being written: entries gather in `buffer` and are written in key order at the
+/// end.
+struct Object<'o, 'p> {
+    out: &'o mut String,
+    omit: &'p [&'p str],
+    buffer: String,
+    /// Each entry's key and where its value is in `buffer`.
+    entries: Vec<(Cow<'static, str>, Range<usize>)>,
+    /// The key of a map entry whose value comes next.
+    key: Option<String>,
+    /// A struct variant's content: the variant's object closes after it.
+    in_variant: bool,
+}
+
+impl Object<'_, '_> {
+    fn entry<T: Serialize + ?Sized>(
+        &mut self,
+        key: Cow<'static, str>,
+        value: &T,
+    ) -> Result<(), Error> {
+        let omit = match self.omit.split_first() {
+            Some((first, rest)) if *first == key => {
+                if rest.is_empty() {
+                    return Ok(());
+                }
+                rest
+            }
+            _ => &[],
+        };
+        let start = self.buffer.len();
+        value.serialize(Canonical {
+            out: &mut self.buffer,
+            omit,
+        })?;
+        let end = self.buffer.len();
+        self.entries.push((key, start..end));
+        Ok(())
+    }
+
+    fn close(self) -> Result<(), Error> {
+        let Object {
+            out,
+            buffer,
+            mut entries,
+            in_variant,
+            ..
+        } = self;
+        // Stable: of equal keys the last written stays last, and is the one kept.
+        entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        out.push('{');
+        let mut first = true;
+        for (i, (key, range)) in entries.iter().enumerate() {
+            if entries.get(i + 1).is_some_and(|(next, _)| next == key) {
+                continue;
+            }
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            write_string(key, out);
+            out.push(':');
+            out.push_str(&buffer[range.clone()]);
+        }
+        out.push('}');
+        if in_variant {
+            out.push('}');
+        }
+        Ok(())
+    }
+}
+
+impl ser::SerializeMap for Object<'_, '_> {
+    type Ok = ();
+    type Error = Error;
+
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Error> {
+        self.key = Some(key.serialize(MapKey)?);
+        Ok(())
+    }
+
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        let key = self
+            .key
+            .take()
+            .ok_or_else(|| Error::custom("a map value without its key"))?;
+        self.entry(Cow::Owned(key), value)
+    }
+
+    fn end(self) -> Result<(), Error> {
+        self.close()
+    }
+}
+
+impl ser::SerializeStruct for Object<'_, '_> {
+    type Ok = ();
+    type Error = Error;
+
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        self.entry(Cow::Borrowed(key), value)
+    }
+
+    fn end(self) -> Result<(), Error> {
+        self.close()
+    }
+}
+
+impl ser::SerializeStructVariant for Object<'_, '_> {
+    type Ok = ();
+    type Error = Error;
+
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        self.entry(Cow::Borrowed(key), value)
+    }
+
+    fn end(self) -> Result<(), Error> {
+        self.close()
+    }
+}
+
+/// A map key as the text `serde_json::to_value` makes of it.
+struct MapKey;
+
+fn key_must_be_a_string() -> Error {
+    Error::custom("key must be a string")
+}
+
+impl ser::Serializer for MapKey {
+    type Ok = String;
+    type Error = Error;
+    type SerializeSeq = Impossible<String, Error>;
+    type SerializeTuple = Impossible<String, Error>;
+    type SerializeTupleStruct = Impossible<String, Error>;
+    type SerializeTupleVariant = Impossible<String, Error>;
+    type SerializeMap = Impossible<String, Error>;
+    type SerializeStruct = Impossible<String, Error>;
+    type SerializeStructVariant = Impossible<String, Error>;
+
+    fn serialize_bool(self, value: bool) -> Result<String, Error> {
+        Ok(value.to_string())
+    }
+    fn serialize_i8(self, value: i8) -> Result<String, Error> {
+        Ok(value.to_string())
+    }
+    fn serialize_i16(self, value: i16) -> Result<String, Error> {
+        Ok(value.to_string())
+    }
+    fn serialize_i32(self, value: i32) -> Result<String, Error> {
+        Ok(value.to_string())
+    }
+    fn serialize_i64(self, value: i64) -> Result<String, Error> {
+        Ok(value.to_string())
+    }
+    fn serialize_u8(self, value: u8) -> Result<String, Error> {
+        Ok(value.to_string())
+    }
+    fn serialize_u16(self, value: u16) -> Result<String, Error> {
+        Ok(value.to_string())
+    }
+    fn serialize_u32(self, value: u32) -> Result<String, Error> {
+        Ok(value.to_string())
+    }
+    fn serialize_u64(self, value: u64) -> Result<String, Error> {
+        Ok(value.to_string())
+    }
+    fn serialize_f32(self, _value: f32) -> Result<String, Error> {
+        Err(key_must_be_a_string())
+    }
+    fn serialize_f64(self, _value: f64) -> Result<String, Error> {
+        Err(key_must_be_a_string())
+    }
+    fn serialize_char(self, value: char) -> Result<String, Error> {
+        Ok(value.to_string())
+    }
+    fn serialize_str(self, value: &str) -> Result<String, Error> {
+        Ok(value.to_owned())
+    }
+    fn serialize_bytes(self, _value: &[u8]) -> Result<String, Error> {
+        Err(key_must_be_a_string())
+    }
+    fn serialize_none(self) -> Result<String, Error> {
+        Err(key_must_be_a_string())
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, _value: &T) -> Result<String, Error> {
+        Err(key_must_be_a_string())
+    }
+    fn serialize_unit(self) -> Result<String, Error> {
+        Err(key_must_be_a_string())
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<String, Error> {
+        Err(key_must_be_a_string())
+    }
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result<String, Error> {
+        Ok(variant.to_owned())
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Result<String, Error> {
+        value.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _value: &T,
+    ) -> Result<String, Error> {
+        Err(key_must_be_a_string())
+    }
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq, Error> {
+        Err(key_must_be_a_string())
+    }
+    fn serialize_tuple(self, _len: usize) -> Result<Self::SerializeTuple, Error> {
+        Err(key_must_be_a_string())
+    }
+    fn serialize_tuple_struct(
+        self,
+        _name: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeTupleStruct, Error> {
+        Err(key_must_be_a_string())
+    }
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeTupleVariant, Error> {
+        Err(key_must_be_a_string())
+    }
+    fn serialize_map(self, _len: Option<usize>) -> Result<Self::SerializeMap, Error> {
+        Err(key_must_be_a_string())
+    }
+    fn serialize_struct(
+        self,
+        _name: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeStruct, Error> {
+        Err(key_must_be_a_string())
+    }
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeStructVariant, Error> {
+        Err(key_must_be_a_string())
+    }
+}
