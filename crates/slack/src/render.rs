@@ -230,21 +230,7 @@ fn facts_text(facts: &ApprovalFacts) -> String {
 /// The state line: quorum progress while pending, then who resolved it and why.
 fn status(approval: &pb::Approval, facts: &ApprovalFacts) -> String {
     let line = match facts.state {
-        ApprovalState::Pending => {
-            let progress = &facts.progress;
-            if progress.required == 1 {
-                return "⏳ Waiting for a decision".to_owned();
-            }
-            let mut line = format!(
-                "⏳ Waiting: {} of {} approvals",
-                progress.approvers.len(),
-                progress.required
-            );
-            if !progress.approvers.is_empty() {
-                line.push_str(&format!(" (by {})", names(&progress.approvers)));
-            }
-            return line;
-        }
+        ApprovalState::Pending => return facts.waiting_line(names),
         ApprovalState::Approved | ApprovalState::Consumed | ApprovalState::Rejected => {
             format!(
                 "{} by {}{}",

@@ -303,7 +303,7 @@ fn keyboard(approval: &pb::Approval, buttons: &[ButtonAction]) -> Vec<Vec<Button
 /// The state line(s) at the bottom of the message.
 fn status_html(facts: &ApprovalFacts) -> String {
     match facts.state {
-        ApprovalState::Pending => pending_html(facts),
+        ApprovalState::Pending => facts.waiting_line(names_html),
         ApprovalState::Approved => approved_html(facts),
         ApprovalState::Consumed => {
             let outcome = facts
@@ -332,22 +332,6 @@ fn status_html(facts: &ApprovalFacts) -> String {
         }
         ApprovalState::Unspecified => "❔ Unknown state".to_owned(),
     }
-}
-
-fn pending_html(facts: &ApprovalFacts) -> String {
-    let progress = &facts.progress;
-    if progress.required == 1 {
-        return "⏳ Waiting for a decision".to_owned();
-    }
-    let mut html = format!(
-        "⏳ Waiting: {} of {} approvals",
-        progress.approvers.len(),
-        progress.required
-    );
-    if !progress.approvers.is_empty() {
-        html.push_str(&format!(" (by {})", names_html(&progress.approvers)));
-    }
-    html
 }
 
 fn approved_html(facts: &ApprovalFacts) -> String {

@@ -170,6 +170,24 @@ impl<'a> ApprovalFacts<'a> {
         self.expires_at.map(approval::format_time)
     }
 
+    /// The quorum's progress line while pending: `⏳ Waiting for a decision` when one approval
+    /// does, else `⏳ Waiting: 1 of 2 approvals (by …)`, the approvers named by `names` (which
+    /// escapes them for the renderer's markup).
+    pub fn waiting_line(&self, names: impl Fn(&[&pb::Decider]) -> String) -> String {
+        let Progress {
+            required,
+            approvers,
+        } = &self.progress;
+        if *required == 1 {
+            return "⏳ Waiting for a decision".to_owned();
+        }
+        let mut line = format!("⏳ Waiting: {} of {required} approvals", approvers.len());
+        if !approvers.is_empty() {
+            line.push_str(&format!(" (by {})", names(approvers)));
+        }
+        line
+    }
+
     /// The seconds left before the approval expires at `now` (Unix seconds), never below 0;
     /// `None` for an approval without expiry.
     pub fn seconds_left(&self, now: i64) -> Option<i64> {
@@ -246,6 +264,33 @@ mod tests {
         assert_eq!(
             ApprovalFacts::of(&pb::Approval::default()).seconds_left(0),
             None
+        );
+    }
+
+    #[test]
+    fn the_waiting_line_names_approvers_only_for_a_quorum() {
+        let mut quorum = approval();
+        let names = |deciders: &[&pb::Decider]| -> String {
+            let names: Vec<&str> = deciders.iter().map(|d| d.display_name.as_str()).collect();
+            names.join(", ")
+        };
+        assert_eq!(
+            ApprovalFacts::of(&quorum).waiting_line(names),
+            "⏳ Waiting: 0 of 2 approvals"
+        );
+        quorum.decisions.push(pb::Decision {
+            verdict: pb::Verdict::Approve.into(),
+            decider: Some(decider("<alice>")),
+            ..Default::default()
+        });
+        assert_eq!(
+            ApprovalFacts::of(&quorum).waiting_line(names),
+            "⏳ Waiting: 1 of 2 approvals (by <alice>)"
+        );
+        quorum.required_approvals = 0;
+        assert_eq!(
+            ApprovalFacts::of(&quorum).waiting_line(names),
+            "⏳ Waiting for a decision"
         );
     }
 
