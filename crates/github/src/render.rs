@@ -10,11 +10,11 @@
 //! full arguments. The first line of the request comment is a hidden marker with the
 //! approval id, which is how the worker recognises its own comment after a crash.
 
-use countersign_client::{decider, groups, pb, version, withdrawal};
+use countersign_client::{decider, groups, pb, version};
 use countersign_worker::agent_text;
-use countersign_worker::approval;
 pub use countersign_worker::approval::short_id;
-use countersign_worker::approval::{cancelled_word, format_time, reminder_detail};
+use countersign_worker::approval::{format_time, reminder_detail};
+use countersign_worker::facts::{ApprovalFacts, Resolver};
 
 use crate::target::RepoName;
 
@@ -71,8 +71,11 @@ pub fn request_body(approval: &pb::Approval) -> String {
     let head = request_head(approval);
     let tail = request_tail(approval);
     let budget = MAX_BODY_CHARS - 1 - head.chars().count() - tail.chars().count();
-    let (arguments, digest) = version::current_arguments(approval);
-    format!("{head}{}{tail}", arguments_block(arguments, digest, budget))
+    let facts = ApprovalFacts::of(approval);
+    format!(
+        "{head}{}{tail}",
+        arguments_block(facts.arguments, facts.digest, budget)
+    )
 }
 
 /// The smallest request comment: everything but the arguments (their digest stays), for when
@@ -126,43 +129,37 @@ pub fn reminder(approval: &pb::Approval, detail: &str) -> String {
 
 /// The short comment posted when a session grant approved a call at once.
 pub fn grant_notice(approval: &pb::Approval) -> String {
+    let facts = ApprovalFacts::of(approval);
     format!(
         "🔓 **Approved by a session grant**, no one was asked: **Tool:** {} · **Agent:** {} · **Session:** {} · approval `{}`\n\n> **The agent says** — **Action:** {}\n",
-        inline(&approval.tool_name, 200),
-        inline(&approval.agent_id, 200),
-        inline(&approval.session_id, 200),
-        short_id(&approval.id),
-        inline(&approval.action, 500),
+        inline(facts.tool, 200),
+        inline(facts.agent, 200),
+        inline(facts.session, 200),
+        facts.short_id,
+        inline(facts.action, 500),
     )
 }
 
 /// The title line: what the comment is about now. A decided approval is no longer a
 /// request, so the title states the outcome.
-fn title(approval: &pb::Approval) -> String {
+fn title(facts: &ApprovalFacts) -> String {
     use pb::ApprovalState as State;
-    let what = match approval.state() {
+    let what = match facts.state {
         State::Pending | State::Unspecified => "Approval requested",
-        State::Approved => "✅ Approved",
         State::Consumed => "✅ Approved and executed",
-        State::Rejected => "❌ Rejected",
-        State::Expired => "⌛ Expired",
-        State::Cancelled if withdrawal::is_withdrawn(approval) => "🚫 Withdrawn",
-        State::Cancelled => "🚫 Cancelled",
+        _ => facts.outcome_word,
     };
-    format!("### {what}: {}\n\n", inline(&approval.tool_name, 200))
+    format!("### {what}: {}\n\n", inline(facts.tool, 200))
 }
 
 /// What the agent wrote in its own words, in one quote block, each field on one line.
-fn agent_says(approval: &pb::Approval) -> String {
+fn agent_says(facts: &ApprovalFacts) -> String {
     let mut block = format!(
         "> **The agent says**\n>\n> **Action:** {}\n",
-        inline(&approval.action, 500)
+        inline(facts.action, 500)
     );
-    if !approval.reason.is_empty() {
-        block.push_str(&format!(
-            "> **Reason:** {}\n",
-            inline(&approval.reason, 1000)
-        ));
+    if !facts.reason.is_empty() {
+        block.push_str(&format!("> **Reason:** {}\n", inline(facts.reason, 1000)));
     }
     block.push('\n');
     block
@@ -170,40 +167,34 @@ fn agent_says(approval: &pb::Approval) -> String {
 
 /// Everything above the arguments.
 fn request_head(approval: &pb::Approval) -> String {
-    let short = short_id(&approval.id);
+    let facts = ApprovalFacts::of(approval);
     let mut body = String::new();
-    body.push_str(&approval_marker(&approval.id));
+    body.push_str(&approval_marker(facts.id));
     body.push('\n');
-    body.push_str(&status_line(approval));
+    body.push_str(&status_line(&facts));
     body.push_str("\n\n");
-    body.push_str(&title(approval));
-    body.push_str(&agent_says(approval));
-    body.push_str(&format!("- **Risk:** {}\n", risk_label(approval.risk())));
-    let mut who = format!("- **Agent:** {}", inline(&approval.agent_id, 200));
-    if !approval.session_id.is_empty() {
-        who.push_str(&format!(
-            " · **Session:** {}",
-            inline(&approval.session_id, 200)
-        ));
+    body.push_str(&title(&facts));
+    body.push_str(&agent_says(&facts));
+    body.push_str(&format!("- **Risk:** {}\n", risk_label(facts.risk)));
+    let mut who = format!("- **Agent:** {}", inline(facts.agent, 200));
+    if !facts.session.is_empty() {
+        who.push_str(&format!(" · **Session:** {}", inline(facts.session, 200)));
     }
-    if !approval.requester.is_empty() {
+    if !facts.requester.is_empty() {
         who.push_str(&format!(
             " · **Requested by:** {}",
-            inline(&approval.requester, 200)
+            inline(facts.requester, 200)
         ));
     }
     body.push_str(&who);
     body.push('\n');
-    if let Some(expires_at) = approval.expires_at.as_ref() {
-        body.push_str(&format!(
-            "- **Expires:** {}\n",
-            format_time(expires_at.seconds)
-        ));
+    if let Some(expires) = facts.expires_text() {
+        body.push_str(&format!("- **Expires:** {expires}\n"));
     }
-    if approval.required_approvals > 1 {
+    if facts.progress.required > 1 {
         body.push_str(&format!(
             "- **Approvals needed:** {}\n",
-            approval.required_approvals
+            facts.progress.required
         ));
     }
     let progress = groups::group_progress(approval);
@@ -219,20 +210,18 @@ fn request_head(approval: &pb::Approval) -> String {
     for behalf in approval.decisions.iter().filter_map(groups::on_behalf_of) {
         body.push_str(&format!("- **Delegated:** {}\n", inline(&behalf, 200)));
     }
+    // The digest as requested: an edit's own digest is named on its line.
+    let edit = facts.edit.as_ref();
     body.push_str(&format!(
         "- **Arguments digest:** `sha256:{}`\n",
-        hex_only(&approval.args_digest)
+        hex_only(edit.map_or(facts.digest, |edit| edit.requested_digest))
     ));
-    if let Some(editor) = approval
-        .editor
-        .as_ref()
-        .filter(|_| version::is_edited(approval))
-    {
+    if let Some((edit, editor)) = edit.and_then(|edit| Some((edit, edit.editor?))) {
         body.push_str(&format!(
             "- **Edited by** {}: the arguments below are the edited version `sha256:{}`, which the agent runs instead of the requested ones{}\n",
             decider_name(editor),
-            hex_only(&approval.edited_args_digest),
-            if approval.decisions.iter().any(|d| d.restarts_count) {
+            hex_only(facts.digest),
+            if edit.restarted_count {
                 " (the edit restarted the approval count: approvals of an earlier version no longer count)"
             } else {
                 ""
@@ -240,8 +229,9 @@ fn request_head(approval: &pb::Approval) -> String {
         ));
     }
     body.push_str(&format!(
-        "- **Approval:** `{short}` (`{}`)\n\n",
-        hex_only(&approval.id)
+        "- **Approval:** `{}` (`{}`)\n\n",
+        facts.short_id,
+        hex_only(facts.id)
     ));
     body.push_str("**Arguments**\n\n");
     body
@@ -268,27 +258,28 @@ fn request_tail(approval: &pb::Approval) -> String {
 }
 
 /// The first line under the marker: where the approval stands.
-fn status_line(approval: &pb::Approval) -> String {
+fn status_line(facts: &ApprovalFacts) -> String {
     use pb::ApprovalState as State;
-    let resolution = approval.resolution.as_ref();
-    let at = resolution
-        .and_then(|r| r.resolved_at.as_ref())
-        .or(approval.resolved_at.as_ref())
-        .map(|at| format!(" · {}", format_time(at.seconds)))
+    let at = facts
+        .resolved_at
+        .map(|at| format!(" · {}", format_time(at)))
         .unwrap_or_default();
-    // A resolution reason that repeats the request's reason is not shown twice.
-    let reason = resolution
-        .map(|r| r.reason.as_str())
-        .filter(|reason| !reason.is_empty() && *reason != approval.reason)
-        .map(|reason| format!(": {}", inline(reason, 1000)))
+    let reason = facts
+        .note
+        .map(|note| format!(": {}", inline(note, 1000)))
         .unwrap_or_default();
-    match approval.state() {
+    match facts.state {
         State::Pending => {
-            let progress = approval::progress(approval);
+            let progress = &facts.progress;
             if progress.approvers.is_empty() {
                 "⏳ **Waiting for approval**".to_string()
             } else {
-                let names: Vec<String> = progress.approvers.into_iter().map(decider_name).collect();
+                let names: Vec<String> = progress
+                    .approvers
+                    .iter()
+                    .copied()
+                    .map(decider_name)
+                    .collect();
                 format!(
                     "⏳ **Waiting for approval**: {} of {} approvals ({})",
                     names.len(),
@@ -297,49 +288,42 @@ fn status_line(approval: &pb::Approval) -> String {
                 )
             }
         }
-        State::Approved => format!("✅ **Approved**{}{reason}{at}", by(resolution)),
+        State::Approved => format!("✅ **Approved**{}{reason}{at}", by(facts)),
         State::Consumed => {
-            let executed = approval
-                .consumption
+            let executed = facts
+                .execution
                 .as_ref()
-                .map(|c| {
-                    let outcome = match c.outcome() {
-                        pb::ConsumeOutcome::Succeeded => "succeeded",
-                        pb::ConsumeOutcome::Failed => "failed",
-                        pb::ConsumeOutcome::HandedOff => "handed to the agent",
-                        pb::ConsumeOutcome::Unspecified => "reported",
-                    };
-                    let detail = if c.detail.is_empty() {
+                .map(|execution| {
+                    let outcome = execution.word().unwrap_or("reported");
+                    let detail = if execution.detail.is_empty() {
                         String::new()
                     } else {
-                        format!(" ({})", inline(&c.detail, 300))
+                        format!(" ({})", inline(execution.detail, 300))
                     };
                     format!(" · executed: {outcome}{detail}")
                 })
                 .unwrap_or_default();
-            format!("✅ **Approved**{}{reason}{at}{executed}", by(resolution))
+            format!("✅ **Approved**{}{reason}{at}{executed}", by(facts))
         }
-        State::Rejected => format!("❌ **Rejected**{}{reason}{at}", by(resolution)),
+        State::Rejected => format!("❌ **Rejected**{}{reason}{at}", by(facts)),
         State::Expired => format!("⌛ **Expired** without a decision{reason}{at}"),
-        State::Cancelled => format!("🚫 **{}**{reason}{at}", cancelled_word(approval)),
+        State::Cancelled => format!("🚫 **{}**{reason}{at}", facts.cancelled_word),
         State::Unspecified => "❔ **Unknown state**".to_string(),
     }
 }
 
-/// " by …": the deciders, the policy rule or the session grant that resolved it.
-fn by(resolution: Option<&pb::Resolution>) -> String {
-    let Some(resolution) = resolution else {
-        return String::new();
-    };
-    match resolution.resolved_by() {
-        pb::ResolvedBy::Decision if !resolution.deciders.is_empty() => {
-            let names: Vec<String> = resolution.deciders.iter().map(decider_name).collect();
+/// " by …": the deciders, the policy rule or the session grant that resolved it. Deciders
+/// are named only for a resolution by decision.
+fn by(facts: &ApprovalFacts) -> String {
+    match &facts.resolver {
+        Some(Resolver::Deciders(deciders)) if facts.resolved_by == pb::ResolvedBy::Decision => {
+            let names: Vec<String> = deciders.iter().copied().map(decider_name).collect();
             format!(" by {}", names.join(", "))
         }
-        pb::ResolvedBy::Rule => format!(" by policy rule {}", inline(&resolution.rule, 200)),
-        pb::ResolvedBy::Grant => format!(
+        Some(Resolver::Rule(rule)) => format!(" by policy rule {}", inline(rule, 200)),
+        Some(Resolver::Grant(grant_id)) => format!(
             " by an earlier session approval ({})",
-            inline(&resolution.grant_id, 100)
+            inline(grant_id, 100)
         ),
         _ => String::new(),
     }
@@ -514,7 +498,7 @@ pub fn reply_body(login: &str, comment_id: u64, reply: &Reply) -> String {
         Reply::AlreadyResolved { approval } => format!(
             "approval `{}` was already resolved: {}",
             hex_only(short_id(&approval.id)),
-            status_line(approval)
+            status_line(&ApprovalFacts::of(approval))
         ),
         Reply::Refused { message } => format!(
             "countersign refused this decision: {}. Nothing was decided.",

@@ -3,11 +3,10 @@
 //! each with hidden characters made visible ([`agent_text::one_line`]), the action and reason
 //! together under "The agent says", so they cannot pass for the worker's own lines.
 
-use countersign_client::{decider, pb, version, withdrawal};
+use countersign_client::{decider, pb, withdrawal};
 use countersign_worker::agent_text;
-use countersign_worker::approval::{
-    decide_elsewhere, format_time, or_dash, outcome_word, prefix, risk_word, short_id,
-};
+use countersign_worker::approval::{decide_elsewhere, outcome_word, prefix};
+use countersign_worker::facts::ApprovalFacts;
 use pb::{ApprovalState, Risk};
 
 use crate::api::{Action, Publish};
@@ -62,14 +61,15 @@ pub fn page_button(label: &'static str, url: String) -> Action {
 
 /// The notification of a pending approval, with its buttons.
 pub fn request(approval: &pb::Approval, topic: &str, buttons: Buttons) -> Publish {
-    let risk = approval.risk();
+    let facts = ApprovalFacts::of(approval);
+    let risk = facts.risk;
     Publish {
         topic: topic.to_owned(),
         sequence_id: sequence_id(&approval.id),
         title: format!(
             "{}Approve {}?",
-            if is_high(risk) { "⚠️ " } else { "" },
-            agent_text::one_line(&approval.tool_name, TOOL_LIMIT)
+            if facts.is_high_risk() { "⚠️ " } else { "" },
+            agent_text::one_line(facts.tool, TOOL_LIMIT)
         ),
         message: body(approval, String::new()),
         priority: priority(risk),
@@ -100,13 +100,14 @@ pub fn outcome(approval: &pb::Approval, topic: &str) -> Publish {
 /// buttons and place, and a message of only the tool, the risk, the full id and where else to
 /// decide.
 pub fn minimal(approval: &pb::Approval, refused: Publish) -> Publish {
-    let risk = risk_word(approval.risk());
+    let facts = ApprovalFacts::of(approval);
     Publish {
         message: format!(
-            "Tool: {}\nRisk: {risk}\nID: {}\n{}",
-            agent_text::one_line(&approval.tool_name, TOOL_LIMIT),
-            approval.id,
-            decide_elsewhere(&approval.id)
+            "Tool: {}\nRisk: {}\nID: {}\n{}",
+            agent_text::one_line(facts.tool, TOOL_LIMIT),
+            facts.risk_word(),
+            facts.id,
+            decide_elsewhere(facts.id)
         ),
         ..refused
     }
@@ -120,10 +121,6 @@ pub fn priority(risk: Risk) -> u8 {
         Risk::Medium | Risk::Unspecified => 4,
         Risk::High | Risk::Critical => 5,
     }
-}
-
-fn is_high(risk: Risk) -> bool {
-    matches!(risk, Risk::High | Risk::Critical)
 }
 
 fn risk_tag(risk: Risk) -> &'static str {
@@ -171,35 +168,35 @@ fn resolution_line(approval: &pb::Approval) -> String {
 /// The message: `first` (the outcome's line, or nothing), then the approval's facts, its
 /// arguments cut so that the whole stays within ntfy's message limit.
 fn body(approval: &pb::Approval, first: String) -> String {
-    let risk = risk_word(approval.risk());
+    let facts = ApprovalFacts::of(approval);
     let mut head = first;
     head.push_str(&format!(
-        "Tool: {}\nRisk: {risk}\nAgent: {} · session {}\n",
-        agent_text::one_line(&approval.tool_name, TOOL_LIMIT),
-        agent_text::one_line(or_dash(&approval.agent_id), IDENTITY_LIMIT),
-        agent_text::one_line(or_dash(&approval.session_id), IDENTITY_LIMIT),
+        "Tool: {}\nRisk: {}\nAgent: {} · session {}\n",
+        agent_text::one_line(facts.tool, TOOL_LIMIT),
+        facts.risk_word(),
+        agent_text::one_line(facts.agent_or_dash(), IDENTITY_LIMIT),
+        agent_text::one_line(facts.session_or_dash(), IDENTITY_LIMIT),
     ));
-    if !approval.action.is_empty() || !approval.reason.is_empty() {
+    if !facts.action.is_empty() || !facts.reason.is_empty() {
         head.push_str("The agent says:\n");
-        if !approval.action.is_empty() {
+        if !facts.action.is_empty() {
             head.push_str(&format!(
                 "│ Action: {}\n",
-                agent_text::one_line(&approval.action, LINE_LIMIT)
+                agent_text::one_line(facts.action, LINE_LIMIT)
             ));
         }
-        if !approval.reason.is_empty() {
+        if !facts.reason.is_empty() {
             head.push_str(&format!(
                 "│ Reason: {}\n",
-                agent_text::one_line(&approval.reason, LINE_LIMIT)
+                agent_text::one_line(facts.reason, LINE_LIMIT)
             ));
         }
     }
-    let (arguments, digest) = version::current_arguments(approval);
-    let mut tail = format!("SHA-256 {}\n", prefix(digest, 16));
-    if let Some(expires_at) = &approval.expires_at {
-        tail.push_str(&format!("Expires: {}\n", format_time(expires_at.seconds)));
+    let mut tail = format!("SHA-256 {}\n", prefix(facts.digest, 16));
+    if let Some(expires) = facts.expires_text() {
+        tail.push_str(&format!("Expires: {expires}\n"));
     }
-    tail.push_str(&format!("ID: …{}", short_id(&approval.id)));
+    tail.push_str(&format!("ID: …{}", facts.short_id));
     // Hostile lines can fill the limit before the arguments: the head gives way, cut at a
     // character, so that the arguments' first characters and the id still fit.
     let room = MESSAGE_LIMIT_BYTES
@@ -214,7 +211,7 @@ fn body(approval: &pb::Approval, first: String) -> String {
     }
     let budget =
         MESSAGE_LIMIT_BYTES.saturating_sub(head.len() + tail.len() + "Arguments:\n\n".len()) / 4;
-    let shown = agent_text::cap(&agent_text::visible(arguments), budget.max(16));
+    let shown = agent_text::cap(&agent_text::visible(facts.arguments), budget.max(16));
     format!("{head}Arguments:\n{shown}\n{tail}")
 }
 

@@ -8,9 +8,9 @@ use std::collections::HashMap;
 
 use countersign_client::{decider, pb, version, withdrawal};
 use countersign_worker::agent_text::{self, Measure};
-use countersign_worker::approval;
-use countersign_worker::approval::{format_time, or_dash, outcome_word, prefix, short_id};
-use pb::{ApprovalState, ResolvedBy, Risk, Scope, Verdict};
+use countersign_worker::approval::{decide_elsewhere, outcome_word, prefix};
+use countersign_worker::facts::{ApprovalFacts, Resolver};
+use pb::ApprovalState;
 use slack_morphism::prelude::*;
 
 // Limits on single fields, counted on the escaped text Slack receives (`<` is sent as `&lt;`).
@@ -81,34 +81,34 @@ pub fn button_value(approval: &pb::Approval) -> String {
 
 /// The message of an approval in its current state: buttons while pending.
 pub fn message(approval: &pb::Approval) -> SlackMessageContent {
-    let pending = approval.state() == ApprovalState::Pending;
-    let tool = agent_text::one_line(&approval.tool_name, TOOL_LIMIT);
+    let facts = ApprovalFacts::of(approval);
+    let pending = facts.is_pending();
+    let tool = agent_text::one_line(facts.tool, TOOL_LIMIT);
     let title = if pending {
-        let warning = matches!(approval.risk(), Risk::High | Risk::Critical);
+        let warning = facts.is_high_risk();
         format!("{}Approve {tool}?", if warning { "⚠️ " } else { "" })
     } else {
         format!("{}: {tool}", outcome_word(approval))
     };
     let mut blocks: Vec<SlackBlock> = vec![
         SlackHeaderBlock::new(pt!(title.clone())).into(),
-        section(facts(approval)),
+        section(facts_text(&facts)),
     ];
-    if !approval.action.is_empty() || !approval.reason.is_empty() {
+    if !facts.action.is_empty() || !facts.reason.is_empty() {
         let mut says = "The agent says:".to_owned();
-        for (label, text) in [("Action", &approval.action), ("Reason", &approval.reason)] {
+        for (label, text) in [("Action", facts.action), ("Reason", facts.reason)] {
             if !text.is_empty() {
                 says.push_str(&format!("\n>*{label}:* {}", code(text, LINE_LIMIT)));
             }
         }
         blocks.push(section(says));
     }
-    let (arguments, digest) = version::current_arguments(approval);
     blocks.push(section(format!(
         "*Arguments* (SHA-256 `{}`):\n```{}```",
-        prefix(digest, 16),
-        escape_within(&agent_text::visible(arguments), ARGUMENTS_LIMIT)
+        prefix(facts.digest, 16),
+        escape_within(&agent_text::visible(facts.arguments), ARGUMENTS_LIMIT)
     )));
-    blocks.push(section(status(approval)));
+    blocks.push(section(status(approval, &facts)));
     if pending {
         blocks.push(buttons(approval));
     }
@@ -132,22 +132,22 @@ pub fn notice(title: &str, message: &str) -> SlackMessageContent {
 /// risk and the id, where else to decide, and the buttons while pending. Nothing the agent
 /// wrote but the tool's name, which is short.
 pub fn minimal_message(approval: &pb::Approval) -> SlackMessageContent {
-    let pending = approval.state() == ApprovalState::Pending;
-    let tool = agent_text::one_line(&approval.tool_name, TOOL_LIMIT);
+    let facts = ApprovalFacts::of(approval);
+    let pending = facts.is_pending();
+    let tool = agent_text::one_line(facts.tool, TOOL_LIMIT);
     let title = if pending {
         format!("Approve {tool}?")
     } else {
         format!("{}: {tool}", outcome_word(approval))
     };
-    let risk = approval::risk_word(approval.risk()).to_uppercase();
     let mut blocks: Vec<SlackBlock> = vec![
         SlackHeaderBlock::new(pt!(title.clone())).into(),
         section(format!(
             "*Tool:* {}\n*Risk:* {}\n*ID:* `{}`\n{}",
-            code(&approval.tool_name, TOOL_LIMIT),
-            risk.to_lowercase(),
-            escape_within(&approval.id, NAME_LIMIT),
-            escape(&approval::decide_elsewhere(&approval.id)),
+            code(facts.tool, TOOL_LIMIT),
+            facts.risk_word(),
+            escape_within(facts.id, NAME_LIMIT),
+            escape(&decide_elsewhere(facts.id)),
         )),
     ];
     if pending {
@@ -212,49 +212,35 @@ fn section(text: String) -> SlackBlock {
     SlackSectionBlock::new().with_text(md!(text)).into()
 }
 
-fn facts(approval: &pb::Approval) -> String {
-    let risk = approval::risk_word(approval.risk()).to_uppercase();
-    let mut facts = format!(
+fn facts_text(facts: &ApprovalFacts) -> String {
+    let mut text = format!(
         "*Tool:* {}\n*Risk:* {}\n*Agent:* {} · session {}\n",
-        code(&approval.tool_name, TOOL_LIMIT),
-        risk.to_lowercase(),
-        code(or_dash(&approval.agent_id), NAME_LIMIT),
-        code(or_dash(&approval.session_id), NAME_LIMIT),
+        code(facts.tool, TOOL_LIMIT),
+        facts.risk_word(),
+        code(facts.agent_or_dash(), NAME_LIMIT),
+        code(facts.session_or_dash(), NAME_LIMIT),
     );
-    if let Some(expires_at) = &approval.expires_at {
-        facts.push_str(&format!("*Expires:* {}\n", format_time(expires_at.seconds)));
+    if let Some(expires) = facts.expires_text() {
+        text.push_str(&format!("*Expires:* {expires}\n"));
     }
-    facts.push_str(&format!("*ID:* …{}", short_id(&approval.id)));
-    facts
+    text.push_str(&format!("*ID:* …{}", facts.short_id));
+    text
 }
 
 /// The state line: quorum progress while pending, then who resolved it and why.
-fn status(approval: &pb::Approval) -> String {
-    let state = approval.state();
-    let line = match state {
-        ApprovalState::Pending => {
-            let approval::Progress {
-                required,
-                approvers,
-            } = approval::progress(approval);
-            if required == 1 {
-                return "⏳ Waiting for a decision".to_owned();
-            }
-            let mut line = format!("⏳ Waiting: {} of {required} approvals", approvers.len());
-            if !approvers.is_empty() {
-                line.push_str(&format!(" (by {})", names(&approvers)));
-            }
-            return line;
-        }
+fn status(approval: &pb::Approval, facts: &ApprovalFacts) -> String {
+    let line = match facts.state {
+        ApprovalState::Pending => return facts.waiting_line(names),
         ApprovalState::Approved | ApprovalState::Consumed | ApprovalState::Rejected => {
-            let session = approval.decisions.iter().any(|decision| {
-                decision.verdict() == Verdict::Approve && decision.scope() == Scope::Session
-            });
             format!(
                 "{} by {}{}",
                 outcome_word(approval),
-                resolver(approval),
-                if session { " for this session" } else { "" }
+                resolver(facts),
+                if facts.for_session {
+                    " for this session"
+                } else {
+                    ""
+                }
             )
         }
         ApprovalState::Expired => "⌛ Expired: no one decided in time".to_owned(),
@@ -264,25 +250,18 @@ fn status(approval: &pb::Approval) -> String {
         ApprovalState::Cancelled => "🚫 Cancelled: the request was withdrawn".to_owned(),
         ApprovalState::Unspecified => "❔ Unknown state".to_owned(),
     };
-    match &approval.resolution {
-        Some(resolution)
-            if !resolution.reason.is_empty() && resolution.reason != approval.reason =>
-        {
-            format!("{line}\n*Note:* {}", code(&resolution.reason, LINE_LIMIT))
-        }
-        _ => line,
+    match facts.note {
+        Some(note) => format!("{line}\n*Note:* {}", code(note, LINE_LIMIT)),
+        None => line,
     }
 }
 
-fn resolver(approval: &pb::Approval) -> String {
-    let Some(resolution) = approval.resolution.as_ref() else {
-        return "unknown".to_owned();
-    };
-    match resolution.resolved_by() {
-        ResolvedBy::Rule => format!("rule {}", code(&resolution.rule, NAME_LIMIT)),
-        ResolvedBy::Grant => "a session grant".to_owned(),
-        _ if resolution.deciders.is_empty() => "unknown".to_owned(),
-        _ => names(&resolution.deciders.iter().collect::<Vec<_>>()),
+fn resolver(facts: &ApprovalFacts) -> String {
+    match &facts.resolver {
+        Some(Resolver::Rule(rule)) => format!("rule {}", code(rule, NAME_LIMIT)),
+        Some(Resolver::Grant(_)) => "a session grant".to_owned(),
+        Some(Resolver::Deciders(deciders)) => names(deciders),
+        None => "unknown".to_owned(),
     }
 }
 
@@ -311,6 +290,7 @@ fn names(deciders: &[&pb::Decider]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pb::{ResolvedBy, Risk};
 
     fn approval() -> pb::Approval {
         pb::Approval {

@@ -6,13 +6,11 @@
 //! expected, not an error).
 
 use countersign_client::{decider, groups, pb, version};
-use pb::{ApprovalState, ResolvedBy, Risk, Scope, Verdict};
+use pb::{ApprovalState, Risk, Scope, Verdict};
 
 use countersign_worker::agent_text::{self, Measure};
-use countersign_worker::approval;
-use countersign_worker::approval::{
-    cancelled_word, decide_elsewhere, format_time, or_dash, reminder_detail, short_id,
-};
+use countersign_worker::approval::{decide_elsewhere, format_time, reminder_detail, short_id};
+use countersign_worker::facts::{ApprovalFacts, Resolver};
 
 use crate::callback::{ButtonAction, CallbackData};
 
@@ -51,10 +49,11 @@ pub struct RenderedMessage {
 
 /// Renders an approval. Buttons (in the order of `buttons`) are shown while it is pending.
 pub fn render_approval(approval: &pb::Approval, buttons: &[ButtonAction]) -> RenderedMessage {
-    let head = render_head(approval);
-    let tail = render_tail(approval);
+    let facts = ApprovalFacts::of(approval);
+    let head = render_head(&facts);
+    let tail = render_tail(approval, &facts);
     let arguments_budget = MAX_MESSAGE_UTF16.saturating_sub(utf16_len(&head) + utf16_len(&tail));
-    let arguments = render_arguments(approval, arguments_budget);
+    let arguments = render_arguments(&facts, arguments_budget);
     RenderedMessage {
         html: format!("{head}{arguments}{tail}"),
         keyboard: keyboard(approval, buttons),
@@ -64,49 +63,49 @@ pub fn render_approval(approval: &pb::Approval, buttons: &[ButtonAction]) -> Ren
 /// The smallest message of an approval, for when Telegram refused the full one for its
 /// content: the header, the tool, the risk, the id, where else to decide, and the buttons.
 pub fn render_minimal(approval: &pb::Approval, buttons: &[ButtonAction]) -> RenderedMessage {
+    let facts = ApprovalFacts::of(approval);
     RenderedMessage {
         html: format!(
             "{}\n<b>Tool:</b> <code>{}</code>\n<b>Risk:</b> {}\n<b>ID:</b> <code>{}</code>\n<i>{}</i>",
-            header_html(approval),
-            agent_html(&approval.tool_name, TOOL_LIMIT),
-            risk_label(approval.risk()),
-            escape_within(&approval.id, IDENTITY_LIMIT),
-            escape(&decide_elsewhere(&approval.id)),
+            header_html(&facts),
+            agent_html(facts.tool, TOOL_LIMIT),
+            risk_label(facts.risk),
+            escape_within(facts.id, IDENTITY_LIMIT),
+            escape(&decide_elsewhere(facts.id)),
         ),
         keyboard: keyboard(approval, buttons),
     }
 }
 
-fn render_head(approval: &pb::Approval) -> String {
-    let risk = approval.risk();
+fn render_head(facts: &ApprovalFacts) -> String {
     let mut head = String::new();
-    head.push_str(&header_html(approval));
+    head.push_str(&header_html(facts));
     head.push('\n');
     head.push_str(&format!(
         "<b>Tool:</b> <code>{}</code>\n",
-        agent_html(&approval.tool_name, TOOL_LIMIT)
+        agent_html(facts.tool, TOOL_LIMIT)
     ));
-    head.push_str(&format!("<b>Risk:</b> {}\n", risk_label(risk)));
+    head.push_str(&format!("<b>Risk:</b> {}\n", risk_label(facts.risk)));
     head.push_str(&format!(
         "<b>Agent:</b> {} · <b>Session:</b> {}\n",
-        agent_html(or_dash(&approval.agent_id), IDENTITY_LIMIT),
-        agent_html(or_dash(&approval.session_id), IDENTITY_LIMIT)
+        agent_html(facts.agent_or_dash(), IDENTITY_LIMIT),
+        agent_html(facts.session_or_dash(), IDENTITY_LIMIT)
     ));
-    if !approval.requester.is_empty() {
+    if !facts.requester.is_empty() {
         head.push_str(&format!(
             "<b>Requester:</b> {}\n",
-            agent_html(&approval.requester, IDENTITY_LIMIT)
+            agent_html(facts.requester, IDENTITY_LIMIT)
         ));
     }
-    head.push_str(&agent_says_html(approval));
+    head.push_str(&agent_says_html(facts));
     head
 }
 
 /// The first line: what the message is about now. A decided approval is no longer a
 /// request, so its header states the outcome.
-fn header_html(approval: &pb::Approval) -> String {
-    match approval.state() {
-        ApprovalState::Pending | ApprovalState::Unspecified if is_high_risk(approval.risk()) => {
+fn header_html(facts: &ApprovalFacts) -> String {
+    match facts.state {
+        ApprovalState::Pending | ApprovalState::Unspecified if facts.is_high_risk() => {
             "⚠️ <b>Approval request</b>".to_owned()
         }
         ApprovalState::Pending | ApprovalState::Unspecified => "<b>Approval request</b>".to_owned(),
@@ -114,24 +113,24 @@ fn header_html(approval: &pb::Approval) -> String {
         ApprovalState::Consumed => "▶️ <b>Approved and executed</b>".to_owned(),
         ApprovalState::Rejected => "❌ <b>Rejected</b>".to_owned(),
         ApprovalState::Expired => "⌛ <b>Expired</b> without a decision".to_owned(),
-        ApprovalState::Cancelled => format!("🚫 <b>{}</b>", cancelled_word(approval)),
+        ApprovalState::Cancelled => format!("🚫 <b>{}</b>", facts.cancelled_word),
     }
 }
 
 /// What the agent wrote in its own words (action, reason), each on one line, together in
 /// one quote block, so that nothing it wrote can pass for the worker's own lines.
-fn agent_says_html(approval: &pb::Approval) -> String {
+fn agent_says_html(facts: &ApprovalFacts) -> String {
     let mut lines = Vec::new();
-    if !approval.action.is_empty() {
+    if !facts.action.is_empty() {
         lines.push(format!(
             "<b>Action:</b> {}",
-            agent_html(&approval.action, ACTION_LIMIT)
+            agent_html(facts.action, ACTION_LIMIT)
         ));
     }
-    if !approval.reason.is_empty() {
+    if !facts.reason.is_empty() {
         lines.push(format!(
             "<b>Reason:</b> {}",
-            agent_html(&approval.reason, REASON_LIMIT)
+            agent_html(facts.reason, REASON_LIMIT)
         ));
     }
     if lines.is_empty() {
@@ -149,21 +148,18 @@ fn agent_html(text: &str, limit: usize) -> String {
     escape_within(&agent_text::one_line(text, limit), limit)
 }
 
-fn render_tail(approval: &pb::Approval) -> String {
+fn render_tail(approval: &pb::Approval, facts: &ApprovalFacts) -> String {
     let mut tail = String::new();
-    if let Some(expires_at) = &approval.expires_at {
-        tail.push_str(&format!(
-            "<b>Expires:</b> {}\n",
-            format_time(expires_at.seconds)
-        ));
+    if let Some(expires) = facts.expires_text() {
+        tail.push_str(&format!("<b>Expires:</b> {expires}\n"));
     }
     tail.push_str(&format!(
         "<b>ID:</b> <code>{}</code>\n",
-        escape(short_id(&approval.id))
+        escape(facts.short_id)
     ));
     tail.push_str(&who_decides_html(approval));
     tail.push('\n');
-    tail.push_str(&status_html(approval));
+    tail.push_str(&status_html(facts));
     tail
 }
 
@@ -215,23 +211,23 @@ pub fn reminder_html(approval: &pb::Approval, detail: &str) -> String {
 /// The arguments, pretty-printed in a `pre` block, truncated with a note to fit `budget`.
 /// When an approver edited them (edit-on-approve), the edited arguments, which the agent
 /// runs, with who edited them.
-fn render_arguments(approval: &pb::Approval, budget: usize) -> String {
-    let (arguments, digest) = version::current_arguments(approval);
+fn render_arguments(facts: &ApprovalFacts, budget: usize) -> String {
+    let (arguments, digest) = (facts.arguments, facts.digest);
     let fingerprint = digest.get(..12).unwrap_or(digest);
-    let mut heading = if version::is_edited(approval) {
-        let editor = approval
+    let mut heading = if let Some(edit) = &facts.edit {
+        let editor = edit
             .editor
-            .as_ref()
             .map(|editor| agent_html(&decider_name(editor), NAME_LIMIT))
             .unwrap_or_default();
-        let restarted = if approval.decisions.iter().any(|d| d.restarts_count) {
+        let restarted = if edit.restarted_count {
             " · the edit restarted the approval count"
         } else {
             ""
         };
+        let requested = edit.requested_digest;
         format!(
             "✏️ <b>Arguments edited by</b> {editor}{restarted} (requested sha256 <code>{}</code>); the agent runs these:\n",
-            escape(approval.args_digest.get(..12).unwrap_or(&approval.args_digest))
+            escape(requested.get(..12).unwrap_or(requested))
         )
     } else {
         String::new()
@@ -305,97 +301,57 @@ fn keyboard(approval: &pb::Approval, buttons: &[ButtonAction]) -> Vec<Vec<Button
 }
 
 /// The state line(s) at the bottom of the message.
-fn status_html(approval: &pb::Approval) -> String {
-    match approval.state() {
-        ApprovalState::Pending => pending_html(approval),
-        ApprovalState::Approved => approved_html(approval),
+fn status_html(facts: &ApprovalFacts) -> String {
+    match facts.state {
+        ApprovalState::Pending => facts.waiting_line(names_html),
+        ApprovalState::Approved => approved_html(facts),
         ApprovalState::Consumed => {
-            let outcome = match approval.consumption.as_ref().map(|c| c.outcome()) {
-                Some(pb::ConsumeOutcome::Succeeded) => " (succeeded)",
-                Some(pb::ConsumeOutcome::Failed) => " (failed)",
-                Some(pb::ConsumeOutcome::HandedOff) => " (handed to the agent)",
-                _ => "",
-            };
-            format!("{}\n▶️ Executed{outcome}", approved_html(approval))
+            let outcome = facts
+                .execution
+                .as_ref()
+                .and_then(|execution| execution.word())
+                .map(|word| format!(" ({word})"))
+                .unwrap_or_default();
+            format!("{}\n▶️ Executed{outcome}", approved_html(facts))
         }
         ApprovalState::Rejected => {
-            let mut html = format!("❌ <b>Rejected</b> by {}", resolver_html(approval));
-            html.push_str(&at_html(approval));
-            html.push_str(&resolution_reason_html(approval));
+            let mut html = format!("❌ <b>Rejected</b> by {}", resolver_html(facts));
+            html.push_str(&at_html(facts));
+            html.push_str(&resolution_reason_html(facts));
             html
         }
         ApprovalState::Expired => format!(
             "⌛ <b>Expired</b>{}{}",
-            at_html(approval),
-            resolution_reason_html(approval)
+            at_html(facts),
+            resolution_reason_html(facts)
         ),
         ApprovalState::Cancelled => {
-            let mut html = format!(
-                "🚫 <b>{}</b>{}",
-                cancelled_word(approval),
-                at_html(approval)
-            );
-            html.push_str(&resolution_reason_html(approval));
+            let mut html = format!("🚫 <b>{}</b>{}", facts.cancelled_word, at_html(facts));
+            html.push_str(&resolution_reason_html(facts));
             html
         }
         ApprovalState::Unspecified => "❔ Unknown state".to_owned(),
     }
 }
 
-fn pending_html(approval: &pb::Approval) -> String {
-    let approval::Progress {
-        required,
-        approvers,
-    } = approval::progress(approval);
-    if required == 1 {
-        return "⏳ Waiting for a decision".to_owned();
-    }
-    let mut html = format!("⏳ Waiting: {} of {required} approvals", approvers.len());
-    if !approvers.is_empty() {
-        html.push_str(&format!(" (by {})", names_html(&approvers)));
-    }
-    html
-}
-
-fn approved_html(approval: &pb::Approval) -> String {
-    let session = approval.decisions.iter().any(|decision| {
-        decision.verdict() == Verdict::Approve && decision.scope() == Scope::Session
-    });
-    let mut html = format!("✅ <b>Approved</b> by {}", resolver_html(approval));
-    if session {
+fn approved_html(facts: &ApprovalFacts) -> String {
+    let mut html = format!("✅ <b>Approved</b> by {}", resolver_html(facts));
+    if facts.for_session {
         html.push_str(" for this session");
     }
-    html.push_str(&at_html(approval));
-    html.push_str(&resolution_reason_html(approval));
+    html.push_str(&at_html(facts));
+    html.push_str(&resolution_reason_html(facts));
     html
-}
-
-/// Who or what resolved an approval.
-enum Resolver<'a> {
-    Rule(&'a str),
-    Grant,
-    Deciders(Vec<&'a pb::Decider>),
-}
-
-/// Who or what resolved the approval; `None` when the server did not say.
-fn resolver(approval: &pb::Approval) -> Option<Resolver<'_>> {
-    let resolution = approval.resolution.as_ref()?;
-    match resolution.resolved_by() {
-        ResolvedBy::Rule => Some(Resolver::Rule(&resolution.rule)),
-        ResolvedBy::Grant => Some(Resolver::Grant),
-        _ if resolution.deciders.is_empty() => None,
-        _ => Some(Resolver::Deciders(resolution.deciders.iter().collect())),
-    }
 }
 
 /// Who or what resolved the approval, as HTML.
-fn resolver_html(approval: &pb::Approval) -> String {
-    match resolver(approval) {
+fn resolver_html(facts: &ApprovalFacts) -> String {
+    match &facts.resolver {
         Some(Resolver::Rule(rule)) => {
             format!("rule <code>{}</code>", agent_html(rule, NAME_LIMIT))
         }
-        Some(Resolver::Grant) => "a session grant".to_owned(),
-        Some(Resolver::Deciders(deciders)) => names_html(&deciders),
+        Some(Resolver::Grant(_)) => "a session grant".to_owned(),
+        Some(Resolver::Deciders(deciders)) => names_html(deciders),
         None => "unknown".to_owned(),
     }
 }
@@ -412,35 +368,24 @@ fn names_html(deciders: &[&pb::Decider]) -> String {
     names.join(", ")
 }
 
-fn at_html(approval: &pb::Approval) -> String {
-    resolved_at(approval)
+fn at_html(facts: &ApprovalFacts) -> String {
+    facts
+        .resolved_at
         .map(|seconds| format!(" at {}", format_time(seconds)))
         .unwrap_or_default()
 }
 
-/// The note that came with the resolution (a decider's reason, a cancellation's), unless it
-/// only repeats the request's reason.
-fn resolution_reason_html(approval: &pb::Approval) -> String {
-    match &approval.resolution {
-        Some(resolution)
-            if !resolution.reason.is_empty() && resolution.reason != approval.reason =>
-        {
+/// The note that came with the resolution (a decider's reason, a cancellation's).
+fn resolution_reason_html(facts: &ApprovalFacts) -> String {
+    facts
+        .note
+        .map(|note| {
             format!(
                 "\n<b>Note:</b> {}",
-                agent_html(&resolution.reason, RESOLUTION_REASON_LIMIT)
+                agent_html(note, RESOLUTION_REASON_LIMIT)
             )
-        }
-        _ => String::new(),
-    }
-}
-
-fn resolved_at(approval: &pb::Approval) -> Option<i64> {
-    approval
-        .resolution
-        .as_ref()
-        .and_then(|resolution| resolution.resolved_at.as_ref())
-        .or(approval.resolved_at.as_ref())
-        .map(|timestamp| timestamp.seconds)
+        })
+        .unwrap_or_default()
 }
 
 /// A decider as people know them: the display name, else the user id; with the channel when
@@ -456,32 +401,34 @@ pub fn decider_name(decider: &pb::Decider) -> String {
 
 /// A short HTML summary of the state, for a reply when the message cannot be edited.
 pub fn status_reply_html(approval: &pb::Approval) -> String {
+    let facts = ApprovalFacts::of(approval);
     format!(
         "{} · <b>{}</b> <code>{}</code>",
-        status_html(approval),
-        agent_html(&approval.tool_name, TOOL_LIMIT),
-        escape(short_id(&approval.id))
+        status_html(&facts),
+        agent_html(facts.tool, TOOL_LIMIT),
+        escape(facts.short_id)
     )
 }
 
 /// The short notice posted when a session grant approved a call at once, so that approvers
 /// see every use of the grants they gave.
 pub fn grant_notice_html(approval: &pb::Approval) -> String {
+    let facts = ApprovalFacts::of(approval);
     let mut html = format!(
         "🔓 <b>Approved by a session grant</b>, no one was asked\n<b>Tool:</b> <code>{}</code> · <b>Agent:</b> {} · <b>Session:</b> {}\n",
-        agent_html(&approval.tool_name, TOOL_LIMIT),
-        agent_html(or_dash(&approval.agent_id), IDENTITY_LIMIT),
-        agent_html(or_dash(&approval.session_id), IDENTITY_LIMIT),
+        agent_html(facts.tool, TOOL_LIMIT),
+        agent_html(facts.agent_or_dash(), IDENTITY_LIMIT),
+        agent_html(facts.session_or_dash(), IDENTITY_LIMIT),
     );
-    if !approval.action.is_empty() {
+    if !facts.action.is_empty() {
         html.push_str(&format!(
             "<i>The agent says:</i>\n<blockquote><b>Action:</b> {}</blockquote>\n",
-            agent_html(&approval.action, ACTION_LIMIT)
+            agent_html(facts.action, ACTION_LIMIT)
         ));
     }
     html.push_str(&format!(
         "<b>ID:</b> <code>{}</code>",
-        escape(short_id(&approval.id))
+        escape(facts.short_id)
     ));
     html
 }
@@ -528,20 +475,21 @@ pub fn decision_outcome_text(
 
 /// "Already approved by …", "Expired", … for a decision on an approval no longer pending.
 pub fn already_resolved_text(approval: &pb::Approval) -> String {
-    let by = || match resolver(approval) {
+    let facts = ApprovalFacts::of(approval);
+    let by = || match &facts.resolver {
         Some(Resolver::Rule(rule)) => format!(" by rule {rule}"),
-        Some(Resolver::Grant) => " by a session grant".to_owned(),
+        Some(Resolver::Grant(_)) => " by a session grant".to_owned(),
         Some(Resolver::Deciders(deciders)) => {
-            let names: Vec<String> = deciders.into_iter().map(decider_name).collect();
+            let names: Vec<String> = deciders.iter().copied().map(decider_name).collect();
             format!(" by {}", names.join(", "))
         }
         None => String::new(),
     };
-    let text = match approval.state() {
+    let text = match facts.state {
         ApprovalState::Approved | ApprovalState::Consumed => format!("Already approved{}", by()),
         ApprovalState::Rejected => format!("Already rejected{}", by()),
         ApprovalState::Expired => "Expired".to_owned(),
-        ApprovalState::Cancelled => cancelled_word(approval).to_owned(),
+        ApprovalState::Cancelled => facts.cancelled_word.to_owned(),
         ApprovalState::Pending | ApprovalState::Unspecified => "Still pending".to_owned(),
     };
     limit_chars(&text, MAX_ANSWER_CHARS)
@@ -555,10 +503,6 @@ fn risk_label(risk: Risk) -> &'static str {
         Risk::Critical => "🔴 ⚠️ CRITICAL",
         Risk::Unspecified => "unspecified",
     }
-}
-
-fn is_high_risk(risk: Risk) -> bool {
-    matches!(risk, Risk::High | Risk::Critical)
 }
 
 /// Escapes text for Telegram's HTML parse mode.
@@ -603,6 +547,7 @@ pub fn utf16_len(text: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pb::ResolvedBy;
 
     const ID: &str = "0193a5b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b";
 

@@ -5,6 +5,7 @@
 use countersign_client::{decider, groups, pb, version, Timestamp};
 use countersign_worker::agent_text::one_line;
 use countersign_worker::approval::{cancelled_word, risk_word};
+use countersign_worker::facts::{ApprovalFacts, Resolver};
 use serde_json::Value;
 
 /// The longest action shown in a list row.
@@ -81,24 +82,21 @@ pub struct Row {
 
 impl Row {
     pub fn of(approval: &pb::Approval) -> Row {
+        let facts = ApprovalFacts::of(approval);
         Row {
-            id: approval.id.clone(),
-            agent: one_line(&approval.agent_id, 128),
-            session: one_line(&approval.session_id, 128),
-            tool: one_line(&approval.tool_name, 128),
-            action: one_line(&approval.action, ROW_ACTION_CHARS),
-            risk: risk_word(approval.risk()),
-            risk_rank: approval.risk() as u8,
-            state: state_label(approval.state()),
+            id: facts.id.to_owned(),
+            agent: one_line(facts.agent, 128),
+            session: one_line(facts.session, 128),
+            tool: one_line(facts.tool, 128),
+            action: one_line(facts.action, ROW_ACTION_CHARS),
+            risk: facts.risk_word(),
+            risk_rank: facts.risk as u8,
+            state: state_label(facts.state),
             created_ms: millis(approval.created_at.as_ref()),
             created: time_text(approval.created_at.as_ref()),
             expires_ms: millis(approval.expires_at.as_ref()),
             expires: time_text(approval.expires_at.as_ref()),
-            quorum: format!(
-                "{}/{}",
-                approvals_so_far(approval),
-                approval.required_approvals.max(1)
-            ),
+            quorum: format!("{}/{}", approvals_so_far(approval), facts.progress.required),
         }
     }
 }
@@ -196,15 +194,15 @@ fn outcome_text(approval: &pb::Approval, resolution: &pb::Resolution) -> String 
         (_, pb::Verdict::Reject) => "Rejected",
         _ => "Approved",
     };
-    let by = match resolution.resolved_by() {
-        pb::ResolvedBy::Rule => format!("rule {}", one_line(&resolution.rule, 128)),
-        pb::ResolvedBy::Grant => format!("session grant {}", resolution.grant_id),
-        _ => resolution
-            .deciders
-            .iter()
+    let by = match ApprovalFacts::of(approval).resolver {
+        Some(Resolver::Rule(rule)) => format!("rule {}", one_line(rule, 128)),
+        Some(Resolver::Grant(grant_id)) => format!("session grant {grant_id}"),
+        Some(Resolver::Deciders(deciders)) => deciders
+            .into_iter()
             .map(|d| decider_text(Some(d)))
             .collect::<Vec<_>>()
             .join(", "),
+        None => String::new(),
     };
     format!("{verdict} by {by}{}", reason_suffix(&resolution.reason))
 }

@@ -19,6 +19,8 @@
 //!   and every earlier one were fully handled, so that a restarted worker resumes after it.
 //! - [`agent_text`]: text an agent wrote, made unable to pass for the worker's own lines.
 //! - [`approval`]: facts about an approval every channel shows the same way.
+//! - [`facts`]: an approval's facts worked out once ([`facts::ApprovalFacts`]), which every
+//!   renderer formats in its own markup.
 //! - [`config`]: the `[server]` section and configuration errors every worker shares.
 //! - [`metrics`]: the runtime's `/healthz` and `/metrics` on `[metrics] listen`.
 //! - [`shutdown`]: the signals that ask a worker binary to stop.
@@ -29,6 +31,7 @@ pub mod approval;
 pub mod channel;
 pub mod config;
 pub mod cursor;
+pub mod facts;
 pub mod lanes;
 pub mod logging;
 pub mod metrics;
