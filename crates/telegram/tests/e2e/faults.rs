@@ -488,10 +488,16 @@ async fn a_message_refused_for_its_content_is_replaced_by_a_minimal_one() {
 }
 
 /// A 429 with `retry_after` holds every message to Telegram, not only the limited
-/// approval's: a second approval's message was sent 20–50 ms later.
+/// approval's: a second approval's message was sent 20–50 ms later. The second approval is
+/// asked for once the worker has taken in the 429 (its retry is counted in `/metrics`): a
+/// send already on its way when the 429 arrives cannot be held, and asking earlier made the
+/// test depend on which came first on a loaded machine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_429_holds_every_approval_s_message_until_its_retry_after() {
-    let harness = Harness::start().await;
+    let mut harness = Harness::without_worker().await;
+    let metrics = countersign_testkit::http::free_addr();
+    harness.settings.runtime.metrics_listen = Some(metrics);
+    harness.start_worker();
     harness.telegram.fail_next(
         "sendMessage",
         1,
@@ -508,6 +514,19 @@ async fn a_429_holds_every_approval_s_message_until_its_retry_after() {
         .find(|r| r.method == "sendMessage")
         .map(|r| r.received_at)
         .expect("the limited send");
+    let retry = "countersign_worker_shows_total{channel=\"telegram\",outcome=\"retry\"}";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = countersign_testkit::http::get(metrics, "/metrics")
+            .await
+            .map(|answer| answer.body)
+            .unwrap_or_default();
+        if countersign_testkit::http::sample(&text, retry) == Some(1.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no retry counted: {text}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     harness.request("limited-2", "{}").await;
     harness.request_message(1).await;
     let sends: Vec<Duration> = harness
