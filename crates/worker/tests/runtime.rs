@@ -645,7 +645,9 @@ async fn a_kill_mid_flight_loses_nothing_and_duplicates_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_finishes_work_within_the_grace_period_and_flushes_the_cursor() {
     let harness = Harness::new(true).await;
-    let running = harness.start(Duration::from_secs(2));
+    // The finishing call needs 500 ms and then its delivery recorded on the server; a grace of
+    // 2 s was once too short for both on a loaded two-core machine (the cursor stayed at 0).
+    let running = harness.start(Duration::from_secs(5));
     harness
         .recorder
         .script("finishing", Step::Slow(Duration::from_millis(500)));
