@@ -419,39 +419,29 @@ impl ser::SerializeMap for Object<'_, '_> {
     }
 }
 
-impl ser::SerializeStruct for Object<'_, '_> {
-    type Ok = ();
-    type Error = Error;
+/// A struct and a struct variant's content are written alike: each field an entry.
+macro_rules! struct_impl {
+    ($($trait:ident),*) => {$(
+        impl ser::$trait for Object<'_, '_> {
+            type Ok = ();
+            type Error = Error;
 
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), Error> {
-        self.entry(Cow::Borrowed(key), value)
-    }
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                value: &T,
+            ) -> Result<(), Error> {
+                self.entry(Cow::Borrowed(key), value)
+            }
 
-    fn end(self) -> Result<(), Error> {
-        self.close()
-    }
+            fn end(self) -> Result<(), Error> {
+                self.close()
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeStructVariant for Object<'_, '_> {
-    type Ok = ();
-    type Error = Error;
-
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), Error> {
-        self.entry(Cow::Borrowed(key), value)
-    }
-
-    fn end(self) -> Result<(), Error> {
-        self.close()
-    }
-}
+struct_impl!(SerializeStruct, SerializeStructVariant);
 
 /// A map key as the text `serde_json::to_value` makes of it.
 struct MapKey;
