@@ -37,7 +37,7 @@ pub const VERSION: &str = concat!(
 /// AI-agent tool calls, and gate shell commands on a human's approval.
 #[derive(Debug, Parser)]
 #[command(name = "countersign", version = VERSION, after_help = EXIT_CODES)]
-pub struct Cli {
+pub struct Cli<C: Subcommand> {
     /// Server URL (http:// or https://) [default: the local instance `countersign up` started,
     /// with its token; else http://127.0.0.1:50051]
     #[arg(
@@ -91,8 +91,43 @@ pub struct Cli {
         help_heading = "Global options", value_enum, default_value_t = Output::Table)]
     pub output: Output,
     #[command(subcommand)]
-    pub command: Command,
+    pub command: C,
 }
+
+/// The command line with every subcommand.
+pub type FullCli = Cli<Command>;
+
+/// The command line of `hook` alone. Building the parser of every subcommand is a third of a
+/// hook's instructions (docs/performance.md), and hosts run a hook on every tool call.
+#[derive(Debug, Subcommand)]
+pub enum HookCommand {
+    #[command(about = HOOK_ABOUT, long_about = HOOK_LONG_ABOUT)]
+    Hook(HookArgs),
+}
+
+impl From<Cli<HookCommand>> for FullCli {
+    fn from(cli: Cli<HookCommand>) -> Self {
+        let HookCommand::Hook(args) = cli.command;
+        Cli {
+            server: cli.server,
+            token: cli.token,
+            token_file: cli.token_file,
+            ca_cert: cli.ca_cert,
+            config: cli.config,
+            output: cli.output,
+            command: Command::Hook(args),
+        }
+    }
+}
+
+const HOOK_ABOUT: &str =
+    "Gate a coding agent's tool call: the host's hook JSON on stdin, its decision on stdout";
+const HOOK_LONG_ABOUT: &str = "\
+Gate a coding agent's tool call: the host's hook JSON on stdin, its decision on stdout
+
+Always exits 0 with the decision the host understands, and denies when countersign cannot decide \
+(server unreachable, token refused, expiry, unreadable input, --timeout reached), saying why. Set \
+--timeout shorter than the host's hook timeout. Logs go to stderr.";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -182,11 +217,7 @@ pub enum Command {
         /// The new file's name: letters, digits, '.', '_' and '-'.
         name: String,
     },
-    /// Gate a coding agent's tool call: the host's hook JSON on stdin, its decision on stdout
-    ///
-    /// Always exits 0 with the decision the host understands, and denies when countersign cannot
-    /// decide (server unreachable, token refused, expiry, unreadable input, --timeout reached),
-    /// saying why. Set --timeout shorter than the host's hook timeout. Logs go to stderr.
+    #[command(about = HOOK_ABOUT, long_about = HOOK_LONG_ABOUT)]
     Hook(HookArgs),
     /// Serve the approval tools to an agent over MCP (stdio, newline-delimited JSON-RPC)
     ///
@@ -1031,8 +1062,40 @@ mod tests {
     use clap::CommandFactory;
 
     #[test]
+    fn the_hook_alone_parses_and_helps_as_the_whole_command_line_does() {
+        let line = [
+            "countersign",
+            "--server",
+            "http://127.0.0.1:1",
+            "hook",
+            "codex",
+            "--event",
+            "permission-request",
+            "--on-error",
+            "ask",
+            "--timeout",
+            "30s",
+        ];
+        let alone = Cli::<HookCommand>::try_parse_from(line).expect("hook alone parses");
+        let whole = FullCli::try_parse_from(line).expect("whole line parses");
+        assert_eq!(format!("{:?}", FullCli::from(alone)), format!("{whole:?}"));
+
+        let help = |mut command: clap::Command| {
+            command.build();
+            command
+                .find_subcommand_mut("hook")
+                .expect("hook subcommand")
+                .render_long_help()
+                .to_string()
+        };
+        let alone_help = help(Cli::<HookCommand>::command());
+        assert!(alone_help.contains("denies when countersign cannot decide"));
+        assert_eq!(alone_help, help(FullCli::command()));
+    }
+
+    #[test]
     fn the_command_line_definition_is_consistent() {
-        Cli::command().debug_assert();
+        FullCli::command().debug_assert();
     }
 
     #[test]

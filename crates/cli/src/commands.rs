@@ -11,7 +11,7 @@ use crate::agent::waiting::{
     approval_request, await_decision, outcome_text, request_to_wait, verdict_exit,
 };
 use crate::args::{
-    ApproveArgs, Cli, Command, DecideArgs, DelegationsCommand, EventsArgs, GrantsCommand,
+    ApproveArgs, Command, DecideArgs, DelegationsCommand, EventsArgs, FullCli, GrantsCommand,
     GrantsListArgs, ListArgs, Output, PolicyCommand, PolicyReportArgs, RequestArgs, RulesCommand,
     RulesSuggestArgs, SetupCommand, WatchArgs,
 };
@@ -27,7 +27,7 @@ const MAX_PAGE_SIZE: usize = 500;
 const MAX_ADMIN_PAGE_SIZE: usize = 1000;
 
 /// Runs the command line; returns the process exit code.
-pub async fn run(cli: Cli) -> i32 {
+pub async fn run(cli: FullCli) -> i32 {
     // `up`, `setup`, `notify` and `policy` (but its report) read the local instance's file, not
     // the client's config file.
     let local = match &cli.command {

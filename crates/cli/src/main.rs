@@ -20,11 +20,16 @@ use std::time::Duration;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-use crate::args::Cli;
+use crate::args::{Cli, FullCli, HookCommand};
 use crate::exit::Exit;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let parsed = if is_hook(std::env::args()) {
+        Cli::<HookCommand>::try_parse().map(FullCli::from)
+    } else {
+        FullCli::try_parse()
+    };
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(error) => {
             // --help and --version end here too, on stdout and with success.

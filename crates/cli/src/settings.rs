@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use countersign_client::{pb, ClientConfig};
 use serde::Deserialize;
 
-use crate::args::{Cli, Command, Risk};
+use crate::args::{Command, FullCli, Risk};
 use crate::exit::CliError;
 use crate::instance::{Instance, Secret, Token};
 
@@ -58,7 +58,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn resolve(cli: &Cli) -> Result<Self, CliError> {
+    pub fn resolve(cli: &FullCli) -> Result<Self, CliError> {
         let file = match &cli.config {
             Some(path) => FileConfig::load(path)?,
             None => FileConfig::default(),
