@@ -21,8 +21,9 @@ use countersign_worker::retry::{Classify, Verdict};
 use pb::ApprovalState;
 
 use crate::api::{NtfyApi, NtfyError, Publish};
-use crate::config::{Settings, Topic};
+use crate::config::{DecisionPath, Settings, Topic};
 use crate::render::{self, Buttons};
+use crate::replies;
 use crate::shown::{Store, StoreError};
 
 /// The channel name this worker serves.
@@ -79,13 +80,13 @@ impl Channel for NtfyChannel {
             };
             match error.verdict() {
                 Verdict::Retry { after } => {
-                    tracing::warn!(approval_id = %approval.id, topic = %topic.name, %error, "cannot publish now; will retry");
+                    tracing::warn!(approval_id = %approval.id, %error, "cannot publish now; will retry");
                     if retry.as_ref().is_none_or(|(longest, _)| after > *longest) {
                         retry = Some((after, error));
                     }
                 }
                 Verdict::Final => {
-                    tracing::error!(approval_id = %approval.id, topic = %topic.name, %error, "ntfy refused the notification");
+                    tracing::error!(approval_id = %approval.id, %error, "ntfy refused the notification");
                 }
             }
         }
@@ -146,7 +147,7 @@ impl NtfyChannel {
                 .has_message(&topic.name, &sequence_id, since)
                 .await?
             {
-                tracing::info!(approval_id = %approval.id, topic = %topic.name, "found the message of an interrupted publish; adopting it");
+                tracing::info!(approval_id = %approval.id, "found the message of an interrupted publish; adopting it");
                 self.store
                     .shown(&approval.id, &topic.name, &known.intended)
                     .await?;
@@ -165,7 +166,7 @@ impl NtfyChannel {
                 .await?;
             self.publish_or_minimal(approval, outcome).await?;
             self.store.shown(&approval.id, &topic.name, &wanted).await?;
-            tracing::info!(approval_id = %approval.id, topic = %topic.name, state = ?approval.state(), "notification updated to the outcome");
+            tracing::info!(approval_id = %approval.id, state = ?approval.state(), "notification updated to the outcome");
             Ok(())
         }
     }
@@ -180,25 +181,38 @@ impl NtfyChannel {
     ) -> Result<(), ShowError> {
         let digest = version::current_arguments(approval).1.to_owned();
         let expires = expires_ms(approval);
-        let base = &self.settings.public_url;
         let mint = |verdict| NewLink::mint(verdict, &topic.approver, expires);
         let (approve, approve_link) = mint(LinkVerdict::Approve);
         let (reject, reject_link) = mint(LinkVerdict::Reject);
         let (session, session_link) = mint(LinkVerdict::AllowSession);
-        let buttons = Buttons {
-            approve: render::deciding_button(
-                "Approve",
-                format!("{base}/decide/{approve}"),
-                &self.pages.form_token(&approve),
-                &digest,
-            ),
-            reject: render::page_button("Reject…", format!("{base}/decide/{reject}")),
-            allow_session: render::deciding_button(
-                "Allow for session",
-                format!("{base}/decide/{session}"),
-                &self.pages.form_token(&session),
-                &digest,
-            ),
+        let buttons = match &self.settings.decisions {
+            DecisionPath::ReplyTopic(reply) => {
+                let url = format!("{}/{reply}", self.settings.ntfy_url);
+                let button = |label, token: &str| {
+                    let body = replies::body(token, &self.pages.form_token(token), &digest);
+                    render::reply_button(label, url.clone(), body)
+                };
+                Buttons {
+                    approve: button("Approve", &approve),
+                    reject: button("Reject", &reject),
+                    allow_session: button("Allow for session", &session),
+                }
+            }
+            DecisionPath::PublicUrl(base) => Buttons {
+                approve: render::deciding_button(
+                    "Approve",
+                    format!("{base}/decide/{approve}"),
+                    &self.pages.form_token(&approve),
+                    &digest,
+                ),
+                reject: render::page_button("Reject…", format!("{base}/decide/{reject}")),
+                allow_session: render::deciding_button(
+                    "Allow for session",
+                    format!("{base}/decide/{session}"),
+                    &self.pages.form_token(&session),
+                    &digest,
+                ),
+            },
         };
         let message = render::request(approval, &topic.name, buttons);
         self.store
@@ -211,7 +225,7 @@ impl NtfyChannel {
             .await?;
         self.publish_or_minimal(approval, message).await?;
         self.store.shown(&approval.id, &topic.name, wanted).await?;
-        tracing::info!(approval_id = %approval.id, topic = %topic.name, "published the approval request");
+        tracing::info!(approval_id = %approval.id, "published the approval request");
         self.record_delivery(approval, topic).await;
         Ok(())
     }
@@ -229,7 +243,7 @@ impl NtfyChannel {
                     status: 400 | 413, ..
                 },
             ) => {
-                tracing::warn!(approval_id = %approval.id, topic = %message.topic, %error, "ntfy refused the notification's content; publishing its minimal form");
+                tracing::warn!(approval_id = %approval.id, %error, "ntfy refused the notification's content; publishing its minimal form");
                 self.api.publish(&render::minimal(approval, message)).await
             }
             result => result,
