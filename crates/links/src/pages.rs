@@ -270,7 +270,7 @@ pub enum Decided {
     /// The form token is not the link's.
     BadForm,
     /// The approval was no longer pending.
-    AlreadyResolved(Option<pb::Approval>),
+    AlreadyResolved(Option<Box<pb::Approval>>),
     /// Counted toward a quorum; the approval is still pending.
     Recorded,
     /// The decision resolved the approval, as `approver`.
@@ -371,7 +371,7 @@ impl Pages {
                 tracing::info!(approval_id = %link.approval_id, approver = %link.approver, outcome = ?response.outcome(), "decision link used");
                 match response.outcome() {
                     pb::DecideOutcome::AlreadyResolved => {
-                        Decided::AlreadyResolved(response.approval)
+                        Decided::AlreadyResolved(response.approval.map(Box::new))
                     }
                     // The same link again: it decided before.
                     pb::DecideOutcome::Duplicate if again => Decided::NotUsable(LinkState::Used),

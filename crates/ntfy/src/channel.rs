@@ -32,6 +32,12 @@ pub const CHANNEL: &str = "ntfy";
 /// How far before a publish started its message may carry ntfy's timestamp (clock skew).
 const CLOCK_SKEW_SECS: i64 = 5;
 
+/// How a delivery names a topic: `topic-` and the first 12 hex digits of its SHA-256, which
+/// tell topics apart without giving one away.
+pub fn topic_fingerprint(topic: &str) -> String {
+    format!("topic-{}", &countersign_links::token_hash(topic)[..12])
+}
+
 /// Why one notification could not be brought up to date.
 #[derive(Debug, thiserror::Error)]
 pub enum ShowError {
@@ -252,9 +258,12 @@ impl NtfyChannel {
 
     /// Records the notification on the server (best effort: the local store is what a
     /// restarted worker goes by).
+    /// The topic is named by a fingerprint, never by its name: whoever reads a topic can
+    /// press its buttons, and an approval (deliveries included) is read by its agent too.
     async fn record_delivery(&self, approval: &pb::Approval, topic: &Topic) {
-        let message_ref = format!("{}/{}", topic.name, render::sequence_id(&approval.id));
-        record_delivery_once(&self.client, approval, CHANNEL, &topic.name, message_ref).await;
+        let target = topic_fingerprint(&topic.name);
+        let message_ref = format!("{target}/{}", render::sequence_id(&approval.id));
+        record_delivery_once(&self.client, approval, CHANNEL, &target, message_ref).await;
     }
 
     /// The topics an approval goes to: each `ntfy` route's target (a topic), the default topic

@@ -34,7 +34,7 @@ use countersign_worker::runtime;
 
 use crate::api::NtfyApi;
 use crate::channel::NtfyChannel;
-pub use crate::channel::CHANNEL;
+pub use crate::channel::{topic_fingerprint, CHANNEL};
 use crate::config::DecisionPath;
 pub use crate::config::Settings;
 pub use crate::error::WorkerError;

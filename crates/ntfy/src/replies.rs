@@ -12,13 +12,15 @@
 //! interrupted is read again and decided (the link that claimed itself sends its decision
 //! again, under the same idempotency key: it counts once).
 
-use std::time::Duration;
-
 use countersign_links::pages::{Confirmation, Decided, Pages};
 use countersign_worker::retry::Backoff;
 
 use crate::api::NtfyApi;
 use crate::shown::Store;
+
+/// How `countersign setup ntfy`'s Confirm button's message on the reply topic starts (the
+/// one-time code follows).
+pub const SETUP_CONFIRMATION: &str = "countersign-setup ";
 
 /// What a button publishes to the reply topic: the link's token, the form token bound to it
 /// and the digest of the arguments the notification showed. ntfy's action body is fixed
@@ -53,23 +55,26 @@ pub async fn follow(api: NtfyApi, topic: String, store: Store, pages: Pages, bac
     loop {
         match read(&api, &topic, &store, &pages).await {
             Ok(()) => failures = 0,
-            Err(Unread::Opened(error)) => {
+            Err(Unread::Broke(error)) => {
                 failures = 0;
                 tracing::warn!(%error, "the reply topic's stream broke; opening it again");
             }
-            Err(Unread::NotOpened(error)) => {
+            Err(Unread::Failed(error)) => {
                 failures = failures.saturating_add(1);
                 tracing::warn!(%error, "cannot follow the reply topic; will try again");
             }
         }
-        tokio::time::sleep(backoff.delay(failures).max(Duration::from_millis(10))).await;
+        tokio::time::sleep(backoff.delay(failures)).await;
     }
 }
 
-/// Why a pass over the stream ended, and whether it had been opened.
+/// Why a pass over the stream ended.
 enum Unread {
-    Opened(String),
-    NotOpened(String),
+    /// The stream was open and broke (or went silent): opened again after the first pause.
+    Broke(String),
+    /// The stream could not be opened, or a decision could not be made: the pause grows
+    /// with each such failure in a row.
+    Failed(String),
 }
 
 /// One pass: opens the stream and deals with its messages until it ends or fails. Returns
@@ -79,31 +84,31 @@ async fn read(api: &NtfyApi, topic: &str, store: &Store, pages: &Pages) -> Resul
     let since = store
         .reply_cursor(topic)
         .await
-        .map_err(|error| Unread::NotOpened(error.to_string()))?
+        .map_err(|error| Unread::Failed(error.to_string()))?
         .unwrap_or_else(|| "all".to_owned());
     let mut stream = api
         .subscribe(topic, &since)
         .await
-        .map_err(|error| Unread::NotOpened(error.to_string()))?;
+        .map_err(|error| Unread::Failed(error.to_string()))?;
     tracing::debug!(%topic, %since, "following the reply topic");
     while let Some(event) = stream
         .next()
         .await
-        .map_err(|error| Unread::Opened(error.to_string()))?
+        .map_err(|error| Unread::Broke(error.to_string()))?
     {
         if event.event != "message" {
             // `open`, `keepalive`, `poll_request`.
             continue;
         }
         if decide(pages, &event.message).await.is_unavailable() {
-            return Err(Unread::Opened(
+            return Err(Unread::Failed(
                 "a decision could not be made now; reading it again".to_owned(),
             ));
         }
         store
             .set_reply_cursor(topic, &event.id)
             .await
-            .map_err(|error| Unread::Opened(error.to_string()))?;
+            .map_err(|error| Unread::Failed(error.to_string()))?;
     }
     Ok(())
 }
@@ -111,9 +116,14 @@ async fn read(api: &NtfyApi, topic: &str, store: &Store, pages: &Pages) -> Resul
 /// Decides through one message of the reply topic; logs what it came to.
 async fn decide(pages: &Pages, message: &str) -> Decided {
     let Some((token, confirmation)) = parse(message) else {
-        tracing::warn!(
-            "a message on the reply topic that is no decision token; it decides nothing"
-        );
+        if message.starts_with(SETUP_CONFIRMATION) {
+            // `countersign setup ntfy`'s test notification, confirmed before the worker ran.
+            tracing::debug!("the setup's confirmation on the reply topic");
+        } else {
+            tracing::warn!(
+                "a message on the reply topic that is no decision token; it decides nothing"
+            );
+        }
         return Decided::Unknown;
     };
     let decided = pages.decide_token(&token, &confirmation).await;

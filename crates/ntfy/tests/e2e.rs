@@ -285,7 +285,13 @@ async fn the_request_is_shown_with_three_buttons_and_priority_from_risk() {
     }
     let delivery = &harness.state_of(&approval.id).await.deliveries[0];
     assert_eq!(delivery.channel, "ntfy");
-    assert_eq!(delivery.target, TOPIC);
+    // The topic by its fingerprint: an agent reading its approval cannot learn the topic.
+    assert_eq!(delivery.target, countersign_ntfy::topic_fingerprint(TOPIC));
+    assert!(
+        !delivery.message_ref.contains(TOPIC),
+        "{}",
+        delivery.message_ref
+    );
 }
 
 /// A route naming a topic the worker does not publish to still reaches approvers: on the

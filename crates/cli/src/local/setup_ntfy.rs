@@ -13,6 +13,7 @@ use std::time::Duration;
 use countersign_ntfy::api::{NtfyApi, NtfyError, Publish};
 use countersign_ntfy::config::{random_topic, valid_topic, ACCESS_TOKEN_ENV};
 use countersign_ntfy::render;
+use countersign_ntfy::replies::SETUP_CONFIRMATION;
 use qrcode::render::unicode::Dense1x2;
 use qrcode::QrCode;
 use toml_edit::{value, ArrayOfTables, Item, Table};
@@ -85,7 +86,7 @@ pub async fn ntfy(instance: &Instance, args: SetupNtfyArgs) -> Result<Exit, CliE
     println!("{}", qr_code(&deep_link)?);
     println!("The topic is as secret as a password: whoever knows it can read your approvals.");
 
-    let confirm = format!("countersign-setup {}", random_topic(""));
+    let confirm = format!("{SETUP_CONFIRMATION}{}", random_topic(""));
     let test = Publish {
         topic: topic.clone(),
         sequence_id: "countersign-setup".to_owned(),
