@@ -59,6 +59,18 @@ fn assert_untouched(home: &Home) {
 /// Approve button decides through the reply topic — `up` listens on no port for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setup_ntfy_then_up_and_install_reach_a_first_approval_with_no_inbound_port() {
+    // Exactly what docs/quickstart.md tells the user to type for ntfy.
+    let doc = include_str!("../../../docs/quickstart.md");
+    let section = doc
+        .split("### Push notifications: ntfy")
+        .nth(1)
+        .expect("the ntfy section of docs/quickstart.md");
+    assert!(
+        section.contains(
+            "```sh\ncountersign setup ntfy\ncountersign up\ncountersign install claude-code\n```"
+        ),
+        "{section}"
+    );
     let ntfy = FakeNtfy::start().await;
     let home = Home::new("http://127.0.0.1:9");
     let setup = setup_ntfy(&home, &ntfy, &[]);
