@@ -253,3 +253,55 @@ async fn reply_topic_worker_killed_before_a_reply_is_decided_decides_it_once_aft
     );
     worker.kill().await.unwrap();
 }
+
+/// The worker claimed a token (its link and siblings marked used) and stopped before the
+/// server heard the decision. The token comes back on the reply topic (here: the phone's tap
+/// read after the restart): the link that claimed itself sends its decision again, under the
+/// same idempotency key, and the approval is decided once; a sibling stays spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reply_topic_a_claim_whose_decision_was_lost_is_decided_after_restart() {
+    use countersign_links::token_hash;
+    use countersign_ntfy::shown::Store;
+
+    let mut harness = Harness::without_worker_in(Mode::Replies).await;
+    harness.start_worker();
+    let approval = harness.request("claimed", 600).await;
+    let shown = harness.request_notification(&approval.id).await;
+    harness.worker.take().unwrap().abort();
+
+    let body = action(&shown, "Approve")["body"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let token = body
+        .split(['=', '&'])
+        .nth(1)
+        .expect("the body's token")
+        .to_owned();
+    let store = Store::open(&harness.settings.database_path())
+        .await
+        .unwrap();
+    let link = store
+        .links()
+        .link(&token_hash(&token))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(store
+        .links()
+        .claim(&token_hash(&token), &link)
+        .await
+        .unwrap());
+
+    assert_eq!(tap(action(&shown, "Approve")).await.0, 200);
+    harness.start_worker();
+    let resolved = harness.resolved(&approval.id).await;
+    assert_eq!(resolved.state(), pb::ApprovalState::Approved);
+    assert_eq!(resolved.decisions.len(), 1);
+    // The sibling went with the claim: Reject after it decides nothing.
+    assert_eq!(tap(action(&shown, "Reject")).await.0, 200);
+    stream_caught_up(&harness).await;
+    let after = harness.state_of(&approval.id).await;
+    assert_eq!(after.state(), pb::ApprovalState::Approved);
+    assert_eq!(after.decisions.len(), 1);
+}
