@@ -333,6 +333,35 @@ pub enum SetupCommand {
     /// link signs one browser in as the approver (the first registered one unless --approver
     /// names another); it works once and expires. Run it again for another browser.
     Web(SetupWebArgs),
+    /// Pair a phone with the ntfy app: no public address or inbound port needed
+    ///
+    /// Makes a random topic for approvals and a random reply topic on the ntfy server (given,
+    /// configured, or ntfy.sh), prints the subscription as a link and a QR code, and sends a
+    /// test notification. Its Confirm button answers through the reply topic; only then is the
+    /// config written. The approval buttons later decide the same way. An access token, if
+    /// the server needs one, comes from NTFY_TOKEN (and `countersign up` needs it too).
+    /// Restart `countersign up` afterwards.
+    Ntfy(SetupNtfyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SetupNtfyArgs {
+    /// Also write a policy preset's rules (balanced, strict or observe) into the config file, as
+    /// `countersign policy preset NAME` does
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
+    /// The ntfy server [default: server_url in [ntfy], else https://ntfy.sh]
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    /// The topic approvals are published to [default: a new random one]
+    #[arg(long, value_name = "TOPIC")]
+    pub topic: Option<String>,
+    /// Whose phone it is, by approver id (as in [[approvers]]) [default: the only one, or a new one when there is none]
+    #[arg(long, value_name = "ID")]
+    pub approver_id: Option<String>,
+    /// How long to wait for the Confirm tap, in seconds
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    pub wait_secs: u64,
 }
 
 #[derive(Debug, Args)]

@@ -38,17 +38,17 @@ pub struct Pages {
     channel: &'static str,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 pub struct Confirmation {
     #[serde(default)]
-    form_token: String,
+    pub form_token: String,
     /// The version of the arguments the page showed; the decision is refused when they were
     /// edited since.
     #[serde(default)]
-    args_digest: String,
+    pub args_digest: String,
     /// Why (a reject link's form asks).
     #[serde(default)]
-    reason: String,
+    pub reason: String,
 }
 
 impl Pages {
@@ -260,120 +260,203 @@ fn already_resolved(approval: &pb::Approval) -> Response {
     )
 }
 
+/// What deciding through a link came to.
+#[derive(Debug)]
+pub enum Decided {
+    /// No link has this token (never handed out, forged or altered).
+    Unknown,
+    /// The link is used, revoked or expired.
+    NotUsable(LinkState),
+    /// The form token is not the link's.
+    BadForm,
+    /// The approval was no longer pending.
+    AlreadyResolved(Option<Box<pb::Approval>>),
+    /// Counted toward a quorum; the approval is still pending.
+    Recorded,
+    /// The decision resolved the approval, as `approver`.
+    Resolved {
+        verdict: pb::Verdict,
+        approver: String,
+    },
+    /// The server refused the link's approver.
+    NotAllowed(String),
+    /// The arguments changed since they were shown; the link stays usable.
+    Changed(String),
+    /// The store or the server failed; nothing changed and the link still works.
+    Unavailable,
+}
+
+impl Decided {
+    /// Whether trying again later may decide (the store or the server failed).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Decided::Unavailable)
+    }
+}
+
+impl Pages {
+    /// Decides through the link with `token`, as its approver, when `confirmation` carries
+    /// the link's form token: the confirmation page's POST, and a decision token that came
+    /// back another way (ntfy's reply topic). A link decides once; the link that took
+    /// itself and its siblings sends its decision again (same idempotency key, so the server
+    /// counts it once) when it comes back, so that a crash between the claim and the
+    /// server's answer loses nothing.
+    pub async fn decide_token(&self, token: &str, confirmation: &Confirmation) -> Decided {
+        let hash = token_hash(token);
+        let link = match self.store.link(&hash).await {
+            Ok(Some(link)) => link,
+            Ok(None) => return Decided::Unknown,
+            Err(error) => {
+                tracing::error!(%error, "cannot read a decision link");
+                return Decided::Unavailable;
+            }
+        };
+        let Some(link_verdict) = LinkVerdict::parse(&link.verdict) else {
+            return Decided::Unknown;
+        };
+        let again = match link.state(now_ms()) {
+            LinkState::Usable => false,
+            LinkState::Used => match self.store.claimed_by(&hash).await {
+                Ok(true) => true,
+                Ok(false) => return Decided::NotUsable(LinkState::Used),
+                Err(error) => {
+                    tracing::error!(%error, "cannot read a decision link's claim");
+                    return Decided::Unavailable;
+                }
+            },
+            state => return Decided::NotUsable(state),
+        };
+        let form_ok = hex::decode(confirmation.form_token.trim())
+            .is_ok_and(|given| self.form_mac(&hash).verify_slice(&given).is_ok());
+        if !form_ok {
+            return Decided::BadForm;
+        }
+        let reason = agent_text::cap(confirmation.reason.trim(), MAX_REASON_CHARS);
+        let claimed_ms = now_ms();
+        if !again {
+            match self.store.claim(&hash, &link).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    return match self.store.link(&hash).await {
+                        Ok(Some(now)) => Decided::NotUsable(now.state(now_ms())),
+                        _ => Decided::Unavailable,
+                    }
+                }
+                Err(error) => {
+                    tracing::error!(%error, "cannot claim a decision link");
+                    return Decided::Unavailable;
+                }
+            }
+        }
+        let (verdict, scope) = match link_verdict {
+            LinkVerdict::Approve => (pb::Verdict::Approve, pb::Scope::Once),
+            LinkVerdict::Reject => (pb::Verdict::Reject, pb::Scope::Once),
+            LinkVerdict::AllowSession => (pb::Verdict::Approve, pb::Scope::Session),
+        };
+        let request = pb::DecideRequest {
+            approval_id: link.approval_id.clone(),
+            verdict: verdict.into(),
+            scope: scope.into(),
+            reason,
+            decider: Some(pb::Decider {
+                channel: self.channel.to_owned(),
+                user_id: link.approver.clone(),
+                display_name: link.approver.clone(),
+            }),
+            idempotency_key: format!("{}:link:{hash}", self.channel),
+            expected_args_digest: confirmation.args_digest.trim().to_owned(),
+            ..Default::default()
+        };
+        match self.client.decide(request).await {
+            Ok(response) => {
+                tracing::info!(approval_id = %link.approval_id, approver = %link.approver, outcome = ?response.outcome(), "decision link used");
+                match response.outcome() {
+                    pb::DecideOutcome::AlreadyResolved => {
+                        Decided::AlreadyResolved(response.approval.map(Box::new))
+                    }
+                    // The same link again: it decided before.
+                    pb::DecideOutcome::Duplicate if again => Decided::NotUsable(LinkState::Used),
+                    pb::DecideOutcome::Recorded => Decided::Recorded,
+                    _ => Decided::Resolved {
+                        verdict,
+                        approver: link.approver,
+                    },
+                }
+            }
+            Err(ClientError::PermissionDenied(reason)) => {
+                tracing::info!(approval_id = %link.approval_id, approver = %link.approver, %reason, "the server refused a decision link's approver");
+                Decided::NotAllowed(reason)
+            }
+            Err(ClientError::FailedPrecondition(reason)) => {
+                // Edited since it was shown: the link stays usable, to decide on what it
+                // shows now.
+                tracing::info!(approval_id = %link.approval_id, approver = %link.approver, %reason, "the arguments changed since the confirmation page");
+                self.release(&link, claimed_ms).await;
+                Decided::Changed(reason)
+            }
+            Err(error) => {
+                tracing::warn!(approval_id = %link.approval_id, %error, "Decide failed; giving the link back");
+                self.release(&link, claimed_ms).await;
+                Decided::Unavailable
+            }
+        }
+    }
+
+    async fn release(&self, link: &Link, claimed_ms: i64) {
+        if let Err(error) = self.store.release(link, claimed_ms).await {
+            tracing::error!(%error, "cannot give a decision link back");
+        }
+    }
+}
+
 async fn decide(
     State(pages): State<Pages>,
     Path(token): Path<String>,
     Form(confirmation): Form<Confirmation>,
 ) -> Response {
-    let hash = token_hash(&token);
-    let (link, link_verdict) = match usable_link(&pages, &hash).await {
-        Ok(found) => found,
-        Err(page) => return page,
-    };
-    let form_ok = hex::decode(confirmation.form_token.trim())
-        .is_ok_and(|given| pages.form_mac(&hash).verify_slice(&given).is_ok());
-    if !form_ok {
-        return page(
+    match pages.decide_token(&token, &confirmation).await {
+        Decided::Unknown => unknown(),
+        Decided::NotUsable(state) => refused(state),
+        Decided::BadForm => page(
             StatusCode::FORBIDDEN,
             "Please confirm on the link's page",
             "<p>This form did not come from the confirmation page of this link. Nothing was changed; open the link again.</p>",
-        );
-    }
-    let reason = agent_text::cap(confirmation.reason.trim(), MAX_REASON_CHARS);
-    let claimed_ms = now_ms();
-    match pages.store.claim(&hash, &link).await {
-        Ok(true) => {}
-        Ok(false) => {
-            return match pages.store.link(&hash).await {
-                Ok(Some(now)) => refused(now.state(now_ms())),
-                _ => unavailable(),
-            }
-        }
-        Err(error) => {
-            tracing::error!(%error, "cannot claim a decision link");
-            return unavailable();
-        }
-    }
-    let (verdict, scope) = match link_verdict {
-        LinkVerdict::Approve => (pb::Verdict::Approve, pb::Scope::Once),
-        LinkVerdict::Reject => (pb::Verdict::Reject, pb::Scope::Once),
-        LinkVerdict::AllowSession => (pb::Verdict::Approve, pb::Scope::Session),
-    };
-    let request = pb::DecideRequest {
-        approval_id: link.approval_id.clone(),
-        verdict: verdict.into(),
-        scope: scope.into(),
-        reason,
-        decider: Some(pb::Decider {
-            channel: pages.channel.to_owned(),
-            user_id: link.approver.clone(),
-            display_name: link.approver.clone(),
-        }),
-        idempotency_key: format!("{}:link:{hash}", pages.channel),
-        expected_args_digest: confirmation.args_digest.trim().to_owned(),
-        ..Default::default()
-    };
-    match pages.client.decide(request).await {
-        Ok(response) => {
-            tracing::info!(approval_id = %link.approval_id, approver = %link.approver, outcome = ?response.outcome(), "decision link used");
-            match response.outcome() {
-                pb::DecideOutcome::AlreadyResolved => match response.approval {
-                    Some(approval) => already_resolved(&approval),
-                    None => refused(LinkState::Used),
-                },
-                pb::DecideOutcome::Recorded => page(
-                    StatusCode::OK,
-                    "Decision recorded",
-                    "<p>Your decision was recorded; the request needs further approvals.</p>",
-                ),
-                _ => page(
-                    StatusCode::OK,
-                    if verdict == pb::Verdict::Approve {
-                        "Approved"
-                    } else {
-                        "Rejected"
-                    },
-                    &format!(
-                        "<p>You decided as <strong>{}</strong>. This link no longer works.</p>",
-                        escape(&link.approver)
-                    ),
-                ),
-            }
-        }
-        Err(ClientError::PermissionDenied(reason)) => {
-            tracing::info!(approval_id = %link.approval_id, approver = %link.approver, %reason, "the server refused a decision link's approver");
-            page(
-                StatusCode::FORBIDDEN,
-                "Not allowed",
-                &format!(
-                    "<p>The countersign server refused this decision: {}</p>",
-                    escape(&reason)
-                ),
-            )
-        }
-        Err(ClientError::FailedPrecondition(reason)) => {
-            // Edited since the page was shown: the link stays usable, to decide on what it
-            // shows now.
-            tracing::info!(approval_id = %link.approval_id, approver = %link.approver, %reason, "the arguments changed since the confirmation page");
-            if let Err(error) = pages.store.release(&link, claimed_ms).await {
-                tracing::error!(%error, "cannot give a decision link back");
-            }
-            page(
-                StatusCode::CONFLICT,
-                "The request changed",
-                &format!(
-                    "<p>Nothing was decided: {}</p><p>Open the link again to see the request as it is now.</p>",
-                    escape(&reason)
-                ),
-            )
-        }
-        Err(error) => {
-            tracing::warn!(approval_id = %link.approval_id, %error, "Decide failed; giving the link back");
-            if let Err(error) = pages.store.release(&link, claimed_ms).await {
-                tracing::error!(%error, "cannot give a decision link back");
-            }
-            unavailable()
-        }
+        ),
+        Decided::AlreadyResolved(Some(approval)) => already_resolved(&approval),
+        Decided::AlreadyResolved(None) => refused(LinkState::Used),
+        Decided::Recorded => page(
+            StatusCode::OK,
+            "Decision recorded",
+            "<p>Your decision was recorded; the request needs further approvals.</p>",
+        ),
+        Decided::Resolved { verdict, approver } => page(
+            StatusCode::OK,
+            if verdict == pb::Verdict::Approve {
+                "Approved"
+            } else {
+                "Rejected"
+            },
+            &format!(
+                "<p>You decided as <strong>{}</strong>. This link no longer works.</p>",
+                escape(&approver)
+            ),
+        ),
+        Decided::NotAllowed(reason) => page(
+            StatusCode::FORBIDDEN,
+            "Not allowed",
+            &format!(
+                "<p>The countersign server refused this decision: {}</p>",
+                escape(&reason)
+            ),
+        ),
+        Decided::Changed(reason) => page(
+            StatusCode::CONFLICT,
+            "The request changed",
+            &format!(
+                "<p>Nothing was decided: {}</p><p>Open the link again to see the request as it is now.</p>",
+                escape(&reason)
+            ),
+        ),
+        Decided::Unavailable => unavailable(),
     }
 }
 

@@ -55,6 +55,9 @@ const SCHEMA: &[&str] = &[
         revoked_ms INTEGER)",
     "CREATE INDEX IF NOT EXISTS links_approval ON links (approval_id)",
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    // The link that took itself and its siblings: its decision may be sent again (same
+    // idempotency key) when a crash came between the claim and the server's answer.
+    "CREATE TABLE IF NOT EXISTS claims (token_hash TEXT PRIMARY KEY, approval_id TEXT NOT NULL, endpoint TEXT NOT NULL)",
 ];
 
 /// A link about to be handed out, by its token's hash.
@@ -207,6 +210,12 @@ impl LinkStore {
                 .bind(&link.endpoint)
                 .execute(&mut *tx)
                 .await?;
+            sqlx::query("INSERT OR REPLACE INTO claims (token_hash, approval_id, endpoint) VALUES (?, ?, ?)")
+                .bind(token_hash)
+                .bind(&link.approval_id)
+                .bind(&link.endpoint)
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(claimed)
@@ -214,13 +223,30 @@ impl LinkStore {
 
     /// Gives back a claimed link and its siblings (the decision could not be recorded).
     pub async fn release(&self, link: &Link, claimed_ms: i64) -> Result<(), LinkStoreError> {
+        let mut tx = self.pool.begin().await?;
         sqlx::query("UPDATE links SET used_ms = NULL WHERE approval_id = ? AND endpoint = ? AND used_ms >= ?")
             .bind(&link.approval_id)
             .bind(&link.endpoint)
             .bind(claimed_ms)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        sqlx::query("DELETE FROM claims WHERE approval_id = ? AND endpoint = ?")
+            .bind(&link.approval_id)
+            .bind(&link.endpoint)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
         Ok(())
+    }
+
+    /// Whether the link with `token_hash` is the one that took itself and its siblings (not
+    /// a sibling taken with another).
+    pub async fn claimed_by(&self, token_hash: &str) -> Result<bool, LinkStoreError> {
+        let row = sqlx::query("SELECT 1 FROM claims WHERE token_hash = ?")
+            .bind(token_hash)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.is_some())
     }
 
     /// Revokes every unused link of an approval; returns how many.
@@ -283,6 +309,8 @@ mod tests {
         assert!(!store.claim(&token_hash(&approve), &link).await.unwrap());
         let sibling = store.link(&token_hash(&reject)).await.unwrap().unwrap();
         assert_eq!(sibling.state(now_ms()), LinkState::Used);
+        assert!(store.claimed_by(&token_hash(&approve)).await.unwrap());
+        assert!(!store.claimed_by(&token_hash(&reject)).await.unwrap());
         let elsewhere = store.link(&token_hash(&other)).await.unwrap().unwrap();
         assert_eq!(elsewhere.state(now_ms()), LinkState::Usable);
         assert!(store.link(&token_hash("forged")).await.unwrap().is_none());

@@ -1,5 +1,7 @@
-//! The ntfy calls the worker makes: publish a message as JSON (`POST /`) and read a topic's
-//! cached messages (`GET /{topic}/json?poll=1`). The access token goes in `Authorization: Bearer`
+//! The ntfy calls the worker makes: publish a message as JSON (`POST /`), read a topic's
+//! cached messages (`GET /{topic}/json?poll=1`) and follow a topic's JSON stream
+//! (`GET /{topic}/json?since=…`: the cached messages after `since`, then each new one as it
+//! comes, with `open` and `keepalive` events between). The access token goes in `Authorization: Bearer`
 //! and never into a log. Failures are classified by the runtime's rules (transport errors,
 //! 408, 429 and 5xx may pass; ntfy's `Retry-After` is kept).
 
@@ -81,24 +83,86 @@ impl Classify for NtfyError {
     }
 }
 
+/// One event of a topic's JSON stream: `open`, `keepalive`, `message` or `poll_request`.
+#[derive(Debug, Deserialize)]
+pub struct StreamEvent {
+    /// A message's id is what `since=` takes to read on after it.
+    pub id: String,
+    pub event: String,
+    #[serde(default)]
+    pub message: String,
+}
+
+/// How long a stream may stay silent: ntfy sends a keepalive every 45 s by default
+/// (`keepalive-interval`); a stream silent for longer is taken for dead and opened again.
+const STREAM_SILENCE_LIMIT: Duration = Duration::from_secs(120);
+
+/// An open JSON stream of one topic.
+pub struct Subscription {
+    response: reqwest::Response,
+    buffer: Vec<u8>,
+}
+
+impl Subscription {
+    /// The next event; `None` when the server ended the stream.
+    pub async fn next(&mut self) -> Result<Option<StreamEvent>, NtfyError> {
+        loop {
+            if let Some(end) = self.buffer.iter().position(|byte| *byte == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=end).collect();
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                match serde_json::from_slice::<StreamEvent>(&line) {
+                    Ok(event) => return Ok(Some(event)),
+                    Err(error) => {
+                        tracing::debug!(%error, "skipping a stream line that is no ntfy event");
+                        continue;
+                    }
+                }
+            }
+            let chunk = tokio::time::timeout(STREAM_SILENCE_LIMIT, self.response.chunk())
+                .await
+                .map_err(|_| {
+                    NtfyError::Transport(format!(
+                        "the stream was silent for {}s (no keepalive)",
+                        STREAM_SILENCE_LIMIT.as_secs()
+                    ))
+                })?
+                .map_err(|error| NtfyError::Transport(error.without_url().to_string()))?;
+            match chunk {
+                Some(bytes) => self.buffer.extend_from_slice(&bytes),
+                None => return Ok(None),
+            }
+        }
+    }
+}
+
 /// The ntfy server of one worker.
 #[derive(Clone)]
 pub struct NtfyApi {
     http: reqwest::Client,
+    /// Without an overall timeout: a stream stays open for as long as it lasts.
+    streaming: reqwest::Client,
     base: String,
     token: Option<String>,
 }
 
 impl NtfyApi {
     pub fn new(base: &str, token: Option<String>, timeout: Duration) -> Result<NtfyApi, NtfyError> {
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("countersign-ntfy/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|error| NtfyError::Transport(error.to_string()))?;
+        let builder = || {
+            reqwest::Client::builder()
+                .connect_timeout(timeout)
+                .redirect(reqwest::redirect::Policy::none())
+                .user_agent(concat!("countersign-ntfy/", env!("CARGO_PKG_VERSION")))
+        };
+        let built = |client: reqwest::Result<reqwest::Client>| {
+            client.map_err(|error| NtfyError::Transport(error.to_string()))
+        };
+        let http = built(builder().timeout(timeout).build())?;
+        let streaming = built(builder().build())?;
         Ok(NtfyApi {
             http,
+            streaming,
             base: base.to_owned(),
             token,
         })
@@ -112,12 +176,27 @@ impl NtfyApi {
     }
 
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<String, NtfyError> {
+        let response = self.answered(request).await?;
+        response
+            .text()
+            .await
+            .map_err(|error| NtfyError::Transport(error.without_url().to_string()))
+    }
+
+    /// Sends `request`; a response of 2xx, or the error ntfy's answer says.
+    async fn answered(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, NtfyError> {
         let response = self
             .authorized(request)
             .send()
             .await
             .map_err(|error| NtfyError::Transport(error.without_url().to_string()))?;
         let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(response);
+        }
         let retry_after = response
             .headers()
             .get(RETRY_AFTER)
@@ -128,9 +207,6 @@ impl NtfyApi {
             .text()
             .await
             .map_err(|error| NtfyError::Transport(error.without_url().to_string()))?;
-        if (200..300).contains(&status) {
-            return Ok(text);
-        }
         // ntfy answers {"code":42901,"http":429,"error":"limit reached: ..."}; a proxy may
         // answer anything.
         let message = serde_json::from_str::<serde_json::Value>(&text)
@@ -154,6 +230,19 @@ impl NtfyApi {
             .header(CONTENT_TYPE, "application/json")
             .body(body);
         self.send(request).await.map(|_| ())
+    }
+
+    /// Opens `topic`'s JSON stream from after `since` (a message id, a Unix time, or `all`).
+    pub async fn subscribe(&self, topic: &str, since: &str) -> Result<Subscription, NtfyError> {
+        let request = self
+            .streaming
+            .get(format!("{}/{topic}/json", self.base))
+            .query(&[("since", since)]);
+        let response = self.answered(request).await?;
+        Ok(Subscription {
+            response,
+            buffer: Vec::new(),
+        })
     }
 
     /// Whether `topic`'s cache holds a message of `sequence_id` published at or after

@@ -21,8 +21,9 @@ use countersign_worker::retry::{Classify, Verdict};
 use pb::ApprovalState;
 
 use crate::api::{NtfyApi, NtfyError, Publish};
-use crate::config::{Settings, Topic};
+use crate::config::{DecisionPath, Settings, Topic};
 use crate::render::{self, Buttons};
+use crate::replies;
 use crate::shown::{Store, StoreError};
 
 /// The channel name this worker serves.
@@ -30,6 +31,12 @@ pub const CHANNEL: &str = "ntfy";
 
 /// How far before a publish started its message may carry ntfy's timestamp (clock skew).
 const CLOCK_SKEW_SECS: i64 = 5;
+
+/// How a delivery names a topic: `topic-` and the first 12 hex digits of its SHA-256, which
+/// tell topics apart without giving one away.
+pub fn topic_fingerprint(topic: &str) -> String {
+    format!("topic-{}", &countersign_links::token_hash(topic)[..12])
+}
 
 /// Why one notification could not be brought up to date.
 #[derive(Debug, thiserror::Error)]
@@ -79,13 +86,13 @@ impl Channel for NtfyChannel {
             };
             match error.verdict() {
                 Verdict::Retry { after } => {
-                    tracing::warn!(approval_id = %approval.id, topic = %topic.name, %error, "cannot publish now; will retry");
+                    tracing::warn!(approval_id = %approval.id, %error, "cannot publish now; will retry");
                     if retry.as_ref().is_none_or(|(longest, _)| after > *longest) {
                         retry = Some((after, error));
                     }
                 }
                 Verdict::Final => {
-                    tracing::error!(approval_id = %approval.id, topic = %topic.name, %error, "ntfy refused the notification");
+                    tracing::error!(approval_id = %approval.id, %error, "ntfy refused the notification");
                 }
             }
         }
@@ -146,7 +153,7 @@ impl NtfyChannel {
                 .has_message(&topic.name, &sequence_id, since)
                 .await?
             {
-                tracing::info!(approval_id = %approval.id, topic = %topic.name, "found the message of an interrupted publish; adopting it");
+                tracing::info!(approval_id = %approval.id, "found the message of an interrupted publish; adopting it");
                 self.store
                     .shown(&approval.id, &topic.name, &known.intended)
                     .await?;
@@ -165,7 +172,7 @@ impl NtfyChannel {
                 .await?;
             self.publish_or_minimal(approval, outcome).await?;
             self.store.shown(&approval.id, &topic.name, &wanted).await?;
-            tracing::info!(approval_id = %approval.id, topic = %topic.name, state = ?approval.state(), "notification updated to the outcome");
+            tracing::info!(approval_id = %approval.id, state = ?approval.state(), "notification updated to the outcome");
             Ok(())
         }
     }
@@ -180,25 +187,38 @@ impl NtfyChannel {
     ) -> Result<(), ShowError> {
         let digest = version::current_arguments(approval).1.to_owned();
         let expires = expires_ms(approval);
-        let base = &self.settings.public_url;
         let mint = |verdict| NewLink::mint(verdict, &topic.approver, expires);
         let (approve, approve_link) = mint(LinkVerdict::Approve);
         let (reject, reject_link) = mint(LinkVerdict::Reject);
         let (session, session_link) = mint(LinkVerdict::AllowSession);
-        let buttons = Buttons {
-            approve: render::deciding_button(
-                "Approve",
-                format!("{base}/decide/{approve}"),
-                &self.pages.form_token(&approve),
-                &digest,
-            ),
-            reject: render::page_button("Reject…", format!("{base}/decide/{reject}")),
-            allow_session: render::deciding_button(
-                "Allow for session",
-                format!("{base}/decide/{session}"),
-                &self.pages.form_token(&session),
-                &digest,
-            ),
+        let buttons = match &self.settings.decisions {
+            DecisionPath::ReplyTopic(reply) => {
+                let url = format!("{}/{reply}", self.settings.ntfy_url);
+                let button = |label, token: &str| {
+                    let body = replies::body(token, &self.pages.form_token(token), &digest);
+                    render::reply_button(label, url.clone(), body)
+                };
+                Buttons {
+                    approve: button("Approve", &approve),
+                    reject: button("Reject", &reject),
+                    allow_session: button("Allow for session", &session),
+                }
+            }
+            DecisionPath::PublicUrl(base) => Buttons {
+                approve: render::deciding_button(
+                    "Approve",
+                    format!("{base}/decide/{approve}"),
+                    &self.pages.form_token(&approve),
+                    &digest,
+                ),
+                reject: render::page_button("Reject…", format!("{base}/decide/{reject}")),
+                allow_session: render::deciding_button(
+                    "Allow for session",
+                    format!("{base}/decide/{session}"),
+                    &self.pages.form_token(&session),
+                    &digest,
+                ),
+            },
         };
         let message = render::request(approval, &topic.name, buttons);
         self.store
@@ -211,7 +231,7 @@ impl NtfyChannel {
             .await?;
         self.publish_or_minimal(approval, message).await?;
         self.store.shown(&approval.id, &topic.name, wanted).await?;
-        tracing::info!(approval_id = %approval.id, topic = %topic.name, "published the approval request");
+        tracing::info!(approval_id = %approval.id, "published the approval request");
         self.record_delivery(approval, topic).await;
         Ok(())
     }
@@ -229,7 +249,7 @@ impl NtfyChannel {
                     status: 400 | 413, ..
                 },
             ) => {
-                tracing::warn!(approval_id = %approval.id, topic = %message.topic, %error, "ntfy refused the notification's content; publishing its minimal form");
+                tracing::warn!(approval_id = %approval.id, %error, "ntfy refused the notification's content; publishing its minimal form");
                 self.api.publish(&render::minimal(approval, message)).await
             }
             result => result,
@@ -238,9 +258,12 @@ impl NtfyChannel {
 
     /// Records the notification on the server (best effort: the local store is what a
     /// restarted worker goes by).
+    /// The topic is named by a fingerprint, never by its name: whoever reads a topic can
+    /// press its buttons, and an approval (deliveries included) is read by its agent too.
     async fn record_delivery(&self, approval: &pb::Approval, topic: &Topic) {
-        let message_ref = format!("{}/{}", topic.name, render::sequence_id(&approval.id));
-        record_delivery_once(&self.client, approval, CHANNEL, &topic.name, message_ref).await;
+        let target = topic_fingerprint(&topic.name);
+        let message_ref = format!("{target}/{}", render::sequence_id(&approval.id));
+        record_delivery_once(&self.client, approval, CHANNEL, &target, message_ref).await;
     }
 
     /// The topics an approval goes to: each `ntfy` route's target (a topic), the default topic

@@ -11,9 +11,13 @@
 //! server_url = "https://ntfy.example.com"
 //! # Approvals routed to `ntfy` without a target (or without any route) go here.
 //! default_topic = "alice-approvals"
-//! # The decision-link pages the buttons call (plain HTTP: put them behind a TLS proxy).
-//! listen = "127.0.0.1:8788"
-//! public_url = "https://approvals.example.com"
+//! # The buttons post a one-time decision token to this topic on the same ntfy server, which
+//! # the worker reads: no inbound address needed. Random and long: whoever knows it can post.
+//! reply_topic = "cs-reply-…"
+//! # Or: the buttons call decision-link pages served here (plain HTTP: put them behind a TLS
+//! # proxy), which phones reach at public_url.
+//! # listen = "127.0.0.1:8788"
+//! # public_url = "https://approvals.example.com"
 //! # Decision links and what each notification shows live here; keep it across restarts.
 //! state_dir = "/var/lib/countersign/ntfy"
 //!
@@ -58,7 +62,10 @@ pub struct NtfySection {
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
     /// How the phones reach the decision-link pages (the buttons' URLs start with it).
-    pub public_url: String,
+    pub public_url: Option<String>,
+    /// The topic the buttons post their decision token to (on `server_url`), which the worker
+    /// subscribes to; instead of `public_url`.
+    pub reply_topic: Option<String>,
     #[serde(default = "default_state_dir")]
     pub state_dir: PathBuf,
     /// One call's limit (connect, send, answer).
@@ -100,6 +107,27 @@ pub struct Topic {
     pub approver: String,
 }
 
+/// How a button's decision reaches the worker.
+#[derive(Clone, PartialEq, Eq)]
+pub enum DecisionPath {
+    /// The buttons post a one-time decision token to this topic on the ntfy server; the
+    /// worker follows the topic's JSON stream. Needs no inbound address.
+    ReplyTopic(String),
+    /// The buttons call the decision-link pages the worker serves on `listen`, which phones
+    /// reach at this URL.
+    PublicUrl(String),
+}
+
+/// The reply topic is as good as a password: never shown.
+impl std::fmt::Debug for DecisionPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecisionPath::ReplyTopic(_) => f.write_str("ReplyTopic(<redacted>)"),
+            DecisionPath::PublicUrl(url) => f.debug_tuple("PublicUrl").field(url).finish(),
+        }
+    }
+}
+
 /// Everything the worker needs, validated, secrets resolved.
 #[derive(Clone)]
 pub struct Settings {
@@ -111,7 +139,7 @@ pub struct Settings {
     pub topics: Vec<Topic>,
     pub default_topic: Option<String>,
     pub listen: SocketAddr,
-    pub public_url: String,
+    pub decisions: DecisionPath,
     pub state_dir: PathBuf,
     pub request_timeout: Duration,
 }
@@ -129,14 +157,20 @@ impl std::fmt::Debug for Settings {
             .field("topics", &self.topics)
             .field("default_topic", &self.default_topic)
             .field("listen", &self.listen)
-            .field("public_url", &self.public_url)
+            .field("decisions", &self.decisions)
             .field("state_dir", &self.state_dir)
             .finish_non_exhaustive()
     }
 }
 
+/// A fresh topic name: `prefix` and 256 random bits (43 URL-safe characters), as hard to
+/// guess as a password.
+pub fn random_topic(prefix: &str) -> String {
+    format!("{prefix}{}", countersign_links::new_token())
+}
+
 /// ntfy's topic names: 1-64 of `A-Za-z0-9_-`.
-fn valid_topic(name: &str) -> bool {
+pub fn valid_topic(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
         && name
@@ -172,11 +206,31 @@ impl WorkerSettings for Settings {
                 "ntfy.server_url must start with http:// or https://".to_owned(),
             ));
         }
-        if !is_http_url(&ntfy.public_url) {
-            return Err(ConfigError::Invalid(
+        let decisions = match (ntfy.reply_topic, ntfy.public_url) {
+            (Some(reply), None) if valid_topic(&reply) => DecisionPath::ReplyTopic(reply),
+            (Some(_), None) => {
+                return Err(ConfigError::Invalid(
+                    "ntfy.reply_topic: ntfy topics are 1-64 letters, digits, '_' or '-'"
+                        .to_owned(),
+                ))
+            }
+            (None, Some(url)) if is_http_url(&url) => {
+                DecisionPath::PublicUrl(url.trim_end_matches('/').to_owned())
+            }
+            (None, Some(_)) => return Err(ConfigError::Invalid(
                 "ntfy.public_url (how phones reach the decision links, e.g. https://approvals.example.com) must start with http:// or https://".to_owned(),
-            ));
-        }
+            )),
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::Invalid(
+                    "ntfy.reply_topic and ntfy.public_url both set: the buttons decide through one of them; keep one".to_owned(),
+                ))
+            }
+            (None, None) => {
+                return Err(ConfigError::Invalid(
+                    "ntfy.reply_topic (a random topic the buttons post their decisions to; `countersign setup ntfy` makes one) or ntfy.public_url (how phones reach the decision-link pages) is needed".to_owned(),
+                ))
+            }
+        };
         let mut names = HashSet::new();
         let mut resolved = Vec::new();
         for topic in topics {
@@ -189,6 +243,12 @@ impl WorkerSettings for Settings {
             if !names.insert(topic.name.clone()) {
                 return Err(ConfigError::Invalid(format!(
                     "topic {:?} is configured twice",
+                    topic.name
+                )));
+            }
+            if decisions == DecisionPath::ReplyTopic(topic.name.clone()) {
+                return Err(ConfigError::Invalid(format!(
+                    "topic {:?} is also the reply topic: phones must not be able to read the decisions, nor the worker take its own notifications for them",
                     topic.name
                 )));
             }
@@ -217,7 +277,7 @@ impl WorkerSettings for Settings {
             topics: resolved,
             default_topic: ntfy.default_topic,
             listen: ntfy.listen,
-            public_url: ntfy.public_url.trim_end_matches('/').to_owned(),
+            decisions,
             state_dir: ntfy.state_dir,
             request_timeout: Duration::from_millis(ntfy.request_timeout_ms),
         })
@@ -256,6 +316,7 @@ mod tests {
         .ntfy;
         let actual = [
             ("public_url", "—".to_owned()),
+            ("reply_topic", "—".to_owned()),
             ("server_url", ntfy.server_url),
             ("default_topic", "—".to_owned()),
             ("listen", ntfy.listen.to_string()),
@@ -280,7 +341,10 @@ mod tests {
         };
         let settings = Settings::from_file(parse(CONFIG), env).unwrap();
         assert_eq!(settings.ntfy_url, "https://ntfy.example");
-        assert_eq!(settings.public_url, "https://a.example");
+        assert_eq!(
+            settings.decisions,
+            DecisionPath::PublicUrl("https://a.example".to_owned())
+        );
         assert_eq!(settings.access_token.as_deref(), Some("tk_secret"));
         assert_eq!(
             settings.runtime.server.client.token.as_deref(),
@@ -293,6 +357,21 @@ mod tests {
             !shown.contains("tk_secret") && !shown.contains("env-worker"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn a_reply_topic_needs_no_public_url_and_is_never_shown() {
+        let text = CONFIG.replace(
+            "public_url = \"https://a.example/\"",
+            "reply_topic = \"cs-reply-0123456789abcdef\"",
+        );
+        let settings = Settings::from_file(parse(&text), |_| None).unwrap();
+        assert_eq!(
+            settings.decisions,
+            DecisionPath::ReplyTopic("cs-reply-0123456789abcdef".to_owned())
+        );
+        let shown = format!("{settings:?}");
+        assert!(!shown.contains("0123456789abcdef"), "{shown}");
     }
 
     #[test]
@@ -323,6 +402,18 @@ mod tests {
         assert!(refused(&no_public_url).contains("public_url"));
         let no_topics = "[server]\nurl = \"http://x\"\n[ntfy]\npublic_url = \"https://a\"\n";
         assert!(refused(no_topics).contains("[[topics]]"));
+        let neither = CONFIG.replace("public_url = \"https://a.example/\"\n", "");
+        assert!(refused(&neither).contains("reply_topic"));
+        let both = CONFIG.replace(
+            "public_url = \"https://a.example/\"",
+            "public_url = \"https://a.example/\"\nreply_topic = \"r\"",
+        );
+        assert!(refused(&both).contains("both set"));
+        let reply_is_a_topic = CONFIG.replace(
+            "public_url = \"https://a.example/\"",
+            "reply_topic = \"ops\"",
+        );
+        assert!(refused(&reply_is_a_topic).contains("also the reply topic"));
         let typo: Result<FileConfig, _> =
             toml::from_str(&CONFIG.replace("default_topic", "default_topik"));
         assert!(typo.unwrap_err().to_string().contains("default_topik"));

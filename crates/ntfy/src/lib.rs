@@ -6,7 +6,9 @@
 //! Approve and Allow for session (`http` actions that decide at once) and Reject… (opens a
 //! page that asks for a reason). The buttons decide through one-time decision links
 //! (`countersign-links`, the webhook channel's links): a link decides once, expires with the
-//! approval, and a forged or altered one decides nothing. The notification is updated in
+//! approval, and a forged or altered one decides nothing. With a reply topic (`replies`)
+//! every button is an `http` action that publishes its link's token to that topic on the
+//! same ntfy server, which the worker follows: no inbound port or public address. The notification is updated in
 //! place (same sequence id) when the approval is decided, also elsewhere, expires or is
 //! cancelled. It is a `Channel` of the shared worker runtime (`countersign_worker::runtime`),
 //! which owns the loop: one lane per approval, retries honouring `Retry-After`, graceful
@@ -20,9 +22,11 @@ mod channel;
 pub mod config;
 mod error;
 pub mod render;
+pub mod replies;
 pub mod shown;
 
 use std::future::Future;
+use std::pin::Pin;
 
 use countersign_client::Client;
 use countersign_links::pages::Pages;
@@ -30,7 +34,8 @@ use countersign_worker::runtime;
 
 use crate::api::NtfyApi;
 use crate::channel::NtfyChannel;
-pub use crate::channel::CHANNEL;
+pub use crate::channel::{topic_fingerprint, CHANNEL};
+use crate::config::DecisionPath;
 pub use crate::config::Settings;
 pub use crate::error::WorkerError;
 use crate::shown::{Store, StoreError};
@@ -50,33 +55,52 @@ pub async fn run(
     )?;
     let form_key = store.links().form_key().await.map_err(StoreError::from)?;
     let pages = Pages::new(client.clone(), store.links().clone(), form_key, CHANNEL);
-    let listen = settings.listen;
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|source| WorkerError::Listen {
-            addr: listen,
-            source,
-        })?;
+    let options = settings.runtime.options();
     tracing::info!(
         server = %settings.runtime.server.client.url,
         ntfy = %settings.ntfy_url,
         topics = settings.topics.len(),
-        %listen,
         "ntfy worker started"
     );
-    let options = settings.runtime.options();
-    let router = pages.clone().router();
+    let decisions: Pin<Box<dyn Future<Output = Result<(), WorkerError>> + Send>> =
+        match &settings.decisions {
+            DecisionPath::ReplyTopic(reply) => {
+                tracing::info!("the buttons decide through the reply topic (no inbound port)");
+                let follow = replies::follow(
+                    api.clone(),
+                    reply.clone(),
+                    store.clone(),
+                    pages.clone(),
+                    settings.runtime.retry,
+                );
+                Box::pin(async move {
+                    follow.await;
+                    Ok(())
+                })
+            }
+            DecisionPath::PublicUrl(_) => {
+                let listen = settings.listen;
+                let listener = tokio::net::TcpListener::bind(listen)
+                    .await
+                    .map_err(|source| WorkerError::Listen {
+                        addr: listen,
+                        source,
+                    })?;
+                tracing::info!(%listen, "the buttons decide through the decision-link pages");
+                let router = pages.clone().router();
+                Box::pin(async move {
+                    axum::serve(listener, router)
+                        .await
+                        .map_err(|source| WorkerError::Listen {
+                            addr: listen,
+                            source,
+                        })
+                })
+            }
+        };
     let channel = NtfyChannel::new(client.clone(), api, store, pages, settings);
-    let serve = async {
-        axum::serve(listener, router)
-            .await
-            .map_err(|source| WorkerError::Listen {
-                addr: listen,
-                source,
-            })
-    };
     tokio::select! {
         result = runtime::run(client, channel, options, shutdown) => Ok(result?),
-        result = serve => result,
+        result = decisions => result,
     }
 }

@@ -9,8 +9,10 @@ use countersign_ntfy::Settings;
 use countersign_worker::config::WorkerSettings;
 use countersign_worker::logging::{self, LogFormat};
 
-/// Publishes countersign approval requests as ntfy push notifications with Approve, Reject…
-/// and Allow for session buttons, which decide through one-time links served by this worker.
+/// Publishes countersign approval requests as ntfy push notifications with Approve, Reject
+/// and Allow for session buttons, which decide through one-time tokens the buttons publish to
+/// a reply topic on the same ntfy server (`reply_topic`), or through one-time links served by
+/// this worker (`public_url`).
 #[derive(Debug, Parser)]
 #[command(name = "countersign-ntfy", version, after_help = secrets_help())]
 struct Cli {

@@ -25,11 +25,14 @@ pub fn sequence_id(approval_id: &str) -> String {
 
 /// Where the buttons of a pending notification lead.
 pub struct Buttons {
-    /// `http` action: POSTs the approve link's confirmation form.
+    /// `http` action: POSTs the approve link's confirmation form (or its decision token to
+    /// the reply topic).
     pub approve: Action,
-    /// `view` action: opens the reject link's page, which asks for a reason.
+    /// `view` action: opens the reject link's page, which asks for a reason (or an `http`
+    /// action posting its decision token to the reply topic).
     pub reject: Action,
-    /// `http` action: POSTs the allow-for-session link's confirmation form.
+    /// `http` action: POSTs the allow-for-session link's confirmation form (or its decision
+    /// token to the reply topic).
     pub allow_session: Action,
 }
 
@@ -42,6 +45,20 @@ pub fn deciding_button(label: &'static str, url: String, form_token: &str, diges
         method: Some("POST"),
         headers: vec![("Content-Type", "application/x-www-form-urlencoded")],
         body: Some(format!("form_token={form_token}&args_digest={digest}")),
+        clear: true,
+    }
+}
+
+/// An `http` button that publishes `body` (a decision token) to the reply topic at `url`
+/// (`{server_url}/{reply_topic}`): ntfy publishes a POST's body to a topic as its message.
+pub fn reply_button(label: &'static str, url: String, body: String) -> Action {
+    Action {
+        action: "http",
+        label,
+        url,
+        method: Some("POST"),
+        headers: Vec::new(),
+        body: Some(body),
         clear: true,
     }
 }

@@ -1,5 +1,5 @@
 //! The worker's durable local state (SQLite in `state_dir`): what each notification shows,
-//! and beside it the decision links (`countersign-links`).
+//! the decision links beside it (`countersign-links`), and how far the reply topic was read.
 //!
 //! A notification's row is written before its publish (`shown` unset: the publish may or may
 //! not have reached ntfy) and marked with what it shows after ntfy answered. After a crash in
@@ -20,13 +20,16 @@ pub enum StoreError {
     Links(#[from] LinkStoreError),
 }
 
-const SCHEMA: &[&str] = &["CREATE TABLE IF NOT EXISTS notifications (
+const SCHEMA: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS notifications (
         approval_id TEXT NOT NULL,
         topic TEXT NOT NULL,
         intended TEXT NOT NULL,
         shown TEXT,
         started_ms INTEGER NOT NULL,
-        PRIMARY KEY (approval_id, topic))"];
+        PRIMARY KEY (approval_id, topic))",
+    "CREATE TABLE IF NOT EXISTS reply_cursor (topic TEXT PRIMARY KEY, message_id TEXT NOT NULL)",
+];
 
 /// What the worker knows of one notification.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,6 +118,26 @@ impl Store {
             .bind(shown)
             .bind(approval_id)
             .bind(topic)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The id of the last message of the reply topic `topic` that was dealt with; `None`
+    /// before the first (a new reply topic is read from its oldest cached message).
+    pub async fn reply_cursor(&self, topic: &str) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query("SELECT message_id FROM reply_cursor WHERE topic = ?")
+            .bind(topic)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|row| row.try_get("message_id")).transpose()?)
+    }
+
+    /// Records that the reply topic's message `message_id` was dealt with.
+    pub async fn set_reply_cursor(&self, topic: &str, message_id: &str) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO reply_cursor (topic, message_id) VALUES (?, ?) ON CONFLICT (topic) DO UPDATE SET message_id = excluded.message_id")
+            .bind(topic)
+            .bind(message_id)
             .execute(&self.pool)
             .await?;
         Ok(())

@@ -27,11 +27,29 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn config_toml(server_url: &str, ntfy_url: &str, state: &Path, port: u16) -> String {
+/// The reply topic of the reply-topic harness.
+const REPLY_TOPIC: &str = "cs-reply-Qm7dX2kP9vR4tL8wZ3nB6yH1";
+
+/// How the buttons of a harness decide.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Decision-link pages served by the worker (`public_url`).
+    Links,
+    /// A reply topic on the ntfy server (`reply_topic`): no inbound port.
+    Replies,
+}
+
+fn config_toml(server_url: &str, ntfy_url: &str, state: &Path, port: u16, mode: Mode) -> String {
+    let decisions = match mode {
+        Mode::Links => {
+            format!("listen = \"127.0.0.1:{port}\"\npublic_url = \"http://127.0.0.1:{port}\"\n")
+        }
+        Mode::Replies => format!("reply_topic = \"{REPLY_TOPIC}\"\n"),
+    };
     format!(
         "[server]\nurl = \"{server_url}\"\nmax_backoff_secs = 1\n\
-         [ntfy]\nserver_url = \"{ntfy_url}\"\ndefault_topic = \"{TOPIC}\"\nlisten = \"127.0.0.1:{port}\"\n\
-         public_url = \"http://127.0.0.1:{port}\"\nstate_dir = \"{}\"\nrequest_timeout_ms = 2000\nretry_interval_ms = 50\nmax_retry_wait_ms = 500\n\
+         [ntfy]\nserver_url = \"{ntfy_url}\"\ndefault_topic = \"{TOPIC}\"\n{decisions}\
+         state_dir = \"{}\"\nrequest_timeout_ms = 2000\nretry_interval_ms = 50\nmax_retry_wait_ms = 500\n\
          [[topics]]\nname = \"{TOPIC}\"\napprover = \"alice\"\n",
         state.display()
     )
@@ -58,6 +76,10 @@ impl Drop for Harness {
 
 impl Harness {
     async fn without_worker() -> Harness {
+        Harness::without_worker_in(Mode::Links).await
+    }
+
+    async fn without_worker_in(mode: Mode) -> Harness {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
@@ -65,7 +87,9 @@ impl Harness {
         let server = TestServer::start_with_toml(APPROVERS).await;
         let ntfy = FakeNtfy::start_with_token(Some(ACCESS_TOKEN)).await;
         let state = tempfile::tempdir().unwrap();
-        let toml = config_toml(&server.url(), &ntfy.url(), state.path(), free_port());
+        // The phone's buttons publish to the reply topic without the worker's token.
+        ntfy.allow_anonymous_write(REPLY_TOPIC);
+        let toml = config_toml(&server.url(), &ntfy.url(), state.path(), free_port(), mode);
         let config = state.path().join("ntfy.toml");
         std::fs::write(&config, &toml).unwrap();
         let file: FileConfig = toml::from_str(&toml).unwrap();
@@ -261,7 +285,13 @@ async fn the_request_is_shown_with_three_buttons_and_priority_from_risk() {
     }
     let delivery = &harness.state_of(&approval.id).await.deliveries[0];
     assert_eq!(delivery.channel, "ntfy");
-    assert_eq!(delivery.target, TOPIC);
+    // The topic by its fingerprint: an agent reading its approval cannot learn the topic.
+    assert_eq!(delivery.target, countersign_ntfy::topic_fingerprint(TOPIC));
+    assert!(
+        !delivery.message_ref.contains(TOPIC),
+        "{}",
+        delivery.message_ref
+    );
 }
 
 /// A route naming a topic the worker does not publish to still reaches approvers: on the
@@ -593,6 +623,9 @@ async fn forged_and_altered_links_are_refused_and_decide_nothing() {
         pb::ApprovalState::Approved
     );
 }
+
+#[path = "e2e/replies.rs"]
+mod replies;
 
 fn spawn_worker(config: &Path) -> tokio::process::Child {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_countersign-ntfy"))

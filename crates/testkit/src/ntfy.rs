@@ -5,8 +5,18 @@
 //!   `actions` (at most 3), `sequence_id`) and answers the message as ntfy stores it (`id`,
 //!   `time`, `expires`, `event: "message"`, ...). A message with the `sequence_id` of an
 //!   earlier one of its topic updates that notification in place, as the clients show it.
+//! - `POST /{topic}` (or `PUT`) publishes its body as the message's text (what the ntfy app's
+//!   `http` action sends when it targets a topic on the server), `Title` and `Priority`
+//!   headers read as ntfy reads them.
 //! - `GET /{topic}/json?poll=1&since=…` returns the topic's cached messages as
-//!   newline-delimited JSON (`since` a Unix time in seconds, a message id or `all`).
+//!   newline-delimited JSON; without `poll` it is the topic's stream: an `open` event, the
+//!   cached messages after `since` (none without it), then every new message as it is
+//!   published, and a `keepalive` event each keepalive interval (ntfy's default 45 s;
+//!   [`FakeNtfy::set_keepalive`]). `since` is `all`, `none`, `latest`, a Unix time in
+//!   seconds (messages at or after it) or a message id (the messages after it; an id ntfy no
+//!   longer knows gives all cached messages, as ntfy does), anything else `400 40008`.
+//! - [`FakeNtfy::set_down`] puts it behind a proxy whose upstream is down: every request gets
+//!   a 502 page and the open streams end, until it is up again.
 //! - With an access token configured, a request without `Authorization: Bearer <token>` gets
 //!   `401 {"code":40101,"http":401,"error":"unauthorized"}`.
 //! - Invalid input gets ntfy's 400 answers (invalid topic, priority, too many actions; a
@@ -68,6 +78,8 @@ impl NtfyMessage {
 pub struct NtfyRequest {
     pub method: String,
     pub path: String,
+    /// The query string (`since=…`), empty without one.
+    pub query: String,
     pub status: u16,
     /// When it arrived.
     pub at: std::time::Instant,
@@ -81,18 +93,39 @@ pub struct NtfyFailure {
     pub retry_after: Option<u64>,
 }
 
-#[derive(Default)]
 struct FakeState {
     messages: Vec<NtfyMessage>,
     requests: Vec<NtfyRequest>,
     failures: VecDeque<NtfyFailure>,
     hold: Duration,
     next_id: u64,
+    keepalive: Duration,
+    /// Topics anyone may publish to without the token (ntfy's `ntfy access everyone
+    /// <topic> write-only`).
+    anonymous_write: Vec<String>,
+}
+
+impl Default for FakeState {
+    fn default() -> FakeState {
+        FakeState {
+            messages: Vec::new(),
+            requests: Vec::new(),
+            failures: VecDeque::new(),
+            hold: Duration::ZERO,
+            next_id: 0,
+            keepalive: Duration::from_secs(45),
+            anonymous_write: Vec::new(),
+        }
+    }
 }
 
 struct Shared {
     token: Option<String>,
     state: Mutex<FakeState>,
+    /// Every message as it is published, for the open streams.
+    published: tokio::sync::broadcast::Sender<NtfyMessage>,
+    /// Whether the proxy's upstream is down.
+    down: tokio::sync::watch::Sender<bool>,
 }
 
 impl Shared {
@@ -103,9 +136,14 @@ impl Shared {
     }
 
     fn record(&self, method: &str, path: &str, status: StatusCode) {
+        self.record_query(method, path, "", status);
+    }
+
+    fn record_query(&self, method: &str, path: &str, query: &str, status: StatusCode) {
         self.lock().requests.push(NtfyRequest {
             method: method.to_owned(),
             path: path.to_owned(),
+            query: query.to_owned(),
             status: status.as_u16(),
             at: std::time::Instant::now(),
         });
@@ -142,10 +180,17 @@ impl FakeNtfy {
         let shared = Arc::new(Shared {
             token: token.map(str::to_owned),
             state: Mutex::new(FakeState::default()),
+            published: tokio::sync::broadcast::channel(1024).0,
+            down: tokio::sync::watch::channel(false).0,
         });
         let app = Router::new()
             .route("/", post(publish).put(publish))
-            .route("/{topic}/json", get(poll))
+            .route("/{topic}", post(publish_to_topic).put(publish_to_topic))
+            .route("/{topic}/json", get(subscribe))
+            .layer(axum::middleware::from_fn_with_state(
+                shared.clone(),
+                behind_proxy,
+            ))
             .with_state(shared.clone());
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -191,6 +236,38 @@ impl FakeNtfy {
     /// The next publish is answered with `failure` (and not applied).
     pub fn fail_next(&self, failure: NtfyFailure) {
         self.shared.lock().failures.push_back(failure);
+    }
+
+    /// Down (`true`): every request gets the proxy's 502 and the open streams end; up again
+    /// (`false`): answered as before, with the messages published before.
+    pub fn set_down(&self, down: bool) {
+        self.shared.down.send_replace(down);
+    }
+
+    /// Lets anyone publish to `topic` without the access token, as ntfy's
+    /// `ntfy access everyone <topic> write-only` does; reading it still needs the token.
+    pub fn allow_anonymous_write(&self, topic: &str) {
+        self.shared.lock().anonymous_write.push(topic.to_owned());
+    }
+
+    /// How often the streams get a `keepalive` event (ntfy's default: 45 s).
+    pub fn set_keepalive(&self, interval: Duration) {
+        self.shared.lock().keepalive = interval;
+    }
+
+    /// The `since` of each stream opened on `topic`, in order (`None`: none given).
+    pub fn stream_sinces(&self, topic: &str) -> Vec<Option<String>> {
+        let path = format!("/{topic}/json");
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method == "GET" && r.path == path && !r.query.contains("poll=1"))
+            .map(|r| {
+                r.query
+                    .split('&')
+                    .find_map(|pair| pair.strip_prefix("since="))
+                    .map(str::to_owned)
+            })
+            .collect()
     }
 
     /// Publishes are applied at once and answered `hold` later (zero: at once).
@@ -259,7 +336,12 @@ async fn publish(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
 }
 
 fn publish_inner(shared: &Shared, headers: &HeaderMap, body: &[u8]) -> (StatusCode, Response) {
-    if !authorized(shared, headers) {
+    let anonymous_ok = serde_json::from_slice::<Value>(body).is_ok_and(|json| {
+        json["topic"]
+            .as_str()
+            .is_some_and(|topic| shared.lock().anonymous_write.iter().any(|t| t == topic))
+    });
+    if !anonymous_ok && !authorized(shared, headers) {
         let status = StatusCode::UNAUTHORIZED;
         return (status, error(status, 40101, "unauthorized"));
     }
@@ -348,7 +430,11 @@ fn publish_inner(shared: &Shared, headers: &HeaderMap, body: &[u8]) -> (StatusCo
         actions,
     };
     let answer = message_json(&message);
-    state.messages.push(message);
+    state.messages.push(message.clone());
+    // Under the lock: a stream opening now reads the cache and then the live messages
+    // without a gap or a repeat.
+    let _ = shared.published.send(message);
+    drop(state);
     (StatusCode::OK, axum::Json(answer).into_response())
 }
 
@@ -378,65 +464,185 @@ fn message_json(message: &NtfyMessage) -> Value {
     })
 }
 
+/// A proxy in front of ntfy: while the upstream is down, every request gets its 502 page.
+async fn behind_proxy(
+    State(shared): State<Arc<Shared>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if *shared.down.borrow() {
+        let status = StatusCode::BAD_GATEWAY;
+        shared.record_query(
+            request.method().as_str(),
+            request.uri().path(),
+            request.uri().query().unwrap_or_default(),
+            status,
+        );
+        return (status, "<html><body>502 Bad Gateway</body></html>").into_response();
+    }
+    next.run(request).await
+}
+
+/// `POST /{topic}`: the body is the message's text, as ntfy takes it.
+async fn publish_to_topic(
+    State(shared): State<Arc<Shared>>,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let header = |names: &[&str]| {
+        names.iter().find_map(|name| {
+            headers
+                .get(*name)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned)
+        })
+    };
+    let mut json = json!({
+        "topic": topic,
+        "message": String::from_utf8_lossy(&body),
+    });
+    if let Some(title) = header(&["x-title", "title", "t"]) {
+        json["title"] = json!(title);
+    }
+    if let Some(priority) = header(&["x-priority", "priority", "prio", "p"]) {
+        json["priority"] = match priority.as_str() {
+            "min" => json!(1),
+            "low" => json!(2),
+            "default" => json!(3),
+            "high" => json!(4),
+            "max" | "urgent" => json!(5),
+            other => other.parse::<u64>().map_or(json!(other), |n| json!(n)),
+        };
+    }
+    let body = serde_json::to_vec(&json).unwrap_or_default();
+    let response = publish_inner(&shared, &headers, &body);
+    shared.record("POST", &format!("/{topic}"), response.0);
+    response.1
+}
+
 #[derive(serde::Deserialize)]
-struct PollQuery {
+struct SubscribeQuery {
     poll: Option<String>,
     since: Option<String>,
 }
 
-async fn poll(
+/// ntfy's message ids: 12 letters and digits.
+fn valid_message_id(id: &str) -> bool {
+    id.len() == 12 && id.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
+/// Where in the cache `since` starts (an index into the messages), as ntfy reads it.
+fn since_start(messages: &[NtfyMessage], topic: &str, since: &str) -> Option<usize> {
+    match since {
+        "all" => Some(0),
+        "none" => Some(messages.len()),
+        "latest" => Some(
+            messages
+                .iter()
+                .rposition(|m| m.topic == topic)
+                .unwrap_or(messages.len()),
+        ),
+        id if valid_message_id(id) => Some(
+            // An id no longer in the cache: ntfy sends everything it has.
+            messages
+                .iter()
+                .position(|m| m.id == id)
+                .map_or(0, |index| index + 1),
+        ),
+        secs => secs.parse::<i64>().ok().map(|secs| {
+            messages
+                .iter()
+                .position(|m| m.time >= secs)
+                .unwrap_or(messages.len())
+        }),
+    }
+}
+
+fn event_line(event: &str, topic: &str) -> String {
+    format!(
+        "{}\n",
+        json!({"id": "fakeevent000", "time": now_secs(), "event": event, "topic": topic})
+    )
+}
+
+async fn subscribe(
     State(shared): State<Arc<Shared>>,
     Path(topic): Path<String>,
-    Query(query): Query<PollQuery>,
+    Query(query): Query<SubscribeQuery>,
+    uri: axum::http::Uri,
     headers: HeaderMap,
 ) -> Response {
     let path = format!("/{topic}/json");
+    let query_text = uri.query().unwrap_or_default().to_owned();
+    let record = |status| shared.record_query("GET", &path, &query_text, status);
     if !authorized(&shared, &headers) {
-        shared.record("GET", &path, StatusCode::UNAUTHORIZED);
+        record(StatusCode::UNAUTHORIZED);
         return error(StatusCode::UNAUTHORIZED, 40101, "unauthorized");
     }
-    if query.poll.as_deref() != Some("1") {
-        // The fake serves cached messages only; a stream would never end.
-        shared.record("GET", &path, StatusCode::BAD_REQUEST);
-        return error(
-            StatusCode::BAD_REQUEST,
-            40000,
-            "the fake ntfy only answers poll=1",
-        );
-    }
+    let poll = query.poll.as_deref() == Some("1");
+    // A stream without `since` starts with new messages; a poll with all of them.
+    let since = query
+        .since
+        .unwrap_or_else(|| if poll { "all" } else { "none" }.to_owned());
     let state = shared.lock();
-    let since = query.since.unwrap_or_else(|| "all".to_owned());
-    let start = match since.parse::<i64>() {
-        Ok(secs) => state
-            .messages
-            .iter()
-            .position(|m| m.time >= secs)
-            .unwrap_or(state.messages.len()),
-        Err(_) if since == "all" => 0,
-        Err(_) => match state.messages.iter().position(|m| m.id == since) {
-            Some(index) => index + 1,
-            None => {
-                drop(state);
-                shared.record("GET", &path, StatusCode::BAD_REQUEST);
-                return error(StatusCode::BAD_REQUEST, 40008, "invalid since parameter");
-            }
-        },
+    let Some(start) = since_start(&state.messages, &topic, &since) else {
+        drop(state);
+        record(StatusCode::BAD_REQUEST);
+        return error(StatusCode::BAD_REQUEST, 40008, "invalid since parameter");
     };
-    let lines: String = state.messages[start..]
+    let cached: Vec<String> = state.messages[start..]
         .iter()
         .filter(|m| m.topic == topic)
         .map(|m| format!("{}\n", message_json(m)))
         .collect();
+    // Subscribed under the lock: nothing published between the cache and the live messages
+    // is missed or sent twice.
+    let live = shared.published.subscribe();
+    let keepalive = state.keepalive;
     drop(state);
-    shared.record("GET", &path, StatusCode::OK);
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "application/x-ndjson; charset=utf-8",
-        )],
-        lines,
-    )
-        .into_response()
+    record(StatusCode::OK);
+    let content_type = [(
+        axum::http::header::CONTENT_TYPE,
+        "application/x-ndjson; charset=utf-8",
+    )];
+    if poll {
+        return (content_type, cached.concat()).into_response();
+    }
+    let mut lines: VecDeque<String> = VecDeque::new();
+    lines.push_back(event_line("open", &topic));
+    lines.extend(cached);
+    let down = shared.down.subscribe();
+    let stream = futures::stream::unfold(
+        (lines, live, down, topic),
+        move |(mut lines, mut live, mut down, topic)| async move {
+            loop {
+                if *down.borrow() {
+                    return None;
+                }
+                if let Some(line) = lines.pop_front() {
+                    return Some((
+                        Ok::<_, std::convert::Infallible>(Bytes::from(line)),
+                        (lines, live, down, topic),
+                    ));
+                }
+                tokio::select! {
+                    message = live.recv() => match message {
+                        Ok(message) if message.topic == topic => {
+                            lines.push_back(format!("{}\n", message_json(&message)));
+                        }
+                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                    },
+                    _ = down.changed() => {}
+                    () = tokio::time::sleep(keepalive) => {
+                        lines.push_back(event_line("keepalive", &topic));
+                    }
+                }
+            }
+        },
+    );
+    (content_type, axum::body::Body::from_stream(stream)).into_response()
 }
 
 /// Performs an `http` action the way the ntfy app does when its button is tapped (method,

@@ -191,10 +191,16 @@ fn announce_telegram(settings: &countersign_telegram::Settings, approvers: usize
 }
 
 fn announce_ntfy(settings: &countersign_ntfy::Settings, _approvers: usize) {
+    let decisions = match &settings.decisions {
+        countersign_ntfy::config::DecisionPath::ReplyTopic(_) => {
+            "through the reply topic (no inbound port)".to_owned()
+        }
+        countersign_ntfy::config::DecisionPath::PublicUrl(url) => format!("through {url}"),
+    };
     tracing::info!(
         ntfy = %settings.ntfy_url,
         topics = settings.topics.len(),
-        decision_links = %settings.public_url,
+        decisions,
         "countersign up: the ntfy worker publishes approvals to your topics"
     );
 }

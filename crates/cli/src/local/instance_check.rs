@@ -127,9 +127,23 @@ fn check_channels(instance: &Instance, config: &InstanceConfig, problems: &mut V
             }
         }
     }
-    if let Some((_, topics)) = &config.ntfy {
+    if let Some((ntfy, topics)) = &config.ntfy {
         configured += 1;
-        println!("ok    ntfy: {} topic(s)", topics.len());
+        match (&ntfy.reply_topic, &ntfy.public_url) {
+            (Some(_), None) => println!(
+                "ok    ntfy: {} topic(s); the buttons decide through the reply topic on {} (no inbound port)",
+                topics.len(),
+                ntfy.server_url
+            ),
+            (None, Some(url)) => println!(
+                "ok    ntfy: {} topic(s); the buttons decide through the decision-link pages at {url} (the phone must reach it)",
+                topics.len()
+            ),
+            _ => problems.push(
+                "ntfy has neither a reply topic nor a public_url, or both (countersign setup ntfy)"
+                    .to_owned(),
+            ),
+        }
     }
     if let Some(file) = &config.webhook {
         configured += 1;

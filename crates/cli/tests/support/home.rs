@@ -81,6 +81,7 @@ impl Home {
             "GITHUB_TOKEN",
             "GITHUB_API_URL",
             "COUNTERSIGN_GITHUB_TOKEN",
+            "NTFY_TOKEN",
             "RUST_LOG",
         ] {
             command.env_remove(variable);
