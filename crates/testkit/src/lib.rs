@@ -10,5 +10,6 @@ pub mod phone;
 pub mod postgres;
 pub mod server;
 pub mod slack;
+pub mod smtp;
 pub mod storage_use;
 pub mod telegram;

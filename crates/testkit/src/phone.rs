@@ -1,4 +1,4 @@
-//! A picture of a message on the fake Telegram as a phone shows it, for the documentation:
+//! A picture of a message on the fake Telegram (or of a mail's HTML part) as a phone shows it, for the documentation:
 //! the text with its entities (bold, code, quotes…) and the inline buttons as an HTML page,
 //! and a PNG of that page taken by headless Chromium (Debian's `chromium`, which `.ci/run`
 //! installs). The text is escaped: what the agent wrote shows as text.
@@ -52,11 +52,22 @@ pub async fn screenshot(
     dir: &Path,
     name: &str,
 ) -> Result<std::path::PathBuf, PictureError> {
+    screenshot_page(&message_html(message, bot), (412, 600), dir, name).await
+}
+
+/// Writes the page `html` to `<dir>/<name>.html` and a picture of it, `size` pixels (width,
+/// height), to `<dir>/<name>.png` (a mail's HTML part as a phone shows it, for one).
+pub async fn screenshot_page(
+    html_text: &str,
+    (width, height): (u32, u32),
+    dir: &Path,
+    name: &str,
+) -> Result<std::path::PathBuf, PictureError> {
     std::fs::create_dir_all(dir)
         .map_err(|error| PictureError::Write(dir.display().to_string(), error))?;
     let html = dir.join(format!("{name}.html"));
     let png = dir.join(format!("{name}.png"));
-    std::fs::write(&html, message_html(message, bot))
+    std::fs::write(&html, html_text)
         .map_err(|error| PictureError::Write(html.display().to_string(), error))?;
     let _ = std::fs::remove_file(&png);
     let profile = tempfile::tempdir()
@@ -69,8 +80,8 @@ pub async fn screenshot(
             "--disable-dev-shm-usage",
             "--hide-scrollbars",
             "--force-device-scale-factor=1",
-            "--window-size=412,600",
         ])
+        .arg(format!("--window-size={width},{height}"))
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .arg(format!("--screenshot={}", png.display()))
         .arg(format!("file://{}", html.display()))
