@@ -521,10 +521,15 @@ async fn picture_of_the_request_mail_on_a_phone() {
         })
         .await;
     let mail = harness.request_mail(&approval.id).await;
-    let html = mail.part("text/html").unwrap();
+    let page = countersign_testkit::phone::mail_html(
+        &mail.header("Subject").unwrap(),
+        &mail.header("From").unwrap(),
+        &mail.header("To").unwrap(),
+        &mail.part("text/html").unwrap(),
+    );
     let picture = countersign_testkit::phone::screenshot_page(
-        &html,
-        (412, 860),
+        &page,
+        (412, 680),
         &Path::new(env!("CARGO_TARGET_TMPDIR")).join("phone-screenshots"),
         "email-request",
     )

@@ -32,6 +32,26 @@ pub fn message_html(message: &ChatMessage, bot: &str) -> String {
     page
 }
 
+/// A mail as a phone's mail app opens it: a header with the subject, the sender and the
+/// recipient (escaped), above the mail's own HTML part (a whole document, shown as sent).
+pub fn mail_html(subject: &str, from: &str, to: &str, html_part: &str) -> String {
+    let header = format!(
+        "<div style=\"font-family:-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;padding:12px;border-bottom:1px solid #d0d7de;background:#f6f8fa\">\
+         <div style=\"font-size:17px;font-weight:600;margin-bottom:6px\">{}</div>\
+         <div style=\"color:#57606a;font-size:13px\">From {}<br>To {}</div></div>",
+        escape(subject),
+        escape(from),
+        escape(to)
+    );
+    match html_part
+        .find("<body")
+        .and_then(|at| html_part[at..].find('>').map(|end| at + end + 1))
+    {
+        Some(body) => format!("{}{header}{}", &html_part[..body], &html_part[body..]),
+        None => format!("{header}{html_part}"),
+    }
+}
+
 /// Why a picture could not be taken.
 #[derive(Debug, thiserror::Error)]
 pub enum PictureError {
