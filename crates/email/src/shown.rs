@@ -6,8 +6,8 @@
 //! acceptance. SMTP has no way to ask a relay whether it took a mail, so after a crash in
 //! between the mail is sent again with the same Message-ID (mail stores and clients that
 //! see the same Message-ID twice show one mail) and links of its own, siblings of the first
-//! ones: only one of them can ever decide. A crash before the relay's 250 after DATA leaves
-//! no mail at the relay, and the new send is the only one.
+//! ones: only one of them can ever decide. A crash before the mail's data was complete (its
+//! final `.`) leaves no mail at the relay, and the new send is the only one.
 
 use std::path::Path;
 

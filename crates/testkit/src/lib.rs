@@ -1,4 +1,4 @@
-//! Test support for countersign: fakes of the platforms (Telegram, GitHub, ntfy, Slack) on loopback, a picture of a fake
+//! Test support for countersign: fakes of the platforms (Telegram, GitHub, ntfy, Slack, an SMTP relay) on loopback, a picture of a fake
 //! Telegram message as a phone shows it, the test server, a private PostgreSQL cluster, and a record of the tests that depend on
 //! the storage backend.
 

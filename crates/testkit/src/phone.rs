@@ -1,7 +1,8 @@
-//! A picture of a message on the fake Telegram (or of a mail's HTML part) as a phone shows it, for the documentation:
+//! A picture of a message on the fake Telegram as a phone shows it, for the documentation:
 //! the text with its entities (bold, code, quotes…) and the inline buttons as an HTML page,
 //! and a PNG of that page taken by headless Chromium (Debian's `chromium`, which `.ci/run`
-//! installs). The text is escaped: what the agent wrote shows as text.
+//! installs). The text is escaped: what the agent wrote shows as text. A mail's HTML part
+//! (from the fake SMTP relay) is drawn the same way, under a mail app's header.
 
 use std::fmt::Write as _;
 use std::path::Path;
