@@ -342,6 +342,14 @@ pub enum SetupCommand {
     /// the server needs one, comes from NTFY_TOKEN (and `countersign up` needs it too).
     /// Restart `countersign up` afterwards.
     Ntfy(SetupNtfyArgs),
+    /// Connect email: check the SMTP relay, then confirm the approver's address by a test mail
+    ///
+    /// The SMTP password comes from COUNTERSIGN_SMTP_PASSWORD or is asked for (when a user name
+    /// is given). A test mail goes to the address through the relay; its link opens a page
+    /// served by this command, whose button confirms the address. Nothing is written unless
+    /// the relay took the mail and the address was confirmed; the password goes to a file only
+    /// you can read. Restart `countersign up` afterwards.
+    Email(SetupEmailArgs),
 }
 
 #[derive(Debug, Args)]
@@ -362,6 +370,48 @@ pub struct SetupNtfyArgs {
     /// How long to wait for the Confirm tap, in seconds
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     pub wait_secs: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct SetupEmailArgs {
+    /// Also write a policy preset's rules (balanced, strict or observe) into the config file, as
+    /// `countersign policy preset NAME` does
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
+    /// The SMTP relay's host name [default: asked]
+    #[arg(long, value_name = "HOST")]
+    pub smtp_host: Option<String>,
+    /// The relay's port [default: 587 for starttls, 465 for tls, 25 for none]
+    #[arg(long, value_name = "PORT")]
+    pub smtp_port: Option<u16>,
+    /// How the connection is protected: starttls, tls (SMTPS), or none (a relay on loopback only)
+    #[arg(long, value_name = "MODE", default_value = "starttls", value_parser = ["starttls", "tls", "none"])]
+    pub tls: String,
+    /// A PEM file of a private CA the relay's certificate is checked against
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// The SMTP user name [default: asked; empty for a relay without login]
+    #[arg(long, value_name = "USER")]
+    pub username: Option<String>,
+    /// The sender, NAME <ADDRESS> or ADDRESS [default: asked]
+    #[arg(long, value_name = "SENDER")]
+    pub from: Option<String>,
+    /// The approver's address: approval requests go there [default: asked]
+    #[arg(long, value_name = "ADDRESS")]
+    pub to: Option<String>,
+    /// The configured approver this address belongs to (a new id registers another person)
+    /// [default: the only approver, when there is exactly one]
+    #[arg(long, value_name = "ID")]
+    pub approver_id: Option<String>,
+    /// Where the confirmation and decision-link pages listen [default: listen in [email], else 127.0.0.1:8789]
+    #[arg(long, value_name = "ADDRESS")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// How the approver's browser reaches those pages [default: public_url in [email], else where they listen]
+    #[arg(long, value_name = "URL")]
+    pub public_url: Option<String>,
+    /// How long to wait for the test mail's link to be confirmed
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub wait: Duration,
 }
 
 #[derive(Debug, Args)]

@@ -12,6 +12,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use countersign_email::config::{EmailSection, RecipientSection};
 use countersign_github::config::FileConfig as GitHubFile;
 use countersign_ntfy::config::{NtfySection, TopicSection};
 use countersign_server::config::Config as ServerConfig;
@@ -57,6 +58,8 @@ pub enum Secret {
     TelegramBotToken,
     /// The GitHub token `setup github` was given.
     GitHubToken,
+    /// The SMTP password `setup email` was given.
+    SmtpPassword,
 }
 
 impl Secret {
@@ -67,6 +70,7 @@ impl Secret {
             Secret::Token(Token::Admin) => "admin-token",
             Secret::TelegramBotToken => "telegram-bot-token",
             Secret::GitHubToken => "github-token",
+            Secret::SmtpPassword => "smtp-password",
         }
     }
 }
@@ -171,6 +175,8 @@ pub struct InstanceConfig {
     pub webhook: Option<WebhookFile>,
     /// The `[web]` section; it becomes the web inbox's file once `up` adds the server.
     pub web: Option<toml::Table>,
+    /// The `[email]` section and its `[[email.recipients]]`, when there is one.
+    pub email: Option<(EmailSection, Vec<RecipientSection>)>,
     /// The `[notify]` section: the quiet hours of `notify`'s notices.
     pub notify: crate::notify_config::NotifySection,
     /// False when the file does not exist (the defaults apply).
@@ -239,6 +245,16 @@ impl Instance {
             }),
         };
         let web = self.worker_section(&mut table, "web", &invalid)?;
+        let email = match self.worker_section(&mut table, "email", &invalid)? {
+            None => None,
+            Some(mut section) => {
+                let recipients = take_part(&mut section, "email", "recipients", &invalid)?;
+                Some((
+                    section_as(section, "email", &invalid)?,
+                    recipients.unwrap_or_default(),
+                ))
+            }
+        };
         let notify: crate::notify_config::NotifySection = match table.remove("notify") {
             None => Default::default(),
             Some(toml::Value::Table(section)) => section_as(section, "notify", &invalid)?,
@@ -258,6 +274,7 @@ impl Instance {
             github,
             webhook,
             web,
+            email,
             notify,
             exists: text.is_some(),
         })

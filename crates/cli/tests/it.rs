@@ -13,6 +13,7 @@ mod quickstart;
 mod rate_limits;
 mod rules_suggest;
 mod setup_channels;
+mod setup_email;
 mod setup_ntfy;
 mod support;
 mod up_channels;

@@ -1,4 +1,4 @@
-//! Test support for countersign: fakes of the platforms (Telegram, GitHub, ntfy, Slack) on loopback, a picture of a fake
+//! Test support for countersign: fakes of the platforms (Telegram, GitHub, ntfy, Slack, an SMTP relay) on loopback, a picture of a fake
 //! Telegram message as a phone shows it, the test server, a private PostgreSQL cluster, and a record of the tests that depend on
 //! the storage backend.
 
@@ -10,5 +10,6 @@ pub mod phone;
 pub mod postgres;
 pub mod server;
 pub mod slack;
+pub mod smtp;
 pub mod storage_use;
 pub mod telegram;

@@ -1,7 +1,8 @@
 //! A picture of a message on the fake Telegram as a phone shows it, for the documentation:
 //! the text with its entities (bold, code, quotes…) and the inline buttons as an HTML page,
 //! and a PNG of that page taken by headless Chromium (Debian's `chromium`, which `.ci/run`
-//! installs). The text is escaped: what the agent wrote shows as text.
+//! installs). The text is escaped: what the agent wrote shows as text. A mail's HTML part
+//! (from the fake SMTP relay) is drawn the same way, under a mail app's header.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -32,6 +33,26 @@ pub fn message_html(message: &ChatMessage, bot: &str) -> String {
     page
 }
 
+/// A mail as a phone's mail app opens it: a header with the subject, the sender and the
+/// recipient (escaped), above the mail's own HTML part (a whole document, shown as sent).
+pub fn mail_html(subject: &str, from: &str, to: &str, html_part: &str) -> String {
+    let header = format!(
+        "<div style=\"font-family:-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;padding:12px;border-bottom:1px solid #d0d7de;background:#f6f8fa\">\
+         <div style=\"font-size:17px;font-weight:600;margin-bottom:6px\">{}</div>\
+         <div style=\"color:#57606a;font-size:13px\">From {}<br>To {}</div></div>",
+        escape(subject),
+        escape(from),
+        escape(to)
+    );
+    match html_part
+        .find("<body")
+        .and_then(|at| html_part[at..].find('>').map(|end| at + end + 1))
+    {
+        Some(body) => format!("{}{header}{}", &html_part[..body], &html_part[body..]),
+        None => format!("{header}{html_part}"),
+    }
+}
+
 /// Why a picture could not be taken.
 #[derive(Debug, thiserror::Error)]
 pub enum PictureError {
@@ -52,11 +73,22 @@ pub async fn screenshot(
     dir: &Path,
     name: &str,
 ) -> Result<std::path::PathBuf, PictureError> {
+    screenshot_page(&message_html(message, bot), (412, 600), dir, name).await
+}
+
+/// Writes the page `html` to `<dir>/<name>.html` and a picture of it, `size` pixels (width,
+/// height), to `<dir>/<name>.png` (a mail's HTML part as a phone shows it, for one).
+pub async fn screenshot_page(
+    html_text: &str,
+    (width, height): (u32, u32),
+    dir: &Path,
+    name: &str,
+) -> Result<std::path::PathBuf, PictureError> {
     std::fs::create_dir_all(dir)
         .map_err(|error| PictureError::Write(dir.display().to_string(), error))?;
     let html = dir.join(format!("{name}.html"));
     let png = dir.join(format!("{name}.png"));
-    std::fs::write(&html, message_html(message, bot))
+    std::fs::write(&html, html_text)
         .map_err(|error| PictureError::Write(html.display().to_string(), error))?;
     let _ = std::fs::remove_file(&png);
     let profile = tempfile::tempdir()
@@ -69,8 +101,8 @@ pub async fn screenshot(
             "--disable-dev-shm-usage",
             "--hide-scrollbars",
             "--force-device-scale-factor=1",
-            "--window-size=412,600",
         ])
+        .arg(format!("--window-size={width},{height}"))
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .arg(format!("--screenshot={}", png.display()))
         .arg(format!("file://{}", html.display()))

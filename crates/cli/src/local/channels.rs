@@ -36,7 +36,7 @@ struct Channel<Section, S, F> {
 }
 
 /// Every channel `up` runs, in the order it starts them: adding a channel is one line.
-fn channels() -> [Box<dyn Prepare>; 6] {
+fn channels() -> [Box<dyn Prepare>; 7] {
     [
         Box::new(Channel {
             piece: "Telegram worker",
@@ -72,6 +72,13 @@ fn channels() -> [Box<dyn Prepare>; 6] {
             load: webhook,
             announce: announce_webhook,
             run: countersign_webhook::run,
+        }),
+        Box::new(Channel {
+            piece: "email worker",
+            section: |config| config.email.take(),
+            load: email,
+            announce: announce_email,
+            run: countersign_email::run,
         }),
         Box::new(Channel {
             piece: "web inbox",
@@ -233,6 +240,15 @@ fn announce_webhook(settings: &countersign_webhook::Settings, _approvers: usize)
     );
 }
 
+fn announce_email(settings: &countersign_email::Settings, _approvers: usize) {
+    tracing::info!(
+        smtp = %settings.smtp.host,
+        recipients = settings.recipients.len(),
+        decision_links = %settings.public_url,
+        "countersign up: the email worker mails approvals to your recipients"
+    );
+}
+
 fn announce_web(
     (settings, _listener): &(countersign_web::Settings, tokio::net::TcpListener),
     _approvers: usize,
@@ -384,6 +400,39 @@ fn webhook(
     }
     let settings = countersign_webhook::Settings::from_file(file, |name| pieces.secret(name))
         .map_err(|error| invalid(pieces.instance, error, "see docs/quickstart.md, webhooks"))?;
+    create_private_dir(&settings.state_dir)?;
+    Ok(settings)
+}
+
+/// The email worker's secrets: the generated worker token, the SMTP password from its
+/// environment variable or the file `setup email` wrote.
+fn email(
+    (mut section, recipients): (
+        countersign_email::config::EmailSection,
+        Vec<countersign_email::config::RecipientSection>,
+    ),
+    pieces: &Pieces<'_>,
+) -> Result<countersign_email::Settings, CliError> {
+    use countersign_email::config::SMTP_PASSWORD_ENV;
+    // On one machine the decision-link pages are where they listen.
+    if section.public_url.is_empty() {
+        section.public_url = local_url(section.listen);
+    }
+    let password = match env_var(SMTP_PASSWORD_ENV) {
+        Some(password) => Some(password),
+        None => pieces.instance.read_secret(Secret::SmtpPassword)?,
+    };
+    let file = countersign_email::config::FileConfig {
+        server: server_section(pieces),
+        email: section,
+        recipients,
+        metrics: Default::default(),
+    };
+    let settings = countersign_email::Settings::from_file(file, |name| match name {
+        SMTP_PASSWORD_ENV => password.clone(),
+        _ => pieces.secret(name),
+    })
+    .map_err(|error| invalid(pieces.instance, error, "run countersign setup email"))?;
     create_private_dir(&settings.state_dir)?;
     Ok(settings)
 }

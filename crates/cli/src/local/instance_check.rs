@@ -8,6 +8,7 @@ use countersign_telegram::config::BOT_TOKEN_ENV;
 const SETUP_TELEGRAM: &str = "run countersign setup telegram";
 const SETUP_GITHUB: &str = "run countersign setup github";
 const SETUP_WEB: &str = "run countersign setup web";
+const SETUP_EMAIL: &str = "run countersign setup email";
 
 /// What the local instance lacks, each with the command that fixes it.
 pub fn check_instance(instance: &Instance) -> Vec<String> {
@@ -32,7 +33,8 @@ pub fn check_instance(instance: &Instance) -> Vec<String> {
     let secrets = Token::ALL
         .into_iter()
         .map(Secret::Token)
-        .chain([Secret::TelegramBotToken, Secret::GitHubToken]);
+        .chain([Secret::TelegramBotToken, Secret::GitHubToken])
+        .chain([Secret::SmtpPassword]);
     for secret in secrets {
         let path = instance.secret_path(secret);
         if open_to_others(&path) == Some(true) {
@@ -124,6 +126,30 @@ fn check_channels(instance: &Instance, config: &InstanceConfig, problems: &mut V
                 problems.push(format!(
                     "no approver can sign in to the web inbox ({SETUP_WEB})"
                 ));
+            }
+        }
+    }
+    match &config.email {
+        None => optional.push(format!("email is not set up ({SETUP_EMAIL})")),
+        Some((email, _)) => {
+            configured += 1;
+            if let Some(username) = &email.username {
+                let password = secret_set(
+                    instance,
+                    countersign_email::config::SMTP_PASSWORD_ENV,
+                    Secret::SmtpPassword,
+                    false,
+                );
+                if !password {
+                    problems.push(format!("no SMTP password for {username} ({SETUP_EMAIL})"));
+                }
+            }
+            match &email.default_recipient {
+                Some(address) => println!(
+                    "ok    email: approvals go to {address} through {}",
+                    email.smtp_host
+                ),
+                None => problems.push(format!("email has no default recipient ({SETUP_EMAIL})")),
             }
         }
     }
