@@ -87,6 +87,23 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// The keys decision receipts are signed with (`receipt-keys.json` in `[receipts]
+    /// keys_dir`; docs/security.md#decision-receipts).
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    /// Print the public keys as a JWKS document, and their fingerprint on stderr (the key set
+    /// is made when there is none).
+    Show,
+    /// Make a new signing key, endorsed by the current one, and drop the current private key.
+    /// The old public keys stay in the set, so receipts signed before still verify, and the
+    /// fingerprint clients pinned stays. Restart the server (every replica) to sign with it.
+    Rotate,
 }
 
 #[derive(Debug, Subcommand)]
@@ -152,6 +169,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(Command::Keys { command }) = &args.command {
+        return keys(command, &config);
+    }
     if let Some(Command::Audit { command }) = &args.command {
         return runtime.block_on(audit(command, &config));
     }
@@ -224,6 +244,39 @@ fn healthcheck(url: &str, timeout: Duration, ca_cert: Option<&std::path::Path>) 
 }
 
 /// `audit head`, `audit rechain` and `audit new-history`.
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn keys(command: &KeysCommand, config: &Config) -> ExitCode {
+    use countersign_server::receipts::ReceiptKeys;
+    let dir = config.receipt_keys_dir();
+    let done = match command {
+        KeysCommand::Show => {
+            ReceiptKeys::load_or_create(&dir, config.receipts.ttl_seconds).map(|keys| {
+                println!("{}", keys.jwks());
+                eprintln!("fingerprint: {}", keys.fingerprint());
+            })
+        }
+        KeysCommand::Rotate => ReceiptKeys::rotate(&dir, now_millis()).map(|(old, new)| {
+            println!(
+                "{}",
+                serde_json::json!({ "retired_kid": old, "current_kid": new })
+            );
+        }),
+    };
+    match done {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("countersign-server keys: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 async fn audit(command: &AuditCommand, config: &Config) -> ExitCode {
     use countersign_server::integrity;
     let anchor_json = |anchor: &integrity::Anchor| {
