@@ -32,7 +32,12 @@ TRICKY = [
 
 def raw_request(client: Client, agent_id: str, key: str, arguments_json: str):
     message = pb.RequestApprovalRequest(
-        agent_id=agent_id, idempotency_key=key, tool_name="deploy", arguments_json=arguments_json, action="x"
+        agent_id=agent_id,
+        idempotency_key=key,
+        tool_name="deploy",
+        arguments_json=arguments_json,
+        action="x",
+        risk=pb.RISK_HIGH,
     )
     return approval_of(client._call("RequestApproval", message).approval)
 
@@ -52,6 +57,7 @@ def approved(server: Server, agent_id: str, key: str, **options: object):
         tool_name="deploy",
         arguments={"env": "prod", "note": "café"},
         action="deploy",
+        risk="high",
         idempotency_key=key,
         deadline=20,
     )
@@ -142,7 +148,12 @@ def test_a_rejection_a_man_in_the_middle_turned_into_an_approval_is_refused(serv
     approver = Approver(server.address, agent_id, [(Verdict.REJECT, Scope.ONCE, "no")])
     with Client(proxy.address) as client, pytest.raises(ReceiptError, match="verdict is REJECT, not APPROVE"):
         client.request_and_wait(
-            agent_id=agent_id, tool_name="deploy", arguments={"env": "prod"}, action="deploy", deadline=20
+            agent_id=agent_id,
+            tool_name="deploy",
+            arguments={"env": "prod"},
+            action="deploy",
+            risk="high",
+            deadline=20,
         )
     approver.join()
     assert proxy.rewrites > 0

@@ -42,7 +42,7 @@ async function decided(
   const agent = agentId();
   const decision = decideNext(direct, agent, { verdict, reason: "ok" });
   const approval = client.requestAndWait(
-    { agentId: agent, toolName: "deploy", arguments: ARGS, action: "deploy" },
+    { agentId: agent, toolName: "deploy", arguments: ARGS, action: "deploy", risk: "high" },
     { deadlineMs: 20_000 },
   );
   const [settled] = await Promise.allSettled([approval, decision]);
@@ -100,6 +100,7 @@ describe("receipts", () => {
           toolName: "deploy",
           argumentsJson: text,
           action: "x",
+          risk: pb.Risk.HIGH,
         }),
       );
       assert.equal(argsDigest(text), response.approval?.argsDigest, text);
