@@ -153,6 +153,7 @@ async fn verify_checks_a_receipt_offline_and_names_what_does_not_match() {
             tool_name: "deploy".into(),
             arguments_json: arguments.into(),
             action: "deploy".into(),
+            risk: pb::Risk::High.into(),
             ..Default::default()
         })
         .await

@@ -443,6 +443,11 @@ impl KeySet {
     }
 }
 
+/// Checks a signed audit checkpoint against `keys`: its claims (`head_seq`, `head_hash`).
+pub fn verify_checkpoint(token: &str, keys: &KeySet) -> Result<Value, ReceiptError> {
+    verify_jws(token, CHECKPOINT_TYPE, keys)
+}
+
 /// The endorsement of `next` by `current`, for a rotation.
 pub fn endorse(current: &SigningKey, next: &VerifyingKey, now_ms: Millis) -> String {
     sign_jws(

@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use crate::config::Database;
+use crate::receipts::ReceiptKeys;
 use crate::store::audit_sql::AuditSql;
 pub use crate::store::audit_sql::{Anchor, IntegrityError, Rechained};
 use crate::store::StoreError;
@@ -65,6 +66,23 @@ pub async fn new_history(database: &Path) -> Result<String, StoreError> {
 }
 
 /// `countersign-server audit head`: the anchor of the database at `database`.
+/// `countersign-server audit checkpoint`: the chain's head (seq and hash) signed with the
+/// receipt key, a compact JWS of type `countersign-checkpoint+jwt` that a backup or an export
+/// is checked against offline (`countersign-server verify FILE --checkpoint`).
+pub async fn checkpoint(
+    database: &Path,
+    keys: &ReceiptKeys,
+    now_ms: i64,
+) -> Result<String, StoreError> {
+    let anchor = head(database).await?;
+    Ok(keys.checkpoint(&serde_json::json!({
+        "iss": countersign_core::receipt::ISSUER,
+        "iat": now_ms.div_euclid(1000),
+        "head_seq": anchor.head_seq,
+        "head_hash": anchor.head_hash,
+    })))
+}
+
 pub async fn head(database: &Path) -> Result<Anchor, StoreError> {
     match Database::of(database) {
         Database::Sqlite(path) => {

@@ -16,7 +16,7 @@ const RULES: &str = r#"
 name = "reads-are-fine"
 action = "allow"
 [rules.match]
-tool = ["read_file"]
+tool = "read_file"
 "#;
 
 async fn key_set(client: &mut Client) -> (KeySet, String) {
@@ -204,4 +204,67 @@ async fn a_rotation_keeps_old_receipts_verifiable_and_the_fingerprint() {
         ),
         "the new key is not in the set read before the rotation"
     );
+}
+
+#[tokio::test]
+async fn a_signed_checkpoint_verifies_a_backup_offline_and_names_a_changed_history() {
+    let mut server = TestServer::start().await;
+    let mut client = connect(&server).await;
+    let approval = create(&mut client, request("agent-a", "call-1")).await;
+    client
+        .decide(decide(&approval.id, pb::Verdict::Approve, "1001", "tap-1"))
+        .await
+        .expect("decide");
+    server.stop().await;
+    let dir = server
+        .config()
+        .receipts
+        .keys_dir
+        .clone()
+        .expect("the test's keys dir");
+    let keys = ReceiptKeys::load_or_create(&dir, 3600).expect("the server's keys");
+    let database = server.database_path();
+    let checkpoint = countersign_server::integrity::checkpoint(&database, &keys, 0)
+        .await
+        .expect("checkpoint");
+    let set = KeySet::from_jwks(&keys.jwks()).unwrap();
+    let claims = countersign_core::receipt::verify_checkpoint(&checkpoint, &set).unwrap();
+    assert_eq!(claims["head_seq"], resolved_seq_offline(&database).await);
+    if countersign_testkit::postgres::skip_unless_sqlite(
+        "the checkpoint is checked against a SQLite file (PostgreSQL is backed up with pg_dump)",
+    ) {
+        return;
+    }
+    let seq = countersign_server::store::backup::check_checkpoint(&database, &checkpoint, &set)
+        .await
+        .expect("the file passes through the checkpoint");
+    assert_eq!(Some(seq), claims["head_seq"].as_i64());
+    let other = ReceiptKeys::load_or_create(tempfile::tempdir().unwrap().path(), 3600).unwrap();
+    let forged = countersign_server::integrity::checkpoint(&database, &other, 0)
+        .await
+        .unwrap();
+    assert!(matches!(
+        countersign_server::store::backup::check_checkpoint(&database, &forged, &set).await,
+        Err(countersign_server::store::backup::VerifyError::Checkpoint(
+            ReceiptError::UnknownKey(_)
+        ))
+    ));
+    tamper(
+        &server,
+        &format!("UPDATE events SET hash = 'rewritten' WHERE seq = {seq}"),
+    )
+    .await;
+    assert!(matches!(
+        countersign_server::store::backup::check_checkpoint(&database, &checkpoint, &set).await,
+        Err(countersign_server::store::backup::VerifyError::NotAtCheckpoint { .. })
+    ));
+}
+
+/// The newest seq of the stopped server's log.
+async fn resolved_seq_offline(database: &std::path::Path) -> serde_json::Value {
+    countersign_server::integrity::head(database)
+        .await
+        .unwrap()
+        .head_seq
+        .into()
 }
