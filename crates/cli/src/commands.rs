@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::time::SystemTime;
 
-use countersign_client::{pb, Client, WatchItem, WatchOptions};
+use countersign_client::{pb, receipts, Client, WatchItem, WatchOptions};
 use serde_json::Value;
 
 use crate::agent::install::InstallFlags;
@@ -288,9 +288,17 @@ async fn request(
         out.approval(&approval)?;
         return Ok(Exit::Success);
     }
+    let arguments_json = request.arguments_json.clone();
     let approval = request_to_wait(client, request, args.timeout).await?;
     let approval = await_decision(client, approval, args.timeout).await?;
     out.approval(&approval)?;
+    if approval.state() == pb::ApprovalState::Approved {
+        // Exit 0 says "go ahead": only for what the server signed.
+        let requested = receipts::digest_of(&arguments_json)?;
+        client
+            .verify_receipt(&approval, &receipts::digest_to_run(&approval, &requested)?)
+            .await?;
+    }
     Ok(verdict_exit(&approval))
 }
 

@@ -256,3 +256,36 @@ async fn verify_checks_a_receipt_offline_and_names_what_does_not_match() {
         "the key set's fingerprint is",
     );
 }
+
+#[tokio::test]
+async fn exec_does_not_run_a_command_whose_rejection_a_man_in_the_middle_turned_into_an_approval() {
+    let server = TestServer::start().await;
+    let proxy = RewritingProxy::start(server.addr(), STATE_REJECTED, STATE_APPROVED).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut watch = watch_requests(&server.url()).await;
+    let mut command = countersign(&proxy.url());
+    command
+        .args(["exec", "--", "sh", "-c", "echo ran > mark"])
+        .current_dir(dir.path());
+    let exec = tokio::spawn(async move { run_with_input(command, b"").await });
+    let approval = next_pending(&mut watch).await;
+    decide(
+        &client(&server.url()),
+        &approval.id,
+        pb::Verdict::Reject,
+        pb::Scope::Once,
+        "no",
+    )
+    .await;
+    let output = exec.await.unwrap();
+    assert!(proxy.rewrites() > 0);
+    assert_exit(&output, 70);
+    assert!(
+        stderr(&output).contains(
+            "not running the command: the decision receipt does not verify: the receipt's verdict is REJECT, not APPROVE"
+        ),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!dir.path().join("mark").exists(), "the command did not run");
+}
