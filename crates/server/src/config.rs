@@ -66,6 +66,8 @@ pub struct ReceiptsConfig {
     pub keys_dir: Option<PathBuf>,
     /// How long after the resolution a receipt may be acted on (its `exp`).
     pub ttl_seconds: u32,
+    /// How often the server logs a signed checkpoint of the audit chain's head (0: never).
+    pub checkpoint_interval_seconds: u32,
 }
 
 impl Default for ReceiptsConfig {
@@ -73,6 +75,7 @@ impl Default for ReceiptsConfig {
         ReceiptsConfig {
             keys_dir: None,
             ttl_seconds: 3600,
+            checkpoint_interval_seconds: 3600,
         }
     }
 }

@@ -99,3 +99,28 @@ pub async fn head(database: &Path) -> Result<Anchor, StoreError> {
         }
     }
 }
+
+/// Logs a signed checkpoint of the audit chain's head (`integrity::checkpoint`) every
+/// `interval`, until `stop` turns true: the log, kept outside the server, then holds heads a
+/// backup is verified against offline.
+pub(crate) async fn log_checkpoints(
+    database: std::path::PathBuf,
+    keys: std::sync::Arc<ReceiptKeys>,
+    interval: std::time::Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        match checkpoint(&database, &keys, crate::store::now_millis()).await {
+            Ok(checkpoint) => tracing::info!(%checkpoint, "signed audit checkpoint"),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot sign an audit checkpoint; trying at the next one")
+            }
+        }
+    }
+}

@@ -123,6 +123,14 @@ pub async fn serve_with_metrics(
 
     let (stop_tx, stop_rx) = signal::channel(false);
     let sweeper = tokio::spawn(app::sweep(store.clone(), config.clone(), stop_rx.clone()));
+    let checkpoints = (config.receipts.checkpoint_interval_seconds > 0).then(|| {
+        tokio::spawn(integrity::log_checkpoints(
+            config.database.clone(),
+            keys.clone(),
+            Duration::from_secs(config.receipts.checkpoint_interval_seconds.into()),
+            stop_rx.clone(),
+        ))
+    });
     let metrics_tasks = match metrics.clone().zip(metrics_listener) {
         Some((metrics, listener)) => {
             let head = store.log_bounds().await?.0;
@@ -215,6 +223,9 @@ pub async fn serve_with_metrics(
         }
     };
     sweeper.abort();
+    if let Some(checkpoints) = checkpoints {
+        checkpoints.abort();
+    }
     health_follower.abort();
     for task in metrics_tasks.into_iter().flatten() {
         task.abort();

@@ -268,3 +268,57 @@ async fn resolved_seq_offline(database: &std::path::Path) -> serde_json::Value {
         .head_seq
         .into()
 }
+
+/// What the test's log subscriber wrote.
+#[derive(Clone, Default)]
+struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_server_logs_signed_checkpoints_of_the_chain_head() {
+    let logs = LogBuffer::default();
+    let writer = logs.clone();
+    tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .init();
+    let server = TestServer::start_with(|config| {
+        config.receipts.checkpoint_interval_seconds = 1;
+    })
+    .await;
+    let mut client = connect(&server).await;
+    create(&mut client, request("agent-a", "call-1")).await;
+    let (keys, _) = key_set(&mut client).await;
+    // The first checkpoint may come before the request; a later one covers it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+        let covering = text
+            .lines()
+            .filter(|line| line.contains("signed audit checkpoint"))
+            .filter_map(|line| line.split("checkpoint=").nth(1))
+            .filter_map(|token| token.split_whitespace().next())
+            .map(|token| {
+                countersign_core::receipt::verify_checkpoint(token, &keys).expect("signed")
+            })
+            .any(|claims| claims["head_seq"].as_i64() >= Some(1));
+        if covering {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint covering the request:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
