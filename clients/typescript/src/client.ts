@@ -24,6 +24,7 @@ import {
   type Verdict,
   verdictProto,
 } from "./model.js";
+import { argsDigest, headerKid, KeySet, verifyReceipt } from "./receipts.js";
 import { Watch, type WatchOptions } from "./watch.js";
 
 /** How long a long-poll may exceed the wait it asked for before the client gives up on the
@@ -135,6 +136,8 @@ function definedOnly(options: ClientOptions): ClientOptions {
 export class Client {
   readonly connection: Connection;
   private readonly stub: ConnectClient<typeof pb.ApprovalService>;
+  private readonly receiptPin: string | undefined;
+  private keys: KeySet | undefined;
 
   /** Without an `address`, the server, token and CA come from the environment as in
    * {@link Client.fromEnv}, each overridden by the options given. */
@@ -143,6 +146,37 @@ export class Client {
       options.address === undefined ? withEnvironment(options) : options,
     );
     this.stub = createClient(pb.ApprovalService, transportOf(this.connection));
+    this.receiptPin = options.receiptPin || undefined;
+  }
+
+  /** The server's receipt keys: the JWKS document and its fingerprint. */
+  async signingKeys(options: Signal = {}): Promise<{ jwks: string; fingerprint: string }> {
+    const keys = await this.call(
+      (o) => this.stub.getSigningKeys(create(pb.GetSigningKeysRequestSchema, {}), o),
+      options.signal,
+    );
+    return { jwks: keys.jwksJson, fingerprint: keys.fingerprint };
+  }
+
+  /** Checks the approval's decision receipt before its call runs: signed by the pinned key set
+   * (`receiptPin`), for this approval, approving `argumentsJson` (the arguments requested; an
+   * approver's edit when there is one), not expired. Returns its claims; throws ReceiptError
+   * naming what did not match. */
+  async verifyReceipt(
+    approval: Approval,
+    argumentsJson: string,
+    options: Signal = {},
+  ): Promise<Record<string, unknown>> {
+    if (this.keys === undefined || this.keys.get(headerKid(approval.receipt)) === undefined) {
+      this.keys = KeySet.fromJwks((await this.signingKeys(options)).jwks, this.receiptPin);
+    }
+    const digest = approval.edited
+      ? argsDigest(approval.editedArguments ?? {})
+      : argsDigest(argumentsJson);
+    return verifyReceipt(approval.receipt, this.keys, {
+      approvalId: approval.id,
+      argsDigest: digest,
+    });
   }
 
   /** A client for COUNTERSIGN_ADDRESS or COUNTERSIGN_SERVER (default 127.0.0.1:50051) with
@@ -251,7 +285,8 @@ export class Client {
 
   /** Requests an approval, then waits for its decision (see waitForDecision). A request that
    * failed transiently is resent with the same idempotency key, so the server never creates
-   * a second approval. */
+   * a second approval. An approval is returned only when its decision receipt verifies
+   * (verifyReceipt); otherwise ReceiptError. */
   async requestAndWait(
     request: ApprovalRequest,
     options: RequestAndWaitOptions = {},
@@ -280,12 +315,15 @@ export class Client {
         await sleep(backoff.pauseUntil(limit), signal);
       }
     }
-    if (!approval.pending) {
-      return approval;
+    if (approval.pending) {
+      const deadlineAt =
+        options.deadlineMs === undefined ? deadlineOf(approval) : started + options.deadlineMs;
+      approval = await this.waitUntil(approval.id, deadlineAt, signal);
     }
-    const deadlineAt =
-      options.deadlineMs === undefined ? deadlineOf(approval) : started + options.deadlineMs;
-    return this.waitUntil(approval.id, deadlineAt, signal);
+    if (approval.approved) {
+      await this.verifyReceipt(approval, message.argumentsJson, options);
+    }
+    return approval;
   }
 
   /** A page of approvals, newest first. */

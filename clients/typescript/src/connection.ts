@@ -19,6 +19,9 @@ export interface ClientOptions {
   caFile?: string;
   /** Bound on each call other than the waits (which get their wait plus 5 s). Default 10 s. */
   timeoutMs?: number;
+  /** Decision receipts must chain to the key set with this fingerprint (`countersign keys`);
+   * without it, to the key set the server serves. */
+  receiptPin?: string;
 }
 
 export interface Connection {

@@ -30,4 +30,14 @@ export type {
   State,
   Verdict,
 } from "./model.js";
+export {
+  argsDigest,
+  canonicalJson,
+  KeySet,
+  parseStrict,
+  ReceiptError,
+  type ReceiptExpectations,
+  StrictJsonError,
+  verifyReceipt,
+} from "./receipts.js";
 export { Watch, type WatchOptions } from "./watch.js";

@@ -105,6 +105,9 @@ export interface Approval {
   consumption: Consumption | undefined;
   /** One line for people and models: the state, who or what decided, and why. */
   outcome: string;
+  /** The decision receipt the server signed once a verdict resolved it (a compact JWS);
+   * requestAndWait returns an approval only when it verifies (receipts.ts). */
+  receipt: string;
 }
 
 /** What an agent asks for. `idempotencyKey` makes retries safe: the runtime's tool-call id
@@ -278,6 +281,7 @@ export function approvalOf(message: pb.Approval): Approval {
     editor: deciderOf(message.editor),
     argumentsToRun: edited ? editedArguments : args,
     currentArgsDigest: edited ? message.editedArgsDigest : message.argsDigest,
+    receipt: message.receipt,
     createdAt: time(message.createdAt),
     expiresAt: time(message.expiresAt),
     resolvedAt: time(message.resolvedAt),

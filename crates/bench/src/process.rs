@@ -258,7 +258,15 @@ pub async fn start_server_under(
     let addr = free_port()?;
     let metrics = free_port()?;
     let config = dir.join("countersign.toml");
-    std::fs::write(&config, settings.config_toml(metrics))
+    // The receipt keys in the run's directory (on PostgreSQL they would go to the working
+    // directory).
+    // A JSON string is a TOML basic string.
+    let keys_dir = serde_json::Value::String(dir.display().to_string());
+    let text = format!(
+        "{}\n[receipts]\nkeys_dir = {keys_dir}\n",
+        settings.config_toml(metrics)
+    );
+    std::fs::write(&config, text)
         .map_err(|e| BenchError::Setup(format!("cannot write {}: {e}", config.display())))?;
     let log = dir.join("server.log");
     let log_file = std::fs::OpenOptions::new()

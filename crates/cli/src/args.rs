@@ -86,6 +86,17 @@ pub struct Cli<C: Subcommand> {
         value_name = "PATH"
     )]
     pub config: Option<PathBuf>,
+    /// Fingerprint of the server's receipt key set (its first key's id): decision receipts
+    /// must be signed by a key chained to it (`install` writes it into the hook command)
+    /// [default: the config file's receipt_pin; else the key set the server serves]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "COUNTERSIGN_RECEIPT_PIN",
+        value_name = "FINGERPRINT"
+    )]
+    pub receipt_pin: Option<String>,
     /// Output format
     #[arg(long, short, global = true,
         help_heading = "Global options", value_enum, default_value_t = Output::Table)]
@@ -128,6 +139,25 @@ Gate a coding agent's tool call: the host's hook JSON on stdin, its decision on 
 Always exits 0 with the decision the host understands, and denies when countersign cannot decide \
 (server unreachable, token refused, expiry, unreadable input, --timeout reached), saying why. Set \
 --timeout shorter than the host's hook timeout. Logs go to stderr.";
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The receipt (a compact JWS), or a file holding it
+    pub receipt: String,
+    /// JSON file of the arguments about to run: the receipt must approve exactly them
+    #[arg(long, value_name = "FILE")]
+    pub args: Option<PathBuf>,
+    /// The approval the receipt must be for
+    #[arg(long, value_name = "ID")]
+    pub approval: Option<String>,
+    /// JWKS file of the server's keys (`countersign keys`, or the server's
+    /// /.well-known/jwks.json) [default: ask the server]
+    #[arg(long, value_name = "FILE")]
+    pub keys: Option<PathBuf>,
+    /// Accept a receipt past its expiry (checking an old decision, not gating a call)
+    #[arg(long)]
+    pub expired_ok: bool,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -205,6 +235,12 @@ pub enum Command {
     Rules(RulesCommand),
     /// Check the audit trail's hash chain; exit 72 naming the first broken row (admin token)
     VerifyAudit,
+    /// Check a decision receipt offline: its signature against the key set (pinned with
+    /// --receipt-pin), and with --approval and --args that it approves that call; prints its
+    /// claims as JSON, or names what did not match and exits 1
+    Verify(VerifyArgs),
+    /// Print the server's receipt key set (JWKS) and its fingerprint
+    Keys,
     /// Have the server write a verified online copy of its SQLite database (admin token)
     ///
     /// The server copies its database into the new file NAME in its backup directory

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::time::SystemTime;
 
-use countersign_client::{pb, Client, WatchItem, WatchOptions};
+use countersign_client::{pb, receipts, Client, WatchItem, WatchOptions};
 use serde_json::Value;
 
 use crate::agent::install::InstallFlags;
@@ -74,6 +74,7 @@ pub async fn run(cli: FullCli) -> i32 {
         config: cli.config.clone(),
         server: cli.server.clone(),
         token_file: cli.token_file.clone(),
+        receipt_pin: cli.receipt_pin.clone(),
     };
     let command = match cli.command {
         // A hook answers the host on stdout whatever goes wrong, bad settings included.
@@ -108,7 +109,7 @@ async fn dispatch(
     install_flags: &InstallFlags,
     settings: &Settings,
 ) -> Result<i32, CliError> {
-    let client = Client::connect(settings.client.clone())?;
+    let client = settings.connect()?;
     let out = Printer { format: output };
     let exit = match command {
         Command::Request(args) => request(&client, settings, &out, args).await?,
@@ -205,6 +206,17 @@ async fn dispatch(
         Command::Policy(PolicyCommand::Report(args)) => policy_report(&client, &out, args).await?,
         Command::Rules(RulesCommand::Suggest(args)) => rules_suggest(&client, &out, args).await?,
         Command::VerifyAudit => verify_audit(&client, &out).await?,
+        Command::Verify(args) => {
+            let verified =
+                crate::operator::receipt::verify(&client, settings.receipt_pin.as_deref(), args)
+                    .await?;
+            out.json(&verified, true)?;
+            Exit::Success
+        }
+        Command::Keys => {
+            out.json(&crate::operator::receipt::keys(&client).await?, true)?;
+            Exit::Success
+        }
         Command::Backup { name } => {
             let made = client.backup_database(&name).await?;
             match out.format {
@@ -215,7 +227,10 @@ async fn dispatch(
         }
         Command::Hook(args) => return Ok(crate::agent::hook::run(Ok(settings.clone()), args).await),
         Command::Mcp(args) => crate::agent::mcp::serve(client, settings, args).await?,
-        Command::Install(args) => crate::agent::install::install(install_flags, args)?,
+        Command::Install(args) => {
+            let flags = crate::agent::install::pin_receipts(install_flags, &client).await?;
+            crate::agent::install::install(&flags, args)?
+        }
         Command::Doctor { host } => crate::agent::install::doctor(&client, host).await,
         Command::Up(_) | Command::Setup(_) | Command::Notify(_) | Command::Policy(_) => {
             return Err(CliError::Failure(
@@ -279,9 +294,17 @@ async fn request(
         out.approval(&approval)?;
         return Ok(Exit::Success);
     }
+    let arguments_json = request.arguments_json.clone();
     let approval = request_to_wait(client, request, args.timeout).await?;
     let approval = await_decision(client, approval, args.timeout).await?;
     out.approval(&approval)?;
+    if approval.state() == pb::ApprovalState::Approved {
+        // Exit 0 says "go ahead": only for what the server signed.
+        let requested = receipts::digest_of(&arguments_json)?;
+        client
+            .verify_receipt(&approval, &receipts::digest_to_run(&approval, &requested)?)
+            .await?;
+    }
     Ok(verdict_exit(&approval))
 }
 

@@ -266,6 +266,10 @@ impl Instance {
         if !database_set {
             server.database = self.data_dir.join("countersign.db");
         }
+        // The receipt signing keys live with the other generated secrets.
+        if server.receipts.keys_dir.is_none() {
+            server.receipts.keys_dir = Some(self.data_dir.join("secrets"));
+        }
         Ok(InstanceConfig {
             server,
             telegram,

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use countersign_client::{pb, ClientConfig};
+use countersign_client::{pb, Client, ClientConfig, ClientError};
 use serde::Deserialize;
 
 use crate::args::{Command, FullCli, Risk};
@@ -29,6 +29,8 @@ pub struct FileConfig {
     /// Hooks and MCP: the risk of a tool (`Bash = "high"`; a name may end in `*`).
     #[serde(default)]
     pub tool_risk: BTreeMap<String, Risk>,
+    /// The receipt key set's fingerprint decision receipts are checked against.
+    pub receipt_pin: Option<String>,
 }
 
 impl FileConfig {
@@ -55,9 +57,17 @@ pub struct Settings {
     pub agent_id: Option<String>,
     pub user: Option<String>,
     pub tool_risk: BTreeMap<String, Risk>,
+    /// Decision receipts must chain to the key set with this fingerprint; `None`: the key set
+    /// the server serves.
+    pub receipt_pin: Option<String>,
 }
 
 impl Settings {
+    /// A client of the configured server that checks decision receipts against the pin.
+    pub fn connect(&self) -> Result<Client, ClientError> {
+        Ok(Client::connect(self.client.clone())?.with_receipt_pin(self.receipt_pin.clone()))
+    }
+
     pub fn resolve(cli: &FullCli) -> Result<Self, CliError> {
         let file = match &cli.config {
             Some(path) => FileConfig::load(path)?,
@@ -89,6 +99,7 @@ impl Settings {
             agent_id: file.agent_id,
             user: file.user,
             tool_risk: file.tool_risk,
+            receipt_pin: cli.receipt_pin.clone().or(file.receipt_pin),
         })
     }
 
@@ -189,6 +200,7 @@ mod tests {
             agent_id: None,
             user: None,
             tool_risk: file.tool_risk,
+            receipt_pin: None,
         };
         let flags = [("Bash".to_owned(), Risk::Low)];
         assert_eq!(settings.tool_risk(&flags, "Bash"), pb::Risk::Low);

@@ -11,6 +11,7 @@ mod policy;
 mod policy_report;
 mod quickstart;
 mod rate_limits;
+mod receipts;
 mod rules_suggest;
 mod setup_channels;
 mod setup_email;

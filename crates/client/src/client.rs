@@ -1,4 +1,5 @@
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use countersign_proto::v1 as pb;
@@ -9,6 +10,7 @@ use tokio::time::Instant;
 use crate::backoff::{log_retry, Backoff};
 use crate::connection::{endpoint, AdminRpc, BearerAuth, ClientConfig, Connector, Rpc};
 use crate::error::ClientError;
+use crate::receipts::{digest_of, digest_to_run, ReceiptTrust};
 use crate::watch::{Watch, WatchOptions};
 
 /// How long a call may exceed the wait it asked the server for before the client gives up on
@@ -59,6 +61,7 @@ pub struct Client {
     connector: Connector,
     rpc: Rpc,
     admin: AdminRpc,
+    receipts: Arc<ReceiptTrust>,
 }
 
 impl fmt::Debug for Client {
@@ -92,7 +95,41 @@ impl Client {
             connector: Connector { endpoint, auth },
             rpc,
             admin,
+            receipts: Arc::new(ReceiptTrust::default()),
         })
+    }
+
+    /// Checks decision receipts against the key set whose fingerprint is `pin` (the first
+    /// key's id, as `countersign-server keys show` and `GetSigningKeys` give it); `None`: the
+    /// key set the server serves, unpinned.
+    pub fn with_receipt_pin(mut self, pin: Option<String>) -> Client {
+        self.receipts = Arc::new(ReceiptTrust::pinned(pin));
+        self
+    }
+
+    /// The public keys receipts are signed with, as a JWKS document, and their fingerprint.
+    pub async fn signing_keys(&self) -> Result<pb::SigningKeys, ClientError> {
+        Ok(self
+            .rpc
+            .clone()
+            .get_signing_keys(pb::GetSigningKeysRequest {})
+            .await?
+            .into_inner())
+    }
+
+    /// Verifies `approval`'s decision receipt before a call runs: signed by the pinned key
+    /// set, for this approval, approving the arguments with digest `args_digest` (those about
+    /// to run), not expired. [`ClientError::Receipt`] names what did not match.
+    pub async fn verify_receipt(
+        &self,
+        approval: &pb::Approval,
+        args_digest: &str,
+    ) -> Result<countersign_core::receipt::ReceiptClaims, ClientError> {
+        self.receipts
+            .verify(&approval.receipt, &approval.id, args_digest, || async {
+                Ok(self.signing_keys().await?.jwks_json)
+            })
+            .await
     }
 
     /// The server URL this client talks to.
@@ -357,18 +394,26 @@ impl Client {
     /// the server never creates a second approval; the wait then re-attaches to the approval by
     /// id. When the deadline passes while the server is unreachable the last error is returned.
     /// Nothing here turns an error or a timeout into an approval (fail closed). The call may
-    /// overrun the deadline by one connection attempt.
+    /// overrun the deadline by one connection attempt. An APPROVED answer is returned only
+    /// when its decision receipt verifies ([`Client::verify_receipt`]) for the arguments sent
+    /// (or an approver's edit of them); otherwise [`ClientError::Receipt`].
     pub async fn request_and_wait(
         &self,
         mut req: pb::RequestApprovalRequest,
         deadline: Duration,
     ) -> Result<pb::Approval, ClientError> {
         let deadline_at = Instant::now() + deadline;
-        let approval = self.request_until(&mut req, deadline_at).await?;
-        if approval.state() != pb::ApprovalState::Pending {
-            return Ok(approval);
+        let arguments_json = req.arguments_json.clone();
+        let mut approval = self.request_until(&mut req, deadline_at).await?;
+        if approval.state() == pb::ApprovalState::Pending {
+            approval = self.wait_resolved(&approval.id, deadline_at).await?;
         }
-        self.wait_resolved(&approval.id, deadline_at).await
+        if approval.state() == pb::ApprovalState::Approved {
+            let requested_digest = digest_of(&arguments_json)?;
+            self.verify_receipt(&approval, &digest_to_run(&approval, &requested_digest)?)
+                .await?;
+        }
+        Ok(approval)
     }
 
     /// Requests an approval for a caller that will wait for it. A server unreachable at the

@@ -47,6 +47,10 @@ pub enum ClientError {
     /// The client configuration cannot be used (bad URL, CA certificate or token).
     #[error("invalid client configuration: {0}")]
     Config(String),
+    /// The approval's decision receipt does not verify: the call must not run. The message
+    /// names what did not match (signature, key, approval id, arguments digest, expiry).
+    #[error("the decision receipt does not verify: {0}")]
+    Receipt(#[from] countersign_core::receipt::ReceiptError),
 }
 
 impl ClientError {
@@ -100,7 +104,7 @@ impl ClientError {
             }
             ClientError::DeadlineExceeded(_) => Code::DeadlineExceeded,
             ClientError::Other(status) => status.code(),
-            ClientError::Config(_) => return None,
+            ClientError::Config(_) | ClientError::Receipt(_) => return None,
         })
     }
 }

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use countersign_core::digest::args_digest;
 use countersign_proto::v1 as pb;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -43,6 +44,8 @@ pub enum Verdict {
         /// An approver edited the arguments (edit-on-approve): run the call with this input
         /// instead of the one requested.
         updated_input: Option<Value>,
+        /// The approval's decision receipt, which [`checked`] verifies.
+        receipt: String,
     },
     /// Do not run the call. `failure` is true when countersign could not decide (server
     /// unreachable, refused, deadline reached, bad input) rather than a person or rule saying no.
@@ -235,7 +238,56 @@ pub fn tie_to_the_waiting_caller(request: &mut pb::RequestApprovalRequest, deadl
 
 /// Waits for the decision on `approval` until `deadline_at`. Still pending then: the approval
 /// is withdrawn (cancelled with `withdraw_reason`, so approvers see why) and the call denied.
+/// An allow stands only when its decision receipt verifies for the arguments that will run
+/// ([`checked`]; `requested_digest`: the digest of the arguments requested).
 pub async fn await_verdict(
+    client: &Client,
+    approval: pb::Approval,
+    deadline_at: Instant,
+    withdraw_reason: &str,
+    requested_digest: &str,
+) -> Verdict {
+    let verdict = await_unchecked(client, approval, deadline_at, withdraw_reason).await;
+    checked(client, verdict, requested_digest).await
+}
+
+/// Lets an allow stand only when its decision receipt verifies (signed by the pinned key set,
+/// for this approval, not expired) for the arguments that will run: an approver's edit when
+/// there is one, else those requested (`requested_digest`). Otherwise the call is denied,
+/// naming what did not match (fail closed).
+pub async fn checked(client: &Client, verdict: Verdict, requested_digest: &str) -> Verdict {
+    let Verdict::Allow {
+        approval_id,
+        updated_input,
+        receipt,
+        ..
+    } = &verdict
+    else {
+        return verdict;
+    };
+    let digest = match updated_input {
+        Some(input) => args_digest(input),
+        None => requested_digest.to_owned(),
+    };
+    let probe = pb::Approval {
+        id: approval_id.clone(),
+        receipt: receipt.clone(),
+        ..Default::default()
+    };
+    match client.verify_receipt(&probe, &digest).await {
+        Ok(_) => verdict,
+        Err(error) => {
+            tracing::warn!(%error, approval_id = %approval_id, "refused an approval whose receipt does not verify");
+            Verdict::Deny {
+                explanation: format!("countersign: approval {approval_id} is not run: {error}"),
+                failure: true,
+                approval_id: Some(approval_id.clone()),
+            }
+        }
+    }
+}
+
+async fn await_unchecked(
     client: &Client,
     approval: pb::Approval,
     deadline_at: Instant,
@@ -329,6 +381,7 @@ pub fn verdict_of(approval: &pb::Approval) -> Verdict {
             let editor = version::editor_name(approval).unwrap_or_default();
             match version::edited_input(approval) {
                 Some(input) => Verdict::Allow {
+                    receipt: approval.receipt.clone(),
                     session: is_session_scoped(approval),
                     single_use: is_single_use(approval),
                     explanation: format!(
@@ -349,6 +402,7 @@ pub fn verdict_of(approval: &pb::Approval) -> Verdict {
             }
         }
         pb::ApprovalState::Approved | pb::ApprovalState::Consumed => Verdict::Allow {
+            receipt: approval.receipt.clone(),
             session: is_session_scoped(approval),
             single_use: is_single_use(approval),
             explanation: format!("countersign: approved {by}{reason}"),

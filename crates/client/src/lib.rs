@@ -50,12 +50,14 @@ pub mod decider;
 mod error;
 pub mod gate;
 pub mod groups;
+pub mod receipts;
 pub mod version;
 mod watch;
 pub mod withdrawal;
 
 pub use client::Client;
 pub use connection::ClientConfig;
+pub use countersign_core::receipt::{ReceiptClaims, ReceiptError};
 pub use countersign_proto::v1 as pb;
 /// The protobuf timestamp used by the [`pb`] types.
 pub use countersign_proto::Timestamp;

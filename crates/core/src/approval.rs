@@ -318,6 +318,10 @@ pub struct Approval {
     /// See [`ApprovalRequest::withdraw_when_caller_leaves`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub withdraw_when_caller_leaves: bool,
+    /// The decision receipt the server signed when a verdict resolved it (a compact JWS, see
+    /// [`crate::receipt`]); `None` before, and when it ended without a verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<String>,
 }
 
 fn separation_of_duties_default() -> bool {

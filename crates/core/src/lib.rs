@@ -10,6 +10,7 @@ pub mod error;
 pub mod fields;
 pub mod groups;
 pub mod policy;
+pub mod receipt;
 mod state_machine;
 pub mod validate;
 

@@ -47,6 +47,7 @@ impl Approval {
             approver_groups: request.approver_groups,
             follow_up: request.follow_up.filter(FollowUp::is_active),
             withdraw_when_caller_leaves: request.withdraw_when_caller_leaves,
+            receipt: None,
         };
         if let Disposition::Resolve {
             verdict,

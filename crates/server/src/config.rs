@@ -51,6 +51,50 @@ pub struct Config {
     pub rules: Vec<RuleSpec>,
     /// Whether the rules decide or are only observed.
     pub policy: PolicyConfig,
+    /// Decision receipts: where the signing keys are, how long a receipt is good for.
+    pub receipts: ReceiptsConfig,
+}
+
+/// `[receipts]`: the server signs each verdict (docs/security.md#decision-receipts).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReceiptsConfig {
+    /// Directory of the signing key set, `receipt-keys.json` (mode 0600), made with a new key
+    /// on first start. Unset: the SQLite database's directory; with PostgreSQL, the working
+    /// directory. Replicas of one PostgreSQL database must all read the same file (one
+    /// mounted secret): the first replica to start creates it, the others read it.
+    pub keys_dir: Option<PathBuf>,
+    /// How long after the resolution a receipt may be acted on (its `exp`).
+    pub ttl_seconds: u32,
+    /// How often the server logs a signed checkpoint of the audit chain's head (0: never).
+    pub checkpoint_interval_seconds: u32,
+}
+
+impl Default for ReceiptsConfig {
+    fn default() -> Self {
+        ReceiptsConfig {
+            keys_dir: None,
+            ttl_seconds: 3600,
+            checkpoint_interval_seconds: 3600,
+        }
+    }
+}
+
+impl Config {
+    /// The directory of the receipt signing keys ([`ReceiptsConfig::keys_dir`]).
+    pub fn receipt_keys_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.receipts.keys_dir {
+            return dir.clone();
+        }
+        match Database::of(&self.database) {
+            Database::Sqlite(path) => path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| PathBuf::from(".")),
+            Database::Postgres(_) => PathBuf::from("."),
+        }
+    }
 }
 
 /// `[policy]`: how the rules are used.
@@ -91,6 +135,7 @@ impl Default for Config {
             groups: Vec::new(),
             rules: Vec::new(),
             policy: PolicyConfig::default(),
+            receipts: ReceiptsConfig::default(),
         }
     }
 }

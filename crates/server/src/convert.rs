@@ -350,6 +350,7 @@ pub fn approval_to_pb(approval: &Approval) -> pb::Approval {
             .collect(),
         follow_up: approval.follow_up.as_ref().map(follow_up_to_pb),
         withdraw_when_caller_leaves: approval.withdraw_when_caller_leaves,
+        receipt: approval.receipt.clone().unwrap_or_default(),
     }
 }
 

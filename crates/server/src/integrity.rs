@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use crate::config::Database;
+use crate::receipts::ReceiptKeys;
 use crate::store::audit_sql::AuditSql;
 pub use crate::store::audit_sql::{Anchor, IntegrityError, Rechained};
 use crate::store::StoreError;
@@ -65,6 +66,23 @@ pub async fn new_history(database: &Path) -> Result<String, StoreError> {
 }
 
 /// `countersign-server audit head`: the anchor of the database at `database`.
+/// `countersign-server audit checkpoint`: the chain's head (seq and hash) signed with the
+/// receipt key, a compact JWS of type `countersign-checkpoint+jwt` that a backup or an export
+/// is checked against offline (`countersign-server verify FILE --checkpoint`).
+pub async fn checkpoint(
+    database: &Path,
+    keys: &ReceiptKeys,
+    now_ms: i64,
+) -> Result<String, StoreError> {
+    let anchor = head(database).await?;
+    Ok(keys.checkpoint(&serde_json::json!({
+        "iss": countersign_core::receipt::ISSUER,
+        "iat": now_ms.div_euclid(1000),
+        "head_seq": anchor.head_seq,
+        "head_hash": anchor.head_hash,
+    })))
+}
+
 pub async fn head(database: &Path) -> Result<Anchor, StoreError> {
     match Database::of(database) {
         Database::Sqlite(path) => {
@@ -78,6 +96,31 @@ pub async fn head(database: &Path) -> Result<Anchor, StoreError> {
                 .await?
                 .anchor()
                 .await
+        }
+    }
+}
+
+/// Logs a signed checkpoint of the audit chain's head (`integrity::checkpoint`) every
+/// `interval`, until `stop` turns true: the log, kept outside the server, then holds heads a
+/// backup is verified against offline.
+pub(crate) async fn log_checkpoints(
+    database: std::path::PathBuf,
+    keys: std::sync::Arc<ReceiptKeys>,
+    interval: std::time::Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        match checkpoint(&database, &keys, crate::store::now_millis()).await {
+            Ok(checkpoint) => tracing::info!(%checkpoint, "signed audit checkpoint"),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot sign an audit checkpoint; trying at the next one")
+            }
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod integrity;
 pub(crate) mod limits;
 pub mod logging;
 pub(crate) mod metrics;
+pub mod receipts;
 pub mod security;
 pub(crate) mod service;
 pub mod serving;
@@ -37,6 +38,7 @@ use crate::config::{Config, ConfigError, Database};
 use crate::integrity::IntegrityError;
 use crate::limits::MessageSizeStatusLayer;
 use crate::metrics::{Metrics, RpcMetricsLayer};
+use crate::receipts::{KeysError, ReceiptKeys};
 use crate::security::Security;
 use crate::service::ApprovalApi;
 use crate::store::hub::Hub;
@@ -54,6 +56,8 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("gRPC transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error(transparent)]
+    Keys(#[from] KeysError),
     #[error("cannot listen for metrics: {0}")]
     MetricsListen(std::io::Error),
     #[error("the gRPC listener has no local address: {0}")]
@@ -92,7 +96,18 @@ pub async fn serve_with_metrics(
     let observer = metrics
         .clone()
         .map(|metrics| metrics as Arc<dyn CommitObserver>);
-    let store = Store::open(&config.database, &config.storage, hub.clone(), observer).await?;
+    let keys = Arc::new(ReceiptKeys::load_or_create(
+        &config.receipt_keys_dir(),
+        config.receipts.ttl_seconds,
+    )?);
+    let store = Store::open(
+        &config.database,
+        &config.storage,
+        hub.clone(),
+        observer,
+        Some(keys.clone()),
+    )
+    .await?;
     {
         store.check_integrity().await?;
     }
@@ -108,12 +123,21 @@ pub async fn serve_with_metrics(
 
     let (stop_tx, stop_rx) = signal::channel(false);
     let sweeper = tokio::spawn(app::sweep(store.clone(), config.clone(), stop_rx.clone()));
+    let checkpoints = (config.receipts.checkpoint_interval_seconds > 0).then(|| {
+        tokio::spawn(integrity::log_checkpoints(
+            config.database.clone(),
+            keys.clone(),
+            Duration::from_secs(config.receipts.checkpoint_interval_seconds.into()),
+            stop_rx.clone(),
+        ))
+    });
     let metrics_tasks = match metrics.clone().zip(metrics_listener) {
         Some((metrics, listener)) => {
             let head = store.log_bounds().await?.0;
             Some(spawn_metrics(
                 metrics,
                 store.clone(),
+                keys.jwks(),
                 &hub,
                 head,
                 listener,
@@ -146,7 +170,7 @@ pub async fn serve_with_metrics(
         security.clone(),
         stop_rx,
     ));
-    let api = ApprovalServiceServer::new(ApprovalApi::new(app.clone()))
+    let api = ApprovalServiceServer::new(ApprovalApi::new(app.clone(), keys))
         .max_decoding_message_size(config.limits.max_message_bytes);
     let admin = AdminServiceServer::new(AdminApi::new(app))
         .max_decoding_message_size(config.limits.max_message_bytes);
@@ -199,6 +223,9 @@ pub async fn serve_with_metrics(
         }
     };
     sweeper.abort();
+    if let Some(checkpoints) = checkpoints {
+        checkpoints.abort();
+    }
     health_follower.abort();
     for task in metrics_tasks.into_iter().flatten() {
         task.abort();
@@ -268,6 +295,7 @@ async fn follow_storage_health(mut writable: signal::Receiver<bool>, health: Hea
 fn spawn_metrics(
     metrics: Arc<Metrics>,
     store: Store,
+    jwks: String,
     hub: &Hub,
     head: i64,
     listener: TcpListener,
@@ -286,7 +314,7 @@ fn spawn_metrics(
         .unwrap_or_default();
     tracing::info!(listen = %address, "metrics endpoint listening");
     let endpoint = tokio::spawn(async move {
-        if let Err(e) = metrics::serve_endpoint(metrics, store, listener, stop).await {
+        if let Err(e) = metrics::serve_endpoint(metrics, store, jwks, listener, stop).await {
             tracing::error!(error = %e, "the metrics endpoint stopped");
         }
     });

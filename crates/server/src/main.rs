@@ -6,8 +6,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use countersign_core::receipt::KeySet;
 use countersign_proto::v1::approval_service_server::SERVICE_NAME as APPROVAL_SERVICE;
 use countersign_server::config::{Config, LogFormat};
+use countersign_server::receipts::{ReceiptKeys, KEYS_FILE};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
@@ -81,12 +83,37 @@ enum Command {
     Verify {
         /// The database file.
         file: PathBuf,
+        /// A signed checkpoint (`audit checkpoint`) the file's chain must pass through: its
+        /// signature is checked against the receipt keys, and the file's event at its seq must
+        /// have its hash.
+        #[arg(long, value_name = "FILE")]
+        checkpoint: Option<PathBuf>,
+        /// The public keys as a JWKS file [default: the receipt keys in `[receipts] keys_dir`].
+        #[arg(long, value_name = "FILE", requires = "checkpoint")]
+        keys: Option<PathBuf>,
     },
     /// The audit chain's anchor in the database (run with the server stopped or running).
     Audit {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// The keys decision receipts are signed with (`receipt-keys.json` in `[receipts]
+    /// keys_dir`; docs/security.md#decision-receipts).
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    /// Print the public keys as a JWKS document, and their fingerprint on stderr (the key set
+    /// is made when there is none).
+    Show,
+    /// Make a new signing key, endorsed by the current one, and drop the current private key.
+    /// The old public keys stay in the set, so receipts signed before still verify, and the
+    /// fingerprint clients pinned stays. Restart the server (every replica) to sign with it.
+    Rotate,
 }
 
 #[derive(Debug, Subcommand)]
@@ -94,6 +121,10 @@ enum AuditCommand {
     /// Print the chain's head and tail (seq and hash) as JSON, to keep outside the database:
     /// a later head must continue from it, so removed or rewritten rows show.
     Head,
+    /// Print the chain's head (seq and hash) signed with the receipt key: a compact JWS that a
+    /// backup is verified against offline (`verify FILE --checkpoint`). Run it on a schedule
+    /// and keep the output outside the server.
+    Checkpoint,
     /// Chain the event rows that have no hash and anchor the chain to the rows as they are
     /// now. The server refuses to start on such a database until this is run: run it only
     /// after checking the rows (it is logged). The log begins a new history id: watchers
@@ -152,14 +183,28 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(Command::Keys { command }) = &args.command {
+        return keys(command, &config);
+    }
     if let Some(Command::Audit { command }) = &args.command {
         return runtime.block_on(audit(command, &config));
     }
     if let Some(Command::Backup { file }) = &args.command {
         return runtime.block_on(backup(&config, file));
     }
-    if let Some(Command::Verify { file }) = &args.command {
-        return runtime.block_on(verify(file));
+    if let Some(Command::Verify {
+        file,
+        checkpoint,
+        keys,
+    }) = &args.command
+    {
+        let against = checkpoint.as_deref().map(|checkpoint| Against {
+            checkpoint,
+            keys: keys
+                .clone()
+                .unwrap_or_else(|| config.receipt_keys_dir().join(KEYS_FILE)),
+        });
+        return runtime.block_on(verify(file, against));
     }
     match runtime.block_on(run(config)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -224,6 +269,38 @@ fn healthcheck(url: &str, timeout: Duration, ca_cert: Option<&std::path::Path>) 
 }
 
 /// `audit head`, `audit rechain` and `audit new-history`.
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn keys(command: &KeysCommand, config: &Config) -> ExitCode {
+    let dir = config.receipt_keys_dir();
+    let done = match command {
+        KeysCommand::Show => {
+            ReceiptKeys::load_or_create(&dir, config.receipts.ttl_seconds).map(|keys| {
+                println!("{}", keys.jwks());
+                eprintln!("fingerprint: {}", keys.fingerprint());
+            })
+        }
+        KeysCommand::Rotate => ReceiptKeys::rotate(&dir, now_millis()).map(|(old, new)| {
+            println!(
+                "{}",
+                serde_json::json!({ "retired_kid": old, "current_kid": new })
+            );
+        }),
+    };
+    match done {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("countersign-server keys: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 async fn audit(command: &AuditCommand, config: &Config) -> ExitCode {
     use countersign_server::integrity;
     let anchor_json = |anchor: &integrity::Anchor| {
@@ -238,6 +315,21 @@ async fn audit(command: &AuditCommand, config: &Config) -> ExitCode {
         AuditCommand::Head => integrity::head(&config.database)
             .await
             .map(|anchor| println!("{}", anchor_json(&anchor))),
+        AuditCommand::Checkpoint => {
+            let keys = match ReceiptKeys::load_or_create(
+                &config.receipt_keys_dir(),
+                config.receipts.ttl_seconds,
+            ) {
+                Ok(keys) => keys,
+                Err(e) => {
+                    eprintln!("countersign-server audit: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            integrity::checkpoint(&config.database, &keys, now_millis())
+                .await
+                .map(|checkpoint| println!("{checkpoint}"))
+        }
         AuditCommand::Rechain => integrity::rechain(&config.database).await.map(|rechained| {
             println!(
                 "{}",
@@ -292,7 +384,28 @@ async fn backup(config: &Config, file: &std::path::Path) -> ExitCode {
 }
 
 /// `verify FILE`.
-async fn verify(file: &std::path::Path) -> ExitCode {
+/// A signed checkpoint a database file is verified against, and the keys it is checked with.
+struct Against<'a> {
+    checkpoint: &'a std::path::Path,
+    keys: PathBuf,
+}
+
+/// [`countersign_server::store::backup::check_checkpoint`] with the files read.
+async fn check_checkpoint(file: &std::path::Path, against: &Against<'_>) -> Result<i64, String> {
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    };
+    let keys = KeySet::from_jwks(&read(&against.keys)?).map_err(|e| e.to_string())?;
+    countersign_server::store::backup::check_checkpoint(
+        file,
+        read(against.checkpoint)?.trim(),
+        &keys,
+    )
+    .await
+    .map_err(|e| e.to_string())
+}
+
+async fn verify(file: &std::path::Path, against: Option<Against<'_>>) -> ExitCode {
     let wal = countersign_server::store::backup::wal_of(file);
     if wal.exists() {
         eprintln!(
@@ -302,16 +415,23 @@ async fn verify(file: &std::path::Path) -> ExitCode {
     }
     match countersign_server::store::backup::verify_file(file).await {
         Ok(report) => {
-            println!(
-                "{}",
-                serde_json::json!({
-                    "path": file.display().to_string(),
-                    "integrity": "ok",
-                    "events_checked": report.events_checked,
-                    "first_seq": report.first_seq,
-                    "newest_seq": report.last_seq,
-                })
-            );
+            let mut summary = serde_json::json!({
+                "path": file.display().to_string(),
+                "integrity": "ok",
+                "events_checked": report.events_checked,
+                "first_seq": report.first_seq,
+                "newest_seq": report.last_seq,
+            });
+            if let Some(against) = &against {
+                match check_checkpoint(file, against).await {
+                    Ok(seq) => summary["checkpoint_seq"] = seq.into(),
+                    Err(problem) => {
+                        eprintln!("countersign-server verify: {problem}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            println!("{summary}");
             ExitCode::SUCCESS
         }
         Err(e) => {

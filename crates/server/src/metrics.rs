@@ -368,23 +368,40 @@ pub async fn follow_events(
 struct Endpoint {
     metrics: Arc<Metrics>,
     store: Store,
+    /// The receipt keys' JWKS document.
+    jwks: Arc<str>,
 }
 
-/// Serves `GET /metrics` on `listener` until `stop` turns true.
+/// Serves `GET /metrics`, and the receipt keys as `GET /.well-known/jwks.json`, on
+/// `listener` until `stop` turns true.
 pub async fn serve_endpoint(
     metrics: Arc<Metrics>,
     store: Store,
+    jwks: String,
     listener: TcpListener,
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let router = Router::new()
         .route("/metrics", get(scrape))
-        .with_state(Endpoint { metrics, store });
+        .route("/.well-known/jwks.json", get(jwks_document))
+        .with_state(Endpoint {
+            metrics,
+            store,
+            jwks: jwks.into(),
+        });
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             let _ = stop.wait_for(|stopped| *stopped).await;
         })
         .await
+}
+
+async fn jwks_document(State(endpoint): State<Endpoint>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/jwk-set+json")],
+        endpoint.jwks.to_string(),
+    )
+        .into_response()
 }
 
 async fn scrape(State(endpoint): State<Endpoint>) -> Response {

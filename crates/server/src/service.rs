@@ -15,15 +15,17 @@ use crate::convert::{
     approval_to_pb, consume_outcome_from_pb, decide_outcome_to_pb, decider_from_pb,
     request_from_pb, scope_from_pb, state_from_pb, verdict_from_pb,
 };
+use crate::receipts::ReceiptKeys;
 use crate::watch::WatchStream;
 
 pub struct ApprovalApi {
     app: Arc<App>,
+    keys: Arc<ReceiptKeys>,
 }
 
 impl ApprovalApi {
-    pub fn new(app: Arc<App>) -> Self {
-        ApprovalApi { app }
+    pub fn new(app: Arc<App>, keys: Arc<ReceiptKeys>) -> Self {
+        ApprovalApi { app, keys }
     }
 }
 
@@ -188,5 +190,16 @@ impl ApprovalService for ApprovalApi {
         };
         let approval = self.app.record_delivery(&caller, input).await?;
         Ok(Response::new(approval_to_pb(&approval)))
+    }
+
+    /// Public keys: any caller the authenticator let in.
+    async fn get_signing_keys(
+        &self,
+        _request: Request<pb::GetSigningKeysRequest>,
+    ) -> Result<Response<pb::SigningKeys>, Status> {
+        Ok(Response::new(pb::SigningKeys {
+            jwks_json: self.keys.jwks(),
+            fingerprint: self.keys.fingerprint().to_owned(),
+        }))
     }
 }

@@ -16,6 +16,7 @@ mod observe;
 mod policy;
 mod process;
 mod races;
+mod receipts;
 mod replicas;
 mod security;
 mod serving;

@@ -229,3 +229,23 @@ async fn metrics_follow_requests_decisions_streams_and_commits() {
     let _ = server.stop.take().unwrap().send(());
     server.task.await.unwrap();
 }
+
+#[tokio::test]
+async fn the_receipt_keys_are_served_as_a_jwks_document() {
+    let running = start().await;
+    let mut client = ApprovalServiceClient::connect(running.grpc_url.clone())
+        .await
+        .unwrap();
+    let keys = client
+        .get_signing_keys(pb::GetSigningKeysRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let answer = http::get(running.metrics_addr, "/.well-known/jwks.json")
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(answer.content_type, "application/jwk-set+json");
+    assert_eq!(answer.body, keys.jwks_json);
+    assert!(!keys.fingerprint.is_empty());
+}

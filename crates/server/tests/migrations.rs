@@ -84,9 +84,15 @@ async fn sqlite_and_postgres_migrations_describe_the_same_model() {
     let sqlite = dir.path().join("countersign.db");
     let postgres = Cluster::shared().create_database().await;
     for database in [sqlite.clone(), postgres.clone().into()] {
-        Store::open(&database, &StorageConfig::default(), Hub::new(16), None)
-            .await
-            .unwrap();
+        Store::open(
+            &database,
+            &StorageConfig::default(),
+            Hub::new(16),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
     }
     let (sqlite_columns, sqlite_indexes) = sqlite_model(&sqlite).await;
     let (postgres_columns, postgres_indexes) = postgres_model(&postgres).await;

@@ -5,6 +5,7 @@
 pub mod docs;
 pub mod github;
 pub mod http;
+pub mod mitm;
 pub mod ntfy;
 pub mod phone;
 pub mod postgres;

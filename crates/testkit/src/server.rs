@@ -63,6 +63,10 @@ impl TestServer {
         config.approvals.sweep_interval_ms = 50;
         config.watch.heartbeat_interval_ms = 500;
         adjust(&mut config);
+        // The receipt keys in the test's own directory (not the working directory).
+        if config.receipts.keys_dir.is_none() {
+            config.receipts.keys_dir = Some(dir.path().to_path_buf());
+        }
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");

@@ -53,6 +53,7 @@ from countersign.model import (
     State,
     Verdict,
 )
+from countersign.receipts import ReceiptError
 
 __all__ = [
     "AlreadyExists",
@@ -81,6 +82,7 @@ __all__ = [
     "OutOfRange",
     "PermissionDenied",
     "RateLimited",
+    "ReceiptError",
     "RequestResult",
     "ResolvedBy",
     "ResourceExhausted",

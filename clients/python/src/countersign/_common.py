@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 
+from countersign import receipts
 from countersign.errors import AlreadyResolved, ConfigError, CountersignError, OutOfRange, RpcError
 from countersign.model import (
     Approval,
@@ -405,10 +406,33 @@ class ClientBase:
         ca_file: str | os.PathLike[str] | None = None,
         tls: bool | None = None,
         timeout: float = 10.0,
+        receipt_pin: str | None = None,
     ) -> None:
         self._connection = Connection.of(address, token, ca_file, tls, timeout)
         self._channel = self._open_channel()
         self._stub = pb_grpc.ApprovalServiceStub(self._channel)
+        #: Receipts must chain to the key set with this fingerprint (None: the set the server
+        #: serves).
+        self._receipt_pin = receipt_pin or None
+        self._keys: receipts.KeySet | None = None
+
+    def _check_receipt(self, approval: Approval, requested_json: str) -> dict[str, Any]:
+        """The receipt's claims; raises ReceiptError unless the approval's receipt verifies with
+        the key set read (self._keys) for the arguments that run: the edited ones, else those
+        requested."""
+        assert self._keys is not None
+        digest = (
+            receipts.args_digest(approval.edited_arguments or {})
+            if approval.edited
+            else receipts.args_digest(requested_json)
+        )
+        return receipts.verify_receipt(
+            approval.receipt, self._keys, approval_id=approval.id, args_digest=digest
+        )
+
+    def _unknown_key(self, approval: Approval) -> bool:
+        """Whether the receipt names a key the set read before does not have (a rotation)."""
+        return self._keys is not None and self._keys.get(receipts.header_kid(approval.receipt)) is None
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from countersign import _common
+from countersign import _common, receipts
 from countersign._common import Backoff, ClientBase, WatchCursor, log
 from countersign.errors import CountersignError, RateLimited, from_rpc_error
 from countersign.model import (
@@ -101,11 +101,26 @@ class AsyncClient(ClientBase):
                 backoff.log_retry("requesting approval failed (%s); retrying", error)
                 await asyncio.sleep(backoff.pause_until(limit))
         log.debug("approval %s requested: %s", approval.id, approval.state.value)
-        if not approval.pending:
-            return approval
-        if deadline is not None:
-            deadline -= time.monotonic() - started
-        return await self._wait_resolved(approval.id, _common.wait_deadline(deadline, approval.expires_at))
+        if approval.pending:
+            if deadline is not None:
+                deadline -= time.monotonic() - started
+            approval = await self._wait_resolved(
+                approval.id, _common.wait_deadline(deadline, approval.expires_at)
+            )
+        if approval.approved:
+            await self.verify_receipt(approval, message.arguments_json)
+        return approval
+
+    async def signing_keys(self) -> tuple[str, str]:
+        """The server's receipt keys: (JWKS document, fingerprint)."""
+        keys = await self._call("GetSigningKeys", pb.GetSigningKeysRequest())
+        return keys.jwks_json, keys.fingerprint
+
+    async def verify_receipt(self, approval: Approval, arguments_json: str) -> dict[str, Any]:
+        """As Client.verify_receipt."""
+        if self._keys is None or self._unknown_key(approval):
+            self._keys = receipts.KeySet.from_jwks((await self.signing_keys())[0], self._receipt_pin)
+        return self._check_receipt(approval, arguments_json)
 
     async def wait_until_resolved(self, approval_id: str, *, deadline: float | None = None) -> Approval:
         """As ``Client.wait_until_resolved``."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from countersign import _common
+from countersign import _common, receipts
 from countersign._common import Backoff, ClientBase, WatchCursor, log
 from countersign.errors import CountersignError, RateLimited, from_rpc_error
 from countersign.model import (
@@ -115,11 +115,27 @@ class Client(ClientBase):
                 backoff.log_retry("requesting approval failed (%s); retrying", error)
                 time.sleep(backoff.pause_until(limit))
         log.debug("approval %s requested: %s", approval.id, approval.state.value)
-        if not approval.pending:
-            return approval
-        if deadline is not None:
-            deadline -= time.monotonic() - started
-        return self._wait_resolved(approval.id, _common.wait_deadline(deadline, approval.expires_at))
+        if approval.pending:
+            if deadline is not None:
+                deadline -= time.monotonic() - started
+            approval = self._wait_resolved(approval.id, _common.wait_deadline(deadline, approval.expires_at))
+        if approval.approved:
+            self.verify_receipt(approval, message.arguments_json)
+        return approval
+
+    def signing_keys(self) -> tuple[str, str]:
+        """The server's receipt keys: (JWKS document, fingerprint)."""
+        keys = self._call("GetSigningKeys", pb.GetSigningKeysRequest())
+        return keys.jwks_json, keys.fingerprint
+
+    def verify_receipt(self, approval: Approval, arguments_json: str) -> dict[str, Any]:
+        """Checks the approval's decision receipt before its call runs: signed by the pinned key
+        set (``receipt_pin``), for this approval, approving ``arguments_json`` (the arguments
+        requested; an approver's edit when there is one), not expired. Returns its claims;
+        raises ReceiptError naming what did not match."""
+        if self._keys is None or self._unknown_key(approval):
+            self._keys = receipts.KeySet.from_jwks(self.signing_keys()[0], self._receipt_pin)
+        return self._check_receipt(approval, arguments_json)
 
     def wait_until_resolved(self, approval_id: str, *, deadline: float | None = None) -> Approval:
         """Waits until an existing approval is resolved or the deadline passes (None: its

@@ -202,6 +202,9 @@ class Approval:
     #: Who made the current edit, and when.
     editor: Decider | None = None
     edited_at: datetime | None = None
+    #: The decision receipt the server signed once a verdict resolved it (a compact JWS);
+    #: request_and_wait returns an approval only when it verifies (countersign.receipts).
+    receipt: str = ""
 
     @property
     def edited(self) -> bool:
@@ -413,6 +416,7 @@ def approval_of(message: pb.Approval) -> Approval:
         edited_args_digest=message.edited_args_digest,
         editor=_decider(message.editor) if message.HasField("editor") else None,
         edited_at=_time(message, "edited_at"),
+        receipt=message.receipt,
     )
 
 

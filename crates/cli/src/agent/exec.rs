@@ -3,7 +3,7 @@
 use std::process::ExitStatus;
 
 use countersign_client::gate::{truncate, MAX_ACTION_CHARS};
-use countersign_client::{pb, version, Client};
+use countersign_client::{pb, receipts, version, Client};
 use serde_json::json;
 
 use crate::agent::waiting::{
@@ -24,18 +24,20 @@ pub async fn exec(client: &Client, settings: &Settings, args: ExecArgs) -> Resul
         &format!("run: {}", shell_join(&args.command)),
         MAX_ACTION_CHARS,
     );
+    let requested_digest = receipts::digest_of(&arguments)?;
     let request = approval_request(settings, &args.call, args.tool, arguments, action)?;
     let approval = request_to_wait(client, request, args.timeout).await?;
     let approval = await_decision(client, approval, args.timeout).await?;
     match approval.state() {
-        pb::ApprovalState::Approved => match approved_command(&approval) {
-            Ok(Some((argv, cwd))) => run(client, &approval, &argv, Some(&cwd)).await,
-            Ok(None) => run(client, &approval, &args.command, None).await,
-            Err(problem) => {
-                eprintln!("countersign: not running the command: {problem}");
-                Ok(Exit::Failure.code())
+        pb::ApprovalState::Approved => {
+            // Run only what the server signed: this approval, these arguments.
+            let digest = receipts::digest_to_run(&approval, &requested_digest)?;
+            if let Err(error) = client.verify_receipt(&approval, &digest).await {
+                eprintln!("countersign: not running the command: {error}");
+                return Ok(Exit::Failure.code());
             }
-        },
+            run_approved(client, &approval, &args.command).await
+        }
         pb::ApprovalState::Pending => {
             eprintln!(
                 "countersign: no decision on approval {} in time; cancelling it, not running the command",
@@ -67,6 +69,22 @@ pub async fn exec(client: &Client, settings: &Settings, args: ExecArgs) -> Resul
                 outcome_text(&approval)
             );
             Ok(verdict_exit(&approval).code())
+        }
+    }
+}
+
+/// Runs the approved command: as asked, or as an approver edited it.
+async fn run_approved(
+    client: &Client,
+    approval: &pb::Approval,
+    command: &[String],
+) -> Result<i32, CliError> {
+    match approved_command(approval) {
+        Ok(Some((argv, cwd))) => run(client, approval, &argv, Some(&cwd)).await,
+        Ok(None) => run(client, approval, command, None).await,
+        Err(problem) => {
+            eprintln!("countersign: not running the command: {problem}");
+            Ok(Exit::Failure.code())
         }
     }
 }

@@ -9,6 +9,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use countersign_client::gate::{self, Verdict};
+use countersign_client::receipts;
 use countersign_client::{pb, Client};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -248,7 +249,7 @@ async fn decide(
         Ok(settings) => settings,
         Err(error) => return Verdict::failed(format!("countersign: {error}")),
     };
-    let client = match Client::connect(settings.client.clone()) {
+    let client = match settings.connect() {
         Ok(client) => client,
         Err(error) => return Verdict::failed(format!("countersign: {error}")),
     };
@@ -275,7 +276,18 @@ async fn decide(
         "no decision within {}",
         humantime::format_duration(deadline - started)
     );
-    let verdict = gate::await_verdict(&client, approval, deadline, &withdraw_reason).await;
+    let requested_digest = match receipts::digest_of(&request.arguments_json) {
+        Ok(digest) => digest,
+        Err(error) => return Verdict::failed(format!("countersign: {error}")),
+    };
+    let verdict = gate::await_verdict(
+        &client,
+        approval,
+        deadline,
+        &withdraw_reason,
+        &requested_digest,
+    )
+    .await;
     if call.key_is_derived() {
         gate::hand_off(&client, verdict, host_name).await
     } else {

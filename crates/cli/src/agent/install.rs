@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use countersign_client::{Client, ClientError};
+use countersign_server::receipts::ReceiptKeys;
 use serde_json::{json, Map, Value};
 
 use crate::agent::hook::{default_timeout, event_name};
@@ -21,6 +22,41 @@ pub struct InstallFlags {
     pub config: Option<std::path::PathBuf>,
     pub server: Option<String>,
     pub token_file: Option<std::path::PathBuf>,
+    /// The receipt key set's fingerprint, written beside the token file.
+    pub receipt_pin: Option<String>,
+}
+
+/// `flags` with the fingerprint of the receipt key set the hook will check decisions against:
+/// the one given; else the local instance's (read from its keys file, made if `up` never
+/// ran); else the one the server serves now (pinned on first use). A server that cannot be
+/// asked leaves the hook unpinned (it then checks receipts against the keys the server
+/// serves), with a warning.
+pub async fn pin_receipts(flags: &InstallFlags, client: &Client) -> Result<InstallFlags, CliError> {
+    let mut pinned = InstallFlags {
+        config: flags.config.clone(),
+        server: flags.server.clone(),
+        token_file: flags.token_file.clone(),
+        receipt_pin: flags.receipt_pin.clone(),
+    };
+    if pinned.receipt_pin.is_some() {
+        return Ok(pinned);
+    }
+    if local_instance_flags(flags)?.is_some() {
+        let server = Instance::locate(None)?.load_config()?.server;
+        let keys =
+            ReceiptKeys::load_or_create(&server.receipt_keys_dir(), server.receipts.ttl_seconds)
+                .map_err(|error| CliError::Failure(error.to_string()))?;
+        pinned.receipt_pin = Some(keys.fingerprint().to_owned());
+        return Ok(pinned);
+    }
+    match client.signing_keys().await {
+        Ok(keys) if !keys.fingerprint.is_empty() => pinned.receipt_pin = Some(keys.fingerprint),
+        Ok(_) => eprintln!("countersign: warning: the server has no receipt keys; the hook is not pinned to a key set"),
+        Err(error) => eprintln!(
+            "countersign: warning: cannot read the server's receipt keys ({error}); the hook is not pinned to a key set (pass --receipt-pin)"
+        ),
+    }
+    Ok(pinned)
 }
 
 /// How much longer than countersign's wait the host's hook timeout is set, so that countersign
@@ -148,6 +184,9 @@ fn countersign_command(flags: &InstallFlags, words: &[&str]) -> Result<Vec<Strin
             token_file.to_string_lossy().into_owned(),
         ]);
     }
+    if let Some(pin) = &flags.receipt_pin {
+        argv.extend(["--receipt-pin".into(), pin.clone()]);
+    }
     Ok(argv)
 }
 
@@ -181,6 +220,7 @@ fn local_instance_flags(flags: &InstallFlags) -> Result<Option<InstallFlags>, Cl
         config: None,
         server: Some(server),
         token_file: Some(instance.secret_path(Secret::Token(Token::Agent))),
+        receipt_pin: flags.receipt_pin.clone(),
     }))
 }
 
@@ -267,6 +307,7 @@ fn notice_groups(
         config: flags.config.clone(),
         server: None,
         token_file: None,
+        receipt_pin: None,
     };
     let argv = countersign_command(&notify_flags, &["notify", host_word(args.host)])?;
     if args.host == Host::Codex {

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use countersign_client::gate::{self, Verdict};
+use countersign_client::receipts;
 use countersign_client::version;
 use countersign_client::withdrawal::WITHDRAWN_REASON_PREFIX;
 use countersign_client::{pb, Client};
@@ -590,7 +591,17 @@ impl Tools {
             "no decision within {}",
             humantime::format_duration(self.timeout)
         );
-        let wait = gate::await_verdict(&self.client, approval.clone(), deadline, &withdraw_reason);
+        let requested_digest = match receipts::digest_of(&request.arguments_json) {
+            Ok(digest) => digest,
+            Err(error) => return Some(Verdict::failed(format!("countersign: {error}"))),
+        };
+        let wait = gate::await_verdict(
+            &self.client,
+            approval.clone(),
+            deadline,
+            &withdraw_reason,
+            &requested_digest,
+        );
         tokio::pin!(wait);
         let mut ticks = tokio::time::interval_at(
             Instant::now() + self.progress_interval,

@@ -4,4 +4,5 @@
 pub mod edit;
 pub mod policy;
 pub mod policy_report;
+pub mod receipt;
 pub mod rules_suggest;

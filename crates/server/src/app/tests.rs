@@ -73,7 +73,7 @@ identities = {{ telegram = ["1001"] }}
     let config = Config::parse(&toml).unwrap();
     let security = Security::from_config(&config, "127.0.0.1:0".parse().unwrap()).unwrap();
     let hub = Hub::new(64);
-    let store = Store::open(&config.database, &config.storage, hub.clone(), None)
+    let store = Store::open(&config.database, &config.storage, hub.clone(), None, None)
         .await
         .unwrap();
     let caller = |secret: &str| security.tokens.find(secret).unwrap();

@@ -18,6 +18,7 @@ use super::audit_sql::AuditSql;
 use super::StoreError;
 use crate::audit::AuditReport;
 use crate::config::Database;
+use countersign_core::receipt::{verify_checkpoint, KeySet, ReceiptError};
 
 /// A verified copy.
 #[derive(Debug, Clone)]
@@ -62,6 +63,14 @@ pub enum VerifyError {
     Broken { seq: i64, problem: String },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("the signed checkpoint: {0}")]
+    Checkpoint(#[from] ReceiptError),
+    #[error("event {seq} has hash {found:?}, not the signed checkpoint's {signed}: the history up to the checkpoint is not the one signed")]
+    NotAtCheckpoint {
+        seq: i64,
+        found: Option<String>,
+        signed: String,
+    },
 }
 
 /// `countersign-server verify FILE`: checks a SQLite database file in full without changing
@@ -101,6 +110,38 @@ pub async fn verify_file(file: &Path) -> Result<AuditReport, VerifyError> {
     match report.broken {
         Some((seq, problem)) => Err(VerifyError::Broken { seq, problem }),
         None => Ok(report),
+    }
+}
+
+/// Checks the SQLite file `file` against a signed audit checkpoint (`audit checkpoint`):
+/// the checkpoint's signature with `keys`, and that the file's event at its seq has its
+/// hash, so the file's history up to the checkpoint is the one signed. The checkpoint's seq.
+pub async fn check_checkpoint(
+    file: &Path,
+    checkpoint: &str,
+    keys: &KeySet,
+) -> Result<i64, VerifyError> {
+    let claims = verify_checkpoint(checkpoint, keys)?;
+    let seq = claims["head_seq"].as_i64().unwrap_or(-1);
+    let signed = claims["head_hash"].as_str().unwrap_or_default().to_owned();
+    let options = SqliteConnectOptions::new()
+        .filename(file)
+        .create_if_missing(false)
+        .read_only(true)
+        .immutable(!wal_of(file).exists());
+    let mut conn = SqliteConnection::connect_with(&options)
+        .await
+        .map_err(StoreError::from)?;
+    let found: Option<Option<String>> =
+        sqlx::query_scalar("SELECT hash FROM events WHERE seq = $1")
+            .bind(seq)
+            .fetch_optional(&mut conn)
+            .await
+            .map_err(StoreError::from)?;
+    conn.close().await.map_err(StoreError::from)?;
+    match found.flatten() {
+        Some(hash) if hash == signed => Ok(seq),
+        found => Err(VerifyError::NotAtCheckpoint { seq, found, signed }),
     }
 }
 

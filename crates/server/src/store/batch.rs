@@ -12,6 +12,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use countersign_core::groups::Delegation;
 use countersign_core::{
@@ -23,6 +24,7 @@ use super::error::StoreError;
 use super::event::{EventBody, StoredEvent};
 use super::records::{ChainHead, Grant, Requested};
 use crate::audit::{chain_hash_at, content_before_seq_of, Columns};
+use crate::receipts::ReceiptKeys;
 
 /// How many due approvals one expiry sweep expires at most; the next sweep takes the rest.
 pub const EXPIRY_SWEEP_LIMIT: i64 = 1000;
@@ -343,6 +345,7 @@ pub(crate) struct Plan {
     delegations: HashMap<String, Delegation>,
     head: ChainHead,
     redact_arguments: bool,
+    receipts: Option<Arc<ReceiptKeys>>,
     writes: WriteSet,
     /// The approvals the current change saved, as they were before it (in the batch's view
     /// and in the write set; None: not there), to undo a change that fails half way.
@@ -357,7 +360,12 @@ struct Mark {
 }
 
 impl Plan {
-    pub fn new(loaded: Loaded, head: ChainHead, redact_arguments: bool) -> Plan {
+    pub fn new(
+        loaded: Loaded,
+        head: ChainHead,
+        redact_arguments: bool,
+        receipts: Option<Arc<ReceiptKeys>>,
+    ) -> Plan {
         let mut approvals = HashMap::with_capacity(loaded.approvals.len());
         let mut by_key = HashMap::with_capacity(loaded.approvals.len());
         for approval in loaded.approvals {
@@ -383,6 +391,7 @@ impl Plan {
                 .collect(),
             head,
             redact_arguments,
+            receipts,
             writes: WriteSet::default(),
             undo: Vec::new(),
         }
@@ -409,6 +418,7 @@ impl Plan {
                 if self.redact_arguments {
                     self.redact_resolved(&mut applied);
                 }
+                self.sign_receipts(&mut applied);
                 Ok(applied)
             }
             Err(e) => {
@@ -921,6 +931,48 @@ impl Plan {
     /// and publishes. The digest stays; the hash chain does not cover argument values.
     /// Arguments an approver edited stay until the call is consumed: the runtime, which knows
     /// only the arguments it sent, needs them to run the call.
+    /// Signs the receipt of each approval a RESOLVED event of this change resolved by a
+    /// verdict, with that event's seq, and keeps it on the approval (its row, the events'
+    /// copies published to watchers, the reply). Infallible, so it needs no undo.
+    fn sign_receipts(&mut self, applied: &mut Applied) {
+        let Some(keys) = self.receipts.clone() else {
+            return;
+        };
+        let resolved: Vec<(String, i64)> = applied
+            .events
+            .iter()
+            .filter(|event| event.kind == EventKind::Resolved)
+            .map(|event| (event.approval.id.clone(), event.seq))
+            .collect();
+        for (id, seq) in resolved {
+            let Some(receipt) = self
+                .approvals
+                .get(&id)
+                .filter(|approval| approval.receipt.is_none())
+                .and_then(|approval| keys.sign(approval, seq))
+            else {
+                continue;
+            };
+            let reply_approval = match &mut applied.reply {
+                Reply::Requested(requested) => Some(&mut requested.approval),
+                Reply::Decided(_, approval) | Reply::Approval(approval) => Some(approval),
+                Reply::Grant(_) | Reply::Delegation(_) | Reply::Count(_) | Reply::Pruned => None,
+            };
+            for approval in applied
+                .events
+                .iter_mut()
+                .map(|event| &mut event.approval)
+                .chain(reply_approval)
+                .chain(self.approvals.get_mut(&id))
+                .chain(self.writes.approvals.get_mut(&id))
+                .filter(|approval| approval.id == id && !approval.is_pending())
+            {
+                approval.receipt = Some(receipt.clone());
+            }
+            self.writes.encoded.remove(&id);
+        }
+    }
+
     fn redact_resolved(&mut self, applied: &mut Applied) {
         let reply_approval = match &mut applied.reply {
             Reply::Requested(requested) => Some(&mut requested.approval),

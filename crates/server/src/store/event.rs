@@ -218,6 +218,10 @@ impl EventBody {
                 if let Some(routes) = after.routes {
                     approval.routes = routes;
                 }
+                // The row's receipt was signed at the resolution: not before it.
+                if approval.is_pending() {
+                    approval.receipt = None;
+                }
                 approval
             }
             _ => {

@@ -53,6 +53,7 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::audit::AuditReport;
 use crate::config::{Database, StorageConfig};
+use crate::receipts::ReceiptKeys;
 use audit_sql::IntegrityError;
 use backend::Backend;
 use backup::{Backup, BackupError};
@@ -85,6 +86,7 @@ impl Store {
         config: &StorageConfig,
         hub: Hub,
         observer: Option<Arc<dyn CommitObserver>>,
+        receipts: Option<Arc<ReceiptKeys>>,
     ) -> Result<Store, StoreError> {
         let (health, writable) = watch::channel(true);
         let (backend, conn, follower): (Arc<dyn Backend>, _, _) = match Database::of(database) {
@@ -127,6 +129,7 @@ impl Store {
             chain: Some(chain),
             health,
             redact_arguments: config.redact_arguments,
+            receipts,
             follower,
         };
         // The writer gets a thread of its own: on the server's runtime each of its awaits (a
@@ -551,7 +554,7 @@ mod tests {
     async fn after_a_rolled_back_batch_the_chain_continues_from_the_committed_head() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store.db");
-        let store = Store::open(&path, &StorageConfig::default(), Hub::new(16), None)
+        let store = Store::open(&path, &StorageConfig::default(), Hub::new(16), None, None)
             .await
             .unwrap();
         let now = now_millis();
@@ -638,6 +641,7 @@ mod tests {
             &StorageConfig::default(),
             Hub::new(1024),
             Some(sizes.clone()),
+            None,
         )
         .await
         .unwrap();

@@ -16,6 +16,7 @@ use super::backend::{Backend, WriterConnection};
 use super::batch::{Applied, BatchKeys, Change, Plan, Reply};
 use super::error::StoreError;
 use super::records::{now_millis, ChainHead};
+use crate::receipts::ReceiptKeys;
 use crate::store::hub::Hub;
 
 /// One change waiting in the writer's queue, with the caller to answer.
@@ -90,6 +91,8 @@ pub(super) struct Writer {
     pub(super) chain: Option<ChainHead>,
     pub(super) health: watch::Sender<bool>,
     pub(super) redact_arguments: bool,
+    /// Signs the receipt of each approval a verdict resolves; none: no receipts.
+    pub(super) receipts: Option<Arc<ReceiptKeys>>,
     /// On a shared database: the follower to wake after a commit, which publishes the events
     /// (the writer then publishes none itself).
     pub(super) follower: Option<Arc<Notify>>,
@@ -235,7 +238,7 @@ impl Writer {
         };
         let keys = BatchKeys::of(work.iter().map(|(change, now)| (change, *now)));
         let loaded = conn.load(&keys).await?;
-        let mut plan = Plan::new(loaded, head, self.redact_arguments);
+        let mut plan = Plan::new(loaded, head, self.redact_arguments, self.receipts.clone());
         let mut results: Outcomes = work
             .into_iter()
             .map(|(change, now)| plan.apply(change, now))

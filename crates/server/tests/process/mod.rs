@@ -45,7 +45,11 @@ impl Server {
             .append(true)
             .open(&self.log)
             .unwrap();
+        // In the test's directory: a server on PostgreSQL keeps its receipt keys in its
+        // working directory (the replicas of a test share them, as a deployment's do).
+        let workdir = self.log.parent().unwrap_or(Path::new("."));
         let child = Command::new(SERVER)
+            .current_dir(workdir)
             .arg("--listen")
             .arg(self.addr.to_string())
             .arg("--database")

@@ -228,7 +228,7 @@ class Consumption(_message.Message):
     def __init__(self, outcome: _Optional[_Union[ConsumeOutcome, str]] = ..., detail: _Optional[str] = ..., consumed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Approval(_message.Message):
-    __slots__ = ("id", "agent_id", "session_id", "requester", "idempotency_key", "tool_name", "arguments_json", "args_digest", "action", "reason", "risk", "routes", "required_approvals", "labels", "state", "decisions", "resolution", "deliveries", "created_at", "expires_at", "resolved_at", "consumption", "policy_rule", "edited_arguments_json", "edited_args_digest", "editor", "edited_at", "approver_groups", "follow_up", "withdraw_when_caller_leaves")
+    __slots__ = ("id", "agent_id", "session_id", "requester", "idempotency_key", "tool_name", "arguments_json", "args_digest", "action", "reason", "risk", "routes", "required_approvals", "labels", "state", "decisions", "resolution", "deliveries", "created_at", "expires_at", "resolved_at", "consumption", "policy_rule", "edited_arguments_json", "edited_args_digest", "editor", "edited_at", "approver_groups", "follow_up", "withdraw_when_caller_leaves", "receipt")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -266,6 +266,7 @@ class Approval(_message.Message):
     APPROVER_GROUPS_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_UP_FIELD_NUMBER: _ClassVar[int]
     WITHDRAW_WHEN_CALLER_LEAVES_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
     id: str
     agent_id: str
     session_id: str
@@ -296,7 +297,20 @@ class Approval(_message.Message):
     approver_groups: _containers.RepeatedCompositeFieldContainer[GroupQuorum]
     follow_up: FollowUp
     withdraw_when_caller_leaves: bool
-    def __init__(self, id: _Optional[str] = ..., agent_id: _Optional[str] = ..., session_id: _Optional[str] = ..., requester: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., args_digest: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., risk: _Optional[_Union[Risk, str]] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., required_approvals: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., decisions: _Optional[_Iterable[_Union[Decision, _Mapping]]] = ..., resolution: _Optional[_Union[Resolution, _Mapping]] = ..., deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., consumption: _Optional[_Union[Consumption, _Mapping]] = ..., policy_rule: _Optional[str] = ..., edited_arguments_json: _Optional[str] = ..., edited_args_digest: _Optional[str] = ..., editor: _Optional[_Union[Decider, _Mapping]] = ..., edited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., approver_groups: _Optional[_Iterable[_Union[GroupQuorum, _Mapping]]] = ..., follow_up: _Optional[_Union[FollowUp, _Mapping]] = ..., withdraw_when_caller_leaves: _Optional[bool] = ...) -> None: ...
+    receipt: str
+    def __init__(self, id: _Optional[str] = ..., agent_id: _Optional[str] = ..., session_id: _Optional[str] = ..., requester: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., args_digest: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., risk: _Optional[_Union[Risk, str]] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., required_approvals: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., decisions: _Optional[_Iterable[_Union[Decision, _Mapping]]] = ..., resolution: _Optional[_Union[Resolution, _Mapping]] = ..., deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., consumption: _Optional[_Union[Consumption, _Mapping]] = ..., policy_rule: _Optional[str] = ..., edited_arguments_json: _Optional[str] = ..., edited_args_digest: _Optional[str] = ..., editor: _Optional[_Union[Decider, _Mapping]] = ..., edited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., approver_groups: _Optional[_Iterable[_Union[GroupQuorum, _Mapping]]] = ..., follow_up: _Optional[_Union[FollowUp, _Mapping]] = ..., withdraw_when_caller_leaves: _Optional[bool] = ..., receipt: _Optional[str] = ...) -> None: ...
+
+class GetSigningKeysRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SigningKeys(_message.Message):
+    __slots__ = ("jwks_json", "fingerprint")
+    JWKS_JSON_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    jwks_json: str
+    fingerprint: str
+    def __init__(self, jwks_json: _Optional[str] = ..., fingerprint: _Optional[str] = ...) -> None: ...
 
 class RequestApprovalRequest(_message.Message):
     __slots__ = ("agent_id", "session_id", "requester", "idempotency_key", "tool_name", "arguments_json", "action", "reason", "risk", "routes", "required_approvals", "ttl_seconds", "labels", "approver_groups", "follow_up", "withdraw_when_caller_leaves")

@@ -79,6 +79,11 @@ class ApprovalServiceStub:
                 request_serializer=countersign_dot_v1_dot_approval__pb2.RecordDeliveryRequest.SerializeToString,
                 response_deserializer=countersign_dot_v1_dot_approval__pb2.Approval.FromString,
                 _registered_method=True)
+        self.GetSigningKeys = channel.unary_unary(
+                '/countersign.v1.ApprovalService/GetSigningKeys',
+                request_serializer=countersign_dot_v1_dot_approval__pb2.GetSigningKeysRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_approval__pb2.SigningKeys.FromString,
+                _registered_method=True)
 
 
 class ApprovalServiceServicer:
@@ -146,6 +151,14 @@ class ApprovalServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSigningKeys(self, request, context):
+        """The public keys decision receipts are signed with, as a JWKS document (every key the
+        server signed with, oldest first; each later key endorsed by the one before it). Any role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ApprovalServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -193,6 +206,11 @@ def add_ApprovalServiceServicer_to_server(servicer, server):
                     servicer.RecordDelivery,
                     request_deserializer=countersign_dot_v1_dot_approval__pb2.RecordDeliveryRequest.FromString,
                     response_serializer=countersign_dot_v1_dot_approval__pb2.Approval.SerializeToString,
+            ),
+            'GetSigningKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSigningKeys,
+                    request_deserializer=countersign_dot_v1_dot_approval__pb2.GetSigningKeysRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_approval__pb2.SigningKeys.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -438,6 +456,33 @@ class ApprovalService:
             '/countersign.v1.ApprovalService/RecordDelivery',
             countersign_dot_v1_dot_approval__pb2.RecordDeliveryRequest.SerializeToString,
             countersign_dot_v1_dot_approval__pb2.Approval.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSigningKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.ApprovalService/GetSigningKeys',
+            countersign_dot_v1_dot_approval__pb2.GetSigningKeysRequest.SerializeToString,
+            countersign_dot_v1_dot_approval__pb2.SigningKeys.FromString,
             options,
             channel_credentials,
             insecure,
