@@ -47,6 +47,9 @@ pub async fn run(cli: Cli) -> i32 {
                 Command::Setup(SetupCommand::Web(args)) => {
                     crate::local::setup_web::web(&instance, args).await
                 }
+                Command::Setup(SetupCommand::Discord(args)) => {
+                    crate::local::setup_discord::discord(&instance, args).await
+                }
                 Command::Up(args) => crate::local::up::up(&instance, args).await,
                 Command::Policy(command) => {
                     crate::operator::policy::run(&instance, command, cli.output)

@@ -12,6 +12,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use countersign_discord::config::DiscordSection;
 use countersign_github::config::FileConfig as GitHubFile;
 use countersign_ntfy::config::{NtfySection, TopicSection};
 use countersign_server::config::Config as ServerConfig;
@@ -57,6 +58,8 @@ pub enum Secret {
     TelegramBotToken,
     /// The GitHub token `setup github` was given.
     GitHubToken,
+    /// The Discord bot token `setup discord` was given.
+    DiscordBotToken,
 }
 
 impl Secret {
@@ -67,6 +70,7 @@ impl Secret {
             Secret::Token(Token::Admin) => "admin-token",
             Secret::TelegramBotToken => "telegram-bot-token",
             Secret::GitHubToken => "github-token",
+            Secret::DiscordBotToken => "discord-bot-token",
         }
     }
 }
@@ -165,6 +169,8 @@ pub struct InstanceConfig {
     pub ntfy: Option<(NtfySection, Vec<TopicSection>)>,
     /// The `[slack]` section, when there is one.
     pub slack: Option<SlackSection>,
+    /// The `[discord]` section, when there is one.
+    pub discord: Option<DiscordSection>,
     /// The GitHub worker's file, from `[github]`; its `server` is left for `up` to fill in.
     pub github: Option<GitHubFile>,
     /// The webhook worker's file, from `[webhook]`; its `server` is left for `up` to fill in.
@@ -216,6 +222,10 @@ impl Instance {
             None => None,
             Some(section) => Some(section_as(section, "slack", &invalid)?),
         };
+        let discord = match self.worker_section(&mut table, "discord", &invalid)? {
+            None => None,
+            Some(section) => Some(section_as(section, "discord", &invalid)?),
+        };
         let github = match self.worker_section(&mut table, "github", &invalid)? {
             None => None,
             Some(mut section) => Some(GitHubFile {
@@ -255,6 +265,7 @@ impl Instance {
             telegram,
             ntfy,
             slack,
+            discord,
             github,
             webhook,
             web,
