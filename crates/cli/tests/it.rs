@@ -13,6 +13,7 @@ mod quickstart;
 mod rate_limits;
 mod rules_suggest;
 mod setup_channels;
+mod setup_discord;
 mod support;
 mod up_channels;
 mod version;

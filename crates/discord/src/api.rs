@@ -195,16 +195,6 @@ impl DiscordApi {
     pub async fn me(&self) -> Result<Value, DiscordError> {
         self.call(reqwest::Method::GET, "/users/@me", None).await
     }
-
-    /// Opens (or finds) the direct-message channel with `user_id`; its id.
-    pub async fn dm_channel(&self, user_id: &str) -> Result<String, DiscordError> {
-        let body = serde_json::json!({ "recipient_id": user_id });
-        let answer = self
-            .call(reqwest::Method::POST, "/users/@me/channels", Some(&body))
-            .await?;
-        let channel: PostedMessage = serde_json::from_value(answer).map_err(|_| unexpected())?;
-        Ok(channel.id)
-    }
 }
 
 fn unexpected() -> DiscordError {

@@ -3,8 +3,7 @@
 //! - REST under `/api/v10/`: `POST /channels/{id}/messages`, `PATCH
 //!   /channels/{id}/messages/{id}`, `GET /channels/{id}/messages?after=&limit=`, `POST
 //!   /interactions/{id}/{token}/callback` (each interaction answered once: a second answer gets
-//!   400 code 40060, as Discord does), `GET /users/@me` and `POST /users/@me/channels`. A wrong
-//!   token gets 401 `{"message": "401: Unauthorized", "code": 0}`; content over 2,000
+//!   400 code 40060, as Discord does) and `GET /users/@me`. A wrong token gets 401 `{"message": "401: Unauthorized", "code": 0}`; content over 2,000
 //!   characters or a `custom_id` over 100 gets 400 code 50035 (Invalid Form Body).
 //! - The Gateway: `GET /gateway` upgrades to a WebSocket that says HELLO (op 10), takes
 //!   IDENTIFY (op 2; a wrong token is closed with 4004), answers READY (with a
@@ -595,14 +594,6 @@ fn answer(
             StatusCode::OK,
             json!({"id": BOT_USER_ID, "username": "countersign", "discriminator": "0", "avatar": null, "bot": true, "mfa_enabled": false}),
         ),
-        (&Method::POST, ["users", "@me", "channels"]) => {
-            let recipient = body["recipient_id"].as_str().unwrap_or_default().to_owned();
-            let channel = dm_channel(&mut state, &recipient);
-            (
-                StatusCode::OK,
-                json!({"id": channel, "type": 1, "recipients": [{"id": recipient}]}),
-            )
-        }
         (&Method::POST, ["channels", channel, "messages"]) => {
             if let Some(refused) = refused_content(body) {
                 return refused;
