@@ -628,3 +628,34 @@ fn the_binary_has_help() {
         assert!(help.contains(needle), "{help}");
     }
 }
+
+/// The picture in docs/quickstart.md (docs/quickstart-discord.png) is this one: the request
+/// message as the fake received it, rendered by headless Chromium at a phone's width.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_message_as_a_phone_shows_it() {
+    let harness = Harness::start().await;
+    let asked = pb::RequestApprovalRequest {
+        arguments_json: r#"{"command":"rm -rf build"}"#.into(),
+        action: "Delete the build directory".into(),
+        reason: "A clean rebuild".into(),
+        agent_id: "claude-code".into(),
+        ..request("picture", 600)
+    };
+    let approval = harness.request_with(asked).await;
+    let message = harness.request_message(&approval.id).await;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("phone-screenshots");
+    let page = countersign_testkit::phone::discord_html(&message, "countersign");
+    assert!(
+        page.contains("<div class=\"button s3\">Approve</div>"),
+        "{page}"
+    );
+    let picture = countersign_testkit::phone::discord_screenshot(
+        &message,
+        "countersign",
+        &dir,
+        "discord-request",
+    )
+    .await
+    .unwrap();
+    eprintln!("the phone shows {}", picture.display());
+}
