@@ -20,7 +20,7 @@ use pb::ApprovalState;
 use crate::api::{snowflake_at, DiscordApi, DiscordError};
 use crate::config::Settings;
 use crate::render;
-use crate::shown::{Post, Store, StoreError};
+use crate::shown::{is_newer, Post, Store, StoreError};
 
 /// The channel name this worker serves; also the decider channel (`discord:<user id>`).
 pub const CHANNEL: &str = "discord";
@@ -81,22 +81,6 @@ impl Channel for DiscordChannel {
     }
 }
 
-/// Whether a message showing `shown` already shows something newer than `wanted`: a final
-/// state beats any pending one, more approvals of the same arguments beat fewer.
-fn is_newer(shown: &str, wanted: &str) -> bool {
-    if wanted.starts_with("final:") {
-        return false;
-    }
-    if shown.starts_with("final:") {
-        return true;
-    }
-    let count = |key: &str| {
-        key.rsplit_once(':')
-            .map(|(args, n)| (args.to_owned(), n.parse::<u64>().unwrap_or(0)))
-    };
-    matches!((count(shown), count(wanted)), (Some((a, m)), Some((b, n))) if a == b && m > n)
-}
-
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -115,23 +99,23 @@ impl DiscordChannel {
             }
             return Ok(());
         };
-        if let (Some(shown), Some(id)) = (&known.shown, &known.message_id) {
+        if let (Some(shown), Some(id)) = (&known.shown, &known.message_ref) {
             if *shown == wanted || is_newer(shown, &wanted) {
                 self.record_delivery(approval, channel, id).await;
                 return Ok(());
             }
         }
-        let message_id = match known.message_id {
+        let message_id = match known.message_ref {
             Some(id) => id,
             None => {
                 // A post whose answer never came (a crash, a lost connection): when Discord
                 // has the message it is adopted, not posted again.
-                let after = snowflake_at(known.started_ms - 5_000);
+                let after = snowflake_at(known.search_from_ms());
                 match self.api.find(channel, after, &approval.id).await? {
                     Some(id) => {
                         tracing::info!(approval_id = %approval.id, channel, "found the message of an interrupted post; adopting it");
                         self.store.update(&approval.id, channel, |post| {
-                            post.message_id = Some(id.clone());
+                            post.message_ref = Some(id.clone());
                             post.shown = Some(post.intended.clone());
                         })?;
                         self.record_delivery(approval, channel, &id).await;
@@ -178,13 +162,13 @@ impl DiscordChannel {
             *post = Post {
                 intended: wanted.to_owned(),
                 started_ms,
-                message_id: None,
+                message_ref: None,
                 shown: None,
             }
         })?;
         let id = self.api.post(channel, &render::message(approval)).await?;
         self.store.update(&approval.id, channel, |post| {
-            post.message_id = Some(id.clone());
+            post.message_ref = Some(id.clone());
             post.shown = Some(wanted.to_owned());
         })?;
         tracing::info!(approval_id = %approval.id, channel, "posted the approval request");
@@ -215,19 +199,5 @@ impl DiscordChannel {
         .into_iter()
         .cloned()
         .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_newer;
-
-    #[test]
-    fn a_replayed_older_state_does_not_undo_a_newer_one() {
-        assert!(is_newer("final:APPROVED", "pending:d:0"));
-        assert!(is_newer("pending:d:2", "pending:d:1"));
-        assert!(!is_newer("pending:d:1", "pending:d:2"));
-        assert!(!is_newer("pending:d:2", "pending:e:0"), "new arguments");
-        assert!(!is_newer("pending:d:0", "final:EXPIRED"));
     }
 }

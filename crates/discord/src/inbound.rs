@@ -156,14 +156,14 @@ impl Inbound {
             .ok()
             .and_then(|mut posts| posts.remove(&tap.channel));
         let posted = match &post {
-            Some(post) => match &post.message_id {
+            Some(post) => match &post.message_ref {
                 Some(id) => *id == tap.message_id,
                 // Discord answered the post, but the worker has not recorded the id yet.
                 None => self
                     .api
                     .find(
                         &tap.channel,
-                        snowflake_at(post.started_ms - 5_000),
+                        snowflake_at(post.search_from_ms()),
                         &tap.approval_id,
                     )
                     .await

@@ -35,16 +35,7 @@ pub const REASON_INPUT: &str = "reason_text";
 /// How much of the arguments digest a `custom_id` carries.
 pub const DIGEST_PREFIX: usize = 16;
 
-/// What a message shows, as a key: equal keys show the same.
-pub fn shown_key(approval: &pb::Approval) -> String {
-    if approval.state() == ApprovalState::Pending {
-        let approvals = version::current_approvals(approval).count();
-        let digest = version::current_arguments(approval).1;
-        format!("pending:{digest}:{approvals}")
-    } else {
-        format!("final:{}", approval.state().as_str_name())
-    }
-}
+pub use crate::shown::shown_key;
 
 /// An agent's words as inline code: visible, one line, its escaped text at most `max`.
 pub fn code(text: &str, max: usize) -> String {
