@@ -568,6 +568,29 @@ async fn a_gateway_drop_is_resumed_and_a_tap_made_meanwhile_decides() {
     harness.outcome_message(&approval.id).await;
 }
 
+/// The session is gone when the worker comes back (Discord answers its RESUME with
+/// INVALID_SESSION): it identifies again, and the next tap decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_session_after_a_drop_identifies_again() {
+    let harness = Harness::start().await;
+    let approval = harness.request("invalid-session", 600).await;
+    let shown = harness.request_message(&approval.id).await;
+    harness.discord.drop_gateway_and_forget_sessions();
+    harness
+        .discord
+        .wait_for("a new session", |discord| {
+            (discord.identifies() == 2 && discord.connected()).then_some(())
+        })
+        .await;
+    harness
+        .discord
+        .tap(&alice(), &shown, &shown.button(APPROVE));
+    assert_eq!(
+        harness.resolved(&approval.id).await.state(),
+        pb::ApprovalState::Approved
+    );
+}
+
 fn spawn_worker(config: &Path) -> tokio::process::Child {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_countersign-discord"))
         .arg("--config")

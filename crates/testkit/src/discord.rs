@@ -341,6 +341,17 @@ impl FakeDiscord {
         }
     }
 
+    /// Drops the Gateway connection like [`FakeDiscord::drop_gateway`] and forgets every
+    /// session, as Discord does once a session has been gone too long: the RESUME is answered
+    /// INVALID_SESSION (op 9, not resumable), and the client must IDENTIFY again.
+    pub fn drop_gateway_and_forget_sessions(&self) {
+        let mut state = self.shared.lock();
+        if let Some((_, sender)) = state.connection.take() {
+            let _ = sender.send(Outgoing::Drop);
+        }
+        state.sessions.clear();
+    }
+
     /// `user` taps the button `custom_id` on `message`: the interaction's id.
     pub fn tap(&self, user: &DiscordUser, message: &DiscordMessage, custom_id: &str) -> String {
         let data = json!({"custom_id": custom_id, "component_type": 2});
