@@ -216,6 +216,18 @@ mod tests {
     }
 
     #[test]
+    fn the_example_configuration_loads() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../config/discord.example.toml");
+        let file = countersign_worker::config::read_toml(&path).unwrap();
+        let settings = Settings::from_file(file, env).unwrap();
+        assert_eq!(
+            settings.default_channel.as_deref(),
+            Some("1234567890123456789")
+        );
+    }
+
+    #[test]
     fn mistakes_are_refused_naming_what_is_wrong() {
         assert!(refused(CONFIG, |_| None).contains(BOT_TOKEN_ENV));
         assert!(refused(&CONFIG.replace("\"222\"", "\"#ops\""), env).contains("#ops"));
