@@ -191,6 +191,20 @@ impl DiscordApi {
         Ok(())
     }
 
+    /// Sends a follow-up message of an answered interaction (`POST /webhooks/{application
+    /// id}/{token}`).
+    pub async fn follow_up(
+        &self,
+        application_id: &str,
+        token: &str,
+        message: &Value,
+    ) -> Result<(), DiscordError> {
+        let path = format!("/webhooks/{application_id}/{token}");
+        self.call(reqwest::Method::POST, &path, Some(message))
+            .await?;
+        Ok(())
+    }
+
     /// The bot's own user (`GET /users/@me`): whether the token works, and its name.
     pub async fn me(&self) -> Result<Value, DiscordError> {
         self.call(reqwest::Method::GET, "/users/@me", None).await

@@ -42,6 +42,7 @@ pub struct Inbound {
 /// A tap: who, on which message, and what its `custom_id` says.
 struct Tap {
     interaction_id: String,
+    application_id: String,
     token: String,
     user: pb::Decider,
     channel: String,
@@ -77,6 +78,7 @@ impl Tap {
         let message = interaction.message.as_ref()?;
         Some(Tap {
             interaction_id: interaction.id.to_string(),
+            application_id: interaction.application_id.to_string(),
             token: interaction.token.clone(),
             user: pb::Decider {
                 channel: CHANNEL.to_owned(),
@@ -125,24 +127,39 @@ impl Inbound {
         let Some(tap) = Tap::of(interaction) else {
             return;
         };
-        let answer = match self.admitted(&tap).await {
-            Err(refusal) => render::ephemeral(refusal),
-            Ok(_) if tap.verb == REJECT => render::reject_modal(&tap.custom_id),
-            Ok(digest) => {
-                let (verdict, scope) = match tap.verb.as_str() {
-                    APPROVE => (Verdict::Approve, Scope::Once),
-                    ALLOW_SESSION => (Verdict::Approve, Scope::Session),
-                    REASON => (Verdict::Reject, Scope::Once),
-                    _ => return,
-                };
-                self.decide(&tap, verdict, scope, digest).await
-            }
+        let decision = match tap.verb.as_str() {
+            APPROVE => Some((Verdict::Approve, Scope::Once)),
+            ALLOW_SESSION => Some((Verdict::Approve, Scope::Session)),
+            REASON => Some((Verdict::Reject, Scope::Once)),
+            _ => None,
         };
-        if let Err(error) = self
-            .api
-            .respond(&tap.interaction_id, &tap.token, &answer)
-            .await
-        {
+        let (digest, (verdict, scope)) = match (self.admitted(&tap).await, decision) {
+            (Err(refusal), _) => return self.answer(&tap, &render::ephemeral(refusal)).await,
+            (Ok(_), None) if tap.verb == REJECT => {
+                return self
+                    .answer(&tap, &render::reject_modal(&tap.custom_id))
+                    .await
+            }
+            (Ok(_), None) => return,
+            (Ok(digest), Some(decision)) => (digest, decision),
+        };
+        // Acknowledged at once (type 6, DEFERRED_UPDATE_MESSAGE: Discord wants an answer
+        // within 3 seconds, and the edit follows from the watch); a refusal follows ephemerally.
+        self.answer(&tap, &json!({"type": 6})).await;
+        if let Some(refusal) = self.decide(&tap, verdict, scope, digest).await {
+            let message = render::ephemeral_message(refusal);
+            let sent = self
+                .api
+                .follow_up(&tap.application_id, &tap.token, &message);
+            if let Err(error) = sent.await {
+                tracing::warn!(approval_id = %tap.approval_id, %error, "cannot tell the user");
+            }
+        }
+    }
+
+    async fn answer(&self, tap: &Tap, answer: &Value) {
+        let answered = self.api.respond(&tap.interaction_id, &tap.token, answer);
+        if let Err(error) = answered.await {
             tracing::warn!(approval_id = %tap.approval_id, %error, "cannot answer the interaction");
         }
     }
@@ -188,9 +205,14 @@ impl Inbound {
         }
     }
 
-    /// Decides; the interaction's answer: a silent acknowledgement (type 6,
-    /// DEFERRED_UPDATE_MESSAGE: the watch edits the message) or what went wrong, ephemerally.
-    async fn decide(&self, tap: &Tap, verdict: Verdict, scope: Scope, digest: String) -> Value {
+    /// Decides; what to tell the user when nothing was decided.
+    async fn decide(
+        &self,
+        tap: &Tap,
+        verdict: Verdict,
+        scope: Scope,
+        digest: String,
+    ) -> Option<&'static str> {
         let request = pb::DecideRequest {
             approval_id: tap.approval_id.clone(),
             verdict: verdict.into(),
@@ -206,7 +228,7 @@ impl Inbound {
                 tracing::info!(approval_id = %tap.approval_id, outcome = ?response.outcome(), "decision relayed");
                 match response.outcome() {
                     pb::DecideOutcome::AlreadyResolved => "This request was already resolved.",
-                    _ => return json!({"type": 6}),
+                    _ => return None,
                 }
             }
             Err(ClientError::PermissionDenied(reason)) => {
@@ -218,6 +240,6 @@ impl Inbound {
                 "countersign could not take the decision now; try again."
             }
         };
-        render::ephemeral(refusal)
+        Some(refusal)
     }
 }

@@ -97,7 +97,12 @@ pub fn message(approval: &pb::Approval) -> Value {
 /// A message only the tapping user sees (flag 64, EPHEMERAL), as an interaction's answer
 /// (type 4, CHANNEL_MESSAGE_WITH_SOURCE).
 pub fn ephemeral(text: &str) -> Value {
-    json!({"type": 4, "data": {"content": text, "flags": 64, "allowed_mentions": AllowedMentions::default()}})
+    json!({"type": 4, "data": ephemeral_message(text)})
+}
+
+/// A message only the tapping user sees (flag 64), as a follow-up of an answered interaction.
+pub fn ephemeral_message(text: &str) -> Value {
+    json!({"content": text, "flags": 64, "allowed_mentions": AllowedMentions::default()})
 }
 
 /// The modal (type 9) that asks a rejecting approver for the reason; its `custom_id` is the

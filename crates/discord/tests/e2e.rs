@@ -179,6 +179,13 @@ impl Harness {
             .await
     }
 
+    /// What the user was told ephemerally about the interaction `id`.
+    async fn told(&self, id: &str) -> String {
+        self.discord
+            .wait_for("the ephemeral answer", |discord| discord.told(id))
+            .await
+    }
+
     async fn delivered(&self, approval_id: &str) -> Vec<pb::Delivery> {
         for _ in 0..400 {
             let deliveries = self.state_of(approval_id).await.deliveries;
@@ -424,12 +431,8 @@ async fn decided_elsewhere_edits_the_message_and_its_old_buttons_decide_nothing(
     let tap = harness
         .discord
         .tap(&alice(), &shown, &shown.button(APPROVE));
-    let told = harness.answer(&tap).await;
-    assert!(
-        told.ephemeral_text().unwrap().contains("already resolved"),
-        "{:?}",
-        told.body
-    );
+    let told = harness.told(&tap).await;
+    assert!(told.contains("already resolved"), "{told}");
     assert_eq!(harness.state_of(&approval.id).await.decisions.len(), 1);
 }
 
@@ -460,23 +463,18 @@ async fn foreign_and_forged_taps_are_answered_ephemerally_and_decide_nothing() {
     let foreign = harness
         .discord
         .tap(&mallory(), &shown, &shown.button(APPROVE));
-    let told = harness.answer(&foreign).await;
-    assert!(
-        told.ephemeral_text().unwrap().contains("not know you"),
-        "{:?}",
-        told.body
+    assert_eq!(
+        harness.answer(&foreign).await.body["type"],
+        6,
+        "acknowledged at once"
     );
+    let told = harness.told(&foreign).await;
+    assert!(told.contains("not know you"), "{told}");
     let forged = harness
         .discord
         .tap(&alice(), &shown, &other.button(APPROVE));
-    let told = harness.answer(&forged).await;
-    assert!(
-        told.ephemeral_text()
-            .unwrap()
-            .contains("not on the message"),
-        "{:?}",
-        told.body
-    );
+    let told = harness.told(&forged).await;
+    assert!(told.contains("not on the message"), "{told}");
     for id in [&first.id, &second.id] {
         let after = harness.state_of(id).await;
         assert_eq!(after.state(), pb::ApprovalState::Pending);

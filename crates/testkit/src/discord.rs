@@ -3,7 +3,8 @@
 //! - REST under `/api/v10/`: `POST /channels/{id}/messages`, `PATCH
 //!   /channels/{id}/messages/{id}`, `GET /channels/{id}/messages?after=&limit=`, `POST
 //!   /interactions/{id}/{token}/callback` (each interaction answered once: a second answer gets
-//!   400 code 40060, as Discord does) and `GET /users/@me`. A wrong token gets 401 `{"message": "401: Unauthorized", "code": 0}`; content over 2,000
+//!   400 code 40060, as Discord does), `POST /webhooks/{application id}/{token}` (a follow-up,
+//!   once the interaction was answered) and `GET /users/@me`. A wrong token gets 401 `{"message": "401: Unauthorized", "code": 0}`; content over 2,000
 //!   characters or a `custom_id` over 100 gets 400 code 50035 (Invalid Form Body).
 //! - The Gateway: `GET /gateway` upgrades to a WebSocket that says HELLO (op 10), takes
 //!   IDENTIFY (op 2; a wrong token is closed with 4004), answers READY (with a
@@ -160,6 +161,7 @@ struct FakeState {
     /// Interactions dispatched, by id: their payload and whether they were answered.
     interactions: HashMap<String, (Value, bool)>,
     answers: Vec<InteractionAnswer>,
+    followups: Vec<InteractionAnswer>,
     sessions: HashMap<String, Session>,
     /// The open connection: its session and where its dispatches go.
     connection: Option<(String, mpsc::UnboundedSender<Outgoing>)>,
@@ -302,6 +304,31 @@ impl FakeDiscord {
     /// Every answer to an interaction, in order.
     pub fn answers(&self) -> Vec<InteractionAnswer> {
         self.shared.lock().answers.clone()
+    }
+
+    /// Every follow-up message of an interaction (`POST /webhooks/{application id}/{token}`).
+    pub fn followups(&self) -> Vec<InteractionAnswer> {
+        self.shared.lock().followups.clone()
+    }
+
+    /// What the user was told ephemerally about the interaction `id`: in its answer (type 4,
+    /// flag 64) or in a follow-up with flag 64.
+    pub fn told(&self, id: &str) -> Option<String> {
+        let answers = self
+            .answers()
+            .into_iter()
+            .filter(|a| a.interaction_id == id);
+        let mut told = answers.filter_map(|a| a.ephemeral_text().map(str::to_owned));
+        let followups = self
+            .followups()
+            .into_iter()
+            .filter(|f| f.interaction_id == id);
+        let ephemeral = followups.filter(|f| f.body["flags"] == 64);
+        told.next().or_else(|| {
+            ephemeral
+                .filter_map(|f| f.body["content"].as_str().map(str::to_owned))
+                .next()
+        })
     }
 
     /// How many times a Gateway session was identified, resumed, and heartbeats ACKed.
@@ -593,6 +620,24 @@ fn answer(
             body: body.clone(),
         });
         return (StatusCode::NO_CONTENT, Value::Null);
+    }
+    if let ["webhooks", application_id, token] = path {
+        // A follow-up of an interaction, by its token; only once the interaction was answered.
+        let found = state.interactions.iter().find(|(_, (payload, answered))| {
+            payload["token"] == *token && payload["application_id"] == *application_id && *answered
+        });
+        let Some((id, _)) = found else {
+            return error(StatusCode::NOT_FOUND, 10015, "Unknown Webhook");
+        };
+        let followup = InteractionAnswer {
+            interaction_id: id.clone(),
+            status: 200,
+            body: body.clone(),
+        };
+        state.followups.push(followup);
+        let message =
+            json!({"id": state.snowflake(), "content": body["content"], "flags": body["flags"]});
+        return (StatusCode::OK, message);
     }
     let authorization = headers
         .get("authorization")
