@@ -386,6 +386,13 @@ pub enum SetupCommand {
     /// the relay took the mail and the address was confirmed; the password goes to a file only
     /// you can read. Restart `countersign up` afterwards.
     Email(SetupEmailArgs),
+    /// Connect a Discord bot: check the token, then pair an approver by a code sent to the bot
+    ///
+    /// The bot token comes from DISCORD_BOT_TOKEN or is asked for (Developer Portal → your
+    /// application → Bot). Whoever sends the bot the code in a direct message becomes an
+    /// approver, and that conversation the default channel of approvals. Nothing is written
+    /// unless the bot could confirm there. Restart `countersign up` afterwards.
+    Discord(SetupDiscordArgs),
 }
 
 #[derive(Debug, Args)]
@@ -448,6 +455,26 @@ pub struct SetupEmailArgs {
     /// How long to wait for the test mail's link to be confirmed
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub wait: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct SetupDiscordArgs {
+    /// Also write a policy preset's rules (balanced, strict or observe) into the config file, as
+    /// `countersign policy preset NAME` does
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
+    /// Pair one more approver with the bot already set up (the default channel stays)
+    #[arg(long)]
+    pub add: bool,
+    /// How long the pairing code is valid
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub code_ttl: Duration,
+    /// Discord's REST API (a reverse proxy) [default: https://discord.com/api/v10]
+    #[arg(long, env = "DISCORD_API_URL", value_name = "URL")]
+    pub api_url: Option<String>,
+    /// The Gateway's WebSocket URL [default: Discord's own]
+    #[arg(long, env = "DISCORD_GATEWAY_URL", value_name = "URL")]
+    pub gateway_url: Option<String>,
 }
 
 #[derive(Debug, Args)]

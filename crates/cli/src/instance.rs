@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use countersign_email::config::{EmailSection, RecipientSection};
+use countersign_discord::config::DiscordSection;
 use countersign_github::config::FileConfig as GitHubFile;
 use countersign_ntfy::config::{NtfySection, TopicSection};
 use countersign_server::config::Config as ServerConfig;
@@ -60,6 +61,8 @@ pub enum Secret {
     GitHubToken,
     /// The SMTP password `setup email` was given.
     SmtpPassword,
+    /// The Discord bot token `setup discord` was given.
+    DiscordBotToken,
 }
 
 impl Secret {
@@ -71,6 +74,7 @@ impl Secret {
             Secret::TelegramBotToken => "telegram-bot-token",
             Secret::GitHubToken => "github-token",
             Secret::SmtpPassword => "smtp-password",
+            Secret::DiscordBotToken => "discord-bot-token",
         }
     }
 }
@@ -169,6 +173,8 @@ pub struct InstanceConfig {
     pub ntfy: Option<(NtfySection, Vec<TopicSection>)>,
     /// The `[slack]` section, when there is one.
     pub slack: Option<SlackSection>,
+    /// The `[discord]` section, when there is one.
+    pub discord: Option<DiscordSection>,
     /// The GitHub worker's file, from `[github]`; its `server` is left for `up` to fill in.
     pub github: Option<GitHubFile>,
     /// The webhook worker's file, from `[webhook]`; its `server` is left for `up` to fill in.
@@ -221,6 +227,10 @@ impl Instance {
         let slack = match self.worker_section(&mut table, "slack", &invalid)? {
             None => None,
             Some(section) => Some(section_as(section, "slack", &invalid)?),
+        };
+        let discord = match self.worker_section(&mut table, "discord", &invalid)? {
+            None => None,
+            Some(section) => Some(section_as(section, "discord", &invalid)?),
         };
         let github = match self.worker_section(&mut table, "github", &invalid)? {
             None => None,
@@ -275,6 +285,7 @@ impl Instance {
             telegram,
             ntfy,
             slack,
+            discord,
             github,
             webhook,
             web,

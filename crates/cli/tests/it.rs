@@ -14,6 +14,7 @@ mod rate_limits;
 mod receipts;
 mod rules_suggest;
 mod setup_channels;
+mod setup_discord;
 mod setup_email;
 mod setup_ntfy;
 mod support;

@@ -20,7 +20,7 @@ use pb::ApprovalState;
 use crate::api::{SlackApi, SlackError};
 use crate::config::Settings;
 use crate::render;
-use crate::shown::{Post, Store, StoreError};
+use crate::shown::{is_newer, Post, Store, StoreError};
 
 /// The channel name this worker serves; also the decider channel (`slack:<user id>`).
 pub const CHANNEL: &str = "slack";
@@ -87,26 +87,6 @@ impl Channel for SlackChannel {
     }
 }
 
-/// Whether a message showing `shown` already shows something newer than `wanted` (a replayed
-/// older state must not undo it): a final state beats any pending one, and more approvals of
-/// the same arguments beat fewer.
-fn is_newer(shown: &str, wanted: &str) -> bool {
-    if wanted.starts_with("final:") {
-        return false;
-    }
-    if shown.starts_with("final:") {
-        return true;
-    }
-    match (shown.rsplit_once(':'), wanted.rsplit_once(':')) {
-        (Some((shown_args, shown_count)), Some((wanted_args, wanted_count))) => {
-            shown_args == wanted_args
-                && shown_count.parse::<u64>().unwrap_or(0)
-                    > wanted_count.parse::<u64>().unwrap_or(0)
-        }
-        _ => false,
-    }
-}
-
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -138,23 +118,23 @@ impl SlackChannel {
         };
         if let Some(shown) = &known.shown {
             if *shown == wanted || is_newer(shown, &wanted) {
-                if let Some(ts) = &known.ts {
+                if let Some(ts) = &known.message_ref {
                     self.record_delivery(approval, channel, ts).await;
                 }
                 return Ok(());
             }
         }
-        let ts = match known.ts {
+        let ts = match known.message_ref {
             Some(ts) => ts,
             None => {
                 // A post whose answer never came (a crash, a lost connection): when Slack has
                 // the message it is adopted, not posted again.
-                let since = known.search_from_secs();
+                let since = known.search_from_ms() / 1000;
                 match self.api.find(channel, since, &approval.id).await? {
                     Some(ts) => {
                         tracing::info!(approval_id = %approval.id, channel, "found the message of an interrupted post; adopting it");
                         self.store.update(&approval.id, channel, |post| {
-                            post.ts = Some(ts.clone());
+                            post.message_ref = Some(ts.clone());
                             post.shown = Some(post.intended.clone());
                         })?;
                         self.record_delivery(approval, channel, &ts).await;
@@ -212,7 +192,7 @@ impl SlackChannel {
             *post = Post {
                 intended: wanted.to_owned(),
                 started_ms,
-                ts: None,
+                message_ref: None,
                 shown: None,
             }
         })?;
@@ -226,7 +206,7 @@ impl SlackChannel {
             other => other?,
         };
         self.store.update(&approval.id, channel, |post| {
-            post.ts = Some(ts.clone());
+            post.message_ref = Some(ts.clone());
             post.shown = Some(wanted.to_owned());
         })?;
         tracing::info!(approval_id = %approval.id, channel, "posted the approval request");
@@ -259,19 +239,5 @@ impl SlackChannel {
         .into_iter()
         .cloned()
         .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_newer;
-
-    #[test]
-    fn a_replayed_older_state_does_not_undo_a_newer_one() {
-        assert!(is_newer("final:APPROVED", "pending:d:0"));
-        assert!(is_newer("pending:d:2", "pending:d:1"));
-        assert!(!is_newer("pending:d:1", "pending:d:2"));
-        assert!(!is_newer("pending:d:2", "pending:e:0"), "new arguments");
-        assert!(!is_newer("pending:d:0", "final:EXPIRED"));
     }
 }

@@ -152,13 +152,13 @@ impl Inbound {
             .ok()
             .and_then(|mut posts| posts.remove(&tap.channel));
         let posted = match post {
-            Some(post) => match post.ts {
+            Some(post) => match post.message_ref {
                 Some(ts) => ts == tap.message_ts,
                 // Slack answered the post, but the worker has not recorded the `ts` yet (or
                 // crashed before it did): Slack's history says which message it is.
                 None => self
                     .api
-                    .find(&tap.channel, post.search_from_secs(), &tap.approval_id)
+                    .find(&tap.channel, post.search_from_ms() / 1000, &tap.approval_id)
                     .await
                     .ok()
                     .flatten()

@@ -37,16 +37,7 @@ pub const REJECT_VIEW: &str = "countersign_reject_reason";
 pub const REASON_BLOCK: &str = "reason";
 pub const REASON_INPUT: &str = "reason_text";
 
-/// What a message shows, as a key: equal keys show the same.
-pub fn shown_key(approval: &pb::Approval) -> String {
-    if approval.state() == ApprovalState::Pending {
-        let approvals = version::current_approvals(approval).count();
-        let digest = version::current_arguments(approval).1;
-        format!("pending:{digest}:{approvals}")
-    } else {
-        format!("final:{}", approval.state().as_str_name())
-    }
-}
+pub use crate::shown::shown_key;
 
 /// An agent's words for mrkdwn: visible, escaped, as inline code; the escaped text takes at
 /// most `max`.

@@ -2,6 +2,7 @@
 //! Telegram message as a phone shows it, the test server, a private PostgreSQL cluster, and a record of the tests that depend on
 //! the storage backend.
 
+pub mod discord;
 pub mod docs;
 pub mod github;
 pub mod http;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::discord::DiscordMessage;
 use crate::telegram::ChatMessage;
 
 /// The message as a self-contained HTML page in a chat bubble from `bot`.
@@ -76,6 +77,16 @@ pub async fn screenshot(
     screenshot_page(&message_html(message, bot), (412, 600), dir, name).await
 }
 
+/// Like [`screenshot`], for a message on the fake Discord.
+pub async fn discord_screenshot(
+    message: &DiscordMessage,
+    bot: &str,
+    dir: &Path,
+    name: &str,
+) -> Result<std::path::PathBuf, PictureError> {
+    screenshot_page(&discord_html(message, bot), (412, 600), dir, name).await
+}
+
 /// Writes the page `html` to `<dir>/<name>.html` and a picture of it, `size` pixels (width,
 /// height), to `<dir>/<name>.png` (a mail's HTML part as a phone shows it, for one).
 pub async fn screenshot_page(
@@ -133,6 +144,84 @@ body{margin:0;background:#8fb3a0;font:15px/1.35 -apple-system,'Segoe UI',Roboto,
 .bubble blockquote{margin:4px 0;padding:2px 8px;border-left:3px solid #3a8ee6;background:#eef5fd;border-radius:4px}\
 .row{display:flex;gap:4px;margin-top:4px}\
 .button{flex:1;text-align:center;background:rgba(60,90,80,.55);color:#fff;border-radius:8px;padding:9px 4px;font-weight:600}\
+</style></head><body>";
+
+/// A Discord message as a self-contained HTML page (Discord's dark theme): the bot's name,
+/// the content's markdown as Discord renders it (bold, inline code, code blocks, quotes; no
+/// mention is rendered, as none is allowed), and the buttons in their styles.
+pub fn discord_html(message: &DiscordMessage, bot: &str) -> String {
+    let mut page = String::from(DISCORD_HEAD);
+    let _ = write!(
+        page,
+        "<div class=\"msg\"><div class=\"from\">{} <span class=\"app\">APP</span></div>",
+        escape(bot)
+    );
+    let mut in_block = false;
+    for line in message.content.lines() {
+        if line.starts_with("```") {
+            page.push_str(if in_block { "</pre>" } else { "<pre>" });
+            in_block = !in_block;
+        } else if in_block {
+            let _ = writeln!(page, "{}", escape(line));
+        } else if let Some(quoted) = line.strip_prefix("> ") {
+            let _ = write!(page, "<blockquote>{}</blockquote>", discord_inline(quoted));
+        } else {
+            let _ = write!(page, "<div>{}</div>", discord_inline(line));
+        }
+    }
+    let rows = message.components.as_array().into_iter().flatten();
+    for row in rows {
+        page.push_str("<div class=\"row\">");
+        for button in row["components"].as_array().into_iter().flatten() {
+            let style = button["style"].as_u64().unwrap_or(2);
+            let label = button["label"].as_str().unwrap_or_default();
+            let _ = write!(
+                page,
+                "<div class=\"button s{style}\">{}</div>",
+                escape(label)
+            );
+        }
+        page.push_str("</div>");
+    }
+    page.push_str("</div></body></html>\n");
+    page
+}
+
+/// One line of Discord markdown: `**bold**` and `` `code` `` (nothing inside code is markup).
+fn discord_inline(line: &str) -> String {
+    let mut html = String::new();
+    let (mut bold, mut code) = (false, false);
+    let mut rest = line;
+    while let Some(character) = rest.chars().next() {
+        if !code && rest.starts_with("**") {
+            html.push_str(if bold { "</b>" } else { "<b>" });
+            bold = !bold;
+            rest = &rest[2..];
+            continue;
+        }
+        if character == '`' {
+            html.push_str(if code { "</code>" } else { "<code>" });
+            code = !code;
+        } else {
+            html.push_str(&escape(&character.to_string()));
+        }
+        rest = &rest[character.len_utf8()..];
+    }
+    html
+}
+
+const DISCORD_HEAD: &str = "<!doctype html><html><head><meta charset=\"utf-8\"><style>\
+body{margin:0;background:#313338;color:#dbdee1;font:15px/1.4 'gg sans','Noto Sans','DejaVu Sans',sans-serif}\
+.msg{padding:14px 12px}\
+.from{color:#f2f3f5;font-weight:600;margin-bottom:4px}\
+.app{background:#5865f2;color:#fff;font-size:10px;border-radius:3px;padding:1px 4px;vertical-align:middle}\
+code,pre{font-family:'DejaVu Sans Mono',monospace;font-size:13px;background:#2b2d31;border-radius:4px}\
+code{padding:1px 3px}\
+pre{margin:4px 0;padding:6px 8px;border:1px solid #1e1f22;white-space:pre-wrap;word-wrap:break-word}\
+blockquote{margin:2px 0;padding-left:10px;border-left:4px solid #4e5058}\
+.row{display:flex;flex-wrap:wrap;gap:8px;margin-top:8px}\
+.button{color:#fff;border-radius:4px;padding:7px 14px;font-weight:500;font-size:14px}\
+.s1{background:#5865f2}.s2{background:#4e5058}.s3{background:#248046}.s4{background:#da373c}\
 </style></head><body>";
 
 /// The labels of the inline keyboard, row by row.

@@ -38,4 +38,5 @@ pub mod metrics;
 pub mod outbox;
 pub mod retry;
 pub mod runtime;
+pub mod shown;
 pub mod shutdown;

@@ -60,6 +60,13 @@ fn channels() -> [Box<dyn Prepare>; 7] {
             run: countersign_slack::run,
         }),
         Box::new(Channel {
+            piece: "Discord worker",
+            section: |config| config.discord.take(),
+            load: discord,
+            announce: announce_discord,
+            run: countersign_discord::run,
+        }),
+        Box::new(Channel {
             piece: "GitHub worker",
             section: |config| config.github.take(),
             load: github,
@@ -220,6 +227,14 @@ fn announce_slack(settings: &countersign_slack::Settings, _approvers: usize) {
     );
 }
 
+fn announce_discord(settings: &countersign_discord::Settings, _approvers: usize) {
+    tracing::info!(
+        channels = settings.channels.len(),
+        default_channel = ?settings.default_channel,
+        "countersign up: the Discord worker posts approvals to your channels"
+    );
+}
+
 fn announce_github(settings: &countersign_github::Settings, _approvers: usize) {
     tracing::info!(
         github = %settings.github.api_url,
@@ -361,6 +376,28 @@ fn slack(
     };
     let settings = countersign_slack::Settings::from_file(file, |name| pieces.secret(name))
         .map_err(|error| invalid(pieces.instance, error, "see crates/slack/README.md"))?;
+    create_private_dir(&settings.state_dir)?;
+    Ok(settings)
+}
+
+fn discord(
+    section: countersign_discord::config::DiscordSection,
+    pieces: &Pieces<'_>,
+) -> Result<countersign_discord::Settings, CliError> {
+    let file = countersign_discord::config::FileConfig {
+        server: server_section(pieces),
+        discord: section,
+        metrics: Default::default(),
+    };
+    let bot_token = match env_var(countersign_discord::config::BOT_TOKEN_ENV) {
+        Some(token) => Some(token),
+        None => pieces.instance.read_secret(Secret::DiscordBotToken)?,
+    };
+    let settings = countersign_discord::Settings::from_file(file, |name| match name {
+        countersign_discord::config::BOT_TOKEN_ENV => bot_token.clone(),
+        _ => pieces.secret(name),
+    })
+    .map_err(|error| invalid(pieces.instance, error, "run countersign setup discord"))?;
     create_private_dir(&settings.state_dir)?;
     Ok(settings)
 }

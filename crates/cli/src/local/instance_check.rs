@@ -9,6 +9,7 @@ const SETUP_TELEGRAM: &str = "run countersign setup telegram";
 const SETUP_GITHUB: &str = "run countersign setup github";
 const SETUP_WEB: &str = "run countersign setup web";
 const SETUP_EMAIL: &str = "run countersign setup email";
+const SETUP_DISCORD: &str = "run countersign setup discord";
 
 /// What the local instance lacks, each with the command that fixes it.
 pub fn check_instance(instance: &Instance) -> Vec<String> {
@@ -34,7 +35,7 @@ pub fn check_instance(instance: &Instance) -> Vec<String> {
         .into_iter()
         .map(Secret::Token)
         .chain([Secret::TelegramBotToken, Secret::GitHubToken])
-        .chain([Secret::SmtpPassword]);
+        .chain([Secret::SmtpPassword, Secret::DiscordBotToken]);
     for secret in secrets {
         let path = instance.secret_path(secret);
         if open_to_others(&path) == Some(true) {
@@ -105,6 +106,20 @@ fn check_channels(instance: &Instance, config: &InstanceConfig, problems: &mut V
                     github.bot_login
                 ),
                 None => problems.push(format!("GitHub has no default target ({SETUP_GITHUB})")),
+            }
+        }
+    }
+    match &config.discord {
+        None => optional.push(format!("Discord is not set up ({SETUP_DISCORD})")),
+        Some(discord) => {
+            configured += 1;
+            let token_env = countersign_discord::config::BOT_TOKEN_ENV;
+            if !secret_set(instance, token_env, Secret::DiscordBotToken, false) {
+                problems.push(format!("no Discord bot token ({SETUP_DISCORD})"));
+            }
+            match &discord.default_channel {
+                Some(channel) => println!("ok    Discord: approvals go to channel {channel}"),
+                None => problems.push(format!("Discord has no default channel ({SETUP_DISCORD})")),
             }
         }
     }

@@ -4,6 +4,7 @@
 pub mod channels;
 pub mod instance_check;
 pub mod setup;
+pub mod setup_discord;
 pub mod setup_email;
 pub mod setup_github;
 pub mod setup_ntfy;

@@ -270,7 +270,7 @@ async fn reply_in_chat(bot: &BotApi, to: &Message, text: &str) {
     }
 }
 
-fn new_code() -> String {
+pub(crate) fn new_code() -> String {
     let mut rng = rand::rngs::OsRng;
     (0..CODE_LENGTH)
         .map(|_| char::from(CODE_ALPHABET[rng.gen_range(0..CODE_ALPHABET.len())]))
