@@ -36,7 +36,7 @@ struct Channel<Section, S, F> {
 }
 
 /// Every channel `up` runs, in the order it starts them: adding a channel is one line.
-fn channels() -> [Box<dyn Prepare>; 7] {
+fn channels() -> [Box<dyn Prepare>; 8] {
     [
         Box::new(Channel {
             piece: "Telegram worker",
