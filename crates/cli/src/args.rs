@@ -126,6 +126,7 @@ impl From<Cli<HookCommand>> for FullCli {
             ca_cert: cli.ca_cert,
             config: cli.config,
             output: cli.output,
+            receipt_pin: cli.receipt_pin,
             command: Command::Hook(args),
         }
     }

@@ -12,8 +12,8 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use countersign_email::config::{EmailSection, RecipientSection};
 use countersign_discord::config::DiscordSection;
+use countersign_email::config::{EmailSection, RecipientSection};
 use countersign_github::config::FileConfig as GitHubFile;
 use countersign_ntfy::config::{NtfySection, TopicSection};
 use countersign_server::config::Config as ServerConfig;

@@ -85,18 +85,21 @@ fn main() -> ExitCode {
 /// The exit code Claude Code, Codex and Gemini CLI all read as "block this tool call".
 const HOOK_BLOCK: i32 = 2;
 
+/// The global options that take a value (the word after them is not a subcommand).
+const GLOBALS_WITH_VALUES: [&str; 8] = [
+    "--server",
+    "--token",
+    "--token-file",
+    "--ca-cert",
+    "--config",
+    "--output",
+    "-o",
+    "--receipt-pin",
+];
+
 /// True when the command line runs `hook`: its first word that is not an option or an
 /// option's value.
 fn is_hook(args: impl Iterator<Item = String>) -> bool {
-    const GLOBALS_WITH_VALUES: [&str; 7] = [
-        "--server",
-        "--token",
-        "--token-file",
-        "--ca-cert",
-        "--config",
-        "--output",
-        "-o",
-    ];
     let mut args = args.skip(1);
     while let Some(arg) = args.next() {
         if GLOBALS_WITH_VALUES.contains(&arg.as_str()) {
@@ -131,7 +134,19 @@ mod tests {
             "--server", "http://x", "-o", "json", "hook"
         ])));
         assert!(!is_hook(line(&["--server", "hook", "list"])));
+        assert!(is_hook(line(&["--receipt-pin", "Kx9", "hook", "gemini"])));
         assert!(!is_hook(line(&["request", "--tool", "hook"])));
         assert!(!is_hook(line(&["--bogus"])));
+    }
+
+    #[test]
+    fn every_global_option_with_a_value_is_known_to_is_hook() {
+        use clap::CommandFactory;
+        for arg in FullCli::command().get_arguments() {
+            if arg.is_global_set() && arg.get_action().takes_values() {
+                let long = format!("--{}", arg.get_long().expect("global options are long"));
+                assert!(GLOBALS_WITH_VALUES.contains(&long.as_str()), "{long}");
+            }
+        }
     }
 }
