@@ -50,6 +50,9 @@ pub async fn run(cli: Cli) -> i32 {
                 Command::Setup(SetupCommand::Ntfy(args)) => {
                     crate::local::setup_ntfy::ntfy(&instance, args).await
                 }
+                Command::Setup(SetupCommand::Slack(args)) => {
+                    crate::local::setup_slack::slack(&instance, args).await
+                }
                 Command::Up(args) => crate::local::up::up(&instance, args).await,
                 Command::Policy(command) => {
                     crate::operator::policy::run(&instance, command, cli.output)

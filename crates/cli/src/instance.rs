@@ -57,6 +57,10 @@ pub enum Secret {
     TelegramBotToken,
     /// The GitHub token `setup github` was given.
     GitHubToken,
+    /// The Slack bot token (`xoxb-`) `setup slack` was given.
+    SlackBotToken,
+    /// The Slack app-level token (`xapp-`) `setup slack` was given.
+    SlackAppToken,
 }
 
 impl Secret {
@@ -67,6 +71,8 @@ impl Secret {
             Secret::Token(Token::Admin) => "admin-token",
             Secret::TelegramBotToken => "telegram-bot-token",
             Secret::GitHubToken => "github-token",
+            Secret::SlackBotToken => "slack-bot-token",
+            Secret::SlackAppToken => "slack-app-token",
         }
     }
 }

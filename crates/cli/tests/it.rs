@@ -14,6 +14,7 @@ mod rate_limits;
 mod rules_suggest;
 mod setup_channels;
 mod setup_ntfy;
+mod setup_slack;
 mod support;
 mod up_channels;
 mod version;

@@ -6,5 +6,6 @@ pub mod instance_check;
 pub mod setup;
 pub mod setup_github;
 pub mod setup_ntfy;
+pub mod setup_slack;
 pub mod setup_web;
 pub mod up;
