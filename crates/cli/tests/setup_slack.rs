@@ -94,12 +94,35 @@ fn assert_untouched(home: &Home) {
 /// decides it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setup_slack_pairs_by_a_tap_then_up_posts_requests_the_approver_decides() {
+    // Exactly what docs/quickstart.md tells the user to type for Slack.
+    let doc = include_str!("../../../docs/quickstart.md");
+    let section = doc
+        .split("### Slack: `countersign setup slack`")
+        .nth(1)
+        .expect("the Slack section of docs/quickstart.md");
+    assert!(
+        section.contains(
+            "```sh\ncountersign setup slack --manifest\ncountersign setup slack\ncountersign up\ncountersign install claude-code\n```"
+        ),
+        "{section}"
+    );
     let slack = FakeSlack::start(BOT, APP).await;
     slack.add_channel("general", false, true);
     slack.add_channel("random", false, true);
     slack.add_channel("private-ops", true, true);
     let approvals = slack.add_channel("approvals", false, false);
     let home = Home::new("http://127.0.0.1:9");
+    let manifest = home.run(&["setup", "slack", "--manifest"]).await;
+    let manifest = text(&manifest);
+    for needed in [
+        "socket_mode_enabled: true",
+        "interactivity:\n    is_enabled: true",
+        "- chat:write",
+        "- channels:read",
+        "- channels:join",
+    ] {
+        assert!(manifest.contains(needed), "{needed}: {manifest}");
+    }
     let setup = setup_slack(&home, &slack, (BOT, APP), &[], "#approvals\n");
     let message = pairing_message(&slack, &approvals).await;
     assert!(slack.bot_in(&approvals), "the bot did not join #approvals");
