@@ -242,6 +242,29 @@ async fn setup_slack_refuses_bad_tokens_and_unknown_channels_and_writes_nothing(
         slack.messages(&approvals).is_empty(),
         "a pairing was posted"
     );
+
+    // No token in the environment: the manifest is printed and the tokens asked for.
+    let api_url = slack.api_url();
+    let mut command = home.countersign(&["setup", "slack", "--api-url", &api_url]);
+    command.stdin(std::process::Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"xoxb-typed-wrong-secret\nxapp-typed-wrong-secret\n")
+        .await
+        .unwrap();
+    drop(stdin);
+    let output = finished(child).await;
+    let shown = text(&output);
+    assert_ne!(output.status.code(), Some(0), "{shown}");
+    assert!(shown.contains("From an app manifest"), "{shown}");
+    assert!(shown.contains("socket_mode_enabled: true"), "{shown}");
+    assert!(
+        shown.contains("Slack refused the bot token (invalid_auth)"),
+        "{shown}"
+    );
+    assert!(!shown.contains("wrong-secret"), "{shown}");
+    assert_untouched(&home);
 }
 
 /// No tap within --wait-secs, after a tap on a forged button value (not the one-time value
