@@ -394,6 +394,39 @@ pub enum SetupCommand {
     /// approver, and that conversation the default channel of approvals. Nothing is written
     /// unless the bot could confirm there. Restart `countersign up` afterwards.
     Discord(SetupDiscordArgs),
+    /// Connect a Slack app: check its tokens, pick the channel, pair the approver by a button
+    ///
+    /// The bot token (xoxb-…) and the app-level token (xapp-…, connections:write) come from
+    /// SLACK_BOT_TOKEN and SLACK_APP_TOKEN or are asked for; without them the app manifest to
+    /// create the app from is printed first (--manifest prints only it). The channel is picked
+    /// by name among those the bot is in (a public one it is not in is joined). A "This is me"
+    /// button posted there pairs whoever taps it as the approver: no user id is typed. Nothing
+    /// is written unless every step passes; the tokens go to files only you can read. Stop
+    /// `countersign up` while pairing (it listens on the same Socket Mode), restart it after.
+    Slack(SetupSlackArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SetupSlackArgs {
+    /// Also write a policy preset's rules (balanced, strict or observe) into the config file, as
+    /// `countersign policy preset NAME` does
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
+    /// Print the app manifest (scopes, Socket Mode, interactivity) and exit
+    #[arg(long)]
+    pub manifest: bool,
+    /// The channel approvals go to, by name [default: asked, from the channels the bot is in]
+    #[arg(long, value_name = "NAME")]
+    pub channel: Option<String>,
+    /// Who taps "This is me", by approver id (as in [[approvers]]) [default: the only one, or a new one when there is none]
+    #[arg(long, value_name = "ID")]
+    pub approver_id: Option<String>,
+    /// How long to wait for the "This is me" tap, in seconds
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    pub wait_secs: u64,
+    /// The Slack Web API [default: api_url in [slack], else https://slack.com/api]
+    #[arg(long, value_name = "URL", hide = true)]
+    pub api_url: Option<String>,
 }
 
 #[derive(Debug, Args)]

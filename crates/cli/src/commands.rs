@@ -56,6 +56,9 @@ pub async fn run(cli: FullCli) -> i32 {
                 Command::Setup(SetupCommand::Discord(args)) => {
                     crate::local::setup_discord::discord(&instance, args).await
                 }
+                Command::Setup(SetupCommand::Slack(args)) => {
+                    crate::local::setup_slack::slack(&instance, args).await
+                }
                 Command::Up(args) => crate::local::up::up(&instance, args).await,
                 Command::Policy(command) => {
                     crate::operator::policy::run(&instance, command, cli.output)

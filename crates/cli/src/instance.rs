@@ -63,6 +63,10 @@ pub enum Secret {
     SmtpPassword,
     /// The Discord bot token `setup discord` was given.
     DiscordBotToken,
+    /// The Slack bot token (`xoxb-`) `setup slack` was given.
+    SlackBotToken,
+    /// The Slack app-level token (`xapp-`) `setup slack` was given.
+    SlackAppToken,
 }
 
 impl Secret {
@@ -75,6 +79,8 @@ impl Secret {
             Secret::GitHubToken => "github-token",
             Secret::SmtpPassword => "smtp-password",
             Secret::DiscordBotToken => "discord-bot-token",
+            Secret::SlackBotToken => "slack-bot-token",
+            Secret::SlackAppToken => "slack-app-token",
         }
     }
 }

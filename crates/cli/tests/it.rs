@@ -17,6 +17,7 @@ mod setup_channels;
 mod setup_discord;
 mod setup_email;
 mod setup_ntfy;
+mod setup_slack;
 mod support;
 mod up_channels;
 mod version;

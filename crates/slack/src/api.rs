@@ -43,6 +43,14 @@ const CONTENT_CODES: [&str; 4] = [
 ];
 
 impl SlackError {
+    /// Slack's error code (`invalid_auth`, `channel_not_found`…) when it answered `ok: false`.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            SlackError::Api(SlackClientError::ApiError(error)) => Some(&error.code),
+            _ => None,
+        }
+    }
+
     /// Whether Slack refused the message for its content.
     pub fn is_content_refused(&self) -> bool {
         matches!(self, SlackError::Api(SlackClientError::ApiError(error)) if CONTENT_CODES.contains(&error.code.as_str()))
@@ -72,6 +80,41 @@ impl Classify for SlackError {
             SlackError::Api(_) => Verdict::Final,
         }
     }
+}
+
+/// A channel, by id and name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conversation {
+    pub id: String,
+    pub name: String,
+    pub private: bool,
+}
+
+impl From<SlackChannelInfo> for Conversation {
+    fn from(info: SlackChannelInfo) -> Conversation {
+        Conversation {
+            name: info.name.unwrap_or_else(|| info.id.0.clone()),
+            private: info.flags.is_private == Some(true),
+            id: info.id.0,
+        }
+    }
+}
+
+/// Who a token belongs to (`auth.test`).
+#[derive(Clone, Debug)]
+pub struct TokenOwner {
+    pub team: String,
+    pub user: Option<String>,
+    pub user_id: String,
+    pub bot_id: Option<String>,
+}
+
+/// The channel kinds a bot posts approvals in.
+fn channel_types() -> Vec<SlackConversationType> {
+    vec![
+        SlackConversationType::Public,
+        SlackConversationType::Private,
+    ]
 }
 
 /// The Web API as the bot.
@@ -191,6 +234,82 @@ impl SlackApi {
         Ok(())
     }
 
+    /// Who the token belongs to (`auth.test`).
+    pub async fn owner(&self) -> Result<TokenOwner, SlackError> {
+        let session = self.client.open_session(&self.token);
+        let response = self.call(session.auth_test()).await?;
+        Ok(TokenOwner {
+            team: response.team,
+            user: response.user,
+            user_id: response.user_id.0,
+            bot_id: response.bot_id.map(|id| id.0),
+        })
+    }
+
+    /// With an app-level token: opens a Socket Mode connection URL (`apps.connections.open`),
+    /// which proves the token may connect and that Socket Mode is on.
+    pub async fn open_connection(&self) -> Result<(), SlackError> {
+        let session = self.client.open_session(&self.token);
+        let request = SlackApiAppsConnectionOpenRequest::new();
+        self.call(session.apps_connections_open(&request)).await?;
+        Ok(())
+    }
+
+    /// The channels (public and private, not archived) the bot is in (`users.conversations`,
+    /// every page).
+    pub async fn member_channels(&self) -> Result<Vec<Conversation>, SlackError> {
+        let mut channels = Vec::new();
+        let mut cursor: Option<SlackCursorId> = None;
+        loop {
+            let session = self.client.open_session(&self.token);
+            let request = SlackApiUsersConversationsRequest::new()
+                .with_types(channel_types())
+                .with_exclude_archived(true)
+                .with_limit(200)
+                .opt_cursor(cursor.take());
+            let response = self.call(session.users_conversations(&request)).await?;
+            channels.extend(response.channels.into_iter().map(Conversation::from));
+            match next_cursor(response.response_metadata) {
+                Some(next) => cursor = Some(next),
+                None => return Ok(channels),
+            }
+        }
+    }
+
+    /// The public channel named `name` (`conversations.list`, every page until found).
+    pub async fn public_channel(&self, name: &str) -> Result<Option<Conversation>, SlackError> {
+        let mut cursor: Option<SlackCursorId> = None;
+        loop {
+            let session = self.client.open_session(&self.token);
+            let request = SlackApiConversationsListRequest::new()
+                .with_types(vec![SlackConversationType::Public])
+                .with_exclude_archived(true)
+                .with_limit(200)
+                .opt_cursor(cursor.take());
+            let response = self.call(session.conversations_list(&request)).await?;
+            let found = response
+                .channels
+                .into_iter()
+                .map(Conversation::from)
+                .find(|channel| channel.name == name);
+            if found.is_some() {
+                return Ok(found);
+            }
+            match next_cursor(response.response_metadata) {
+                Some(next) => cursor = Some(next),
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// The bot joins the public channel `id` (`conversations.join`).
+    pub async fn join(&self, id: &str) -> Result<Conversation, SlackError> {
+        let session = self.client.open_session(&self.token);
+        let request = SlackApiConversationsJoinRequest::new(id.into());
+        let response = self.call(session.conversations_join(&request)).await?;
+        Ok(response.channel.into())
+    }
+
     /// A message only `user` sees.
     pub async fn tell(&self, channel: &str, user: &str, text: &str) -> Result<(), SlackError> {
         let session = self.client.open_session(&self.token);
@@ -202,4 +321,11 @@ impl SlackApi {
         self.call(session.chat_post_ephemeral(&request)).await?;
         Ok(())
     }
+}
+
+/// The cursor of the next page, if there is one (Slack says "none" with an empty one).
+fn next_cursor(metadata: Option<SlackResponseMetadata>) -> Option<SlackCursorId> {
+    metadata
+        .and_then(|metadata| metadata.next_cursor)
+        .filter(|cursor| !cursor.0.is_empty())
 }

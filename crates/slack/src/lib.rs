@@ -18,9 +18,11 @@ mod error;
 pub mod http;
 mod inbound;
 pub mod render;
+pub mod setup;
 pub mod shown;
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use countersign_client::Client;
@@ -54,8 +56,12 @@ pub async fn run(
     ));
     let socket = match &settings.taps {
         Taps::Socket { app_token } => {
-            let socket_client = Arc::new(api::socket_mode_client(&settings.api_url)?);
-            Some(socket_mode(socket_client, inbound.clone(), app_token).await?)
+            let inbound = inbound.clone();
+            let handler: Interactions = Arc::new(move |event| {
+                let inbound = inbound.clone();
+                Box::pin(async move { inbound.handle(event).await })
+            });
+            Some(connect_socket_mode(&settings.api_url, app_token, handler).await?)
         }
         Taps::Http { .. } => None,
     };
@@ -91,14 +97,24 @@ pub async fn run(
     result
 }
 
-/// Connects Socket Mode with the app-level token; taps are handled as they arrive.
-async fn socket_mode(
-    slack: Arc<api::Client>,
-    inbound: Arc<Inbound>,
+/// What to do with each interaction (a tap, a modal's submission) Socket Mode delivers; its
+/// envelope is acknowledged once the returned future completes.
+pub type Interactions =
+    Arc<dyn Fn(SlackInteractionEvent) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// A running Socket Mode connection; `shutdown` closes it.
+pub type SocketMode = SlackClientSocketModeListener<SlackClientHyperHttpsConnector>;
+
+/// Connects Socket Mode to the Slack at `api_url` with the app-level token; each interaction
+/// is handed to `interactions` as it arrives (the worker's taps, `setup slack`'s pairing).
+pub async fn connect_socket_mode(
+    api_url: &str,
     app_token: &str,
-) -> Result<SlackClientSocketModeListener<SlackClientHyperHttpsConnector>, WorkerError> {
+    interactions: Interactions,
+) -> Result<SocketMode, WorkerError> {
+    let slack = Arc::new(api::socket_mode_client(api_url)?);
     let environment =
-        Arc::new(SlackClientEventsListenerEnvironment::new(slack).with_user_state(inbound));
+        Arc::new(SlackClientEventsListenerEnvironment::new(slack).with_user_state(interactions));
     let callbacks = SlackSocketModeListenerCallbacks::new().with_interaction_events(on_interaction);
     // One connection: every envelope arrives once (Slack spreads them over connections).
     let config = SlackClientSocketModeConfig::new().with_max_connections_count(1);
@@ -117,9 +133,9 @@ async fn on_interaction(
     _client: Arc<api::Client>,
     state: SlackClientEventsUserState,
 ) -> UserCallbackResult<()> {
-    let inbound = state.read().await.get_user_state::<Arc<Inbound>>().cloned();
-    if let Some(inbound) = inbound {
-        inbound.handle(event).await;
+    let interactions = state.read().await.get_user_state::<Interactions>().cloned();
+    if let Some(interactions) = interactions {
+        interactions(event).await;
     }
     Ok(())
 }

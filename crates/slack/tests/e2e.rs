@@ -790,3 +790,75 @@ fn the_binary_has_help() {
         assert!(help.contains(needle), "{help}");
     }
 }
+
+/// What `setup slack` asks of Slack, answered as Slack does: the bot's channels over several
+/// pages of `users.conversations`, a public channel found by name and joined, and the
+/// refusals of `conversations.join` (a private channel, an archived one, an unknown id) and of
+/// `apps.connections.open` (a bot token instead of the app-level one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_calls_list_find_and_join_channels_and_refuse_what_slack_refuses() {
+    use countersign_slack::api::{client, SlackApi};
+    use std::sync::Arc;
+
+    let slack = FakeSlack::start(BOT_TOKEN, APP_TOKEN).await;
+    let general = slack.add_channel("general", false, true);
+    let ops = slack.add_channel("ops", true, true);
+    let random = slack.add_channel("random", false, true);
+    let approvals = slack.add_channel("approvals", false, false);
+    let hidden = slack.add_channel("hidden", true, false);
+    let old = slack.add_channel("old", false, false);
+    slack.archive_channel(&old);
+    let http = Arc::new(client(&slack.api_url()).unwrap());
+    let bot = SlackApi::new(http.clone(), BOT_TOKEN, Duration::from_secs(5));
+
+    let member: Vec<String> = bot
+        .member_channels()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|channel| channel.id)
+        .collect();
+    assert_eq!(member, [general, ops.clone(), random]);
+    assert!(
+        slack.calls("users.conversations").len() >= 2,
+        "one page only"
+    );
+    let found = bot.public_channel("approvals").await.unwrap().unwrap();
+    assert_eq!(found.id, approvals);
+    assert!(bot.public_channel("hidden").await.unwrap().is_none());
+    assert!(bot.public_channel("old").await.unwrap().is_none());
+    assert_eq!(bot.join(&approvals).await.unwrap().id, approvals);
+    assert!(slack.bot_in(&approvals));
+    assert_eq!(bot.join(&approvals).await.unwrap().id, approvals);
+
+    let code = |result: Result<_, countersign_slack::api::SlackError>| {
+        result
+            .err()
+            .and_then(|error| error.code().map(str::to_owned))
+    };
+    assert_eq!(
+        code(bot.join(&hidden).await.map(drop)).as_deref(),
+        Some("method_not_supported_for_channel_type")
+    );
+    assert_eq!(
+        code(bot.join(&old).await.map(drop)).as_deref(),
+        Some("is_archived")
+    );
+    assert_eq!(
+        code(bot.join("C0NOWHERE").await.map(drop)).as_deref(),
+        Some("channel_not_found")
+    );
+    let owner = bot.owner().await.unwrap();
+    assert_eq!(owner.user_id, "U0BOT");
+    let wrong = SlackApi::new(http.clone(), "xoxb-wrong", Duration::from_secs(5));
+    assert_eq!(
+        code(wrong.owner().await.map(drop)).as_deref(),
+        Some("invalid_auth")
+    );
+    assert_eq!(
+        code(bot.open_connection().await).as_deref(),
+        Some("not_allowed_token_type")
+    );
+    let app = SlackApi::new(http, APP_TOKEN, Duration::from_secs(5));
+    app.open_connection().await.unwrap();
+}

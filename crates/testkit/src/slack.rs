@@ -6,6 +6,11 @@
 //!   and `apps.connections.open` (with the app-level token: the URL of its Socket Mode
 //!   WebSocket). A wrong or missing token gets HTTP 200 `{"ok":false,"error":"invalid_auth"}`,
 //!   an unknown message `message_not_found`, as Slack does.
+//! - Channels a test makes ([`FakeSlack::add_channel`]): `users.conversations` lists those
+//!   the bot is in, `conversations.list` the public ones (paginated with `cursor`, as Slack
+//!   does), `conversations.join` joins a public one (`method_not_supported_for_channel_type`
+//!   for a private one, `is_archived`, `channel_not_found`; `already_in_channel` as a
+//!   warning), and `chat.postMessage` to one the bot is not in is `not_in_channel`.
 //! - Socket Mode: `GET /socket` upgrades to a WebSocket that says `hello`, carries the
 //!   envelopes a test pushes ([`FakeSlack::tap`], [`FakeSlack::submit_reason`],
 //!   [`FakeSlack::push`]) and records every acknowledgement's `envelope_id`.
@@ -133,8 +138,36 @@ struct FakeState {
     sockets: Vec<mpsc::UnboundedSender<String>>,
     connections: u32,
     acks: Vec<String>,
+    channels: Vec<FakeChannel>,
     next: u64,
 }
+
+/// A channel of the fake workspace.
+#[derive(Clone, Debug)]
+struct FakeChannel {
+    id: String,
+    name: String,
+    private: bool,
+    archived: bool,
+    bot_member: bool,
+}
+
+impl FakeChannel {
+    /// The conversation object Slack answers with.
+    fn json(&self) -> Value {
+        json!({
+            "id": self.id, "name": self.name, "name_normalized": self.name,
+            "is_channel": !self.private, "is_group": self.private, "is_im": false, "is_mpim": false,
+            "is_private": self.private, "is_archived": self.archived, "is_general": false,
+            "is_shared": false, "is_org_shared": false, "is_member": self.bot_member,
+            "created": 1_700_000_000u64, "creator": "U0CREATOR", "num_members": 2,
+        })
+    }
+}
+
+/// How many conversations one page of `users.conversations` / `conversations.list` holds
+/// (small, so that paging is exercised).
+const CONVERSATIONS_PAGE: usize = 2;
 
 impl FakeState {
     fn next_id(&mut self) -> u64 {
@@ -236,6 +269,42 @@ impl FakeSlack {
     /// How many Socket Mode connections are open.
     pub fn connections(&self) -> u32 {
         self.shared.lock().connections
+    }
+
+    /// Adds a channel named `name` to the workspace (private or public, the bot in it or
+    /// not); its id.
+    pub fn add_channel(&self, name: &str, private: bool, bot_member: bool) -> String {
+        let mut state = self.shared.lock();
+        let id = format!(
+            "{}0FAKE{}",
+            if private { 'G' } else { 'C' },
+            state.next_id()
+        );
+        state.channels.push(FakeChannel {
+            id: id.clone(),
+            name: name.to_owned(),
+            private,
+            archived: false,
+            bot_member,
+        });
+        id
+    }
+
+    /// Archives the channel `id`.
+    pub fn archive_channel(&self, id: &str) {
+        let mut state = self.shared.lock();
+        for channel in state.channels.iter_mut().filter(|channel| channel.id == id) {
+            channel.archived = true;
+        }
+    }
+
+    /// Whether the bot is in the channel `id`.
+    pub fn bot_in(&self, id: &str) -> bool {
+        let state = self.shared.lock();
+        state
+            .channels
+            .iter()
+            .any(|channel| channel.id == id && channel.bot_member)
     }
 
     /// The next message write is answered with `failure` (and not applied).
@@ -517,6 +586,9 @@ fn answer(
 ) -> (StatusCode, Value) {
     let token = bearer(headers);
     if method == "apps.connections.open" {
+        if token == Some(shared.bot_token.as_str()) {
+            return slack_error("not_allowed_token_type");
+        }
         if token != Some(shared.app_token.as_str()) {
             return slack_error("invalid_auth");
         }
@@ -535,12 +607,81 @@ fn answer(
     match method {
         "auth.test" => (
             StatusCode::OK,
-            json!({"ok": true, "team_id": TEAM, "user_id": "U0BOT", "bot_id": "B0BOT"}),
+            json!({
+                "ok": true, "url": "https://fake.slack.com/", "team": "Fake Workspace",
+                "user": "countersign", "team_id": TEAM, "user_id": "U0BOT", "bot_id": "B0BOT",
+            }),
         ),
+        "users.conversations" | "conversations.list" => {
+            let types = query.get("types").map_or("public_channel", String::as_str);
+            let kinds: Vec<&str> = types.split(',').collect();
+            let exclude_archived =
+                query.get("exclude_archived").map(String::as_str) == Some("true");
+            let listed: Vec<Value> = state
+                .channels
+                .iter()
+                .filter(|channel| method == "conversations.list" || channel.bot_member)
+                .filter(|channel| {
+                    kinds.contains(&if channel.private {
+                        "private_channel"
+                    } else {
+                        "public_channel"
+                    })
+                })
+                // A bot sees a private channel only when it is in it.
+                .filter(|channel| !channel.private || channel.bot_member)
+                .filter(|channel| !(exclude_archived && channel.archived))
+                .map(FakeChannel::json)
+                .collect();
+            let start: usize = match query.get("cursor").filter(|cursor| !cursor.is_empty()) {
+                Some(cursor) => match cursor.strip_prefix("page:").and_then(|n| n.parse().ok()) {
+                    Some(start) => start,
+                    None => return slack_error("invalid_cursor"),
+                },
+                None => 0,
+            };
+            let end = (start + CONVERSATIONS_PAGE).min(listed.len());
+            let next = if end < listed.len() {
+                format!("page:{end}")
+            } else {
+                String::new()
+            };
+            (
+                StatusCode::OK,
+                json!({
+                    "ok": true, "channels": listed.get(start..end).unwrap_or_default(),
+                    "response_metadata": {"next_cursor": next},
+                }),
+            )
+        }
+        "conversations.join" => {
+            let id = text("channel");
+            let Some(channel) = state.channels.iter_mut().find(|channel| channel.id == id) else {
+                return slack_error("channel_not_found");
+            };
+            if channel.private {
+                return slack_error("method_not_supported_for_channel_type");
+            }
+            if channel.archived {
+                return slack_error("is_archived");
+            }
+            let already = channel.bot_member;
+            channel.bot_member = true;
+            let mut answer = json!({"ok": true, "channel": channel.json()});
+            if already {
+                answer["warning"] = json!("already_in_channel");
+                answer["response_metadata"] = json!({"warnings": ["already_in_channel"]});
+            }
+            (StatusCode::OK, answer)
+        }
         "chat.postMessage" => {
             let channel = text("channel");
             if channel.is_empty() {
                 return slack_error("channel_not_found");
+            }
+            let known = state.channels.iter().find(|known| known.id == channel);
+            if known.is_some_and(|known| !known.bot_member) {
+                return slack_error("not_in_channel");
             }
             if let Some(error) = refused_content(body) {
                 return slack_error(error);

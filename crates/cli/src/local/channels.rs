@@ -7,6 +7,9 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 
+use countersign_slack::config::{
+    APP_TOKEN_ENV as SLACK_APP_TOKEN_ENV, BOT_TOKEN_ENV as SLACK_BOT_TOKEN_ENV,
+};
 use countersign_telegram::config::{FileConfig as TelegramFile, ServerSection, BOT_TOKEN_ENV};
 use countersign_worker::config::env_var;
 use countersign_worker::config::WorkerSettings;
@@ -374,8 +377,19 @@ fn slack(
         slack: section,
         metrics: Default::default(),
     };
-    let settings = countersign_slack::Settings::from_file(file, |name| pieces.secret(name))
-        .map_err(|error| invalid(pieces.instance, error, "see crates/slack/README.md"))?;
+    // The tokens from their environment variables, else the files `setup slack` wrote.
+    let token = |name: &str, secret: Secret| match env_var(name) {
+        Some(token) => Ok(Some(token)),
+        None => pieces.instance.read_secret(secret),
+    };
+    let bot_token = token(SLACK_BOT_TOKEN_ENV, Secret::SlackBotToken)?;
+    let app_token = token(SLACK_APP_TOKEN_ENV, Secret::SlackAppToken)?;
+    let settings = countersign_slack::Settings::from_file(file, |name| match name {
+        SLACK_BOT_TOKEN_ENV => bot_token.clone(),
+        SLACK_APP_TOKEN_ENV => app_token.clone(),
+        _ => pieces.secret(name),
+    })
+    .map_err(|error| invalid(pieces.instance, error, "run countersign setup slack"))?;
     create_private_dir(&settings.state_dir)?;
     Ok(settings)
 }

@@ -35,7 +35,12 @@ pub fn check_instance(instance: &Instance) -> Vec<String> {
         .into_iter()
         .map(Secret::Token)
         .chain([Secret::TelegramBotToken, Secret::GitHubToken])
-        .chain([Secret::SmtpPassword, Secret::DiscordBotToken]);
+        .chain([
+            Secret::SmtpPassword,
+            Secret::DiscordBotToken,
+            Secret::SlackBotToken,
+            Secret::SlackAppToken,
+        ]);
     for secret in secrets {
         let path = instance.secret_path(secret);
         if open_to_others(&path) == Some(true) {
@@ -186,6 +191,10 @@ fn check_channels(instance: &Instance, config: &InstanceConfig, problems: &mut V
             ),
         }
     }
+    if let Some(slack) = &config.slack {
+        configured += 1;
+        check_slack(instance, slack, problems);
+    }
     if let Some(file) = &config.webhook {
         configured += 1;
         println!("ok    webhook: {} endpoint(s)", file.endpoints.len());
@@ -208,5 +217,46 @@ fn check_channels(instance: &Instance, config: &InstanceConfig, problems: &mut V
         for line in optional {
             println!("--    {line}");
         }
+    }
+}
+
+/// The Slack worker's channel and tokens (present, not their values).
+fn check_slack(
+    instance: &Instance,
+    slack: &countersign_slack::config::SlackSection,
+    problems: &mut Vec<String>,
+) {
+    use countersign_slack::config::{Mode, APP_TOKEN_ENV, BOT_TOKEN_ENV, SIGNING_SECRET_ENV};
+    const SETUP_SLACK: &str = "run countersign setup slack";
+    let bot = secret_set(instance, BOT_TOKEN_ENV, Secret::SlackBotToken, false);
+    let taps = match slack.mode {
+        Mode::Socket => secret_set(instance, APP_TOKEN_ENV, Secret::SlackAppToken, false),
+        Mode::Http => std::env::var(SIGNING_SECRET_ENV).is_ok_and(|value| !value.is_empty()),
+    };
+    if !bot {
+        problems.push(format!("no Slack bot token ({SETUP_SLACK})"));
+    }
+    if !taps {
+        problems.push(match slack.mode {
+            Mode::Socket => format!("no Slack app-level token for Socket Mode ({SETUP_SLACK})"),
+            Mode::Http => format!("Slack's HTTP mode needs {SIGNING_SECRET_ENV}, not set here"),
+        });
+    }
+    match &slack.default_channel {
+        Some(channel) if bot && taps => println!(
+            "ok    slack: channel {channel} (default); the bot token and the {} are present",
+            match slack.mode {
+                Mode::Socket => "app-level token",
+                Mode::Http => "signing secret",
+            }
+        ),
+        Some(_) => {}
+        None if slack.channels.is_empty() => {
+            problems.push(format!("Slack has no channel ({SETUP_SLACK})"))
+        }
+        None => println!(
+            "ok    slack: {} channel(s), no default (routes name one)",
+            slack.channels.len()
+        ),
     }
 }

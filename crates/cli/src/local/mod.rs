@@ -8,5 +8,6 @@ pub mod setup_discord;
 pub mod setup_email;
 pub mod setup_github;
 pub mod setup_ntfy;
+pub mod setup_slack;
 pub mod setup_web;
 pub mod up;

@@ -82,6 +82,8 @@ impl Home {
             "GITHUB_API_URL",
             "COUNTERSIGN_GITHUB_TOKEN",
             "NTFY_TOKEN",
+            "SLACK_BOT_TOKEN",
+            "SLACK_APP_TOKEN",
             "RUST_LOG",
         ] {
             command.env_remove(variable);
