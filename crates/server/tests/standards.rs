@@ -3,13 +3,23 @@
 
 use std::time::{Duration, Instant};
 
+use countersign_proto::v1 as pb;
 use countersign_server::config::{Config, Role};
 use countersign_testkit::http::free_addr;
 use countersign_testkit::server::{token, TestServer};
 use serde_json::{json, Value};
 
+use crate::common;
+
 const AGENT_SECRET: &str = "agent-secret-0123456789";
 const RULES: &str = r#"
+[[rules]]
+name = "production-is-critical"
+action = "classify"
+risk = "critical"
+[rules.match]
+arguments = [{ pointer = "/env", glob = "prod*" }]
+
 [[rules]]
 name = "no-table-drops"
 action = "deny"
@@ -34,7 +44,7 @@ tool = "deploy"
 "#;
 
 struct Front {
-    _server: TestServer,
+    server: TestServer,
     base: String,
     http: reqwest::Client,
 }
@@ -49,7 +59,7 @@ async fn start() -> Front {
     })
     .await;
     let front = Front {
-        _server: server,
+        server,
         base: format!("http://{listen}"),
         http: reqwest::Client::new(),
     };
@@ -274,4 +284,52 @@ async fn evaluations_need_an_agent_token_bound_to_the_subject() {
         .await
         .unwrap();
     assert_eq!(echoed.headers()["x-request-id"], "req-42");
+}
+
+#[tokio::test]
+async fn an_evaluation_answers_as_request_approval_then_does() {
+    let front = start().await;
+    let channel = common::channel(&front.server).await;
+    let mut agent = common::with_token(&channel, Some(AGENT_SECRET));
+    for (tool, arguments) in [
+        ("read_file", json!({"path": "README"})),
+        ("sql.exec", json!({"query": "drop table t"})),
+        ("deploy", json!({"env": "prod-eu"})),
+    ] {
+        let (_, evaluated) = front
+            .post("/access/v1/evaluation", &call(tool, arguments.clone()))
+            .await;
+        let requested = agent
+            .request_approval(pb::RequestApprovalRequest {
+                agent_id: "agent-1".into(),
+                idempotency_key: format!("cross-check-{tool}"),
+                tool_name: tool.into(),
+                arguments_json: arguments.to_string(),
+                action: "call".into(),
+                risk: pb::Risk::Medium as i32,
+                ..Default::default()
+            })
+            .await
+            .expect("RequestApproval")
+            .into_inner()
+            .approval
+            .expect("an approval");
+        let state = pb::ApprovalState::try_from(requested.state).unwrap();
+        let expected = match evaluated["decision"].as_bool() {
+            Some(true) => pb::ApprovalState::Approved,
+            _ if evaluated["context"]["require_human"] == true => pb::ApprovalState::Pending,
+            _ => pb::ApprovalState::Rejected,
+        };
+        assert_eq!(state, expected, "{tool}: {evaluated}");
+        if state == pb::ApprovalState::Pending {
+            // The classify rule raised the risk in both answers.
+            let risk = pb::Risk::try_from(requested.risk).unwrap();
+            assert_eq!(risk, pb::Risk::Critical);
+            assert_eq!(evaluated["context"]["ask"]["approval"]["risk"], "critical");
+            assert_eq!(
+                evaluated["context"]["ask"]["approval"]["required_approvals"],
+                requested.required_approvals
+            );
+        }
+    }
 }
