@@ -37,6 +37,8 @@ pub struct Config {
     pub storage: StorageConfig,
     pub limits: LimitsConfig,
     pub metrics: MetricsConfig,
+    /// The open-standards front door (AuthZEN) on its own HTTP listener; off when unset.
+    pub http: HttpConfig,
     pub serving: ServingConfig,
     /// TLS for the gRPC listener; plaintext when absent.
     pub tls: Option<TlsConfig>,
@@ -127,6 +129,7 @@ impl Default for Config {
             storage: StorageConfig::default(),
             limits: LimitsConfig::default(),
             metrics: MetricsConfig::default(),
+            http: HttpConfig::default(),
             serving: ServingConfig::default(),
             tls: None,
             grants: GrantsConfig::default(),
@@ -369,6 +372,19 @@ pub struct MetricsConfig {
     pub listen: Option<SocketAddr>,
 }
 
+/// `[http]`: the standards endpoints (docs/standards.md). Agents call them with their bearer
+/// tokens, so they are not on the metrics listener, which has no authentication and is meant
+/// for an internal interface.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Address of the plain HTTP listener (put TLS in front of it off loopback).
+    pub listen: Option<SocketAddr>,
+    /// The base URL callers reach the listener at, as published in the metadata documents
+    /// (behind a proxy: the proxy's URL). Unset: `http://` and the listen address.
+    pub public_url: Option<String>,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
@@ -488,6 +504,16 @@ impl Config {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         refuse_open_listen(self.listen, self.tokens.is_empty())?;
+        if let Some(listen) = self.http.listen {
+            refuse_open_listen(listen, self.tokens.is_empty())?;
+        }
+        if let Some(url) = &self.http.public_url {
+            if !(url.starts_with("https://") || url.starts_with("http://")) {
+                return Err(ConfigError::Invalid(format!(
+                    "http.public_url {url:?} must start with https:// or http://"
+                )));
+            }
+        }
         let s = &self.serving;
         if s.handshake_timeout_ms == 0
             || s.idle_timeout_seconds == 0

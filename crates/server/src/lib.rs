@@ -16,6 +16,7 @@ pub mod receipts;
 pub mod security;
 pub(crate) mod service;
 pub mod serving;
+pub(crate) mod standards;
 pub mod store;
 pub(crate) mod watch;
 
@@ -60,12 +61,15 @@ pub enum ServeError {
     Keys(#[from] KeysError),
     #[error("cannot listen for metrics: {0}")]
     MetricsListen(std::io::Error),
+    #[error("cannot listen on http.listen: {0}")]
+    HttpListen(std::io::Error),
     #[error("the gRPC listener has no local address: {0}")]
     Listener(std::io::Error),
 }
 
 /// Serves the API on `listener` until `shutdown` completes, then ends watch streams and
-/// long-polls and lets in-flight calls finish. Serves `/metrics` on `metrics.listen`, if set.
+/// long-polls and lets in-flight calls finish. Serves `/metrics` on `metrics.listen` and the
+/// standards endpoints on `http.listen`, where set.
 pub async fn serve(
     config: Config,
     listener: TcpListener,
@@ -88,6 +92,9 @@ pub async fn serve_with_metrics(
     config.validate()?;
     config.check_backup_dir()?;
     let listen = listener.local_addr().map_err(ServeError::Listener)?;
+    let http_listener = metrics::bind(config.http.listen)
+        .await
+        .map_err(ServeError::HttpListen)?;
     let security = Arc::new(Security::from_config(&config, listen)?);
     let tls = config.tls.as_ref().map(security::server_tls).transpose()?;
     let config = Arc::new(config);
@@ -170,6 +177,8 @@ pub async fn serve_with_metrics(
         security.clone(),
         stop_rx,
     ));
+    let standards_task =
+        http_listener.map(|listener| spawn_standards(app.clone(), auth.clone(), &config, listener));
     let api = ApprovalServiceServer::new(ApprovalApi::new(app.clone(), keys))
         .max_decoding_message_size(config.limits.max_message_bytes);
     let admin = AdminServiceServer::new(AdminApi::new(app))
@@ -227,7 +236,7 @@ pub async fn serve_with_metrics(
         checkpoints.abort();
     }
     health_follower.abort();
-    for task in metrics_tasks.into_iter().flatten() {
+    for task in metrics_tasks.into_iter().flatten().chain(standards_task) {
         task.abort();
     }
     // Also after a failed serve: what was acknowledged goes into the database file.
@@ -319,4 +328,28 @@ fn spawn_metrics(
         }
     });
     [follower, endpoint]
+}
+
+/// Starts the standards endpoints (`crate::standards`) on the `[http]` listener.
+fn spawn_standards(
+    app: Arc<App>,
+    auth: Authenticator,
+    config: &Config,
+    listener: TcpListener,
+) -> tokio::task::JoinHandle<()> {
+    let address = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let base_url = match &config.http.public_url {
+        Some(url) => url.trim_end_matches('/').to_owned(),
+        None => format!("http://{address}"),
+    };
+    let stop = app.shutdown();
+    tracing::info!(listen = %address, base_url = %base_url, "standards endpoints listening");
+    tokio::spawn(async move {
+        if let Err(e) = standards::serve(app, auth, base_url, listener, stop).await {
+            tracing::error!(error = %e, "the standards endpoints stopped");
+        }
+    })
 }

@@ -20,6 +20,7 @@ mod receipts;
 mod replicas;
 mod security;
 mod serving;
+mod standards;
 mod storage_full;
 mod upgrade;
 mod watch;
