@@ -12,9 +12,13 @@
 //! channels = ["1234567890123456789"]
 //! default_channel = "1234567890123456789"
 //! state_dir = "/var/lib/countersign/discord"
+//! # How taps arrive: "gateway" (the default: no public URL) or "http" (Discord POSTs them to
+//! # the Interactions Endpoint URL, served on `listen`, signed with the application's key).
+//! interactions = "gateway"
 //! ```
 
 use std::collections::HashSet;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -23,6 +27,7 @@ pub use countersign_worker::config::{
     ConfigError, MetricsSection, RuntimeSection, RuntimeSettings, ServerSection, WorkerSettings,
     WORKER_TOKEN_ENV,
 };
+use ed25519_dalek::VerifyingKey;
 use serde::Deserialize;
 
 /// The bot token (Developer Portal → the application → Bot → Reset Token).
@@ -50,6 +55,13 @@ pub struct DiscordSection {
     pub default_channel: Option<String>,
     #[serde(default = "default_state_dir")]
     pub state_dir: PathBuf,
+    #[serde(default)]
+    pub interactions: Mode,
+    /// Where HTTP mode serves Discord's requests (put it behind a TLS proxy).
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// The application's public key (hex; Developer Portal → General Information).
+    pub public_key: Option<String>,
     #[serde(default = "defaults::request_timeout_ms")]
     pub request_timeout_ms: u64,
     #[serde(default = "defaults::retry_interval_ms")]
@@ -58,6 +70,32 @@ pub struct DiscordSection {
     pub max_retry_wait_ms: u64,
 }
 
+/// How approvers' taps reach the worker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// INTERACTION_CREATE over the Gateway: the worker connects to Discord (no public URL).
+    #[default]
+    Gateway,
+    /// Discord POSTs interactions to the worker's Interactions Endpoint URL.
+    Http,
+}
+
+/// Where taps come from.
+#[derive(Clone, Debug)]
+pub enum Taps {
+    Gateway,
+    Http {
+        listen: SocketAddr,
+        /// The application's Ed25519 public key, which checks every request's signature
+        /// (boxed: a decompressed point is large).
+        public_key: Box<VerifyingKey>,
+    },
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8790))
+}
 fn default_api_url() -> String {
     DISCORD_API_URL.to_owned()
 }
@@ -75,6 +113,7 @@ pub struct Settings {
     pub channels: Vec<String>,
     pub default_channel: Option<String>,
     pub state_dir: PathBuf,
+    pub taps: Taps,
     pub request_timeout: Duration,
 }
 
@@ -88,6 +127,7 @@ impl std::fmt::Debug for Settings {
             .field("channels", &self.channels)
             .field("default_channel", &self.default_channel)
             .field("state_dir", &self.state_dir)
+            .field("taps", &self.taps)
             .finish_non_exhaustive()
     }
 }
@@ -95,6 +135,12 @@ impl std::fmt::Debug for Settings {
 /// A Discord id (a snowflake): digits only.
 pub fn is_snowflake(id: &str) -> bool {
     (1..=20).contains(&id.len()) && id.chars().all(|c| c.is_ascii_digit())
+}
+
+/// An Ed25519 public key written as 64 hex digits.
+fn public_key(hex_digits: &str) -> Option<Box<VerifyingKey>> {
+    let bytes = hex::decode(hex_digits).ok()?.try_into().ok()?;
+    VerifyingKey::from_bytes(&bytes).ok().map(Box::new)
 }
 
 impl WorkerSettings for Settings {
@@ -133,6 +179,25 @@ impl WorkerSettings for Settings {
                 ));
             }
         }
+        let taps = match (discord.interactions, &discord.public_key) {
+            (Mode::Gateway, None) => Taps::Gateway,
+            (Mode::Gateway, Some(_)) => {
+                return Err(ConfigError::Invalid(
+                    "discord.public_key is set but discord.interactions is not \"http\"".to_owned(),
+                ))
+            }
+            (Mode::Http, key) => Taps::Http {
+                listen: discord.listen,
+                public_key: key.as_deref().and_then(public_key).ok_or_else(|| {
+                    ConfigError::Invalid(
+                        "discord.interactions = \"http\" needs discord.public_key: the \
+                         application's public key (64 hex digits, Developer Portal → General \
+                         Information)"
+                            .to_owned(),
+                    )
+                })?,
+            },
+        };
         let mut seen = HashSet::new();
         for id in &discord.channels {
             if !is_snowflake(id) || !seen.insert(id) {
@@ -164,6 +229,7 @@ impl WorkerSettings for Settings {
             channels: discord.channels,
             default_channel: discord.default_channel,
             state_dir: discord.state_dir,
+            taps,
             request_timeout: Duration::from_millis(discord.request_timeout_ms.max(1)),
         })
     }
@@ -204,6 +270,12 @@ mod tests {
             ("state_dir", discord.state_dir.display().to_string()),
             ("api_url", discord.api_url),
             ("gateway_url", "—".to_owned()),
+            (
+                "interactions",
+                format!("{:?}", discord.interactions).to_lowercase(),
+            ),
+            ("listen", discord.listen.to_string()),
+            ("public_key", "—".to_owned()),
             ("request_timeout_ms", discord.request_timeout_ms.to_string()),
             ("retry_interval_ms", discord.retry_interval_ms.to_string()),
             ("max_retry_wait_ms", discord.max_retry_wait_ms.to_string()),
@@ -234,5 +306,28 @@ mod tests {
         assert!(refused(&CONFIG.replace("\"111\"\n", "\"333\"\n"), env).contains("333"));
         let typo: Result<FileConfig, _> = toml::from_str(&CONFIG.replace("channels", "chanels"));
         assert!(typo.unwrap_err().to_string().contains("chanels"));
+        let http = CONFIG.replace("[discord]\n", "[discord]\ninteractions = \"http\"\n");
+        assert!(refused(&http, env).contains("public_key"));
+        let short_key = http.replace("[discord]\n", "[discord]\npublic_key = \"abcd\"\n");
+        assert!(refused(&short_key, env).contains("64 hex digits"));
+        let key_for_gateway = CONFIG.replace(
+            "[discord]\n",
+            &format!("[discord]\npublic_key = \"{}\"\n", "ab".repeat(32)),
+        );
+        assert!(refused(&key_for_gateway, env).contains("interactions"));
+    }
+
+    #[test]
+    fn http_interactions_take_the_public_key() {
+        let key = ed25519_dalek::SigningKey::from_bytes(&[7; 32]).verifying_key();
+        let http = CONFIG.replace(
+            "[discord]\n",
+            &format!(
+                "[discord]\ninteractions = \"http\"\npublic_key = \"{}\"\n",
+                hex::encode(key.as_bytes())
+            ),
+        );
+        let settings = Settings::from_file(toml::from_str(&http).unwrap(), env).unwrap();
+        assert!(matches!(settings.taps, Taps::Http { public_key, .. } if *public_key == key));
     }
 }

@@ -18,4 +18,9 @@ pub enum WorkerError {
     Http(#[from] reqwest::Error),
     #[error("the Discord Gateway refused the bot (check DISCORD_BOT_TOKEN): {0}")]
     Gateway(String),
+    #[error("cannot serve Discord's interactions on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
 }

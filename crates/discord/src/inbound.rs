@@ -6,13 +6,16 @@
 //! names (checked against the stored message); the server then checks that the Discord user id
 //! is one of an approver's `discord` identities. A refusal is answered ephemerally (flag 64) and
 //! decides nothing. The idempotency key is the interaction's id, so an interaction delivered
-//! twice decides once. The message itself is edited by the watch, like every change.
+//! twice decides once. The message itself is edited by the watch, like every change. The same
+//! handling serves interactions POSTed to the HTTP endpoint (`http.rs`); only where the first
+//! answer goes differs ([`Reply`]).
 
 use std::sync::Arc;
 
 use countersign_client::{pb, Client, ClientError};
 use pb::{Scope, Verdict};
 use serde_json::{json, Value};
+use tokio::sync::oneshot;
 use twilight_gateway::{
     ConfigBuilder, Event, EventTypeFlags, Intents, Shard, ShardId, StreamExt as _,
 };
@@ -37,6 +40,14 @@ pub struct Inbound {
     pub client: Client,
     pub api: DiscordApi,
     pub store: Store,
+}
+
+/// Where an interaction's first answer goes.
+pub enum Reply {
+    /// Over the Gateway: the callback endpoint (`POST /interactions/{id}/{token}/callback`).
+    Callback,
+    /// Over HTTP: the body of the response to Discord's request.
+    Http(oneshot::Sender<Value>),
 }
 
 /// A tap: who, on which message, and what its `custom_id` says.
@@ -110,7 +121,9 @@ impl Inbound {
             match item {
                 Ok(Event::InteractionCreate(interaction)) => {
                     let inbound = self.clone();
-                    tokio::spawn(async move { inbound.handle(&interaction.0).await });
+                    tokio::spawn(
+                        async move { inbound.handle(&interaction.0, Reply::Callback).await },
+                    );
                 }
                 Ok(Event::Ready(_)) => tracing::info!("connected to the Discord Gateway"),
                 Ok(_) => {}
@@ -123,7 +136,9 @@ impl Inbound {
         )))
     }
 
-    async fn handle(&self, interaction: &Interaction) {
+    /// Answers the interaction through `reply` and then decides; an interaction that is no
+    /// countersign tap gets no answer.
+    pub async fn handle(&self, interaction: &Interaction, reply: Reply) {
         let Some(tap) = Tap::of(interaction) else {
             return;
         };
@@ -134,10 +149,10 @@ impl Inbound {
             _ => None,
         };
         let (digest, (verdict, scope)) = match (self.admitted(&tap).await, decision) {
-            (Err(refusal), _) => return self.answer(&tap, &render::ephemeral(refusal)).await,
+            (Err(refusal), _) => return self.answer(&tap, reply, render::ephemeral(refusal)).await,
             (Ok(_), None) if tap.verb == REJECT => {
                 return self
-                    .answer(&tap, &render::reject_modal(&tap.custom_id))
+                    .answer(&tap, reply, render::reject_modal(&tap.custom_id))
                     .await
             }
             (Ok(_), None) => return,
@@ -145,7 +160,7 @@ impl Inbound {
         };
         // Acknowledged at once (type 6, DEFERRED_UPDATE_MESSAGE: Discord wants an answer
         // within 3 seconds, and the edit follows from the watch); a refusal follows ephemerally.
-        self.answer(&tap, &json!({"type": 6})).await;
+        self.answer(&tap, reply, json!({"type": 6})).await;
         if let Some(refusal) = self.decide(&tap, verdict, scope, digest).await {
             let message = render::ephemeral_message(refusal);
             let sent = self
@@ -157,9 +172,18 @@ impl Inbound {
         }
     }
 
-    async fn answer(&self, tap: &Tap, answer: &Value) {
-        let answered = self.api.respond(&tap.interaction_id, &tap.token, answer);
-        if let Err(error) = answered.await {
+    async fn answer(&self, tap: &Tap, reply: Reply, answer: Value) {
+        let answered = match reply {
+            Reply::Callback => self
+                .api
+                .respond(&tap.interaction_id, &tap.token, &answer)
+                .await
+                .map_err(|error| error.to_string()),
+            Reply::Http(response) => response
+                .send(answer)
+                .map_err(|_| "the HTTP request is gone".to_owned()),
+        };
+        if let Err(error) = answered {
             tracing::warn!(approval_id = %tap.approval_id, %error, "cannot answer the interaction");
         }
     }

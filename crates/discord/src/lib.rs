@@ -4,7 +4,8 @@
 //! each pending approval to its Discord channels as a message with Approve, Reject… (a modal
 //! asks for the reason) and Allow for session buttons; the message is edited on every change,
 //! also when the approval is decided elsewhere, expires or is cancelled. Taps arrive over the
-//! Gateway (twilight-gateway: no public URL); a Discord user decides as the approver whose
+//! Gateway (twilight-gateway: no public URL) or, as an option, as Ed25519-signed POSTs to the
+//! Interactions Endpoint URL the worker serves (`http.rs`); a Discord user decides as the approver whose
 //! `identities` list their Discord user id. It is a `Channel` of the shared worker runtime
 //! (`countersign_worker::runtime`), which owns the loop.
 //!
@@ -15,6 +16,7 @@ pub mod api;
 mod channel;
 pub mod config;
 mod error;
+pub mod http;
 pub mod inbound;
 pub mod render;
 pub mod shown;
@@ -30,6 +32,7 @@ use crate::api::DiscordApi;
 use crate::channel::DiscordChannel;
 pub use crate::channel::CHANNEL;
 pub use crate::config::Settings;
+use crate::config::Taps;
 pub use crate::error::WorkerError;
 use crate::inbound::Inbound;
 use crate::shown::Store;
@@ -49,12 +52,6 @@ pub async fn run(
         &settings.bot_token,
         settings.request_timeout,
     )?;
-    // Interactions reach a bot over the Gateway whatever its intents.
-    let shard = inbound::shard(
-        &settings.bot_token,
-        settings.gateway_url.as_deref(),
-        Intents::empty(),
-    );
     let inbound = Arc::new(Inbound {
         client: client.clone(),
         api: api.clone(),
@@ -66,15 +63,31 @@ pub async fn run(
         channels = settings.channels.len(),
         "discord worker started"
     );
+    let taps = async {
+        match settings.taps.clone() {
+            // Interactions reach a bot over the Gateway whatever its intents.
+            Taps::Gateway => {
+                let gateway = settings.gateway_url.as_deref();
+                let shard = inbound::shard(&settings.bot_token, gateway, Intents::empty());
+                inbound.listen(shard).await
+            }
+            Taps::Http { listen, public_key } => http::serve(listen, inbound, *public_key)
+                .await
+                .map_err(|source| WorkerError::Listen {
+                    addr: listen,
+                    source,
+                }),
+        }
+    };
     let options = settings.runtime.options();
     let channel = DiscordChannel {
         client: client.clone(),
         api,
         store,
-        settings,
+        settings: settings.clone(),
     };
     tokio::select! {
         result = runtime::run(client, channel, options, shutdown) => result.map_err(WorkerError::from),
-        result = inbound.listen(shard) => result,
+        result = taps => result,
     }
 }

@@ -1,13 +1,15 @@
 //! End to end: a real countersign server (in process, loopback gRPC), the fake Discord (REST
 //! and Gateway WebSocket), the worker through its library entry point (and as the binary,
 //! killed with SIGKILL), the client SDK as the agent, and approvers' taps dispatched as Discord
-//! dispatches them (INTERACTION_CREATE over the Gateway).
+//! dispatches them (INTERACTION_CREATE over the Gateway, or signed POSTs to the worker's
+//! Interactions Endpoint URL).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use countersign_client::{pb, Client, ClientConfig};
-use countersign_discord::config::{FileConfig, BOT_TOKEN_ENV};
+use countersign_discord::config::{FileConfig, Taps, BOT_TOKEN_ENV};
+use countersign_discord::http::INTERACTIONS_PATH;
 use countersign_discord::render::{ALLOW_SESSION, APPROVE, REJECT};
 use countersign_discord::Settings;
 use countersign_testkit::discord::{
@@ -15,6 +17,7 @@ use countersign_testkit::discord::{
 };
 use countersign_testkit::server::TestServer;
 use countersign_worker::config::WorkerSettings;
+use ed25519_dalek::{Signer, SigningKey};
 
 const CHANNEL: &str = "1300000000000000001";
 const BOT_TOKEN: &str = "fake-discord-bot-token";
@@ -31,12 +34,12 @@ fn mallory() -> DiscordUser {
     DiscordUser::new(MALLORY_ID, "mallory")
 }
 
-fn config_toml(server_url: &str, discord: &FakeDiscord, state: &Path) -> String {
+fn config_toml(server_url: &str, discord: &FakeDiscord, state: &Path, extra: &str) -> String {
     format!(
         "[server]\nurl = \"{server_url}\"\nmax_backoff_secs = 1\n\
          [discord]\napi_url = \"{}\"\ngateway_url = \"{}\"\nchannels = [\"{CHANNEL}\"]\n\
          default_channel = \"{CHANNEL}\"\nstate_dir = \"{}\"\n\
-         request_timeout_ms = 2000\nretry_interval_ms = 50\nmax_retry_wait_ms = 500\n",
+         request_timeout_ms = 2000\nretry_interval_ms = 50\nmax_retry_wait_ms = 500\n{extra}",
         discord.api_url(),
         discord.gateway_url(),
         state.display()
@@ -67,6 +70,11 @@ impl Drop for Harness {
 
 impl Harness {
     async fn without_worker() -> Harness {
+        Harness::without_worker_with("").await
+    }
+
+    /// With `extra` lines in the `[discord]` section.
+    async fn without_worker_with(extra: &str) -> Harness {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
@@ -74,7 +82,7 @@ impl Harness {
         let server = TestServer::start_with_toml(APPROVERS).await;
         let discord = FakeDiscord::start(BOT_TOKEN).await;
         let state = tempfile::tempdir().unwrap();
-        let toml = config_toml(&server.url(), &discord, state.path());
+        let toml = config_toml(&server.url(), &discord, state.path(), extra);
         let config = state.path().join("discord.toml");
         std::fs::write(&config, &toml).unwrap();
         let file: FileConfig = toml::from_str(&toml).unwrap();
@@ -102,7 +110,17 @@ impl Harness {
             self.settings.clone(),
             std::future::pending(),
         )));
-        self.gateway_ready().await;
+        match &self.settings.taps {
+            Taps::Gateway => self.gateway_ready().await,
+            Taps::Http { listen, .. } => {
+                for _ in 0..400 {
+                    if tokio::net::TcpStream::connect(listen).await.is_ok() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+            }
+        }
     }
 
     async fn gateway_ready(&self) {
@@ -586,6 +604,149 @@ async fn an_invalid_session_after_a_drop_identifies_again() {
     assert_eq!(
         harness.resolved(&approval.id).await.state(),
         pb::ApprovalState::Approved
+    );
+}
+
+/// The application's key in the HTTP interactions tests (the worker gets its public half).
+fn application_key() -> SigningKey {
+    SigningKey::from_bytes(&[7; 32])
+}
+
+/// A worker taking interactions over HTTP: the harness and the endpoint's URL.
+async fn http_harness() -> (Harness, String) {
+    let listen = countersign_testkit::http::free_addr();
+    let public_key = hex::encode(application_key().verifying_key().as_bytes());
+    let extra =
+        format!("interactions = \"http\"\nlisten = \"{listen}\"\npublic_key = \"{public_key}\"\n");
+    let mut harness = Harness::without_worker_with(&extra).await;
+    harness.start_worker().await;
+    (harness, format!("http://{listen}{INTERACTIONS_PATH}"))
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// POSTs `body` as Discord does, signed by `key` at `timestamp` (no headers: unsigned): the
+/// status and the body of the answer.
+async fn post_interaction(
+    url: &str,
+    key: Option<&SigningKey>,
+    timestamp: u64,
+    body: &str,
+) -> (u16, serde_json::Value) {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    if let Some(key) = key {
+        let signature = key.sign(format!("{timestamp}{body}").as_bytes());
+        request = request
+            .header("X-Signature-Ed25519", hex::encode(signature.to_bytes()))
+            .header("X-Signature-Timestamp", timestamp.to_string());
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or_default())
+}
+
+/// HTTP interactions: a signed PING is answered PONG; a request unsigned, signed with another
+/// key, whose body was changed after signing, or signed more than five minutes ago (replayed)
+/// is answered 401 and decides nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_interactions_answer_a_ping_and_refuse_unsigned_forged_tampered_and_replayed_requests()
+{
+    let (harness, url) = http_harness().await;
+    assert!(!harness.discord.connected(), "no Gateway session");
+    let key = application_key();
+    let now = now_secs();
+    let ping =
+        r#"{"id":"1500000000000000001","application_id":"1","type":1,"token":"t","version":1}"#;
+    assert_eq!(
+        post_interaction(&url, Some(&key), now, ping).await,
+        (200, serde_json::json!({"type": 1}))
+    );
+    let approval = harness.request("http-refused", 600).await;
+    let shown = harness.request_message(&approval.id).await;
+    let (_, tap) = harness
+        .discord
+        .tap_over_http(&alice(), &shown, &shown.button(APPROVE));
+    let body = tap.to_string();
+    let forger = SigningKey::from_bytes(&[9; 32]);
+    assert_eq!(
+        post_interaction(&url, None, now, &body).await.0,
+        401,
+        "unsigned"
+    );
+    assert_eq!(
+        post_interaction(&url, Some(&forger), now, &body).await.0,
+        401,
+        "another key"
+    );
+    assert_eq!(
+        post_interaction(&url, Some(&forger), now, ping).await.0,
+        401
+    );
+    assert_eq!(
+        post_interaction(&url, Some(&key), now - 301, &body).await.0,
+        401,
+        "replayed: older than five minutes"
+    );
+    // Signed, then changed on the way.
+    let signature = key.sign(format!("{now}{body}").as_bytes());
+    let tampered = body.replace(ALICE_ID, MALLORY_ID);
+    let status = reqwest::Client::new()
+        .post(&url)
+        .header("X-Signature-Ed25519", hex::encode(signature.to_bytes()))
+        .header("X-Signature-Timestamp", now.to_string())
+        .body(tampered)
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 401, "tampered");
+    let after = harness.state_of(&approval.id).await;
+    assert_eq!(after.state(), pb::ApprovalState::Pending);
+    assert!(after.decisions.is_empty());
+    assert!(harness.discord.answers().is_empty());
+}
+
+/// HTTP interactions: a signed tap is answered in the response itself — Reject… with its
+/// modal (type 9), Approve with type 6 — and Approve decides as the tapping user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_interactions_a_signed_tap_is_answered_in_the_response_and_approves() {
+    let (harness, url) = http_harness().await;
+    let key = application_key();
+    let approval = harness.request("http-approve", 600).await;
+    let shown = harness.request_message(&approval.id).await;
+    let (_, reject) = harness
+        .discord
+        .tap_over_http(&alice(), &shown, &shown.button(REJECT));
+    let (status, answer) =
+        post_interaction(&url, Some(&key), now_secs(), &reject.to_string()).await;
+    assert_eq!(
+        (status, &answer["type"]),
+        (200, &serde_json::json!(9)),
+        "{answer}"
+    );
+    let (_, approve) = harness
+        .discord
+        .tap_over_http(&alice(), &shown, &shown.button(APPROVE));
+    assert_eq!(
+        post_interaction(&url, Some(&key), now_secs(), &approve.to_string()).await,
+        (200, serde_json::json!({"type": 6}))
+    );
+    let resolved = harness.resolved(&approval.id).await;
+    assert_eq!(resolved.state(), pb::ApprovalState::Approved);
+    assert_eq!(resolved.decisions.len(), 1);
+    assert_eq!(resolved.decisions[0].approver, "alice");
+    harness.outcome_message(&approval.id).await;
+    assert!(
+        harness.discord.answers().is_empty(),
+        "nothing through the callback endpoint"
     );
 }
 

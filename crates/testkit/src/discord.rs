@@ -412,6 +412,24 @@ impl FakeDiscord {
         state.dispatch("INTERACTION_CREATE", payload);
     }
 
+    /// `user` taps the button `custom_id` on `message`, the application set up with an
+    /// Interactions Endpoint URL: the interaction's id and the body Discord POSTs there (not
+    /// dispatched; its answer is the response to that POST, so its follow-ups are accepted).
+    pub fn tap_over_http(
+        &self,
+        user: &DiscordUser,
+        message: &DiscordMessage,
+        custom_id: &str,
+    ) -> (String, Value) {
+        let data = json!({"custom_id": custom_id, "component_type": 2});
+        let mut state = self.shared.lock();
+        let (id, payload) = interaction(&mut state, 3, user, message, data);
+        state
+            .interactions
+            .insert(id.clone(), (payload.clone(), true));
+        (id, payload)
+    }
+
     fn interact(
         &self,
         kind: u8,
@@ -420,16 +438,7 @@ impl FakeDiscord {
         data: Value,
     ) -> String {
         let mut state = self.shared.lock();
-        let id = state.snowflake();
-        let payload = json!({
-            "id": id, "application_id": APPLICATION_ID, "type": kind, "data": data,
-            "guild_id": GUILD_ID, "channel_id": message.channel_id,
-            "member": {"user": user.json(), "roles": [], "joined_at": "2025-01-01T00:00:00.000000+00:00",
-                       "deaf": false, "mute": false, "flags": 0, "permissions": "2147483647"},
-            "message": message.json(), "token": format!("interaction-token-{id}"), "version": 1,
-            "app_permissions": "2147483647", "locale": "en-US", "guild_locale": "en-US",
-            "entitlements": [], "authorizing_integration_owners": {"0": GUILD_ID}, "context": 0,
-        });
+        let (id, payload) = interaction(&mut state, kind, user, message, data);
         state
             .interactions
             .insert(id.clone(), (payload.clone(), false));
@@ -791,4 +800,25 @@ async fn serve_gateway(shared: Arc<Shared>, mut socket: WebSocket) {
     {
         state.connection = None;
     }
+}
+
+/// An interaction of `kind` by `user` on `message`, as Discord sends it: its id and payload.
+fn interaction(
+    state: &mut FakeState,
+    kind: u8,
+    user: &DiscordUser,
+    message: &DiscordMessage,
+    data: Value,
+) -> (String, Value) {
+    let id = state.snowflake();
+    let payload = json!({
+        "id": id, "application_id": APPLICATION_ID, "type": kind, "data": data,
+        "guild_id": GUILD_ID, "channel_id": message.channel_id,
+        "member": {"user": user.json(), "roles": [], "joined_at": "2025-01-01T00:00:00.000000+00:00",
+                   "deaf": false, "mute": false, "flags": 0, "permissions": "2147483647"},
+        "message": message.json(), "token": format!("interaction-token-{id}"), "version": 1,
+        "app_permissions": "2147483647", "locale": "en-US", "guild_locale": "en-US",
+        "entitlements": [], "authorizing_integration_owners": {"0": GUILD_ID}, "context": 0,
+    });
+    (id, payload)
 }
