@@ -17,7 +17,7 @@ pub fn check_instance(instance: &Instance) -> Vec<String> {
     match instance.load_config() {
         Err(error) => problems.push(format!("{error}")),
         Ok(config) if !config.exists => problems.push(format!(
-            "no config file {}: no channel asks anyone ({SETUP_TELEGRAM}, countersign setup github or countersign setup web)",
+            "no config file {}: no channel asks anyone ({SETUP_TELEGRAM}, or setup ntfy, slack, discord, email, github or web)",
             instance.config_file.display()
         )),
         Ok(config) => {
@@ -211,7 +211,7 @@ fn check_channels(instance: &Instance, config: &InstanceConfig, problems: &mut V
     // Deciding in a terminal only is a valid set-up (docs/integrations.md): a note, no failure.
     if configured == 0 {
         println!(
-            "--    no channel is set up: approvals are decided in a terminal only (countersign watch, countersign approve ID); to be asked on a phone or in a browser, {SETUP_TELEGRAM}, countersign setup github or countersign setup web"
+            "--    no channel is set up: approvals are decided in a terminal only (countersign watch, countersign approve ID); to be asked on a phone or in a browser, {SETUP_TELEGRAM}, or setup ntfy, slack, discord, email, github or web"
         );
     } else {
         for line in optional {
