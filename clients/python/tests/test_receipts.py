@@ -77,7 +77,7 @@ def test_an_approval_comes_back_only_with_a_receipt_that_verifies(server: Server
 
 
 def test_a_client_pinned_to_another_key_set_refuses_the_approval(server: Server, agent_id: str) -> None:
-    with pytest.raises(ReceiptError, match="the key set's fingerprint is .*, not the pinned kPrK_"):
+    with pytest.raises(ReceiptError, match=r"the key set's fingerprint is .*, not the pinned kPrK_"):
         approved(server, agent_id, "call-1", receipt_pin="kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k")
 
 
@@ -97,7 +97,8 @@ def test_altered_receipts_are_refused_naming_what_did_not_match(server: Server, 
     verify_receipt(first.receipt, keys, approval_id=first.id, args_digest=digest)
     for name, value in [("args_digest", "0" * 64), ("verdict", "REJECT"), ("approval_id", second.id)]:
         with pytest.raises(ReceiptError, match="signature does not verify"):
-            verify_receipt(with_claim(first.receipt, name, value), keys, approval_id=first.id, args_digest=digest)
+            altered = with_claim(first.receipt, name, value)
+            verify_receipt(altered, keys, approval_id=first.id, args_digest=digest)
     header, payload, signature = first.receipt.split(".")
     flipped = ("B" if signature[4] == "A" else "A").join([signature[:4], signature[5:]])
     with pytest.raises(ReceiptError, match="signature does not verify"):
@@ -142,7 +143,9 @@ class RewritingProxy:
             sink.close()
 
 
-def test_a_rejection_a_man_in_the_middle_turned_into_an_approval_is_refused(server: Server, agent_id: str) -> None:
+def test_a_rejection_a_man_in_the_middle_turned_into_an_approval_is_refused(
+    server: Server, agent_id: str
+) -> None:
     # Approval.state (field 15): REJECTED (3) becomes APPROVED (2).
     proxy = RewritingProxy(server.address, b"\x78\x03", b"\x78\x02")
     approver = Approver(server.address, agent_id, [(Verdict.REJECT, Scope.ONCE, "no")])
@@ -165,7 +168,15 @@ def test_a_rotation_keeps_old_receipts_verifiable(start_server, agent_id: str) -
     jwks, fingerprint = client.signing_keys()
     server.kill()
     rotated = subprocess.run(
-        [str(server.binary), "--config", str(server.config), "--database", str(server.database), "keys", "rotate"],
+        [
+            str(server.binary),
+            "--config",
+            str(server.config),
+            "--database",
+            str(server.database),
+            "keys",
+            "rotate",
+        ],
         capture_output=True,
         check=True,
     )
