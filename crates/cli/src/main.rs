@@ -24,7 +24,9 @@ use crate::args::{Cli, FullCli, HookCommand};
 use crate::exit::Exit;
 
 fn main() -> ExitCode {
-    let parsed = if is_hook(std::env::args()) {
+    // The hook's own parser only for a line that starts with `hook`, as installed hooks' do:
+    // before it, an option such as --help belongs to the whole command line.
+    let parsed = if std::env::args().nth(1).as_deref() == Some("hook") {
         Cli::<HookCommand>::try_parse().map(FullCli::from)
     } else {
         FullCli::try_parse()
