@@ -925,12 +925,6 @@ impl Plan {
         })
     }
 
-    /// With `storage.redact_arguments`: blanks the argument values of every approval this
-    /// change resolved: in the approval written (events store none) and, through the write
-    /// set, in events stored before migration 0007 (which do); and in what the change returns
-    /// and publishes. The digest stays; the hash chain does not cover argument values.
-    /// Arguments an approver edited stay until the call is consumed: the runtime, which knows
-    /// only the arguments it sent, needs them to run the call.
     /// Signs the receipt of each approval a RESOLVED event of this change resolved by a
     /// verdict, with that event's seq, and keeps it on the approval (its row, the events'
     /// copies published to watchers, the reply). Infallible, so it needs no undo.
@@ -973,6 +967,12 @@ impl Plan {
         }
     }
 
+    /// With `storage.redact_arguments`: blanks the argument values of every approval this
+    /// change resolved: in the approval written (events store none) and, through the write
+    /// set, in events stored before migration 0007 (which do); and in what the change returns
+    /// and publishes. The digest stays; the hash chain does not cover argument values.
+    /// Arguments an approver edited stay until the call is consumed: the runtime, which knows
+    /// only the arguments it sent, needs them to run the call.
     fn redact_resolved(&mut self, applied: &mut Applied) {
         let reply_approval = match &mut applied.reply {
             Reply::Requested(requested) => Some(&mut requested.approval),
