@@ -6,7 +6,9 @@
 //! - data: `$XDG_DATA_HOME/countersign` (`~/.local/share/countersign`): the SQLite database,
 //!   the workers' state, the address of the last `up` (`server-url`) and, under `secrets/`
 //!   (mode 0700), one file per secret (mode 0600): the tokens the pieces use to talk to each
-//!   other, generated on first start, and the bot token `setup telegram` was given.
+//!   other, generated on first start, and the bot token `setup telegram` was given;
+//! - cache: `$XDG_CACHE_HOME/countersign` (`~/.cache/countersign`): the pinned receipt key
+//!   set (`receipt-keys/<pin>.jwks.json`), so that a hook does not read it on every call.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -363,6 +365,13 @@ fn take_part<T: serde::de::DeserializeOwned>(
 }
 
 /// `$<variable>`, else `$HOME/<fallback>`.
+/// Where the pinned receipt key set is kept between hook calls; `None` without a home.
+pub fn receipt_key_cache() -> Option<PathBuf> {
+    xdg_dir("XDG_CACHE_HOME", ".cache")
+        .ok()
+        .map(|dir| dir.join("countersign").join("receipt-keys"))
+}
+
 fn xdg_dir(variable: &str, fallback: &str) -> Result<PathBuf, CliError> {
     if let Some(dir) = std::env::var_os(variable).filter(|dir| !dir.is_empty()) {
         return Ok(PathBuf::from(dir));

@@ -63,9 +63,15 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// A client of the configured server that checks decision receipts against the pin.
+    /// A client of the configured server that checks decision receipts against the pin, with
+    /// the pinned key set kept in the user's cache directory.
     pub fn connect(&self) -> Result<Client, ClientError> {
-        Ok(Client::connect(self.client.clone())?.with_receipt_pin(self.receipt_pin.clone()))
+        let client =
+            Client::connect(self.client.clone())?.with_receipt_pin(self.receipt_pin.clone());
+        Ok(match crate::instance::receipt_key_cache() {
+            Some(dir) => client.with_receipt_key_cache(&dir),
+            None => client,
+        })
     }
 
     pub fn resolve(cli: &FullCli) -> Result<Self, CliError> {

@@ -118,6 +118,41 @@ async fn reply_to(telegram: &FakeTelegram, chat: i64, message_id: i64) -> String
     reply.param_str("text").unwrap_or_default().to_owned()
 }
 
+/// The `nth` (from 0) approval request message, while the hook `asking` waits for its answer.
+/// A hook that ends first, or no message in time, fails the test with the hook's output and
+/// `up`'s log: they say which of the hook, the server and the worker lost the request.
+async fn shown_while_asking(
+    telegram: &FakeTelegram,
+    home: &Home,
+    asking: &mut Child,
+    nth: usize,
+) -> ChatMessage {
+    use futures::FutureExt as _;
+    let shown = std::panic::AssertUnwindSafe(request_message(telegram, alice().id, nth));
+    let failure = tokio::select! {
+        shown = shown.catch_unwind() => match shown {
+            Ok(message) => return message,
+            Err(panic) => panic
+                .downcast_ref::<String>()
+                .cloned()
+                .unwrap_or_else(|| "the wait for the message panicked".into()),
+        },
+        status = asking.wait() => format!("the hook ended first ({status:?})"),
+    };
+    let _ = asking.start_kill();
+    let mut output = String::new();
+    if let Some(mut stdout) = asking.stdout.take() {
+        let _ = tokio::time::timeout(STEP, stdout.read_to_string(&mut output)).await;
+    }
+    if let Some(mut stderr) = asking.stderr.take() {
+        let _ = tokio::time::timeout(STEP, stderr.read_to_string(&mut output)).await;
+    }
+    panic!(
+        "request message {nth}: {failure}\nthe hook's output:\n{output}\nup's log:\n{}",
+        home.up_log()
+    );
+}
+
 /// The `nth` (from 0) approval request message with buttons in `chat`, as it shows now.
 async fn request_message(telegram: &FakeTelegram, chat: i64, nth: usize) -> ChatMessage {
     let is_request = |request: &RecordedRequest| {
@@ -209,8 +244,8 @@ async fn quickstart_from_an_empty_home_to_a_phone_approval_and_a_rejection() {
     assert!(hook.contains("--token-file"), "{hook}");
 
     // Claude Code asks; Alice taps Approve; the hook allows.
-    let asking = spawn_hook(&home, &hook, "toolu_01", "rm -rf build");
-    let message = request_message(&telegram, alice.id, 0).await;
+    let mut asking = spawn_hook(&home, &hook, "toolu_01", "rm -rf build");
+    let message = shown_while_asking(&telegram, &home, &mut asking, 0).await;
     assert!(message.text.contains("rm -rf build"), "{}", message.text);
     // The picture in docs/quickstart.md (docs/quickstart-telegram.png) is this one.
     let picture = countersign_testkit::phone::screenshot(
@@ -235,8 +270,8 @@ async fn quickstart_from_an_empty_home_to_a_phone_approval_and_a_rejection() {
     );
 
     // Again; Alice rejects with a reason, replying to the request; the hook denies with it.
-    let asking = spawn_hook(&home, &hook, "toolu_02", "rm -rf /srv/data");
-    let message = request_message(&telegram, alice.id, 1).await;
+    let mut asking = spawn_hook(&home, &hook, "toolu_02", "rm -rf /srv/data");
+    let message = shown_while_asking(&telegram, &home, &mut asking, 1).await;
     assert!(
         message.text.contains("rm -rf /srv/data"),
         "{}",

@@ -120,6 +120,77 @@ async fn the_hook_runs_an_approved_call_only_under_the_pinned_key_set() {
     );
 }
 
+#[tokio::test]
+async fn the_hook_keeps_the_pinned_key_set_and_reads_it_again_only_when_the_kept_one_does_not_verify(
+) {
+    let server = TestServer::start().await;
+    let keys = client(&server.url()).signing_keys().await.unwrap();
+    let pin = ["--receipt-pin", keys.fingerprint.as_str()];
+    let kept = cache_home()
+        .join("countersign/receipt-keys")
+        .join(format!("{}.jwks.json", keys.fingerprint));
+    // A man in the middle that spoils every key set the server sends.
+    let spoiling = RewritingProxy::start(server.addr(), b"\"OKP\"", b"\"RSA\"").await;
+
+    // Nothing kept yet: the hook reads the set, through the proxy, and refuses the call.
+    let (output, _) = hook_decided(
+        &server,
+        &spoiling.url(),
+        "toolu_unkept",
+        pb::Verdict::Approve,
+        &pin,
+    )
+    .await;
+    let (permission, reason) = decision(&output);
+    assert_eq!(permission, "deny", "{reason}");
+    assert!(reason.contains("is not an Ed25519 key"), "{reason}");
+    assert!(!kept.exists(), "a spoiled key set was kept");
+
+    // From the server itself: allowed, and the set is kept.
+    let (output, _) = hook_decided(
+        &server,
+        &server.url(),
+        "toolu_kept",
+        pb::Verdict::Approve,
+        &pin,
+    )
+    .await;
+    assert_eq!(decision(&output).0, "allow", "{}", stderr(&output));
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), keys.jwks_json);
+
+    // Through the proxy again: the kept set verifies the receipt, no key set is read.
+    let spoiled_before = spoiling.rewrites();
+    let (output, _) = hook_decided(
+        &server,
+        &spoiling.url(),
+        "toolu_from_kept",
+        pb::Verdict::Approve,
+        &pin,
+    )
+    .await;
+    assert_eq!(decision(&output).0, "allow", "{}", stderr(&output));
+    assert_eq!(
+        spoiling.rewrites(),
+        spoiled_before,
+        "the hook read the key set again"
+    );
+
+    // A kept file that is not the pinned set (another server's) is read again and replaced.
+    let other = TestServer::start().await;
+    let other_keys = client(&other.url()).signing_keys().await.unwrap();
+    std::fs::write(&kept, &other_keys.jwks_json).unwrap();
+    let (output, _) = hook_decided(
+        &server,
+        &server.url(),
+        "toolu_replaced",
+        pb::Verdict::Approve,
+        &pin,
+    )
+    .await;
+    assert_eq!(decision(&output).0, "allow", "{}", stderr(&output));
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), keys.jwks_json);
+}
+
 /// The receipt with claim `name` set to `value`, its signature kept.
 fn altered_claim(receipt: &str, name: &str, value: &str) -> String {
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;

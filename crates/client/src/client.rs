@@ -107,6 +107,15 @@ impl Client {
         self
     }
 
+    /// Keeps the pinned key set in `dir` between processes, so that a process that verifies
+    /// one receipt (a hook) does not read the key set from the server each time. The file is
+    /// checked against the pin like the server's answer; a rotation reads the set again.
+    /// Without a pin nothing is kept. Call after [`Client::with_receipt_pin`].
+    pub fn with_receipt_key_cache(mut self, dir: &std::path::Path) -> Client {
+        self.receipts = Arc::new(self.receipts.cached_in(dir));
+        self
+    }
+
     /// The public keys receipts are signed with, as a JWKS document, and their fingerprint.
     pub async fn signing_keys(&self) -> Result<pb::SigningKeys, ClientError> {
         Ok(self

@@ -5,6 +5,7 @@
 //! not be expired. Anything else is an error naming what did not match.
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 
 use countersign_core::digest::{args_digest, parse_strict};
 use countersign_core::receipt::{verify_receipt, KeySet, ReceiptClaims, ReceiptError};
@@ -18,6 +19,8 @@ use crate::error::ClientError;
 pub(crate) struct ReceiptTrust {
     pin: Option<String>,
     keys: Mutex<Option<KeySet>>,
+    /// The file that keeps the pinned key set between processes (a hook runs once per call).
+    cache: Option<PathBuf>,
 }
 
 impl ReceiptTrust {
@@ -25,6 +28,54 @@ impl ReceiptTrust {
         ReceiptTrust {
             pin: pin.filter(|pin| !pin.is_empty()),
             keys: Mutex::new(None),
+            cache: None,
+        }
+    }
+
+    /// The same trust, keeping the pinned key set in `dir` (as `<pin>.jwks.json`). Only a
+    /// pinned set is kept: the pin authenticates the file's content (the first key's id is
+    /// its thumbprint and every later key is endorsed by the one before), so a file changed by
+    /// anyone else is refused like a server's set would be, and then read again from the
+    /// server. Without a pin, or with a pin that is not a key id, nothing is kept.
+    pub(crate) fn cached_in(&self, dir: &Path) -> ReceiptTrust {
+        let is_key_id = |pin: &&String| {
+            pin.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        ReceiptTrust {
+            pin: self.pin.clone(),
+            keys: Mutex::new(None),
+            cache: self
+                .pin
+                .as_ref()
+                .filter(is_key_id)
+                .map(|pin| dir.join(format!("{pin}.jwks.json"))),
+        }
+    }
+
+    /// The key set kept in the cache file, when there is one and it is the pinned set.
+    async fn read_cache(&self) -> Option<KeySet> {
+        let text = tokio::fs::read_to_string(self.cache.as_ref()?).await.ok()?;
+        KeySet::from_jwks(&text)
+            .and_then(|keys| keys.pinned(self.pin.as_deref()))
+            .ok()
+    }
+
+    /// Keeps `jwks`, a set that passed the pin, for the next process. A cache that cannot be
+    /// written costs one more read of the server's set next time, nothing else.
+    async fn write_cache(&self, jwks: &str) {
+        let Some(path) = &self.cache else { return };
+        let written = async {
+            if let Some(dir) = path.parent() {
+                tokio::fs::create_dir_all(dir).await?;
+            }
+            // Written aside and renamed: a reader never sees half a file.
+            let partial = path.with_extension(format!("{}.partial", std::process::id()));
+            tokio::fs::write(&partial, jwks).await?;
+            tokio::fs::rename(&partial, path).await
+        };
+        if let Err(error) = written.await {
+            tracing::debug!(path = %path.display(), %error, "the receipt key set is not cached");
         }
     }
 
@@ -46,6 +97,9 @@ impl ReceiptTrust {
             return Err(ReceiptError::Missing.into());
         }
         let mut cached = self.keys.lock().await;
+        if cached.is_none() {
+            *cached = self.read_cache().await;
+        }
         let mut fetched = false;
         loop {
             let keys = match cached.as_ref() {
@@ -54,6 +108,7 @@ impl ReceiptTrust {
                     fetched = true;
                     let jwks = fetch().await?;
                     let keys = KeySet::from_jwks(&jwks)?.pinned(self.pin.as_deref())?;
+                    self.write_cache(&jwks).await;
                     cached.insert(keys)
                 }
             };

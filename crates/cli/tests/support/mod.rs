@@ -31,11 +31,18 @@ pub fn countersign_binary() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_countersign")))
 }
 
+/// The cache directory the tests' `countersign` runs use (`$XDG_CACHE_HOME`): not the
+/// machine's. Its contents are per key set (each test server has its own), so tests share it.
+pub fn cache_home() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-cache")
+}
+
 /// `countersign` talking to `server`, as user `tester`, with no settings from the machine.
 pub fn countersign(server: &str) -> Command {
     let mut command = Command::new(countersign_binary());
     command
         .env("COUNTERSIGN_SERVER", server)
+        .env("XDG_CACHE_HOME", cache_home())
         .env("USER", "tester")
         .env_remove("COUNTERSIGN_TOKEN")
         .env_remove("COUNTERSIGN_CONFIG")
