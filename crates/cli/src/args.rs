@@ -406,12 +406,26 @@ pub enum SetupCommand {
     Slack(SetupSlackArgs),
 }
 
+/// `--preset NAME` of the `setup` commands: checked as it is parsed, before anything is set up.
 #[derive(Debug, Args)]
-pub struct SetupSlackArgs {
+pub struct PresetArg {
     /// Also write a policy preset's rules (balanced, strict or observe) into the config file, as
     /// `countersign policy preset NAME` does
-    #[arg(long, value_name = "NAME")]
-    pub preset: Option<String>,
+    #[arg(long = "preset", value_name = "NAME", value_parser = preset_name)]
+    pub name: Option<String>,
+}
+
+/// A preset's name, when there is a preset of that name.
+fn preset_name(name: &str) -> Result<String, String> {
+    crate::rules_file::check_preset(name)
+        .map(|_| name.to_owned())
+        .map_err(|error| error.to_string())
+}
+
+#[derive(Debug, Args)]
+pub struct SetupSlackArgs {
+    #[command(flatten)]
+    pub preset: PresetArg,
     /// Print the app manifest (scopes, Socket Mode, interactivity) and exit
     #[arg(long)]
     pub manifest: bool,
@@ -431,10 +445,8 @@ pub struct SetupSlackArgs {
 
 #[derive(Debug, Args)]
 pub struct SetupNtfyArgs {
-    /// Also write a policy preset's rules (balanced, strict or observe) into the config file, as
-    /// `countersign policy preset NAME` does
-    #[arg(long, value_name = "NAME")]
-    pub preset: Option<String>,
+    #[command(flatten)]
+    pub preset: PresetArg,
     /// The ntfy server [default: server_url in [ntfy], else https://ntfy.sh]
     #[arg(long, value_name = "URL")]
     pub server: Option<String>,
@@ -451,10 +463,8 @@ pub struct SetupNtfyArgs {
 
 #[derive(Debug, Args)]
 pub struct SetupEmailArgs {
-    /// Also write a policy preset's rules (balanced, strict or observe) into the config file, as
-    /// `countersign policy preset NAME` does
-    #[arg(long, value_name = "NAME")]
-    pub preset: Option<String>,
+    #[command(flatten)]
+    pub preset: PresetArg,
     /// The SMTP relay's host name [default: asked]
     #[arg(long, value_name = "HOST")]
     pub smtp_host: Option<String>,
@@ -493,10 +503,8 @@ pub struct SetupEmailArgs {
 
 #[derive(Debug, Args)]
 pub struct SetupDiscordArgs {
-    /// Also write a policy preset's rules (balanced, strict or observe) into the config file, as
-    /// `countersign policy preset NAME` does
-    #[arg(long, value_name = "NAME")]
-    pub preset: Option<String>,
+    #[command(flatten)]
+    pub preset: PresetArg,
     /// Pair one more approver with the bot already set up (the default channel stays)
     #[arg(long)]
     pub add: bool,
@@ -513,10 +521,8 @@ pub struct SetupDiscordArgs {
 
 #[derive(Debug, Args)]
 pub struct SetupWebArgs {
-    /// Also write a policy preset's rules (balanced, strict or observe) into the config file, as
-    /// `countersign policy preset NAME` does
-    #[arg(long, value_name = "NAME")]
-    pub preset: Option<String>,
+    #[command(flatten)]
+    pub preset: PresetArg,
     /// The approver to sign in, by id (as in [[approvers]]) [default: the only one; needed when there are several]
     #[arg(long, value_name = "ID")]
     pub approver: Option<String>,
@@ -527,10 +533,8 @@ pub struct SetupWebArgs {
 
 #[derive(Debug, Args)]
 pub struct SetupGitHubArgs {
-    /// Also write a policy preset's rules (balanced, strict or observe) into the config file, as
-    /// `countersign policy preset NAME` does
-    #[arg(long, value_name = "NAME")]
-    pub preset: Option<String>,
+    #[command(flatten)]
+    pub preset: PresetArg,
     /// The repository approvals go to, OWNER/REPO [default: asked]
     #[arg(long, value_name = "OWNER/REPO")]
     pub repo: Option<String>,
@@ -551,10 +555,8 @@ pub struct SetupGitHubArgs {
 
 #[derive(Debug, Args)]
 pub struct SetupTelegramArgs {
-    /// Also write a policy preset's rules (balanced, strict or observe) into the config file, as
-    /// `countersign policy preset NAME` does
-    #[arg(long, value_name = "NAME")]
-    pub preset: Option<String>,
+    #[command(flatten)]
+    pub preset: PresetArg,
     /// Pair one more approver with the bot already set up (the default chat stays)
     #[arg(long)]
     pub add: bool,
@@ -670,7 +672,7 @@ pub struct InstallArgs {
     pub print: bool,
     /// Also write a preset's policy rules (balanced, strict or observe) into the local instance's
     /// config file, as `countersign policy preset NAME` does
-    #[arg(long, value_name = "NAME", conflicts_with_all = ["channel", "print"])]
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["channel", "print"], value_parser = preset_name)]
     pub preset: Option<String>,
     /// Claude Code: instead of the hook, add `countersign mcp --channel` to the project's
     /// .mcp.json, relaying permission prompts (a research preview; it says how to start Claude

@@ -407,9 +407,6 @@ pub fn install(flags: &InstallFlags, args: InstallArgs) -> Result<Exit, CliError
     if args.timeout < Duration::from_secs(1) {
         return Err(CliError::Usage("--timeout must be at least 1s".into()));
     }
-    if let Some(name) = &args.preset {
-        crate::rules_file::check_preset(name)?;
-    }
     if args.channel {
         return install_channel(flags, &args);
     }

@@ -36,9 +36,6 @@ const CODE_LENGTH: usize = 10;
 const POLL_SECONDS: u64 = 10;
 
 pub async fn telegram(instance: &Instance, args: SetupTelegramArgs) -> Result<Exit, CliError> {
-    if let Some(name) = &args.preset {
-        crate::rules_file::check_preset(name)?;
-    }
     let existing = config_file::read(instance)?;
     let configured_api_url = existing
         .get("telegram")
@@ -99,7 +96,7 @@ pub async fn telegram(instance: &Instance, args: SetupTelegramArgs) -> Result<Ex
             paired.name
         ),
     }
-    crate::rules_file::offer_preset(instance, args.preset.as_deref())?;
+    crate::rules_file::offer_preset(instance, args.preset.name.as_deref())?;
     Ok(Exit::Success)
 }
 

@@ -25,9 +25,6 @@ use crate::instance::{Instance, Secret};
 use crate::local::setup::{new_code, prompt_secret};
 
 pub async fn discord(instance: &Instance, args: SetupDiscordArgs) -> Result<Exit, CliError> {
-    if let Some(name) = &args.preset {
-        crate::rules_file::check_preset(name)?;
-    }
     let existing = config_file::read(instance)?;
     let configured = |key: &str| {
         let section = existing.get("discord")?;
@@ -82,7 +79,7 @@ pub async fn discord(instance: &Instance, args: SetupDiscordArgs) -> Result<Exit
             paired.name
         ),
     }
-    crate::rules_file::offer_preset(instance, args.preset.as_deref())?;
+    crate::rules_file::offer_preset(instance, args.preset.name.as_deref())?;
     Ok(Exit::Success)
 }
 

@@ -25,9 +25,6 @@ use crate::local::setup::{prompt, prompt_secret};
 const DEFAULT_LISTEN: &str = "127.0.0.1:8789";
 
 pub async fn email(instance: &Instance, args: SetupEmailArgs) -> Result<Exit, CliError> {
-    if let Some(name) = &args.preset {
-        crate::rules_file::check_preset(name)?;
-    }
     let mut doc = config_file::read(instance)?;
     let configured = |key: &str| {
         doc.get("email")
@@ -221,7 +218,7 @@ pub async fn email(instance: &Instance, args: SetupEmailArgs) -> Result<Exit, Cl
         "Written to {}{kept}.\nNext: countersign up (restart it if it is running).",
         instance.config_file.display()
     );
-    crate::rules_file::offer_preset(instance, args.preset.as_deref())?;
+    crate::rules_file::offer_preset(instance, args.preset.name.as_deref())?;
     Ok(Exit::Success)
 }
 

@@ -31,9 +31,6 @@ const TOKEN_ENV: &str = "GITHUB_TOKEN";
 const POLLING_INTERVAL_MS: i64 = 15_000;
 
 pub async fn github(instance: &Instance, args: SetupGitHubArgs) -> Result<Exit, CliError> {
-    if let Some(name) = &args.preset {
-        crate::rules_file::check_preset(name)?;
-    }
     let mut doc = config_file::read(instance)?;
     let configured = |key: &str| {
         doc.get("github")
@@ -163,7 +160,7 @@ pub async fn github(instance: &Instance, args: SetupGitHubArgs) -> Result<Exit, 
         instance.config_file.display(),
         instance.secret_path(Secret::GitHubToken).display()
     );
-    crate::rules_file::offer_preset(instance, args.preset.as_deref())?;
+    crate::rules_file::offer_preset(instance, args.preset.name.as_deref())?;
     Ok(Exit::Success)
 }
 

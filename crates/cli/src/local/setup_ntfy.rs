@@ -30,9 +30,6 @@ const DEFAULT_SERVER: &str = "https://ntfy.sh";
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub async fn ntfy(instance: &Instance, args: SetupNtfyArgs) -> Result<Exit, CliError> {
-    if let Some(name) = &args.preset {
-        crate::rules_file::check_preset(name)?;
-    }
     let mut doc = config_file::read(instance)?;
     let configured = doc
         .get("ntfy")
@@ -161,7 +158,7 @@ pub async fn ntfy(instance: &Instance, args: SetupNtfyArgs) -> Result<Exit, CliE
         "Written to {}.\nNext: countersign up (restart it if it is running).",
         instance.config_file.display()
     );
-    crate::rules_file::offer_preset(instance, args.preset.as_deref())?;
+    crate::rules_file::offer_preset(instance, args.preset.name.as_deref())?;
     Ok(Exit::Success)
 }
 

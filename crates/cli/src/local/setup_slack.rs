@@ -34,9 +34,6 @@ pub async fn slack(instance: &Instance, args: SetupSlackArgs) -> Result<Exit, Cl
         print!("{}", manifest(APP_NAME));
         return Ok(Exit::Success);
     }
-    if let Some(name) = &args.preset {
-        crate::rules_file::check_preset(name)?;
-    }
     let mut doc = config_file::read(instance)?;
     let configured = doc
         .get("slack")
@@ -157,7 +154,7 @@ pub async fn slack(instance: &Instance, args: SetupSlackArgs) -> Result<Exit, Cl
             .display(),
         instance.config_file.display()
     );
-    crate::rules_file::offer_preset(instance, args.preset.as_deref())?;
+    crate::rules_file::offer_preset(instance, args.preset.name.as_deref())?;
     Ok(Exit::Success)
 }
 

@@ -17,9 +17,6 @@ use crate::local::channels::{web_settings, WebTokens};
 const CHANNEL: &str = countersign_web::config::CHANNEL;
 
 pub async fn web(instance: &Instance, args: SetupWebArgs) -> Result<Exit, CliError> {
-    if let Some(name) = &args.preset {
-        crate::rules_file::check_preset(name)?;
-    }
     let mut doc = config_file::read(instance)?;
     let approvers = config_file::approvers(&mut doc, instance)?;
     let ids: Vec<String> = approvers
@@ -110,7 +107,7 @@ pub async fn web(instance: &Instance, args: SetupWebArgs) -> Result<Exit, CliErr
         humantime::format_duration(settings.login_ttl),
         settings.public_url
     );
-    crate::rules_file::offer_preset(instance, args.preset.as_deref())?;
+    crate::rules_file::offer_preset(instance, args.preset.name.as_deref())?;
     Ok(Exit::Success)
 }
 
