@@ -46,8 +46,15 @@ async fn hook_decided(
     let mut command = countersign(url);
     command.args(["hook", "claude-code"]).args(extra);
     let input = pre_tool_use("receipts", call_id);
-    let hook = tokio::spawn(async move { run_with_input(command, &input).await });
-    let approval = next_pending(&mut watch).await;
+    let mut hook = tokio::spawn(async move { run_with_input(command, &input).await });
+    // A hook that answers before its request shows up says why (rather than a watch's timeout).
+    let approval = tokio::select! {
+        approval = next_pending(&mut watch) => approval,
+        output = &mut hook => {
+            let output = output.unwrap();
+            panic!("the hook answered before a request was seen:\nstdout: {}\nstderr: {}", stdout(&output), stderr(&output))
+        }
+    };
     decide(
         &client(&server.url()),
         &approval.id,
