@@ -11,12 +11,12 @@ use crate::agent::waiting::{
     approval_request, await_decision, outcome_text, request_to_wait, verdict_exit,
 };
 use crate::args::{
-    ApproveArgs, Command, DecideArgs, DelegationsCommand, EventsArgs, FullCli, GrantsCommand,
-    GrantsListArgs, ListArgs, Output, PolicyCommand, PolicyReportArgs, RequestArgs, RulesCommand,
-    RulesSuggestArgs, SetupCommand, WatchArgs,
+    ApproveArgs, Cli, Command, DecideArgs, DelegationsCommand, EventsArgs, FullCli, GrantsCommand,
+    GrantsListArgs, HookCommand, ListArgs, Output, PolicyCommand, PolicyReportArgs, RequestArgs,
+    RulesCommand, RulesSuggestArgs, SetupCommand, WatchArgs,
 };
 use crate::exit::{CliError, Exit};
-use crate::instance::Instance;
+use crate::instance::{Instance, Token};
 use crate::render;
 use crate::settings::Settings;
 
@@ -25,6 +25,14 @@ const MAX_PAGE_SIZE: usize = 500;
 
 /// The most events or grants one `ListEvents` / `ListGrants` call returns.
 const MAX_ADMIN_PAGE_SIZE: usize = 1000;
+
+/// Runs `countersign hook` (the command line of `countersign-hook`); returns the process exit
+/// code. It reaches no other command, so that `countersign-hook` links none.
+pub async fn run_hook(cli: Cli<HookCommand>) -> i32 {
+    let settings = Settings::resolve(&cli, Token::Agent);
+    let HookCommand::Hook(args) = cli.command;
+    crate::agent::hook::run(settings, args).await
+}
 
 /// Runs the command line; returns the process exit code.
 pub async fn run(cli: FullCli) -> i32 {
@@ -75,7 +83,7 @@ pub async fn run(cli: FullCli) -> i32 {
             Err(error) => fail(&error),
         };
     }
-    let settings = Settings::resolve(&cli);
+    let settings = Settings::resolve(&cli, Settings::local_token(&cli.command));
     let install_flags = InstallFlags {
         config: cli.config.clone(),
         server: cli.server.clone(),

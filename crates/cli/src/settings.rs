@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use countersign_client::{pb, Client, ClientConfig, ClientError};
 use serde::Deserialize;
 
-use crate::args::{Command, FullCli, Risk};
+use clap::Subcommand;
+
+use crate::args::{Cli, Command, Risk};
 use crate::exit::CliError;
 use crate::instance::{Instance, Secret, Token};
 
@@ -74,7 +76,9 @@ impl Settings {
         })
     }
 
-    pub fn resolve(cli: &FullCli) -> Result<Self, CliError> {
+    /// The settings of command line `cli`; `local_token`: the local instance's token it uses
+    /// when no server is named ([`Settings::local_token`]).
+    pub fn resolve<C: Subcommand>(cli: &Cli<C>, local_token: Token) -> Result<Self, CliError> {
         let file = match &cli.config {
             Some(path) => FileConfig::load(path)?,
             None => FileConfig::default(),
@@ -86,7 +90,7 @@ impl Settings {
         };
         let (server, token) = match cli.server.clone().or(file.server) {
             Some(server) => (server, token),
-            None => local_instance(&cli.command, token)
+            None => local_instance(local_token, token)
                 .unwrap_or_else(|token| (DEFAULT_SERVER.to_owned(), token)),
         };
         let mut client = ClientConfig::new(server);
@@ -107,6 +111,15 @@ impl Settings {
             tool_risk: file.tool_risk,
             receipt_pin: cli.receipt_pin.clone().or(file.receipt_pin),
         })
+    }
+
+    /// The local instance's token `command` uses: the agent token for the surfaces agents use
+    /// (hook, mcp), the admin token for the rest.
+    pub fn local_token(command: &Command) -> Token {
+        match command {
+            Command::Hook(_) | Command::Mcp(_) => Token::Agent,
+            _ => Token::Admin,
+        }
     }
 
     /// The agent id requests are made as: the flag or environment, the config file, the
@@ -149,11 +162,10 @@ impl Settings {
     }
 }
 
-/// The server of the local instance (`countersign up`) and, unless one is given, its token
-/// for this command: the agent token for the surfaces agents use (hook, mcp), the admin
-/// token for the rest. `Err` gives the token back when no instance ever started.
+/// The server of the local instance (`countersign up`) and, unless one is given, its token of
+/// `role`. `Err` gives the token back when no instance ever started.
 fn local_instance(
-    command: &Command,
+    role: Token,
     token: Option<String>,
 ) -> Result<(String, Option<String>), Option<String>> {
     let Some((instance, url)) = Instance::locate(None)
@@ -161,10 +173,6 @@ fn local_instance(
         .and_then(|instance| instance.server_url().map(|url| (instance, url)))
     else {
         return Err(token);
-    };
-    let role = match command {
-        Command::Hook(_) | Command::Mcp(_) => Token::Agent,
-        _ => Token::Admin,
     };
     let token = token.or_else(|| instance.read_secret(Secret::Token(role)).ok().flatten());
     Ok((url, token))

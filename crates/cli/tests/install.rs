@@ -36,7 +36,7 @@ fn hook_of(settings: &Value, event: &str) -> Value {
             group["hooks"][0]["command"]
                 .as_str()
                 .unwrap_or("")
-                .contains(" hook ")
+                .contains("countersign-hook ")
         })
         .collect();
     assert_eq!(ours.len(), 1, "one countersign group in {settings}");
@@ -55,7 +55,8 @@ async fn install_merges_into_existing_settings_keeps_a_backup_and_never_duplicat
         "hooks": {"PreToolUse": [{"matcher": "Write", "hooks": [{"type": "command", "command": "prettier --check"}]}]}
     });
     std::fs::write(&settings_path, original.to_string()).unwrap();
-    let exe = env!("CARGO_BIN_EXE_countersign");
+    // Installed hooks run `countersign-hook`, built beside `countersign`.
+    let hook_exe = env!("CARGO_BIN_EXE_countersign-hook");
 
     for _ in 0..2 {
         let output = run_in(
@@ -81,7 +82,7 @@ async fn install_merges_into_existing_settings_keeps_a_backup_and_never_duplicat
         hook_of(&settings, "PreToolUse"),
         json!({
             "matcher": "Bash|Edit|Write|MultiEdit|NotebookEdit|WebFetch|mcp__.*",
-            "hooks": [{"type": "command", "command": format!("{exe} hook claude-code --timeout 540s --server http://127.0.0.1:1"), "timeout": 600}],
+            "hooks": [{"type": "command", "command": format!("{hook_exe} claude-code --timeout 540s --server http://127.0.0.1:1"), "timeout": 600}],
         })
     );
     let backup = project.path().join(".claude/settings.json.bak");
@@ -120,7 +121,7 @@ async fn install_merges_into_existing_settings_keeps_a_backup_and_never_duplicat
         hook_of(&read_json(&settings_path), "PermissionRequest"),
         json!({
             "matcher": "*",
-            "hooks": [{"type": "command", "command": format!("{exe} hook claude-code --event permission-request --timeout 100s --config {} --server http://127.0.0.1:1", config.display()), "timeout": 160}],
+            "hooks": [{"type": "command", "command": format!("{hook_exe} claude-code --event permission-request --timeout 100s --config {} --server http://127.0.0.1:1", config.display()), "timeout": 160}],
         })
     );
 }
@@ -129,7 +130,8 @@ async fn install_merges_into_existing_settings_keeps_a_backup_and_never_duplicat
 async fn install_writes_each_hosts_file_and_format() {
     let project = tempfile::tempdir().unwrap();
     let home = tempfile::tempdir().unwrap();
-    let exe = env!("CARGO_BIN_EXE_countersign");
+    // Installed hooks run `countersign-hook`, built beside `countersign`.
+    let hook_exe = env!("CARGO_BIN_EXE_countersign-hook");
     let output = run_in(
         "http://127.0.0.1:1",
         project.path(),
@@ -142,7 +144,7 @@ async fn install_writes_each_hosts_file_and_format() {
         read_json(&home.path().join(".codex/hooks.json")),
         json!({"hooks": {"PreToolUse": [{
             "matcher": "Bash|apply_patch|mcp__.*",
-            "hooks": [{"type": "command", "command": format!("{exe} hook codex --timeout 540s --server http://127.0.0.1:1"), "timeout": 600}],
+            "hooks": [{"type": "command", "command": format!("{hook_exe} codex --timeout 540s --server http://127.0.0.1:1"), "timeout": 600}],
         }]}})
     );
     let output = run_in(
@@ -157,7 +159,7 @@ async fn install_writes_each_hosts_file_and_format() {
         read_json(&project.path().join(".gemini/settings.json")),
         json!({"hooks": {"BeforeTool": [{
             "matcher": "run_shell_command|write_file|replace|web_fetch|^mcp_.*",
-            "hooks": [{"name": "countersign", "type": "command", "command": format!("{exe} hook gemini --timeout 540s --server http://127.0.0.1:1"), "timeout": 600000}],
+            "hooks": [{"name": "countersign", "type": "command", "command": format!("{hook_exe} gemini --timeout 540s --server http://127.0.0.1:1"), "timeout": 600000}],
         }]}})
     );
     // --print shows the snippet and writes nothing.

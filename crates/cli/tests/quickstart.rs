@@ -242,6 +242,13 @@ async fn quickstart_from_an_empty_home_to_a_phone_approval_and_a_rejection() {
     assert_eq!(installed.status.code(), Some(0), "{}", text(&installed));
     let hook = installed_hook(&home);
     assert!(hook.contains("--token-file"), "{hook}");
+    // The hook alone, installed beside `countersign` (by cargo, the archive, the wheel and the
+    // npm package: scripts/test-packages runs this test with each).
+    let hook_executable = support::countersign_binary().with_file_name("countersign-hook");
+    assert!(
+        hook.starts_with(&format!("{} claude-code ", hook_executable.display())),
+        "{hook}"
+    );
 
     // Claude Code asks; Alice taps Approve; the hook allows.
     let mut asking = spawn_hook(&home, &hook, "toolu_01", "rm -rf build");

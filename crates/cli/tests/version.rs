@@ -67,15 +67,18 @@ async fn doctor_fails_when_an_installed_hook_names_a_missing_binary() {
 
     let settings_file = home.path().join("project/.claude/settings.json");
     let hook = installed_hook(&home);
-    let binary = support::countersign_binary();
-    let gone = "/nonexistent/npx cache/countersign";
+    // The executable it runs (`countersign-hook`, beside `countersign`), moved away.
+    let program = hook.split_whitespace().next().unwrap();
+    assert!(program.ends_with("/countersign-hook"), "{hook}");
+    let gone = "/nonexistent/npx cache/countersign-hook";
     let settings = std::fs::read_to_string(&settings_file).unwrap().replace(
         &serde_json::to_string(&hook).unwrap(),
-        &serde_json::to_string(&hook.replace(binary.to_str().unwrap(), &format!("'{gone}'")))
-            .unwrap(),
+        &serde_json::to_string(&hook.replacen(program, &format!("'{gone}'"), 1)).unwrap(),
     );
     std::fs::write(&settings_file, settings).unwrap();
-    assert!(installed_hook(&home).starts_with("'/nonexistent/npx cache/countersign' hook"));
+    assert!(
+        installed_hook(&home).starts_with("'/nonexistent/npx cache/countersign-hook' claude-code")
+    );
 
     let doctor = home.run(&["doctor", "claude-code"]).await;
     let shown = text(&doctor);

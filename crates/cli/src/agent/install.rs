@@ -162,12 +162,25 @@ fn host_word(host: Host) -> &'static str {
     }
 }
 
+/// The executable installed hooks run: beside `countersign`, `countersign hook` in an
+/// executable of its own that starts faster (it links nothing but the hook).
+const HOOK_EXECUTABLE: &str = "countersign-hook";
+
 /// The countersign command line an installed hook or MCP server runs: the executable, `words`,
 /// then the global flags that pick the server.
 fn countersign_command(flags: &InstallFlags, words: &[&str]) -> Result<Vec<String>, CliError> {
     let exe = std::env::current_exe().map_err(|error| {
         CliError::Failure(format!("cannot find the countersign executable: {error}"))
     })?;
+    with_server_flags(exe, flags, words)
+}
+
+/// `exe`, `words`, then the global flags that pick the server.
+fn with_server_flags(
+    exe: PathBuf,
+    flags: &InstallFlags,
+    words: &[&str],
+) -> Result<Vec<String>, CliError> {
     let mut argv = vec![exe.to_string_lossy().into_owned()];
     argv.extend(words.iter().map(|word| (*word).to_owned()));
     if let Some(config) = &flags.config {
@@ -190,16 +203,26 @@ fn countersign_command(flags: &InstallFlags, words: &[&str]) -> Result<Vec<Strin
     Ok(argv)
 }
 
-/// The shell command the host runs.
+/// The shell command the host runs: `countersign-hook HOST ...` when it is installed beside
+/// this executable (the archive, the wheel, the npm package and `cargo install` all put it
+/// there), else `countersign hook HOST ...`.
 fn hook_command(flags: &InstallFlags, args: &InstallArgs) -> Result<String, CliError> {
+    let exe = std::env::current_exe().map_err(|error| {
+        CliError::Failure(format!("cannot find the countersign executable: {error}"))
+    })?;
+    let hook_exe = exe.with_file_name(HOOK_EXECUTABLE);
+    let (exe, mut words) = if hook_exe.is_file() {
+        (hook_exe, vec![host_word(args.host)])
+    } else {
+        (exe, vec!["hook", host_word(args.host)])
+    };
     let timeout = format!("{}s", args.timeout.as_secs());
-    let mut words = vec!["hook", host_word(args.host)];
     if args.event == HookEvent::PermissionRequest {
         words.extend(["--event", "permission-request"]);
     }
     words.extend(["--timeout", timeout.as_str()]);
-    Ok(crate::agent::exec::shell_join(&countersign_command(
-        flags, &words,
+    Ok(crate::agent::exec::shell_join(&with_server_flags(
+        exe, flags, &words,
     )?))
 }
 
@@ -357,9 +380,16 @@ fn hook_group(host: Host, args: &InstallArgs, command: String) -> Value {
 
 /// Whether `hook` runs countersign's `subcommand` (`hook`, `notify`) for `host`.
 fn is_countersign_hook(hook: &Value, subcommand: &str, host: Host) -> bool {
-    hook.get("command")
-        .and_then(Value::as_str)
-        .is_some_and(|command| command.contains(&format!("{subcommand} {}", host_word(host))))
+    let Some(command) = hook.get("command").and_then(Value::as_str) else {
+        return false;
+    };
+    let words = words_of(command);
+    let runs = |pair: &[String]| pair[0] == subcommand && pair[1] == host_word(host);
+    words.windows(2).any(runs)
+        || (subcommand == "hook"
+            && words.len() > 1
+            && Path::new(&words[0]).file_name() == Some(HOOK_EXECUTABLE.as_ref())
+            && words[1] == host_word(host))
 }
 
 /// Merges `group` into `settings` under `hooks.<event>`: replaces the group running
@@ -772,21 +802,40 @@ fn countersign_hooks(settings: &Value, host: Host) -> Vec<InstalledHook> {
     found
 }
 
-/// The program a hook's command line runs: its first word, unquoted as `shell_join` quotes
-/// (plain, or in single quotes with `'\''` for a quote).
-fn program_of(command: &str) -> String {
+/// The words of a hook's command line, unquoted as `shell_join` quotes them (plain, or in
+/// single quotes with `'\''` for a quote).
+fn words_of(command: &str) -> Vec<String> {
+    let mut words = Vec::new();
     let mut word = String::new();
     let mut quoted = false;
-    let mut chars = command.trim_start().chars();
+    let mut in_word = false;
+    let mut chars = command.chars();
     while let Some(c) = chars.next() {
         match c {
-            '\'' => quoted = !quoted,
-            '\\' if !quoted => word.extend(chars.next()),
-            c if c.is_whitespace() && !quoted => break,
-            c => word.push(c),
+            '\'' => {
+                quoted = !quoted;
+                in_word = true;
+            }
+            '\\' if !quoted => {
+                word.extend(chars.next());
+                in_word = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                word.push(c);
+                in_word = true;
+            }
         }
     }
-    word
+    if in_word {
+        words.push(word);
+    }
+    words
 }
 
 /// The hook must be run for MCP tools, and the host must time it out later than countersign
@@ -811,7 +860,7 @@ fn check_hook(host: Host, installed: &InstalledHook, user: bool) -> Result<Strin
         .unwrap_or_default();
     // The binary `install` named is gone (uninstalled, moved, or npx's cache cleaned): the host
     // would run nothing, and let every tool call through.
-    let program = program_of(command);
+    let program = words_of(command).into_iter().next().unwrap_or_default();
     if Path::new(&program).is_absolute() && !Path::new(&program).is_file() {
         return Err(format!(
             "the hook runs {program}, which is not there: run countersign install {}{} again",
@@ -847,4 +896,55 @@ fn check_hook(host: Host, installed: &InstalledHook, user: bool) -> Result<Strin
         shown(wait),
         shown(host_timeout)
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_of_reads_back_what_shell_join_wrote() {
+        let argv: Vec<String> = [
+            "/opt/my tools/countersign-hook",
+            "claude-code",
+            "it's",
+            "",
+            "a\\b",
+            "--timeout",
+            "540s",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        assert_eq!(words_of(&crate::agent::exec::shell_join(&argv)), argv);
+    }
+
+    #[test]
+    fn both_hook_executables_are_recognised_for_their_host_only() {
+        let hook = |command: &str| serde_json::json!({ "type": "command", "command": command });
+        for command in [
+            "/usr/bin/countersign hook claude-code --timeout 540s",
+            "'/opt/my tools/countersign' hook claude-code",
+            "/usr/bin/countersign-hook claude-code --timeout 540s",
+            "'/opt/my tools/countersign-hook' claude-code --server http://127.0.0.1:7777",
+        ] {
+            assert!(
+                is_countersign_hook(&hook(command), "hook", Host::ClaudeCode),
+                "{command}"
+            );
+            assert!(
+                !is_countersign_hook(&hook(command), "hook", Host::Codex),
+                "{command}"
+            );
+        }
+        for command in [
+            "/usr/bin/other-hook claude-code",
+            "/usr/bin/countersign notify claude-code",
+            "echo countersign-hook claude-code",
+        ] {
+            assert!(
+                !is_countersign_hook(&hook(command), "hook", Host::ClaudeCode),
+                "{command}"
+            );
+        }
+    }
 }
