@@ -13,6 +13,7 @@ pub mod policy;
 pub mod receipt;
 mod state_machine;
 pub mod validate;
+pub mod webauthn;
 
 pub use approval::*;
 pub use error::Error;
