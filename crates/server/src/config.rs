@@ -7,6 +7,7 @@ use countersign_core::approvers::ApproverSpec;
 use countersign_core::groups::GroupSpec;
 use countersign_core::policy::RuleSpec;
 use countersign_core::validate::Limits;
+use countersign_core::webauthn::RelyingParty;
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -55,6 +56,30 @@ pub struct Config {
     pub policy: PolicyConfig,
     /// Decision receipts: where the signing keys are, how long a receipt is good for.
     pub receipts: ReceiptsConfig,
+    /// Passkey step-up: where approvers register and use their passkeys.
+    pub passkeys: PasskeysConfig,
+}
+
+/// `[passkeys]`: passkey step-up (docs/security.md#passkey-step-up).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PasskeysConfig {
+    /// The web inbox's public URL (its `public_url`, e.g. `https://inbox.example.com`): the
+    /// relying party passkeys are made for (id: the host; origin: scheme, host and port),
+    /// and where a chat tap on a step-up approval is sent to approve it. Required when a rule
+    /// sets `step_up`.
+    pub inbox_url: Option<String>,
+}
+
+impl PasskeysConfig {
+    /// The relying party of the inbox's URL; None when no URL is set.
+    pub fn relying_party(&self) -> Result<Option<RelyingParty>, ConfigError> {
+        self.inbox_url
+            .as_deref()
+            .map(RelyingParty::from_url)
+            .transpose()
+            .map_err(|e| ConfigError::Invalid(format!("passkeys.inbox_url: {e}")))
+    }
 }
 
 /// `[receipts]`: the server signs each verdict (docs/security.md#decision-receipts).
@@ -139,6 +164,7 @@ impl Default for Config {
             rules: Vec::new(),
             policy: PolicyConfig::default(),
             receipts: ReceiptsConfig::default(),
+            passkeys: PasskeysConfig::default(),
         }
     }
 }
@@ -545,6 +571,15 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "watch.heartbeat_interval_ms and watch.buffer_events must be positive".into(),
             ));
+        }
+        let relying_party = self.passkeys.relying_party()?;
+        if let Some(rule) = self.rules.iter().find(|r| r.step_up.is_some()) {
+            if relying_party.is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "rule {:?} sets step_up: set passkeys.inbox_url (the web inbox's public URL), where approvers register and use their passkeys",
+                    rule.name
+                )));
+            }
         }
         if self.storage.max_batch == 0 || self.storage.read_connections == 0 {
             return Err(ConfigError::Invalid(
