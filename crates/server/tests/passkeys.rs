@@ -243,7 +243,6 @@ async fn a_step_up_approval_is_approved_only_with_a_passkey_assertion_made_for_i
     let still = client
         .get_approval(pb::GetApprovalRequest {
             approval_id: first.id.clone(),
-            ..Default::default()
         })
         .await
         .unwrap()
