@@ -638,6 +638,27 @@ mod tests {
     }
 
     #[test]
+    fn a_step_up_rule_needs_the_inbox_url_of_a_valid_relying_party() {
+        let rule = "[[rules]]\nname = \"deploys\"\naction = \"require\"\nstep_up = \"passkey\"\n";
+        let error = Config::parse(rule).unwrap().validate().unwrap_err();
+        assert!(
+            error.to_string().contains("set passkeys.inbox_url"),
+            "{error}"
+        );
+        let on_ip = format!("[passkeys]\ninbox_url = \"http://127.0.0.1:8080\"\n\n{rule}");
+        let error = Config::parse(&on_ip).unwrap().validate().unwrap_err();
+        assert!(error.to_string().contains("IP address"), "{error}");
+        let ok = format!("[passkeys]\ninbox_url = \"https://inbox.example.com\"\n\n{rule}");
+        let config = Config::parse(&ok).unwrap();
+        assert!(config.validate().is_ok());
+        let rp = config.passkeys.relying_party().unwrap().unwrap();
+        assert_eq!(
+            (rp.id.as_str(), rp.origin.as_str()),
+            ("inbox.example.com", "https://inbox.example.com")
+        );
+    }
+
+    #[test]
     fn wal_checkpoints_and_the_backup_directory_are_read() {
         let config = Config::parse("").unwrap();
         assert_eq!(config.storage.wal_checkpoints, WalCheckpoints::Server);
