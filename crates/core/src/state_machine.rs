@@ -131,10 +131,12 @@ impl Approval {
 
     /// The step-up rule: an approval a policy rule marked (`step_up`) is approved only by a
     /// decision that carries the second factor the server verified for it, and never with
-    /// an edit (the factor signed the arguments as they are). Rejecting needs nothing.
+    /// an edit (the factor signed the arguments as they are), and for this call only (a
+    /// session grant would approve later calls without it). Rejecting needs nothing.
     pub fn check_step_up(
         &self,
         verdict: Verdict,
+        scope: Scope,
         proof: Option<&StepUpProof>,
         edited: bool,
     ) -> Result<(), Error> {
@@ -147,6 +149,13 @@ impl Approval {
         if edited {
             return Err(Error::PermissionDenied(format!(
                 "approval {} needs a {} to approve, which signs the arguments as requested: it cannot be approved with edits (reject it and request the edited call anew)",
+                self.id,
+                step_up.as_str()
+            )));
+        }
+        if scope == Scope::Session {
+            return Err(Error::PermissionDenied(format!(
+                "approval {} needs a {} to approve, for this call only: it cannot grant the session",
                 self.id,
                 step_up.as_str()
             )));
@@ -236,7 +245,12 @@ impl Approval {
                 "SCOPE_SESSION needs an approval with a session_id",
             ));
         }
-        self.check_step_up(decision.verdict, decision.step_up.as_ref(), edit.is_some())?;
+        self.check_step_up(
+            decision.verdict,
+            decision.scope,
+            decision.step_up.as_ref(),
+            edit.is_some(),
+        )?;
         let edit = self.place_version(&mut decision, edit)?;
         let same_vote_again = edit.is_none()
             && self.decisions.iter().any(|d| {

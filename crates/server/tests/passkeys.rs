@@ -296,3 +296,71 @@ async fn a_step_up_approval_is_approved_only_with_a_passkey_assertion_made_for_i
         .expect("the approval");
     assert_eq!(state(&rejected), pb::ApprovalState::Rejected);
 }
+
+#[tokio::test]
+async fn a_session_grant_never_stands_in_for_a_passkey() {
+    let server = TestServer::start_with_toml(
+        r#"
+[passkeys]
+inbox_url = "http://localhost:8080"
+
+[[rules]]
+name = "production deploys need a passkey"
+action = "require"
+step_up = "passkey"
+[rules.match]
+tool = "deploy"
+arguments = [{ pointer = "/environment", glob = "prod" }]
+"#,
+    )
+    .await;
+    let mut client = connect(&server).await;
+    let staging = create(
+        &mut client,
+        pb::RequestApprovalRequest {
+            tool_name: "deploy".into(),
+            arguments_json: r#"{"environment": "staging"}"#.into(),
+            ..request("agent-a", "staging")
+        },
+    )
+    .await;
+    assert_eq!(staging.step_up, "");
+    let mut for_the_session = decide(&staging.id, pb::Verdict::Approve, "alice", "session");
+    for_the_session.scope = pb::Scope::Session as i32;
+    client
+        .decide(for_the_session)
+        .await
+        .expect("a session grant");
+    // The same tool in the same session, now matching the step-up rule: asked, not granted.
+    let production = create(
+        &mut client,
+        pb::RequestApprovalRequest {
+            tool_name: "deploy".into(),
+            arguments_json: r#"{"environment": "prod"}"#.into(),
+            ..request("agent-a", "prod")
+        },
+    )
+    .await;
+    assert_eq!(state(&production), pb::ApprovalState::Pending);
+    assert_eq!(production.step_up, "passkey");
+    // And a passkey approval is for this call only: it grants no session.
+    let mut authenticator = Authenticator::new(4);
+    client
+        .register_passkey(authenticator.register("alice"))
+        .await
+        .expect("register");
+    let mut session = approve_on_web(&production.id, "alice", "with-passkey");
+    session.scope = pb::Scope::Session as i32;
+    let refused = client
+        .decide_with_passkey(pb::DecideWithPasskeyRequest {
+            decision: Some(session),
+            passkey: Some(authenticator.assert(&production.id, &production.args_digest, "n")),
+        })
+        .await
+        .expect_err("a session approval with a passkey is refused");
+    assert!(
+        refused.message().contains("cannot grant the session"),
+        "{}",
+        refused.message()
+    );
+}

@@ -422,6 +422,15 @@ fn a_step_up_approval_is_approved_only_with_its_second_factor() {
         method: crate::StepUp::Passkey,
         credential_id: "Y3JlZA".into(),
     };
+    let for_the_session = Decision {
+        step_up: Some(proof.clone()),
+        scope: Scope::Session,
+        ..decision("u1", Verdict::Approve, "k1s")
+    };
+    assert!(matches!(
+        a.decide(for_the_session, None, 1),
+        Err(Error::PermissionDenied(why)) if why.contains("cannot grant the session")
+    ));
     let with_passkey = Decision {
         step_up: Some(proof.clone()),
         ..decision("u1", Verdict::Approve, "k2")

@@ -8,7 +8,7 @@ use countersign_core::fields::required;
 use countersign_core::validate::validate_decider;
 use countersign_core::webauthn::{self, Assertion, Registration, RelyingParty};
 use countersign_core::{
-    step_up, Approval, Decider, Decision, Error as DomainError, Millis, StepUp, StepUpProof,
+    step_up, Approval, Decider, Decision, Error as DomainError, Millis, Scope, StepUp, StepUpProof,
 };
 
 use super::shared::App;
@@ -140,8 +140,11 @@ impl App {
                 self.where_to_step_up(current),
             )));
         };
-        if edited {
-            if let Err(refusal) = current.check_step_up(decision.verdict, None, true) {
+        // Edits and session grants are refused whatever the assertion.
+        if edited || decision.scope == Scope::Session {
+            if let Err(refusal) =
+                current.check_step_up(decision.verdict, decision.scope, None, edited)
+            {
                 return Ok(Err(refusal));
             }
         }

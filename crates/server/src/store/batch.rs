@@ -806,7 +806,9 @@ impl Plan {
         }
 
         let needs_human = disposition == Disposition::RequireHuman;
-        let grant_id = if needs_human && !request.session_id.is_empty() {
+        // A session grant never stands in for a step-up: such a call is always asked.
+        let grant_id = if needs_human && !request.session_id.is_empty() && request.step_up.is_none()
+        {
             self.covering_grant(&request, now)
         } else {
             None
