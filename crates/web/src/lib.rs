@@ -15,6 +15,7 @@ pub mod config;
 pub mod deciders;
 pub mod events;
 mod http;
+pub mod layout;
 pub mod live;
 pub mod pages;
 pub mod passkeys;

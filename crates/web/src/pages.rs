@@ -14,33 +14,10 @@ use crate::app::App;
 use crate::auth::{session_cookie, SignedForm, Viewer, SESSION_COOKIE};
 use crate::config::CHANNEL;
 use crate::http::{message_page, render, server_failure, FormFields, Refusal};
+use crate::layout::Layout;
 use crate::passkeys::{assertion_of, StepUpForm};
 use crate::sessions::random_token;
 use crate::view::{self, Filters, Row, Status, TimelineEntry};
-
-/// What the page frame shows.
-pub struct Layout {
-    pub(crate) name: String,
-    pub(crate) approver_id: String,
-    pub(crate) csrf: String,
-    pub(crate) admin: bool,
-    pub(crate) can_sign_out: bool,
-    /// Whether the inbox is connected to the server (the page warns when not).
-    pub(crate) linked: bool,
-}
-
-impl Layout {
-    pub(crate) fn of(app: &App, viewer: &Viewer) -> Layout {
-        Layout {
-            name: viewer.approver.name.clone(),
-            approver_id: viewer.approver.id.clone(),
-            csrf: viewer.csrf.clone(),
-            admin: viewer.admin,
-            can_sign_out: viewer.has_session,
-            linked: app.live.is_linked(),
-        }
-    }
-}
 
 /// A form that comes back instead of deciding: why, with what the approver had typed and
 /// chosen, so that nothing is lost and nothing is decided.

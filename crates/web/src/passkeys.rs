@@ -17,7 +17,7 @@ use crate::app::App;
 use crate::auth::{SignedForm, Viewer};
 use crate::config::CHANNEL;
 use crate::http::{render, FormFields, Refusal};
-use crate::pages::Layout;
+use crate::layout::Layout;
 use crate::sessions::random_token;
 
 /// The step-up part of a pending approval's decide form.
