@@ -254,6 +254,39 @@ impl Client {
         Ok(self.rpc.clone().decide(req).await?.into_inner())
     }
 
+    /// Decides with a passkey assertion: the only way to approve an approval whose `step_up`
+    /// is `"passkey"` (docs/security.md#passkey-step-up).
+    pub async fn decide_with_passkey(
+        &self,
+        req: pb::DecideWithPasskeyRequest,
+    ) -> Result<pb::DecideResponse, ClientError> {
+        Ok(self
+            .rpc
+            .clone()
+            .decide_with_passkey(req)
+            .await?
+            .into_inner())
+    }
+
+    /// Registers a passkey (a WebAuthn `create()` response) for the decider's approver.
+    pub async fn register_passkey(
+        &self,
+        req: pb::RegisterPasskeyRequest,
+    ) -> Result<pb::Passkey, ClientError> {
+        Ok(self.rpc.clone().register_passkey(req).await?.into_inner())
+    }
+
+    /// The decider's approver's passkeys, and the relying party id they are made for.
+    pub async fn list_passkeys(
+        &self,
+        decider: pb::Decider,
+    ) -> Result<pb::ListPasskeysResponse, ClientError> {
+        let request = pb::ListPasskeysRequest {
+            decider: Some(decider),
+        };
+        Ok(self.rpc.clone().list_passkeys(request).await?.into_inner())
+    }
+
     /// Stores the platform message a worker created for an approval (one per approval,
     /// channel and target; a repeat replaces it).
     pub async fn record_delivery(

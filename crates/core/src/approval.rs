@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::step_up::{StepUp, StepUpProof};
+
 /// Milliseconds since the Unix epoch. The server supplies the clock.
 pub type Millis = i64;
 
@@ -168,6 +170,9 @@ pub struct Decision {
     /// The approver id of the person who decided for `approver` under a delegation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegate: Option<String>,
+    /// The second factor the server verified for this decision (passkey step-up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_up: Option<StepUpProof>,
 }
 
 fn is_false(value: &bool) -> bool {
@@ -272,6 +277,8 @@ pub struct ApprovalRequest {
     /// The server withdraws the approval, while pending, once its caller no longer waits for
     /// it (its waits' connections are gone for a grace period).
     pub withdraw_when_caller_leaves: bool,
+    /// The second factor an approval needs (a policy rule's `step_up`); `None`: none.
+    pub step_up: Option<StepUp>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -322,6 +329,9 @@ pub struct Approval {
     /// [`crate::receipt`]); `None` before, and when it ended without a verdict.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<String>,
+    /// See [`ApprovalRequest::step_up`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_up: Option<StepUp>,
 }
 
 fn separation_of_duties_default() -> bool {

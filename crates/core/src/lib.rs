@@ -12,7 +12,10 @@ pub mod groups;
 pub mod policy;
 pub mod receipt;
 mod state_machine;
+pub mod step_up;
 pub mod validate;
+pub mod webauthn;
 
 pub use approval::*;
 pub use error::Error;
+pub use step_up::{StepUp, StepUpProof};

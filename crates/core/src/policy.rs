@@ -24,7 +24,7 @@ use crate::policy::shell::{ShellMatcher, ShellSpec};
 use crate::validate::Limits;
 use crate::{
     Approval, ApprovalRequest, Disposition, EditedVersion, Error, FollowUp, GroupQuorum, OnTimeout,
-    ResolvedBy, Risk, Route, Verdict,
+    ResolvedBy, Risk, Route, StepUp, Verdict,
 };
 
 /// One `[[rules]]` entry as configured.
@@ -65,6 +65,9 @@ pub struct RuleSpec {
     pub escalate_to: Option<String>,
     /// `require` only: what the deadline means, `reject` (the default) or `escalate`.
     pub on_timeout: Option<String>,
+    /// `require` only: `"passkey"`: the approval can be approved only with a passkey
+    /// assertion for it (docs/security.md, "Passkey step-up"); rejecting needs none.
+    pub step_up: Option<String>,
 }
 
 /// `{ group = "security", required = 2 }`: 2 distinct members of `security` must approve.
@@ -84,6 +87,7 @@ impl RuleSpec {
             || self.escalate_after_seconds.is_some()
             || self.escalate_to.is_some()
             || self.on_timeout.is_some()
+            || self.step_up.is_some()
     }
 }
 
@@ -167,6 +171,7 @@ struct Requirements {
     separation_of_duties: bool,
     approver_groups: Vec<GroupQuorum>,
     follow_up: FollowUpRule,
+    step_up: Option<StepUp>,
 }
 
 /// The follow-up parts a `require` rule sets; each overrides the request's.
@@ -351,6 +356,7 @@ impl Policy {
             approver_groups: approval.approver_groups.clone(),
             follow_up: None,
             withdraw_when_caller_leaves: false,
+            step_up: approval.step_up,
         };
         let (shaped, disposition) = self.apply(request);
         if let Disposition::Resolve {
@@ -387,6 +393,13 @@ impl Policy {
             return Err(Error::PermissionDenied(format!(
                 "the edited arguments need approval from {}, which this approval does not ask for: request the edited call anew",
                 missing.join(" and ")
+            )));
+        }
+        // An edit must not move a call past a rule's step-up without it.
+        if let (Some(step_up), None) = (shaped.step_up, approval.step_up) {
+            return Err(Error::PermissionDenied(format!(
+                "the edited arguments need a {} step-up, which this approval does not ask for: request the edited call anew",
+                step_up.as_str()
             )));
         }
         Ok(EditedVersion {
@@ -500,6 +513,7 @@ impl Requirements {
         request
             .approver_groups
             .extend(self.approver_groups.iter().cloned());
+        request.step_up = request.step_up.or(self.step_up);
         let rule = &self.follow_up;
         if rule.is_set() {
             let follow_up = request.follow_up.get_or_insert_with(FollowUp::default);
@@ -578,7 +592,7 @@ fn compile_rule(spec: &RuleSpec, limits: &Limits) -> Result<Rule, String> {
                 || spec.separation_of_duties.is_some();
             if shapes {
                 return Err(format!(
-                    "action {:?} resolves at once; risk, ttl_seconds, required_approvals, routes, separation_of_duties, approver_groups and the follow-up (remind_after_seconds, escalate_after_seconds, escalate_to, on_timeout) belong to \"require\" rules",
+                    "action {:?} resolves at once; risk, ttl_seconds, required_approvals, routes, separation_of_duties, approver_groups, step_up and the follow-up (remind_after_seconds, escalate_after_seconds, escalate_to, on_timeout) belong to \"require\" rules",
                     spec.action
                 ));
             }
@@ -721,7 +735,9 @@ fn compile_requirements(spec: &RuleSpec, limits: &Limits) -> Result<Requirements
     if escalates && spec.escalate_to.is_none() {
         return Err("escalate_to is required to escalate (escalate_after_seconds or on_timeout = \"escalate\")".into());
     }
+    let step_up = spec.step_up.as_deref().map(StepUp::parse).transpose()?;
     Ok(Requirements {
+        step_up,
         risk,
         ttl_seconds: spec.ttl_seconds,
         required_approvals: spec.required_approvals,

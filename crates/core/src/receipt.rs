@@ -107,8 +107,9 @@ pub struct ReceiptClaims {
     pub resolved_at_ms: Millis,
     /// The audit seq of the event that resolved the approval.
     pub seq: i64,
-    /// Reserved for a second factor (a passkey assertion) the decision was made with; absent
-    /// when none was asked.
+    /// The second factors the counted approvals were made with: one
+    /// `{"method": "passkey", "credential_id": …, "approver": …}` each; absent when none was
+    /// asked (docs/security.md, "Passkey step-up").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_up: Option<Value>,
 }
@@ -145,6 +146,21 @@ impl ReceiptClaims {
                 approver,
             }
         };
+        // The second factors the counted approvals were made with (passkey step-up).
+        let step_ups: Vec<Value> = approval
+            .decisions
+            .iter()
+            .filter(|d| verdict == Verdict::Approve && resolution.deciders.contains(&d.decider))
+            .filter_map(|d| {
+                d.step_up.as_ref().map(|proof| {
+                    json!({
+                        "method": proof.method.as_str(),
+                        "credential_id": proof.credential_id,
+                        "approver": d.approver,
+                    })
+                })
+            })
+            .collect();
         let iat = resolution.resolved_at.div_euclid(1000);
         Some(ReceiptClaims {
             iss: ISSUER.to_owned(),
@@ -164,7 +180,7 @@ impl ReceiptClaims {
             scope: if session { "SESSION" } else { "ONCE" }.to_owned(),
             resolved_at_ms: resolution.resolved_at,
             seq,
-            step_up: None,
+            step_up: (!step_ups.is_empty()).then_some(Value::Array(step_ups)),
         })
     }
 

@@ -7,6 +7,7 @@ use crate::approval::{
     Decision, Delivery, Disposition, EditedVersion, EventKind, FollowUp, Millis, Resolution,
     ResolvedBy, Scope, State, Verdict,
 };
+use crate::step_up::StepUpProof;
 use crate::Error;
 
 impl Approval {
@@ -48,6 +49,7 @@ impl Approval {
             follow_up: request.follow_up.filter(FollowUp::is_active),
             withdraw_when_caller_leaves: request.withdraw_when_caller_leaves,
             receipt: None,
+            step_up: request.step_up,
         };
         if let Disposition::Resolve {
             verdict,
@@ -127,6 +129,47 @@ impl Approval {
         self.resolution = Some(resolution);
     }
 
+    /// The step-up rule: an approval a policy rule marked (`step_up`) is approved only by a
+    /// decision that carries the second factor the server verified for it, and never with
+    /// an edit (the factor signed the arguments as they are), and for this call only (a
+    /// session grant would approve later calls without it). Rejecting needs nothing.
+    pub fn check_step_up(
+        &self,
+        verdict: Verdict,
+        scope: Scope,
+        proof: Option<&StepUpProof>,
+        edited: bool,
+    ) -> Result<(), Error> {
+        let Some(step_up) = self.step_up else {
+            return Ok(());
+        };
+        if verdict != Verdict::Approve {
+            return Ok(());
+        }
+        if edited {
+            return Err(Error::PermissionDenied(format!(
+                "approval {} needs a {} to approve, which signs the arguments as requested: it cannot be approved with edits (reject it and request the edited call anew)",
+                self.id,
+                step_up.as_str()
+            )));
+        }
+        if scope == Scope::Session {
+            return Err(Error::PermissionDenied(format!(
+                "approval {} needs a {} to approve, for this call only: it cannot grant the session",
+                self.id,
+                step_up.as_str()
+            )));
+        }
+        match proof {
+            Some(proof) if proof.method == step_up => Ok(()),
+            _ => Err(Error::PermissionDenied(format!(
+                "approval {} can be approved only with a {}",
+                self.id,
+                step_up.as_str()
+            ))),
+        }
+    }
+
     /// Expires a pending approval whose deadline has passed. Returns whether it changed.
     /// An approval whose plan escalates on timeout is left to the sweeper, which escalates
     /// it instead.
@@ -202,6 +245,12 @@ impl Approval {
                 "SCOPE_SESSION needs an approval with a session_id",
             ));
         }
+        self.check_step_up(
+            decision.verdict,
+            decision.scope,
+            decision.step_up.as_ref(),
+            edit.is_some(),
+        )?;
         let edit = self.place_version(&mut decision, edit)?;
         let same_vote_again = edit.is_none()
             && self.decisions.iter().any(|d| {

@@ -199,6 +199,7 @@ pub fn validate_request(input: RequestInput, limits: &Limits) -> Result<Approval
         approver_groups: input.approver_groups,
         follow_up: input.follow_up,
         withdraw_when_caller_leaves: input.withdraw_when_caller_leaves,
+        step_up: None,
     })
 }
 

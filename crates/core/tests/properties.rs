@@ -331,6 +331,7 @@ fn decision(
         edited_arguments_json: String::new(),
         restarts_count: false,
         delegate: None,
+        step_up: None,
     }
 }
 

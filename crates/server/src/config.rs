@@ -7,6 +7,7 @@ use countersign_core::approvers::ApproverSpec;
 use countersign_core::groups::GroupSpec;
 use countersign_core::policy::RuleSpec;
 use countersign_core::validate::Limits;
+use countersign_core::webauthn::RelyingParty;
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -55,6 +56,30 @@ pub struct Config {
     pub policy: PolicyConfig,
     /// Decision receipts: where the signing keys are, how long a receipt is good for.
     pub receipts: ReceiptsConfig,
+    /// Passkey step-up: where approvers register and use their passkeys.
+    pub passkeys: PasskeysConfig,
+}
+
+/// `[passkeys]`: passkey step-up (docs/security.md#passkey-step-up).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PasskeysConfig {
+    /// The web inbox's public URL (its `public_url`, e.g. `https://inbox.example.com`): the
+    /// relying party passkeys are made for (id: the host; origin: scheme, host and port),
+    /// and where a chat tap on a step-up approval is sent to approve it. Required when a rule
+    /// sets `step_up`.
+    pub inbox_url: Option<String>,
+}
+
+impl PasskeysConfig {
+    /// The relying party of the inbox's URL; None when no URL is set.
+    pub fn relying_party(&self) -> Result<Option<RelyingParty>, ConfigError> {
+        self.inbox_url
+            .as_deref()
+            .map(RelyingParty::from_url)
+            .transpose()
+            .map_err(|e| ConfigError::Invalid(format!("passkeys.inbox_url: {e}")))
+    }
 }
 
 /// `[receipts]`: the server signs each verdict (docs/security.md#decision-receipts).
@@ -139,6 +164,7 @@ impl Default for Config {
             rules: Vec::new(),
             policy: PolicyConfig::default(),
             receipts: ReceiptsConfig::default(),
+            passkeys: PasskeysConfig::default(),
         }
     }
 }
@@ -546,6 +572,15 @@ impl Config {
                 "watch.heartbeat_interval_ms and watch.buffer_events must be positive".into(),
             ));
         }
+        let relying_party = self.passkeys.relying_party()?;
+        if let Some(rule) = self.rules.iter().find(|r| r.step_up.is_some()) {
+            if relying_party.is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "rule {:?} sets step_up: set passkeys.inbox_url (the web inbox's public URL), where approvers register and use their passkeys",
+                    rule.name
+                )));
+            }
+        }
         if self.storage.max_batch == 0 || self.storage.read_connections == 0 {
             return Err(ConfigError::Invalid(
                 "storage.max_batch and storage.read_connections must be positive".into(),
@@ -600,6 +635,27 @@ mod tests {
         assert_eq!(config.listen.to_string(), "127.0.0.1:50051");
         assert_eq!(config.approvals.default_ttl_seconds, 3600);
         assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn a_step_up_rule_needs_the_inbox_url_of_a_valid_relying_party() {
+        let rule = "[[rules]]\nname = \"deploys\"\naction = \"require\"\nstep_up = \"passkey\"\n";
+        let error = Config::parse(rule).unwrap().validate().unwrap_err();
+        assert!(
+            error.to_string().contains("set passkeys.inbox_url"),
+            "{error}"
+        );
+        let on_ip = format!("[passkeys]\ninbox_url = \"http://127.0.0.1:8080\"\n\n{rule}");
+        let error = Config::parse(&on_ip).unwrap().validate().unwrap_err();
+        assert!(error.to_string().contains("IP address"), "{error}");
+        let ok = format!("[passkeys]\ninbox_url = \"https://inbox.example.com\"\n\n{rule}");
+        let config = Config::parse(&ok).unwrap();
+        assert!(config.validate().is_ok());
+        let rp = config.passkeys.relying_party().unwrap().unwrap();
+        assert_eq!(
+            (rp.id.as_str(), rp.origin.as_str()),
+            ("inbox.example.com", "https://inbox.example.com")
+        );
     }
 
     #[test]

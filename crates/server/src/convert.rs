@@ -351,6 +351,10 @@ pub fn approval_to_pb(approval: &Approval) -> pb::Approval {
         follow_up: approval.follow_up.as_ref().map(follow_up_to_pb),
         withdraw_when_caller_leaves: approval.withdraw_when_caller_leaves,
         receipt: approval.receipt.clone().unwrap_or_default(),
+        step_up: approval
+            .step_up
+            .map(|s| s.as_str().to_owned())
+            .unwrap_or_default(),
     }
 }
 

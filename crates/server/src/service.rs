@@ -9,7 +9,9 @@ use countersign_proto::v1::approval_service_server::ApprovalService;
 use tonic::{Request, Response, Status};
 
 use crate::app::AppError;
-use crate::app::{App, ConsumeInput, DecideInput, DeliveryInput, ListQuery};
+use crate::app::{
+    App, ConsumeInput, DecideInput, DeliveryInput, ListQuery, NewPasskey, PasskeyAssertion,
+};
 use crate::auth::caller_of;
 use crate::convert::{
     approval_to_pb, consume_outcome_from_pb, decide_outcome_to_pb, decider_from_pb,
@@ -158,21 +160,58 @@ impl ApprovalService for ApprovalApi {
         request: Request<pb::DecideRequest>,
     ) -> Result<Response<pb::DecideResponse>, Status> {
         let caller = caller_of(&request)?;
+        self.decided(&caller, request.into_inner(), None).await
+    }
+
+    async fn decide_with_passkey(
+        &self,
+        request: Request<pb::DecideWithPasskeyRequest>,
+    ) -> Result<Response<pb::DecideResponse>, Status> {
+        let caller = caller_of(&request)?;
         let request = request.into_inner();
-        let input = DecideInput {
-            verdict: verdict_from_pb(request.verdict).map_err(invalid)?,
-            scope: scope_from_pb(request.scope).map_err(invalid)?,
-            decider: decider_from_pb(request.decider),
-            approval_id: request.approval_id,
-            reason: request.reason,
-            idempotency_key: request.idempotency_key,
-            expected_args_digest: request.expected_args_digest,
-            edited_arguments_json: request.edited_arguments_json,
+        let decision = request
+            .decision
+            .ok_or_else(|| Status::invalid_argument("decision: required"))?;
+        let passkey = request
+            .passkey
+            .ok_or_else(|| Status::invalid_argument("passkey: required"))?;
+        let passkey = PasskeyAssertion {
+            nonce: passkey.nonce,
+            credential_id: passkey.credential_id,
+            client_data_json: passkey.client_data_json,
+            authenticator_data: passkey.authenticator_data,
+            signature: passkey.signature,
         };
-        let (outcome, approval) = self.app.decide(&caller, input).await?;
-        Ok(Response::new(pb::DecideResponse {
-            outcome: decide_outcome_to_pb(outcome) as i32,
-            approval: Some(approval_to_pb(&approval)),
+        self.decided(&caller, decision, Some(passkey)).await
+    }
+
+    async fn register_passkey(
+        &self,
+        request: Request<pb::RegisterPasskeyRequest>,
+    ) -> Result<Response<pb::Passkey>, Status> {
+        let caller = caller_of(&request)?;
+        let request = request.into_inner();
+        let input = NewPasskey {
+            decider: decider_from_pb(request.decider),
+            challenge: request.challenge,
+            client_data_json: request.client_data_json,
+            attestation_object: request.attestation_object,
+            name: request.name,
+        };
+        let passkey = self.app.register_passkey(&caller, input).await?;
+        Ok(Response::new(passkey_to_pb(&passkey)))
+    }
+
+    async fn list_passkeys(
+        &self,
+        request: Request<pb::ListPasskeysRequest>,
+    ) -> Result<Response<pb::ListPasskeysResponse>, Status> {
+        let caller = caller_of(&request)?;
+        let decider = decider_from_pb(request.into_inner().decider);
+        let (passkeys, rp_id) = self.app.list_passkeys(&caller, &decider).await?;
+        Ok(Response::new(pb::ListPasskeysResponse {
+            passkeys: passkeys.iter().map(passkey_to_pb).collect(),
+            rp_id,
         }))
     }
 
@@ -201,5 +240,42 @@ impl ApprovalService for ApprovalApi {
             jwks_json: self.keys.jwks(),
             fingerprint: self.keys.fingerprint().to_owned(),
         }))
+    }
+}
+
+impl ApprovalApi {
+    /// Decide, with or without a passkey assertion.
+    async fn decided(
+        &self,
+        caller: &crate::caller::Caller,
+        request: pb::DecideRequest,
+        passkey: Option<PasskeyAssertion>,
+    ) -> Result<Response<pb::DecideResponse>, Status> {
+        let input = DecideInput {
+            verdict: verdict_from_pb(request.verdict).map_err(invalid)?,
+            scope: scope_from_pb(request.scope).map_err(invalid)?,
+            decider: decider_from_pb(request.decider),
+            approval_id: request.approval_id,
+            reason: request.reason,
+            idempotency_key: request.idempotency_key,
+            expected_args_digest: request.expected_args_digest,
+            edited_arguments_json: request.edited_arguments_json,
+            passkey,
+        };
+        let (outcome, approval) = self.app.decide(caller, input).await?;
+        Ok(Response::new(pb::DecideResponse {
+            outcome: decide_outcome_to_pb(outcome) as i32,
+            approval: Some(approval_to_pb(&approval)),
+        }))
+    }
+}
+
+fn passkey_to_pb(passkey: &crate::store::Passkey) -> pb::Passkey {
+    pb::Passkey {
+        credential_id: passkey.credential_id.clone(),
+        approver: passkey.approver.clone(),
+        name: passkey.name.clone(),
+        algorithm: i32::try_from(passkey.algorithm).unwrap_or_default(),
+        created_at: Some(crate::convert::timestamp(passkey.created_at)),
     }
 }

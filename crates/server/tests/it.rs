@@ -13,6 +13,7 @@ mod healthcheck;
 mod metrics;
 mod migrations;
 mod observe;
+mod passkeys;
 mod policy;
 mod process;
 mod races;

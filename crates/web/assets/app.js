@@ -111,6 +111,83 @@
     });
   }
 
+  // ---- passkeys (docs/security.md#passkey-step-up) ----
+  // The server checks what the browser's authenticator answers; this only asks for it and
+  // puts the answer (base64url) in the form's hidden fields.
+  function fromBase64url(text) {
+    const base64 = text.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((text.length + 3) % 4);
+    return Uint8Array.from(atob(base64), function (c) { return c.charCodeAt(0); });
+  }
+
+  function toBase64url(buffer) {
+    let raw = "";
+    new Uint8Array(buffer).forEach(function (b) { raw += String.fromCharCode(b); });
+    return btoa(raw).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  }
+
+  function credentialList(form) {
+    return (form.dataset.credentials || "").split(",").filter(Boolean).map(function (id) {
+      return { type: "public-key", id: fromBase64url(id) };
+    });
+  }
+
+  function setField(form, name, value) {
+    form.querySelector("input[name='" + name + "']").value = value;
+  }
+
+  // Approve on a step-up approval: first an assertion of the approver's passkey for the
+  // challenge the page carries (it commits to this approval and its arguments).
+  function stepUp(form) {
+    form.addEventListener("submit", function (event) {
+      const button = event.submitter;
+      if (!button || button.value !== "approve" || form.dataset.asserted === "yes") return;
+      event.preventDefault();
+      navigator.credentials.get({ publicKey: {
+        challenge: fromBase64url(form.dataset.challenge),
+        allowCredentials: credentialList(form),
+        userVerification: "required",
+        timeout: 120000,
+      } }).then(function (credential) {
+        setField(form, "passkey_credential_id", toBase64url(credential.rawId));
+        setField(form, "passkey_client_data", toBase64url(credential.response.clientDataJSON));
+        setField(form, "passkey_authenticator_data", toBase64url(credential.response.authenticatorData));
+        setField(form, "passkey_signature", toBase64url(credential.response.signature));
+        form.dataset.asserted = "yes";
+        form.requestSubmit(button);
+      }).catch(function (failure) {
+        formError(form, "Nothing was decided: no passkey answered (" + failure.message + ").");
+      });
+    });
+  }
+
+  function registerPasskey(form) {
+    form.addEventListener("submit", function (event) {
+      if (form.dataset.created === "yes") return;
+      event.preventDefault();
+      navigator.credentials.create({ publicKey: {
+        challenge: fromBase64url(form.dataset.challenge),
+        rp: { id: form.dataset.rpId, name: "countersign" },
+        user: {
+          id: fromBase64url(form.dataset.userHandle),
+          name: form.dataset.userName,
+          displayName: form.dataset.userName,
+        },
+        pubKeyCredParams: [{ type: "public-key", alg: -7 }, { type: "public-key", alg: -8 }],
+        excludeCredentials: credentialList(form),
+        authenticatorSelection: { residentKey: "preferred", userVerification: "required" },
+        attestation: "none",
+        timeout: 120000,
+      } }).then(function (credential) {
+        setField(form, "client_data", toBase64url(credential.response.clientDataJSON));
+        setField(form, "attestation_object", toBase64url(credential.response.attestationObject));
+        form.dataset.created = "yes";
+        form.requestSubmit();
+      }).catch(function (failure) {
+        formError(form, "No passkey was registered (" + failure.message + ").");
+      });
+    });
+  }
+
   // ---- inbox batch ----
   function refreshTicked() {
     const review = document.getElementById("review");
@@ -285,6 +362,9 @@
     const approval = document.getElementById("approval");
     if (approval) follow(approval, { status: updateStatus });
     document.querySelectorAll("form.decision").forEach(guardEnter);
+    document.querySelectorAll("form[data-step-up=passkey]").forEach(stepUp);
+    const registration = document.getElementById("register-passkey");
+    if (registration) registerPasskey(registration);
     const helpButton = document.getElementById("help-button");
     if (helpButton) helpButton.addEventListener("click", function () { document.getElementById("help").showModal(); });
     document.addEventListener("keydown", onKey);

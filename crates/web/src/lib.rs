@@ -15,8 +15,10 @@ pub mod config;
 pub mod deciders;
 pub mod events;
 mod http;
+pub mod layout;
 pub mod live;
 pub mod pages;
+pub mod passkeys;
 pub mod sessions;
 pub mod view;
 
@@ -139,6 +141,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/batch/decide", post(pages::batch_decide))
         .route("/history", get(pages::history))
         .route("/grants", get(pages::grants))
+        .route(
+            "/passkeys",
+            get(passkeys::passkeys).post(passkeys::register),
+        )
         .route("/grants/{id}/revoke", post(pages::revoke_grant))
         .route("/login/{token}", get(pages::login_page))
         .route("/login", post(pages::login))

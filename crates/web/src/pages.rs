@@ -14,32 +14,10 @@ use crate::app::App;
 use crate::auth::{session_cookie, SignedForm, Viewer, SESSION_COOKIE};
 use crate::config::CHANNEL;
 use crate::http::{message_page, render, server_failure, FormFields, Refusal};
+use crate::layout::Layout;
+use crate::passkeys::{assertion_of, StepUpForm};
 use crate::sessions::random_token;
 use crate::view::{self, Filters, Row, Status, TimelineEntry};
-
-/// What the page frame shows.
-pub struct Layout {
-    name: String,
-    approver_id: String,
-    csrf: String,
-    admin: bool,
-    can_sign_out: bool,
-    /// Whether the inbox is connected to the server (the page warns when not).
-    linked: bool,
-}
-
-impl Layout {
-    fn of(app: &App, viewer: &Viewer) -> Layout {
-        Layout {
-            name: viewer.approver.name.clone(),
-            approver_id: viewer.approver.id.clone(),
-            csrf: viewer.csrf.clone(),
-            admin: viewer.admin,
-            can_sign_out: viewer.has_session,
-            linked: app.live.is_linked(),
-        }
-    }
-}
 
 /// A form that comes back instead of deciding: why, with what the approver had typed and
 /// chosen, so that nothing is lost and nothing is decided.
@@ -173,6 +151,8 @@ struct ApprovalPage {
     /// The edit box's text: the arguments, or the approver's edit when the form came back.
     edit_arguments: String,
     returned: Returned,
+    /// Set when approving needs a passkey (and the approval is pending).
+    step_up: Option<StepUpForm>,
 }
 
 #[derive(Template)]
@@ -201,7 +181,14 @@ async fn approval_page(
     let timeline = timeline(app, &approval).await;
     let (current, current_digest) = version::current_arguments(&approval);
     let arguments = view::pretty_arguments(current);
+    let step_up = if approval.step_up == "passkey" && approval.state() == pb::ApprovalState::Pending
+    {
+        Some(StepUpForm::of(app, viewer, &approval.id, current_digest).await?)
+    } else {
+        None
+    };
     Ok(render(&ApprovalPage {
+        step_up,
         layout: Layout::of(app, viewer),
         row: Row::of(&approval),
         status: Status::of(&approval),
@@ -272,6 +259,7 @@ async fn decide_one(
     reason: &str,
     key: &str,
     version: Version,
+    passkey: Option<pb::PasskeyAssertion>,
 ) -> DecideResult {
     let request = pb::DecideRequest {
         approval_id: approval_id.to_owned(),
@@ -287,7 +275,18 @@ async fn decide_one(
         expected_args_digest: version.expected_digest,
         edited_arguments_json: version.edited_arguments,
     };
-    let (class, what, approval) = match app.client.decide(request).await {
+    let decided = match passkey {
+        Some(passkey) => {
+            app.client
+                .decide_with_passkey(pb::DecideWithPasskeyRequest {
+                    decision: Some(request),
+                    passkey: Some(passkey),
+                })
+                .await
+        }
+        None => app.client.decide(request).await,
+    };
+    let (class, what, approval) = match decided {
         Ok(response) => {
             let outcome = response
                 .approval
@@ -403,9 +402,10 @@ pub async fn decide(
     SignedForm { viewer, form }: SignedForm,
 ) -> Result<Response, Refusal> {
     let checked = decision_of(&form).and_then(|(verdict, scope, reason)| {
-        Ok((verdict, scope, reason, version_of(&form, verdict)?))
+        let passkey = assertion_of(&form)?;
+        Ok((verdict, scope, reason, version_of(&form, verdict)?, passkey))
     });
-    let (verdict, scope, reason, version) = match checked {
+    let (verdict, scope, reason, version, passkey) = match checked {
         Ok(checked) => checked,
         Err(error) => {
             let page = approval_page(&app, &viewer, &id, Returned::of(&form, error)).await?;
@@ -421,6 +421,7 @@ pub async fn decide(
         &reason,
         &form_key(&form),
         version,
+        passkey,
     )
     .await;
     tracing::info!(approval = %id, approver = %viewer.approver.id, result = result.class, "web decision");
@@ -573,7 +574,10 @@ pub async fn batch_decide(
         })
         .collect();
     let outcomes = futures::future::join_all(ids.iter().zip(versions).map(|(id, version)| async {
-        let result = decide_one(&app, &viewer, id, verdict, scope, &reason, &key, version).await;
+        let result = decide_one(
+            &app, &viewer, id, verdict, scope, &reason, &key, version, None,
+        )
+        .await;
         // A refused or failed decision carries no approval: read it for its action.
         let approval = match result.approval {
             Some(approval) => Some(approval),

@@ -154,6 +154,7 @@ fn test(
         approver_groups: Vec::new(),
         follow_up: None,
         withdraw_when_caller_leaves: false,
+        step_up: None,
     };
     let declared = request.risk;
     let explanation = policy.explain(request);

@@ -52,6 +52,7 @@ pub(crate) fn approval(risk: Risk, requester: &str) -> Approval {
         approver_groups: Vec::new(),
         follow_up: None,
         withdraw_when_caller_leaves: false,
+        step_up: None,
     };
     Approval::new("id-1".into(), request, 60, Disposition::RequireHuman, 0)
 }

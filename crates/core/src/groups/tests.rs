@@ -143,6 +143,7 @@ fn a_delegate_deciding_after_the_delegator_casts_the_same_vote_again() {
             edited_arguments_json: String::new(),
             restarts_count: false,
             delegate: authorized.delegate,
+            step_up: None,
         }
     };
     let alice = decider("cli", "alice", "alice");

@@ -27,6 +27,7 @@ pub(super) fn request(tool: &str, arguments: &str, risk: Risk) -> ApprovalReques
         approver_groups: Vec::new(),
         follow_up: None,
         withdraw_when_caller_leaves: false,
+        step_up: None,
     }
 }
 
@@ -356,4 +357,63 @@ fn lint_finds_unreachable_shadowed_and_overlapping_rules() {
     ])
     .lint();
     assert!(on_arguments.is_empty(), "{on_arguments:?}");
+}
+
+#[test]
+fn a_require_rule_asks_for_a_passkey_step_up_and_an_edit_cannot_escape_it() {
+    let mut deploys = rule("deploys", "require");
+    deploys.matches.tool = Some("deploy".into());
+    deploys.step_up = Some("passkey".into());
+    let policy = rules(vec![deploys]);
+    let (shaped, disposition) = policy.apply(request("deploy", "{}", Risk::Low));
+    assert_eq!(disposition, Disposition::RequireHuman);
+    assert_eq!(shaped.step_up, Some(crate::StepUp::Passkey));
+    let (plain, _) = policy.apply(request("bash", "{}", Risk::Low));
+    assert_eq!(plain.step_up, None);
+
+    for action in ["allow", "deny", "classify"] {
+        let mut misplaced = rule("misplaced", action);
+        misplaced.risk = (action == "classify").then(|| "high".into());
+        misplaced.step_up = Some("passkey".into());
+        assert!(
+            Policy::compile(&[misplaced], &Limits::default()).is_err(),
+            "{action} took step_up"
+        );
+    }
+    let mut unknown = rule("unknown", "require");
+    unknown.step_up = Some("sms".into());
+    let error = Policy::compile(&[unknown], &Limits::default()).unwrap_err();
+    assert!(
+        error.to_string().contains("\"sms\" is not known"),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_edit_that_a_step_up_rule_matches_is_refused_on_an_approval_without_it() {
+    let mut rm = rule("rm needs a passkey", "require");
+    rm.matches.arguments = vec![ArgumentSpec {
+        pointer: "/command".into(),
+        glob: Some("rm *".into()),
+        regex: None,
+    }];
+    rm.step_up = Some("passkey".into());
+    let policy = rules(vec![rm]);
+    let approval = Approval::new(
+        "a1".into(),
+        request("bash", r#"{"command":"ls"}"#, Risk::Low),
+        60,
+        Disposition::RequireHuman,
+        0,
+    );
+    let refused = policy
+        .reevaluate(&approval, r#"{"command":"rm -rf /"}"#.into(), "e".into())
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("need a passkey step-up"),
+        "{refused}"
+    );
+    assert!(policy
+        .reevaluate(&approval, r#"{"command":"ls -l"}"#.into(), "e".into())
+        .is_ok());
 }

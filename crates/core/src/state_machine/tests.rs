@@ -27,6 +27,7 @@ fn request(required: u32) -> ApprovalRequest {
         approver_groups: Vec::new(),
         follow_up: None,
         withdraw_when_caller_leaves: false,
+        step_up: None,
     }
 }
 
@@ -48,6 +49,7 @@ fn decision(user: &str, verdict: Verdict, key: &str) -> Decision {
         edited_arguments_json: String::new(),
         restarts_count: false,
         delegate: None,
+        step_up: None,
     }
 }
 
@@ -399,4 +401,79 @@ fn durations_read_like_people_write_them() {
     assert_eq!(human_duration(90_000), "1m30s");
     assert_eq!(human_duration(7_200_000), "2h");
     assert_eq!(human_duration(5_400_000), "1h30m");
+}
+
+fn step_up_approval() -> Approval {
+    let mut request = request(1);
+    request.step_up = Some(crate::StepUp::Passkey);
+    Approval::new("a1".into(), request, 60, Disposition::RequireHuman, 0)
+}
+
+#[test]
+fn a_step_up_approval_is_approved_only_with_its_second_factor() {
+    let mut a = step_up_approval();
+    let refused = a.decide(decision("u1", Verdict::Approve, "k1"), None, 1);
+    assert!(
+        matches!(&refused, Err(Error::PermissionDenied(why)) if why.contains("only with a passkey")),
+        "{refused:?}"
+    );
+    assert!(a.is_pending() && a.decisions.is_empty());
+    let proof = crate::StepUpProof {
+        method: crate::StepUp::Passkey,
+        credential_id: "Y3JlZA".into(),
+    };
+    let for_the_session = Decision {
+        step_up: Some(proof.clone()),
+        scope: Scope::Session,
+        ..decision("u1", Verdict::Approve, "k1s")
+    };
+    assert!(matches!(
+        a.decide(for_the_session, None, 1),
+        Err(Error::PermissionDenied(why)) if why.contains("cannot grant the session")
+    ));
+    let with_passkey = Decision {
+        step_up: Some(proof.clone()),
+        ..decision("u1", Verdict::Approve, "k2")
+    };
+    let effect = a.decide(with_passkey, None, 2).unwrap();
+    assert_eq!(effect.outcome, DecideOutcome::Resolved);
+    assert_eq!(a.state, State::Approved);
+    let claims = crate::receipt::ReceiptClaims::of(&a, 7, 60).unwrap();
+    assert_eq!(
+        claims.step_up,
+        Some(serde_json::json!([{
+            "method": "passkey", "credential_id": "Y3JlZA", "approver": "telegram:u1"
+        }]))
+    );
+}
+
+#[test]
+fn rejecting_a_step_up_approval_needs_no_second_factor_and_editing_it_is_refused() {
+    let mut a = step_up_approval();
+    let edit = EditedVersion {
+        arguments_json: r#"{"x":1}"#.into(),
+        args_digest: "e".into(),
+        risk: Risk::High,
+        required_approvals: 1,
+        separation_of_duties: true,
+    };
+    let proof = crate::StepUpProof {
+        method: crate::StepUp::Passkey,
+        credential_id: "Y3JlZA".into(),
+    };
+    let edited = Decision {
+        step_up: Some(proof),
+        ..decision("u1", Verdict::Approve, "k1")
+    };
+    assert!(matches!(
+        a.decide(edited, Some(edit), 1),
+        Err(Error::PermissionDenied(why)) if why.contains("cannot be approved with edits")
+    ));
+    let effect = a
+        .decide(decision("u1", Verdict::Reject, "k2"), None, 2)
+        .unwrap();
+    assert_eq!(effect.outcome, DecideOutcome::Resolved);
+    assert_eq!(a.state, State::Rejected);
+    let claims = crate::receipt::ReceiptClaims::of(&a, 7, 60).unwrap();
+    assert_eq!(claims.step_up, None);
 }

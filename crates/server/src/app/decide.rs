@@ -9,6 +9,7 @@ use countersign_core::{
     Verdict,
 };
 
+use super::passkeys::PasskeyAssertion;
 use super::rates::check_rate;
 use super::shared::App;
 use crate::app::AppError;
@@ -29,6 +30,8 @@ pub struct DecideInput {
     pub expected_args_digest: String,
     /// An approval with edits: the arguments to run instead; empty: none.
     pub edited_arguments_json: String,
+    /// Passkey step-up: the decider's passkey assertion for this approval.
+    pub passkey: Option<PasskeyAssertion>,
 }
 
 impl App {
@@ -50,6 +53,7 @@ impl App {
             idempotency_key,
             expected_args_digest,
             edited_arguments_json,
+            passkey,
         } = input;
         validate_decider(&decider, &reason, &idempotency_key)?;
         validate_digest("expected_args_digest", &expected_args_digest)?;
@@ -92,6 +96,7 @@ impl App {
             edited_arguments_json: String::new(),
             restarts_count: false,
             delegate: None,
+            step_up: None,
         };
         let delegations = self.delegations_to(&decision.decider, now).await?;
         // Policy on the edited arguments: a deny rule refuses the edit, a higher risk or
@@ -131,6 +136,23 @@ impl App {
             Err(refusal) => {
                 return Err(self.refuse(caller, &current, decision, refusal, now).await)
             }
+        };
+        // Step-up: approving needs the second factor, verified here (rejecting does not).
+        let decision = if verdict == Verdict::Approve && current.step_up.is_some() {
+            let proved = self
+                .step_up(&current, &decision, passkey.as_ref(), edit.is_some(), now)
+                .await?;
+            match proved {
+                Ok(proof) => Decision {
+                    step_up: Some(proof),
+                    ..decision
+                },
+                Err(refusal) => {
+                    return Err(self.refuse(caller, &current, decision, refusal, now).await)
+                }
+            }
+        } else {
+            decision
         };
         let (outcome, approval) = self
             .store

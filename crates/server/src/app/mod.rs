@@ -15,6 +15,7 @@ mod error;
 mod evaluate;
 mod lifecycle;
 pub(crate) mod observe;
+mod passkeys;
 mod rates;
 mod reads;
 mod request;
@@ -30,6 +31,7 @@ pub(crate) use decide::DecideInput;
 pub(crate) use error::AppError;
 pub(crate) use evaluate::Evaluation;
 pub(crate) use lifecycle::{ConsumeInput, DeliveryInput};
+pub(crate) use passkeys::{NewPasskey, PasskeyAssertion};
 pub(crate) use reads::ListQuery;
 
 pub(crate) use shared::App;

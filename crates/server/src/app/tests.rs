@@ -118,6 +118,7 @@ fn decision(approval_id: &str, verdict: Verdict, user_id: &str, key: &str) -> De
         idempotency_key: key.into(),
         expected_args_digest: String::new(),
         edited_arguments_json: String::new(),
+        passkey: None,
     }
 }
 

@@ -14,7 +14,7 @@ use super::audit_sql::IntegrityError;
 use super::batch::{BatchKeys, Loaded, WriteSet};
 use super::error::StoreError;
 use super::event::{AuditedEvent, EventFilter, StoredEvent};
-use super::records::{ChainHead, Grant, GrantFilter, ListFilter, Snapshot};
+use super::records::{ChainHead, Grant, GrantFilter, ListFilter, Passkey, Snapshot};
 use crate::audit::AuditReport;
 use crate::store::backup::{Backup, BackupError};
 
@@ -66,6 +66,8 @@ pub trait SharedReads: Send + Sync {
         include_inactive: bool,
         now: Millis,
     ) -> Result<Vec<Delegation>, StoreError>;
+    /// The passkeys `approver` registered, oldest first.
+    async fn list_passkeys(&self, approver: &str) -> Result<Vec<Passkey>, StoreError>;
 }
 
 /// A storage backend: the writer's connections, and every read the services make (those of

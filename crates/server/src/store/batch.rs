@@ -22,7 +22,7 @@ use countersign_core::{
 
 use super::error::StoreError;
 use super::event::{EventBody, StoredEvent};
-use super::records::{ChainHead, Grant, Requested};
+use super::records::{ChainHead, Grant, Passkey, Requested};
 use crate::audit::{chain_hash_at, content_before_seq_of, Columns};
 use crate::receipts::ReceiptKeys;
 
@@ -87,6 +87,10 @@ pub(crate) enum Change {
     PruneEvents {
         before: Millis,
     },
+    /// A new passkey, or a known one's sign counter (only its own approver's).
+    SavePasskey {
+        passkey: Passkey,
+    },
 }
 
 /// What a batch reads before it is applied.
@@ -145,7 +149,9 @@ impl BatchKeys {
                 Change::RevokeDelegation { delegation_id } => {
                     keys.delegation_ids.push(delegation_id.clone())
                 }
-                Change::CreateDelegation { .. } | Change::PruneEvents { .. } => {}
+                Change::CreateDelegation { .. }
+                | Change::PruneEvents { .. }
+                | Change::SavePasskey { .. } => {}
             }
         }
         keys.grant_scopes.sort_unstable();
@@ -206,6 +212,8 @@ pub struct WriteSet {
     pub prune_before: Option<Millis>,
     /// New or revoked delegations, as they are at the end of the batch.
     pub delegations: BTreeMap<String, Delegation>,
+    /// New passkeys and sign counters, in order.
+    pub passkeys: Vec<Passkey>,
     /// Row bodies of `approvals` encoded before the writer had them (new approvals made in
     /// their callers' tasks); an approval changed later in the batch is no longer here.
     pub encoded: HashMap<String, String>,
@@ -233,6 +241,7 @@ impl WriteSet {
             && self.revoked_grants.is_empty()
             && self.prune_before.is_none()
             && self.delegations.is_empty()
+            && self.passkeys.is_empty()
     }
 }
 
@@ -750,6 +759,13 @@ impl Plan {
                 delegation.revoked_at = Some(now);
                 Ok(self.save_delegation(delegation))
             }
+            Change::SavePasskey { passkey } => {
+                self.writes.passkeys.push(passkey);
+                Ok(Applied {
+                    reply: Reply::Count(1),
+                    events: Vec::new(),
+                })
+            }
             Change::PruneEvents { before } => {
                 self.writes.prune_before =
                     Some(self.writes.prune_before.unwrap_or(before).max(before));
@@ -790,7 +806,9 @@ impl Plan {
         }
 
         let needs_human = disposition == Disposition::RequireHuman;
-        let grant_id = if needs_human && !request.session_id.is_empty() {
+        // A session grant never stands in for a step-up: such a call is always asked.
+        let grant_id = if needs_human && !request.session_id.is_empty() && request.step_up.is_none()
+        {
             self.covering_grant(&request, now)
         } else {
             None

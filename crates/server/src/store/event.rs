@@ -369,6 +369,7 @@ mod tests {
             edited_arguments_json: "{\"x\":1}".into(),
             restarts_count: false,
             delegate: None,
+            step_up: None,
         };
         let delivery = Delivery {
             channel: "telegram".into(),

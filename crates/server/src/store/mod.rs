@@ -62,7 +62,7 @@ pub use error::StoreError;
 pub(crate) use event::{AuditedEvent, EventFilter, StoredEvent};
 use hub::Hub;
 use records::Snapshot;
-pub(crate) use records::{now_millis, Grant, GrantFilter, ListFilter, Requested};
+pub(crate) use records::{now_millis, Grant, GrantFilter, ListFilter, Passkey, Requested};
 pub use writer::CommitObserver;
 use writer::{follow, Job, Writer};
 
@@ -389,6 +389,22 @@ impl Store {
         }
     }
 
+    /// Stores a new passkey, or a known one's sign counter (a credential id registered to
+    /// another approver is left as it is).
+    pub(crate) async fn save_passkey(
+        &self,
+        passkey: Passkey,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        self.submit(Change::SavePasskey { passkey }, now).await?;
+        Ok(())
+    }
+
+    /// The passkeys `approver` registered, oldest first.
+    pub(crate) async fn list_passkeys(&self, approver: &str) -> Result<Vec<Passkey>, StoreError> {
+        self.backend.list_passkeys(approver).await
+    }
+
     /// Deletes events older than `before`; returns how many.
     pub(crate) async fn prune_events(
         &self,
@@ -537,6 +553,7 @@ mod tests {
             approver_groups: Vec::new(),
             follow_up: None,
             withdraw_when_caller_leaves: false,
+            step_up: None,
         }
     }
 
@@ -630,6 +647,7 @@ mod tests {
             edited_arguments_json: String::new(),
             restarts_count: false,
             delegate: None,
+            step_up: None,
         }
     }
 

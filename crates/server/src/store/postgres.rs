@@ -29,7 +29,7 @@ use super::error::StoreError;
 use super::event::{AuditedEvent, EventBody, EventFilter, StoredEvent};
 use super::reads::readable_approvals;
 use super::records::{
-    channels_column, ChainHead, Grant, GrantFilter, ListFilter, Snapshot, GRANT_COLUMNS,
+    channels_column, ChainHead, Grant, GrantFilter, ListFilter, Passkey, Snapshot, GRANT_COLUMNS,
 };
 use crate::audit::AuditReport;
 use crate::config::StorageConfig;
@@ -190,6 +190,13 @@ INSERT INTO delegations (id, delegator, delegate, created_at_ms, until_ms, revok
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[],
                      $6::bigint[], $7::text[], $8::text[])
     ON CONFLICT (id) DO UPDATE SET revoked_at_ms = excluded.revoked_at_ms";
+
+/// A known credential's row changes only its sign counter, and only for its own approver.
+const WRITE_PASSKEY: &str = "
+INSERT INTO passkeys (credential_id, approver, name, cose_key, algorithm, sign_count,
+                      created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)
+    ON CONFLICT (credential_id) DO UPDATE SET sign_count = excluded.sign_count
+    WHERE passkeys.approver = excluded.approver";
 
 const WRITE_GRANTS: &str = "
 INSERT INTO grants (id, agent_id, session_id, tool_name, approval_id, granted_by, created_at_ms,
@@ -365,6 +372,18 @@ impl WriterConnection for PgWriter {
                 .bind(column(&delegations, |d| d.revoked_at))
                 .bind(column(&delegations, |d| d.reason.as_str()))
                 .bind(column(&delegations, |d| d.created_by.as_str()))
+                .execute(&mut self.conn)
+                .await?;
+        }
+        for p in &writes.passkeys {
+            sqlx::query(WRITE_PASSKEY)
+                .bind(&p.credential_id)
+                .bind(&p.approver)
+                .bind(&p.name)
+                .bind(&p.cose_key)
+                .bind(p.algorithm)
+                .bind(p.sign_count)
+                .bind(p.created_at)
                 .execute(&mut self.conn)
                 .await?;
         }

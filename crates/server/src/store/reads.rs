@@ -67,6 +67,29 @@ macro_rules! sql_reads {
             ) -> Result<Vec<Delegation>, StoreError> {
                 list_delegations(&self.reads, approver, include_inactive, now).await
             }
+
+            async fn list_passkeys(&self, approver: &str) -> Result<Vec<Passkey>, StoreError> {
+                let rows = sqlx::query(
+                    "SELECT credential_id, approver, name, cose_key, algorithm, sign_count,
+                            created_at_ms FROM passkeys WHERE approver = $1
+                      ORDER BY created_at_ms, credential_id LIMIT 100",
+                )
+                .bind(approver)
+                .fetch_all(&self.reads)
+                .await?;
+                let passkey = |row: &$row| -> Result<Passkey, sqlx::Error> {
+                    Ok(Passkey {
+                        credential_id: row.try_get("credential_id")?,
+                        approver: row.try_get("approver")?,
+                        name: row.try_get("name")?,
+                        cose_key: row.try_get("cose_key")?,
+                        algorithm: row.try_get("algorithm")?,
+                        sign_count: row.try_get("sign_count")?,
+                        created_at: row.try_get("created_at_ms")?,
+                    })
+                };
+                Ok(rows.iter().map(passkey).collect::<Result<_, _>>()?)
+            }
         }
 
         /// An event row with its approval's current row, which lean events are read against.

@@ -28,6 +28,21 @@ pub struct Snapshot {
     pub pending: Vec<Approval>,
 }
 
+/// A passkey an approver registered (step-up), as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Passkey {
+    /// base64url.
+    pub credential_id: String,
+    /// The approver's id in the registry (or their channel identity when there is none).
+    pub approver: String,
+    pub name: String,
+    /// The COSE_Key public key, base64url.
+    pub cose_key: String,
+    pub algorithm: i64,
+    pub sign_count: i64,
+    pub created_at: Millis,
+}
+
 /// A session grant as stored.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Grant {

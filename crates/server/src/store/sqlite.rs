@@ -24,7 +24,7 @@ use super::audit_sql::{self, AuditSql, IntegrityError};
 use super::backend::{Backend, SharedReads, WriterConnection};
 use super::error::StoreError;
 use super::event::{AuditedEvent, EventBody, EventFilter, StoredEvent};
-use super::records::{Grant, GrantFilter, ListFilter, Snapshot};
+use super::records::{Grant, GrantFilter, ListFilter, Passkey, Snapshot};
 use super::sqlite_writer::{autocheckpoint_pages, SqliteWriter, WriterSettings};
 use crate::audit::AuditReport;
 use crate::config::{StorageConfig, WalCheckpoints};

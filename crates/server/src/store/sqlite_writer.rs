@@ -64,6 +64,11 @@ const REDACT_EVENTS: &str =
 const UPSERT_DELEGATION: &str = "INSERT INTO delegations (id, delegator, delegate, created_at_ms,
  until_ms, revoked_at_ms, reason, created_by) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
  ON CONFLICT (id) DO UPDATE SET revoked_at_ms = excluded.revoked_at_ms";
+/// A known credential's row changes only its sign counter, and only for its own approver.
+const UPSERT_PASSKEY: &str = "INSERT INTO passkeys (credential_id, approver, name, cose_key,
+ algorithm, sign_count, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+ ON CONFLICT (credential_id) DO UPDATE SET sign_count = excluded.sign_count
+ WHERE passkeys.approver = excluded.approver";
 const PROBE: &str = "INSERT INTO storage_probe (id, at_ms) VALUES (1, ?1)
  ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms";
 
@@ -255,6 +260,20 @@ impl SqliteWriter {
                     d.revoked_at,
                     d.reason,
                     d.created_by,
+                ])?;
+            }
+        }
+        if !writes.passkeys.is_empty() {
+            let mut upsert = self.conn.prepare_cached(UPSERT_PASSKEY)?;
+            for p in &writes.passkeys {
+                upsert.execute(params![
+                    p.credential_id,
+                    p.approver,
+                    p.name,
+                    p.cose_key,
+                    p.algorithm,
+                    p.sign_count,
+                    p.created_at,
                 ])?;
             }
         }

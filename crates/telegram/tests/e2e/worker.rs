@@ -1340,3 +1340,32 @@ fn message_id_of(messages: &[ChatMessage], approval: &pb::Approval) -> i64 {
         .expect("a message per approval")
         .message_id
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tap_on_a_step_up_approval_answers_with_the_inbox_link_and_approves_nothing() {
+    // Every call needs a passkey (docs/security.md#passkey-step-up).
+    let harness = Harness::start_with_server_toml(
+        "[passkeys]\ninbox_url = \"http://localhost:8080\"\n\n[[rules]]\nname = \"passkey for all\"\naction = \"require\"\nstep_up = \"passkey\"\n",
+    )
+    .await;
+    let approval = harness.request("call-1", "{}").await;
+    assert_eq!(approval.step_up, "passkey");
+    let message = harness.request_message(0).await;
+
+    let (_, tapped) = harness.telegram.tap_button(
+        &alice(),
+        CHAT,
+        message.message_id,
+        &button(&message, "Approve"),
+    );
+    let answer = wait_for_answer(&harness, &tapped, 0).await;
+    let text = answer.param_str("text").unwrap_or_default();
+    assert!(
+        text.starts_with("Not allowed: this approval needs a passkey")
+            && text.contains(&format!("http://localhost:8080/approvals/{}", approval.id)),
+        "{text}"
+    );
+    let unchanged = harness.agent.get_approval(&approval.id).await.unwrap();
+    assert_eq!(unchanged.state(), ApprovalState::Pending);
+    assert!(unchanged.decisions.is_empty());
+}

@@ -87,12 +87,35 @@ impl Chromium {
     /// through chromedriver): a probe that sees a page from its first node.
     pub async fn run_on_every_page(&self, source: &str) {
         self.client
-            .issue_cmd(DevTools {
-                command: "Page.addScriptToEvaluateOnNewDocument",
-                params: json!({ "source": source }),
+            .issue_cmd(WebDriverPost {
+                path: "goog/cdp/execute",
+                body: json!({
+                    "cmd": "Page.addScriptToEvaluateOnNewDocument",
+                    "params": { "source": source },
+                }),
             })
             .await
             .expect("DevTools command through chromedriver");
+    }
+
+    /// Gives the browser a virtual authenticator (W3C WebAuthn §11, "WebDriver Extension
+    /// Capability"): a platform authenticator with resident keys that verifies its user, so
+    /// that `navigator.credentials` answers without a person.
+    pub async fn add_virtual_authenticator(&self) {
+        self.client
+            .issue_cmd(WebDriverPost {
+                path: "webauthn/authenticator",
+                body: json!({
+                    "protocol": "ctap2",
+                    "transport": "internal",
+                    "hasResidentKey": true,
+                    "hasUserVerification": true,
+                    "isUserVerified": true,
+                    "isUserConsenting": true,
+                }),
+            })
+            .await
+            .expect("a virtual authenticator through chromedriver");
     }
 
     /// Saves a PNG of the page under target/tmp/web-screenshots/.
@@ -121,27 +144,27 @@ impl Drop for Chromium {
     }
 }
 
-/// A DevTools command, through chromedriver's `goog/cdp/execute` endpoint.
+/// A POST to a WebDriver endpoint of the session (`session/{id}/<path>`).
 #[derive(Debug)]
-struct DevTools {
-    command: &'static str,
-    params: serde_json::Value,
+struct WebDriverPost {
+    path: &'static str,
+    body: serde_json::Value,
 }
 
-impl WebDriverCompatibleCommand for DevTools {
+impl WebDriverCompatibleCommand for WebDriverPost {
     fn endpoint(
         &self,
         base_url: &Url,
         session_id: Option<&str>,
     ) -> Result<Url, <Url as FromStr>::Err> {
         base_url.join(&format!(
-            "session/{}/goog/cdp/execute",
-            session_id.unwrap_or_default()
+            "session/{}/{}",
+            session_id.unwrap_or_default(),
+            self.path
         ))
     }
 
     fn method_and_body(&self, _request_url: &Url) -> (Method, Option<String>) {
-        let body = json!({ "cmd": self.command, "params": self.params });
-        (Method::POST, Some(body.to_string()))
+        (Method::POST, Some(self.body.to_string()))
     }
 }

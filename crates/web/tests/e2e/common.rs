@@ -20,7 +20,8 @@ fn sha(secret: &str) -> String {
 }
 
 /// Alice and Bob approve on the web and on Telegram; Carol only up to medium risk.
-fn server_toml() -> String {
+/// `more`: further sections.
+fn server_toml(more: &str) -> String {
     format!(
         r#"
 [[tokens]]
@@ -57,6 +58,8 @@ id = "carol"
 name = "Carol"
 max_risk = "medium"
 identities = {{ web = ["carol"] }}
+
+{more}
 "#,
         web = sha(WEB_TOKEN),
         agent = sha(AGENT_TOKEN),
@@ -88,8 +91,24 @@ pub struct Web {
 
 impl Setup {
     pub async fn start(mode: Mode) -> Setup {
-        let server = TestServer::start_with_toml(&server_toml()).await;
-        let web = Web::start(&server.url(), mode).await;
+        Setup::start_with(mode, free_port(), "", None).await
+    }
+
+    /// With passkey step-up: the inbox at `http://localhost:PORT` (WebAuthn needs a domain,
+    /// not an IP address, as its relying party), the server's `[passkeys]` pointing there, and
+    /// a rule asking every call of agent `deployer` for a passkey.
+    pub async fn start_with_step_up() -> Setup {
+        let port = free_port();
+        let url = format!("http://localhost:{port}");
+        let more = format!(
+            "[passkeys]\ninbox_url = \"{url}\"\n\n[[rules]]\nname = \"deploys need a passkey\"\naction = \"require\"\nstep_up = \"passkey\"\n[rules.match]\nagent = \"deployer\"\n"
+        );
+        Setup::start_with(Mode::Login, port, &more, Some(url)).await
+    }
+
+    async fn start_with(mode: Mode, port: u16, more: &str, public_url: Option<String>) -> Setup {
+        let server = TestServer::start_with_toml(&server_toml(more)).await;
+        let web = Web::start(&server.url(), mode, port, public_url).await;
         let client = |token: &str| {
             let mut config = ClientConfig::new(server.url());
             config.token = Some(token.to_owned());
@@ -179,9 +198,8 @@ pub fn free_port() -> u16 {
 }
 
 impl Web {
-    async fn start(server_url: &str, mode: Mode) -> Web {
+    async fn start(server_url: &str, mode: Mode, port: u16, public_url: Option<String>) -> Web {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let port = free_port();
         let sign_in = match mode {
             Mode::Login => "mode = \"login\"\n".to_owned(),
             Mode::Proxy(proxies) => format!(
@@ -192,13 +210,17 @@ impl Web {
         std::fs::write(
             &config,
             format!(
-                "listen = \"127.0.0.1:{port}\"\nstate_dir = {state:?}\nadmins = [\"alice\"]\n\n[server]\nurl = \"{server_url}\"\n\n[sign_in]\n{sign_in}",
+                "listen = \"127.0.0.1:{port}\"\nstate_dir = {state:?}\nadmins = [\"alice\"]\n{public}\n[server]\nurl = \"{server_url}\"\n\n[sign_in]\n{sign_in}",
                 state = dir.path().join("state"),
+                public = public_url
+                    .as_ref()
+                    .map(|url| format!("public_url = \"{url}\"\n"))
+                    .unwrap_or_default(),
             ),
         )
         .expect("write config");
         let web = Web {
-            url: format!("http://127.0.0.1:{port}"),
+            url: public_url.unwrap_or_else(|| format!("http://127.0.0.1:{port}")),
             child: spawn_web(&config),
             config,
             addr: SocketAddr::from(([127, 0, 0, 1], port)),

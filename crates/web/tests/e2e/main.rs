@@ -7,4 +7,5 @@ mod browser;
 mod chromium;
 mod common;
 mod http;
+mod passkeys;
 mod screens;

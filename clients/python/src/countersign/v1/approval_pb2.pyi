@@ -228,7 +228,7 @@ class Consumption(_message.Message):
     def __init__(self, outcome: _Optional[_Union[ConsumeOutcome, str]] = ..., detail: _Optional[str] = ..., consumed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Approval(_message.Message):
-    __slots__ = ("id", "agent_id", "session_id", "requester", "idempotency_key", "tool_name", "arguments_json", "args_digest", "action", "reason", "risk", "routes", "required_approvals", "labels", "state", "decisions", "resolution", "deliveries", "created_at", "expires_at", "resolved_at", "consumption", "policy_rule", "edited_arguments_json", "edited_args_digest", "editor", "edited_at", "approver_groups", "follow_up", "withdraw_when_caller_leaves", "receipt")
+    __slots__ = ("id", "agent_id", "session_id", "requester", "idempotency_key", "tool_name", "arguments_json", "args_digest", "action", "reason", "risk", "routes", "required_approvals", "labels", "state", "decisions", "resolution", "deliveries", "created_at", "expires_at", "resolved_at", "consumption", "policy_rule", "edited_arguments_json", "edited_args_digest", "editor", "edited_at", "approver_groups", "follow_up", "withdraw_when_caller_leaves", "receipt", "step_up")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -267,6 +267,7 @@ class Approval(_message.Message):
     FOLLOW_UP_FIELD_NUMBER: _ClassVar[int]
     WITHDRAW_WHEN_CALLER_LEAVES_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    STEP_UP_FIELD_NUMBER: _ClassVar[int]
     id: str
     agent_id: str
     session_id: str
@@ -298,7 +299,8 @@ class Approval(_message.Message):
     follow_up: FollowUp
     withdraw_when_caller_leaves: bool
     receipt: str
-    def __init__(self, id: _Optional[str] = ..., agent_id: _Optional[str] = ..., session_id: _Optional[str] = ..., requester: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., args_digest: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., risk: _Optional[_Union[Risk, str]] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., required_approvals: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., decisions: _Optional[_Iterable[_Union[Decision, _Mapping]]] = ..., resolution: _Optional[_Union[Resolution, _Mapping]] = ..., deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., consumption: _Optional[_Union[Consumption, _Mapping]] = ..., policy_rule: _Optional[str] = ..., edited_arguments_json: _Optional[str] = ..., edited_args_digest: _Optional[str] = ..., editor: _Optional[_Union[Decider, _Mapping]] = ..., edited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., approver_groups: _Optional[_Iterable[_Union[GroupQuorum, _Mapping]]] = ..., follow_up: _Optional[_Union[FollowUp, _Mapping]] = ..., withdraw_when_caller_leaves: _Optional[bool] = ..., receipt: _Optional[str] = ...) -> None: ...
+    step_up: str
+    def __init__(self, id: _Optional[str] = ..., agent_id: _Optional[str] = ..., session_id: _Optional[str] = ..., requester: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., args_digest: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., risk: _Optional[_Union[Risk, str]] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., required_approvals: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., decisions: _Optional[_Iterable[_Union[Decision, _Mapping]]] = ..., resolution: _Optional[_Union[Resolution, _Mapping]] = ..., deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., consumption: _Optional[_Union[Consumption, _Mapping]] = ..., policy_rule: _Optional[str] = ..., edited_arguments_json: _Optional[str] = ..., edited_args_digest: _Optional[str] = ..., editor: _Optional[_Union[Decider, _Mapping]] = ..., edited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., approver_groups: _Optional[_Iterable[_Union[GroupQuorum, _Mapping]]] = ..., follow_up: _Optional[_Union[FollowUp, _Mapping]] = ..., withdraw_when_caller_leaves: _Optional[bool] = ..., receipt: _Optional[str] = ..., step_up: _Optional[str] = ...) -> None: ...
 
 class GetSigningKeysRequest(_message.Message):
     __slots__ = ()
@@ -474,6 +476,70 @@ class DecideRequest(_message.Message):
     edited_arguments_json: str
     expected_args_digest: str
     def __init__(self, approval_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., scope: _Optional[_Union[Scope, str]] = ..., reason: _Optional[str] = ..., decider: _Optional[_Union[Decider, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., edited_arguments_json: _Optional[str] = ..., expected_args_digest: _Optional[str] = ...) -> None: ...
+
+class DecideWithPasskeyRequest(_message.Message):
+    __slots__ = ("decision", "passkey")
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    PASSKEY_FIELD_NUMBER: _ClassVar[int]
+    decision: DecideRequest
+    passkey: PasskeyAssertion
+    def __init__(self, decision: _Optional[_Union[DecideRequest, _Mapping]] = ..., passkey: _Optional[_Union[PasskeyAssertion, _Mapping]] = ...) -> None: ...
+
+class PasskeyAssertion(_message.Message):
+    __slots__ = ("nonce", "credential_id", "client_data_json", "authenticator_data", "signature")
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_DATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    AUTHENTICATOR_DATA_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    nonce: str
+    credential_id: str
+    client_data_json: bytes
+    authenticator_data: bytes
+    signature: bytes
+    def __init__(self, nonce: _Optional[str] = ..., credential_id: _Optional[str] = ..., client_data_json: _Optional[bytes] = ..., authenticator_data: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
+class RegisterPasskeyRequest(_message.Message):
+    __slots__ = ("decider", "challenge", "client_data_json", "attestation_object", "name")
+    DECIDER_FIELD_NUMBER: _ClassVar[int]
+    CHALLENGE_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_DATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    ATTESTATION_OBJECT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    decider: Decider
+    challenge: bytes
+    client_data_json: bytes
+    attestation_object: bytes
+    name: str
+    def __init__(self, decider: _Optional[_Union[Decider, _Mapping]] = ..., challenge: _Optional[bytes] = ..., client_data_json: _Optional[bytes] = ..., attestation_object: _Optional[bytes] = ..., name: _Optional[str] = ...) -> None: ...
+
+class ListPasskeysRequest(_message.Message):
+    __slots__ = ("decider",)
+    DECIDER_FIELD_NUMBER: _ClassVar[int]
+    decider: Decider
+    def __init__(self, decider: _Optional[_Union[Decider, _Mapping]] = ...) -> None: ...
+
+class ListPasskeysResponse(_message.Message):
+    __slots__ = ("passkeys", "rp_id")
+    PASSKEYS_FIELD_NUMBER: _ClassVar[int]
+    RP_ID_FIELD_NUMBER: _ClassVar[int]
+    passkeys: _containers.RepeatedCompositeFieldContainer[Passkey]
+    rp_id: str
+    def __init__(self, passkeys: _Optional[_Iterable[_Union[Passkey, _Mapping]]] = ..., rp_id: _Optional[str] = ...) -> None: ...
+
+class Passkey(_message.Message):
+    __slots__ = ("credential_id", "approver", "name", "algorithm", "created_at")
+    CREDENTIAL_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVER_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    credential_id: str
+    approver: str
+    name: str
+    algorithm: int
+    created_at: _timestamp_pb2.Timestamp
+    def __init__(self, credential_id: _Optional[str] = ..., approver: _Optional[str] = ..., name: _Optional[str] = ..., algorithm: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class DecideResponse(_message.Message):
     __slots__ = ("outcome", "approval")

@@ -84,6 +84,21 @@ class ApprovalServiceStub:
                 request_serializer=countersign_dot_v1_dot_approval__pb2.GetSigningKeysRequest.SerializeToString,
                 response_deserializer=countersign_dot_v1_dot_approval__pb2.SigningKeys.FromString,
                 _registered_method=True)
+        self.RegisterPasskey = channel.unary_unary(
+                '/countersign.v1.ApprovalService/RegisterPasskey',
+                request_serializer=countersign_dot_v1_dot_approval__pb2.RegisterPasskeyRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_approval__pb2.Passkey.FromString,
+                _registered_method=True)
+        self.DecideWithPasskey = channel.unary_unary(
+                '/countersign.v1.ApprovalService/DecideWithPasskey',
+                request_serializer=countersign_dot_v1_dot_approval__pb2.DecideWithPasskeyRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_approval__pb2.DecideResponse.FromString,
+                _registered_method=True)
+        self.ListPasskeys = channel.unary_unary(
+                '/countersign.v1.ApprovalService/ListPasskeys',
+                request_serializer=countersign_dot_v1_dot_approval__pb2.ListPasskeysRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_approval__pb2.ListPasskeysResponse.FromString,
+                _registered_method=True)
 
 
 class ApprovalServiceServicer:
@@ -159,6 +174,27 @@ class ApprovalServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RegisterPasskey(self, request, context):
+        """Passkey step-up (docs/security.md#passkey-step-up): the web inbox registers an approver's
+        passkey (a WebAuthn create() response, attestation "none") and lists them. Worker role,
+        for the decider's channel.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DecideWithPasskey(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPasskeys(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ApprovalServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -211,6 +247,21 @@ def add_ApprovalServiceServicer_to_server(servicer, server):
                     servicer.GetSigningKeys,
                     request_deserializer=countersign_dot_v1_dot_approval__pb2.GetSigningKeysRequest.FromString,
                     response_serializer=countersign_dot_v1_dot_approval__pb2.SigningKeys.SerializeToString,
+            ),
+            'RegisterPasskey': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterPasskey,
+                    request_deserializer=countersign_dot_v1_dot_approval__pb2.RegisterPasskeyRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_approval__pb2.Passkey.SerializeToString,
+            ),
+            'DecideWithPasskey': grpc.unary_unary_rpc_method_handler(
+                    servicer.DecideWithPasskey,
+                    request_deserializer=countersign_dot_v1_dot_approval__pb2.DecideWithPasskeyRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_approval__pb2.DecideResponse.SerializeToString,
+            ),
+            'ListPasskeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPasskeys,
+                    request_deserializer=countersign_dot_v1_dot_approval__pb2.ListPasskeysRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_approval__pb2.ListPasskeysResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -483,6 +534,87 @@ class ApprovalService:
             '/countersign.v1.ApprovalService/GetSigningKeys',
             countersign_dot_v1_dot_approval__pb2.GetSigningKeysRequest.SerializeToString,
             countersign_dot_v1_dot_approval__pb2.SigningKeys.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterPasskey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.ApprovalService/RegisterPasskey',
+            countersign_dot_v1_dot_approval__pb2.RegisterPasskeyRequest.SerializeToString,
+            countersign_dot_v1_dot_approval__pb2.Passkey.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DecideWithPasskey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.ApprovalService/DecideWithPasskey',
+            countersign_dot_v1_dot_approval__pb2.DecideWithPasskeyRequest.SerializeToString,
+            countersign_dot_v1_dot_approval__pb2.DecideResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPasskeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.ApprovalService/ListPasskeys',
+            countersign_dot_v1_dot_approval__pb2.ListPasskeysRequest.SerializeToString,
+            countersign_dot_v1_dot_approval__pb2.ListPasskeysResponse.FromString,
             options,
             channel_credentials,
             insecure,
