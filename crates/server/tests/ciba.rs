@@ -290,7 +290,7 @@ async fn discovery_publishes_the_ciba_endpoints_and_the_signing_keys() {
     );
     assert_eq!(
         metadata["token_endpoint_auth_signing_alg_values_supported"],
-        json!(["EdDSA", "ES256"])
+        json!(["EdDSA", "Ed25519", "ES256"])
     );
     assert_eq!(
         metadata["authorization_details_types_supported"],

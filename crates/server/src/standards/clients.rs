@@ -17,11 +17,12 @@ use crate::config::{CibaClientConfig, ConfigError, Role};
 
 /// `client_assertion_type` of a JWT client assertion (RFC 7523 §2.2).
 pub(super) const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
-/// The assertion signing algorithms accepted, as the discovery document lists them.
-pub(super) const ASSERTION_ALGS: [&str; 2] = ["EdDSA", "ES256"];
-/// The latest `exp` an assertion may have, in seconds from now: it bounds how long its `jti`
-/// must be remembered.
-const MAX_ASSERTION_LIFETIME_SECONDS: i64 = 600;
+/// The assertion signing algorithms accepted, as the discovery document lists them: Ed25519
+/// as `EdDSA` and as its fully specified name (RFC 9864), and ES256.
+pub(super) const ASSERTION_ALGS: [&str; 3] = ["EdDSA", "Ed25519", "ES256"];
+/// The latest `exp` an assertion may have, in seconds from now (an hour, as common client
+/// libraries make them, and the skew): it bounds how long its `jti` must be remembered.
+const MAX_ASSERTION_LIFETIME_SECONDS: i64 = 3600 + SKEW_SECONDS;
 /// Clock skew allowed on `nbf` and `iat`.
 const SKEW_SECONDS: i64 = 60;
 const MIN_SECRET_CHARS: usize = 16;
@@ -50,10 +51,10 @@ enum ClientKey {
 }
 
 impl ClientKey {
-    fn alg(&self) -> &'static str {
+    fn signs_with(&self, alg: &str) -> bool {
         match self {
-            ClientKey::Ed25519 { .. } => "EdDSA",
-            ClientKey::P256 { .. } => "ES256",
+            ClientKey::Ed25519 { .. } => alg == "EdDSA" || alg == "Ed25519",
+            ClientKey::P256 { .. } => alg == "ES256",
         }
     }
 
@@ -218,14 +219,14 @@ impl Clients {
         let client = self.find(issuer).ok_or_else(|| invalid("unknown client"))?;
         let alg = header["alg"].as_str().unwrap_or_default();
         if !ASSERTION_ALGS.contains(&alg) {
-            return Err(invalid("alg must be EdDSA or ES256"));
+            return Err(invalid("alg must be EdDSA, Ed25519 or ES256"));
         }
         let kid = header["kid"].as_str();
         let input = format!("{header_b64}.{claims_b64}");
         let signed = client
             .keys
             .iter()
-            .filter(|k| k.alg() == alg && (kid.is_none() || k.kid() == kid))
+            .filter(|k| k.signs_with(alg) && (kid.is_none() || k.kid() == kid))
             .any(|k| k.verifies(input.as_bytes(), &signature));
         if !signed {
             tracing::warn!(client_id = %client.id, "a client assertion's signature did not verify");
