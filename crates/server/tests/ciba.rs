@@ -657,3 +657,35 @@ async fn an_evaluation_that_needs_a_person_names_the_ciba_request() {
         .await;
     assert_eq!(status, 200, "{asked}");
 }
+
+#[tokio::test]
+async fn a_used_assertion_stays_used_after_a_restart() {
+    let mut front = start().await;
+    let details = tool_call("deploy", json!({}));
+    let params = [("authorization_details", details.as_str())];
+    let assertion = front.assertion("EdDSA", json!({}));
+    let (status, _, answer) = front
+        .post("/bc-authorize", Auth::Assertion(assertion.clone()), &params)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+
+    front.server.restart().await;
+    front.ready().await;
+    let (status, _, replayed) = front
+        .post("/bc-authorize", Auth::Assertion(assertion), &params)
+        .await;
+    assert_eq!(status, 401, "{replayed}");
+    assert!(replayed["error_description"]
+        .as_str()
+        .unwrap()
+        .contains("already used"));
+    // A new assertion of the same client is fine.
+    let (status, _, answer) = front
+        .post(
+            "/bc-authorize",
+            Auth::Assertion(front.assertion("EdDSA", json!({}))),
+            &params,
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+}

@@ -187,7 +187,7 @@ pub(super) async fn authorize(
 ) -> Response {
     let result = async {
         let form = form_of(&headers, &body)?;
-        let client = authenticate(&front, &headers, &form)?;
+        let client = authenticate(&front, &headers, &form).await?;
         for unsupported in [
             "login_hint_token",
             "id_token_hint",
@@ -264,7 +264,7 @@ pub(super) async fn authorize(
 pub(super) async fn token(State(front): FrontState, headers: HeaderMap, body: Bytes) -> Response {
     let result = async {
         let form = form_of(&headers, &body)?;
-        let client = authenticate(&front, &headers, &form)?;
+        let client = authenticate(&front, &headers, &form).await?;
         match form.get("grant_type").map(String::as_str) {
             None => return Err(HttpError::invalid("grant_type", "is required")),
             Some(CIBA_GRANT) => {}
@@ -609,7 +609,7 @@ fn oauth(error: &'static str, description: String) -> HttpError {
 /// exactly one of them. An assertion's audience may be the issuer or either endpoint, at
 /// either endpoint (OpenID Connect Core §9 names the token endpoint; CIBA §7.1 has the
 /// client authenticate at `/bc-authorize` as it does there, and lists all three).
-fn authenticate<'a>(
+async fn authenticate<'a>(
     front: &'a Front,
     headers: &HeaderMap,
     form: &HashMap<String, String>,
@@ -624,14 +624,14 @@ fn authenticate<'a>(
             "client_secret_post is not supported: use client_secret_basic or private_key_jwt",
         ));
     }
-    let client = match (basic, assertion) {
+    let authenticated = match (basic, assertion) {
         (Some(_), Some(_)) => {
             return Err(HttpError::invalid(
                 "client_assertion",
                 "one client authentication method only (here also an Authorization header)",
             ))
         }
-        (Some(header), None) => clients.basic(header),
+        (Some(header), None) => clients.basic(header).map(|client| (client, None)),
         (None, Some(assertion)) => {
             if form.get("client_assertion_type").map(String::as_str) != Some(JWT_BEARER) {
                 return Err(HttpError::invalid(
@@ -645,15 +645,17 @@ fn authenticate<'a>(
                 format!("{base}{AUTHORIZE_PATH}"),
             );
             let audiences = [base.as_str(), token.as_str(), authorize.as_str()];
-            clients.assertion(assertion, &audiences, now_millis() / 1000)
+            clients
+                .assertion(assertion, &audiences, now_millis() / 1000)
+                .map(|verified| (verified.client, Some((verified.jti, verified.expires_at))))
         }
         (None, None) => {
             return Err(invalid_client(
                 "client authentication is required: client_secret_basic or private_key_jwt",
             ))
         }
-    }
-    .map_err(|e| match e {
+    };
+    let (client, jti) = authenticated.map_err(|e| match e {
         ClientError::Invalid(why) => invalid_client(&why),
         ClientError::Malformed(why) => HttpError {
             status: StatusCode::BAD_REQUEST,
@@ -661,6 +663,19 @@ fn authenticate<'a>(
             description: why,
         },
     })?;
+    if let Some((jti, expires_at)) = jti {
+        let first = front
+            .app
+            .use_client_assertion(&client.id, &jti, expires_at.saturating_mul(1000))
+            .await
+            .map_err(HttpError::from)?;
+        if !first {
+            tracing::warn!(client_id = %client.id, "a client assertion was replayed");
+            return Err(invalid_client(
+                "client_assertion: this assertion (its jti) was already used",
+            ));
+        }
+    }
     if form.get("client_id").is_some_and(|id| *id != client.id) {
         return Err(invalid_client(
             "client_id is not the client that authenticated",

@@ -3,8 +3,8 @@
 //! OpenID Connect Core §9) signed with EdDSA (Ed25519) or ES256. Secrets are held only as
 //! SHA-256 hashes and compared in constant time; neither they nor assertions are logged.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
+use std::sync::Arc;
 
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
@@ -84,11 +84,18 @@ pub(super) enum ClientError {
     Malformed(String),
 }
 
-/// The registered clients, and the `jti`s of the assertions they already used.
+/// The registered clients.
 pub(crate) struct Clients {
     clients: Vec<Client>,
-    /// (client id, jti) → the assertion's `exp`: an assertion is accepted once.
-    used_jtis: Mutex<HashMap<(String, String), i64>>,
+}
+
+/// An assertion whose signature and claims verified; its `jti` is still to be used up (the
+/// store remembers it, [`crate::app::App::use_client_assertion`]).
+pub(super) struct VerifiedAssertion<'a> {
+    pub(super) client: &'a Client,
+    pub(super) jti: String,
+    /// Its `exp`, Unix seconds.
+    pub(super) expires_at: i64,
 }
 
 impl Clients {
@@ -136,10 +143,7 @@ impl Clients {
                 keys,
             });
         }
-        Ok(Clients {
-            clients,
-            used_jtis: Mutex::new(HashMap::new()),
-        })
+        Ok(Clients { clients })
     }
 
     /// Whether any client is registered (the CIBA endpoints are published only then).
@@ -186,13 +190,13 @@ impl Clients {
     }
 
     /// The client of a `private_key_jwt` assertion whose audience is one of `audiences`,
-    /// `now` in Unix seconds. Its `jti` is then used up.
+    /// `now` in Unix seconds.
     pub(super) fn assertion(
         &self,
         assertion: &str,
         audiences: &[&str],
         now: i64,
-    ) -> Result<&Client, ClientError> {
+    ) -> Result<VerifiedAssertion<'_>, ClientError> {
         let invalid = |why: &str| ClientError::Invalid(format!("client_assertion: {why}"));
         let parts: Vec<&str> = assertion.split('.').collect();
         let [header_b64, claims_b64, signature_b64] = parts[..] else {
@@ -271,16 +275,11 @@ impl Clients {
             .as_str()
             .filter(|j| !j.is_empty() && j.chars().count() <= MAX_JTI_CHARS)
             .ok_or_else(|| invalid("jti is required (at most 256 characters)"))?;
-        let mut used = self.used_jtis.lock().unwrap_or_else(|e| e.into_inner());
-        used.retain(|_, until| *until > now);
-        if used
-            .insert((client.id.clone(), jti.to_owned()), exp)
-            .is_some()
-        {
-            tracing::warn!(client_id = %client.id, "a client assertion was replayed");
-            return Err(invalid("this assertion (its jti) was already used"));
-        }
-        Ok(client)
+        Ok(VerifiedAssertion {
+            client,
+            jti: jti.to_owned(),
+            expires_at: exp,
+        })
     }
 }
 

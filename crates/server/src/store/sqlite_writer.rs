@@ -64,6 +64,12 @@ const REDACT_EVENTS: &str =
 const UPSERT_DELEGATION: &str = "INSERT INTO delegations (id, delegator, delegate, created_at_ms,
  until_ms, revoked_at_ms, reason, created_by) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
  ON CONFLICT (id) DO UPDATE SET revoked_at_ms = excluded.revoked_at_ms";
+const USED_CLIENT_ASSERTION: &str =
+    "SELECT 1 FROM used_client_assertions WHERE client_id = ?1 AND jti = ?2";
+const INSERT_CLIENT_ASSERTION: &str =
+    "INSERT INTO used_client_assertions (client_id, jti, expires_at_ms) VALUES (?1, ?2, ?3)";
+const FORGET_CLIENT_ASSERTIONS: &str =
+    "DELETE FROM used_client_assertions WHERE expires_at_ms <= ?1";
 const PROBE: &str = "INSERT INTO storage_probe (id, at_ms) VALUES (1, ?1)
  ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms";
 
@@ -258,6 +264,17 @@ impl SqliteWriter {
                 ])?;
             }
         }
+        if let Some(before) = writes.forget_assertions_before {
+            self.conn
+                .prepare_cached(FORGET_CLIENT_ASSERTIONS)?
+                .execute([before])?;
+        }
+        if !writes.client_assertions.is_empty() {
+            let mut insert = self.conn.prepare_cached(INSERT_CLIENT_ASSERTION)?;
+            for (client_id, jti, expires_at) in &writes.client_assertions {
+                insert.execute(params![client_id, jti, expires_at])?;
+            }
+        }
         Ok(())
     }
 
@@ -375,6 +392,16 @@ impl WriterConnection for SqliteWriter {
             for id in &keys.delegation_ids {
                 if let Some(found) = by_id.query_row([id], delegation).optional()? {
                     loaded.delegations.push(found);
+                }
+            }
+        }
+        if !keys.client_assertions.is_empty() {
+            let mut used = self.conn.prepare_cached(USED_CLIENT_ASSERTION)?;
+            for (client_id, jti) in &keys.client_assertions {
+                if used.exists([client_id, jti])? {
+                    loaded
+                        .used_client_assertions
+                        .push((client_id.clone(), jti.clone()));
                 }
             }
         }
