@@ -551,7 +551,7 @@ async fn malformed_requests_are_refused_naming_the_field() {
     let front = start().await;
     let basic = || Auth::Basic("app", CLIENT_SECRET);
     let good = tool_call("deploy", json!({}));
-    let cases: [(Vec<(&str, &str)>, &str, &str); 8] = [
+    let cases = [
         (vec![], "invalid_request", "authorization_details:"),
         (
             vec![("authorization_details", "{not json")],

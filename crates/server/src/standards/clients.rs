@@ -375,3 +375,84 @@ fn key_of(jwk: &Value) -> Result<ClientKey, String> {
         _ => Err("must be an Ed25519 (kty OKP) or P-256 (kty EC) public key".into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(id: &str) -> CibaClientConfig {
+        CibaClientConfig {
+            client_id: id.into(),
+            agent: "agent-1".into(),
+            secret_env: Some("SECRET".into()),
+            ..CibaClientConfig::default()
+        }
+    }
+
+    fn env(_: &str) -> Option<String> {
+        Some("a-long-enough-secret-0123".into())
+    }
+
+    #[test]
+    fn bad_client_entries_are_named_without_their_secret() {
+        let mut no_agent = client("no-agent");
+        no_agent.agent = String::new();
+        let mut nothing = client("nothing");
+        nothing.secret_env = None;
+        let mut both = client("both");
+        both.secret_file = Some("/nonexistent".into());
+        let mut private = client("private");
+        private.jwks = Some(r#"{"kty": "OKP", "crv": "Ed25519", "x": "AAAA", "d": "AAAA"}"#.into());
+        let mut rsa = client("rsa");
+        rsa.jwks = Some(r#"{"keys": [{"kty": "RSA", "n": "AQAB", "e": "AQAB"}]}"#.into());
+        let mut short_x = client("short-x");
+        short_x.jwks = Some(r#"{"kty": "OKP", "crv": "Ed25519", "x": "AAAA"}"#.into());
+        let cases = [
+            (no_agent, "agent"),
+            (nothing, "needs a secret"),
+            (both, "at most one of secret_env or secret_file"),
+            (private, "private key"),
+            (rsa, "key 0: must be an Ed25519"),
+            (short_x, "32 bytes"),
+        ];
+        for (entry, expected) in cases {
+            let name = entry.client_id.clone();
+            let error = Clients::from_config(&[entry], env)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(error.contains(&format!("client {name:?}")), "{error}");
+            assert!(error.contains(expected), "{expected}: {error}");
+            assert!(!error.contains("a-long-enough-secret"), "{error}");
+        }
+        let short = Clients::from_config(&[client("short")], |_: &str| Some("tiny".into()))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(short.contains("shorter than 16"), "{short}");
+        assert!(!short.contains("tiny"), "{short}");
+        let twice = Clients::from_config(&[client("same"), client("same")], env)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(twice.contains("same client_id"), "{twice}");
+    }
+
+    #[test]
+    fn a_basic_header_is_form_decoded_and_checked_in_full() {
+        let clients = Clients::from_config(&[client("app:1")], env).unwrap();
+        let header =
+            |id: &str, secret: &str| format!("Basic {}", STANDARD.encode(format!("{id}:{secret}")));
+        // RFC 6749 §2.3.1: the id's ":" is sent form-encoded.
+        let found = clients.basic(&header("app%3A1", "a-long-enough-secret-0123"));
+        assert_eq!(found.map(|c| c.id.as_str()).ok(), Some("app:1"));
+        assert!(matches!(
+            clients.basic(&header("app%3A1", "a-long-enough-secret-012")),
+            Err(ClientError::Invalid(_))
+        ));
+        assert!(matches!(
+            clients.basic("Bearer x"),
+            Err(ClientError::Malformed(_))
+        ));
+    }
+}

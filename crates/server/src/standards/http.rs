@@ -11,7 +11,7 @@ use axum::Json;
 use countersign_core::Error as DomainError;
 use serde_json::{json, Value};
 
-use super::ciba::Ciba;
+use super::ciba_state::Ciba;
 use crate::app::{App, AppError};
 use crate::auth::Authenticator;
 use crate::caller::Caller;

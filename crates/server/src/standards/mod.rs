@@ -6,6 +6,7 @@
 
 mod authzen;
 mod ciba;
+mod ciba_state;
 mod clients;
 mod http;
 
@@ -17,7 +18,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub(crate) use self::ciba::Ciba;
+pub(crate) use self::ciba_state::Ciba;
 pub(crate) use self::clients::Clients;
 use self::http::Front;
 use crate::app::App;
