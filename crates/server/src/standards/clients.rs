@@ -162,8 +162,9 @@ impl Clients {
             .split_once(' ')
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
             .map(|(_, rest)| rest.trim())
+            // Another scheme is an unsupported authentication method (RFC 6749 §5.2).
             .ok_or_else(|| {
-                ClientError::Malformed(
+                ClientError::Invalid(
                     "Authorization: only the Basic scheme authenticates a client here".into(),
                 )
             })?;
@@ -452,6 +453,10 @@ mod tests {
         ));
         assert!(matches!(
             clients.basic("Bearer x"),
+            Err(ClientError::Invalid(_))
+        ));
+        assert!(matches!(
+            clients.basic("Basic not-base64!"),
             Err(ClientError::Malformed(_))
         ));
     }
