@@ -539,6 +539,11 @@ impl Config {
                 )));
             }
         }
+        if self.http.poll_interval_seconds == Some(0) {
+            return Err(ConfigError::Invalid(
+                "http.poll_interval_seconds must be at least 1".into(),
+            ));
+        }
         let s = &self.serving;
         if s.handshake_timeout_ms == 0
             || s.idle_timeout_seconds == 0
@@ -643,6 +648,21 @@ mod tests {
         );
         let err = Config::parse("[storage]\nwal_checkpoints = \"litestream\"\n").unwrap_err();
         assert!(err.contains("wal_checkpoints"), "{err}");
+    }
+
+    #[test]
+    fn ciba_clients_are_read_and_a_zero_poll_interval_refused() {
+        let config = Config::parse(
+            "[http]\npoll_interval_seconds = 2\n[[http.clients]]\nclient_id = \"app\"\nagent = \"a\"\nsecret_env = \"S\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.http.poll_interval_seconds, Some(2));
+        assert_eq!(config.http.clients[0].client_id, "app");
+        let zero = Config::parse("[http]\npoll_interval_seconds = 0\n").unwrap();
+        let err = zero.validate().unwrap_err().to_string();
+        assert!(err.contains("http.poll_interval_seconds"), "{err}");
+        let err = Config::parse("[[http.clients]]\nclient = \"x\"\n").unwrap_err();
+        assert!(err.contains("client"), "{err}");
     }
 
     #[test]
