@@ -300,3 +300,22 @@ def test_malformed_authorization_details_are_refused_naming_the_field(
     answer = response.json()
     assert answer["error"] == error
     assert answer["error_description"].startswith(field)
+
+
+def test_an_authzen_evaluation_that_needs_a_person_names_the_ciba_request(provider: Provider) -> None:
+    evaluation = {
+        "subject": {"type": "agent", "id": AGENT},
+        "resource": {
+            "type": "tool",
+            "id": "deploy",
+            "properties": {"arguments": {"env": "prod"}, "risk": "high"},
+        },
+        "action": {"name": "deploy"},
+    }
+    answer = requests.post(f"{provider.issuer}/access/v1/evaluation", json=evaluation, timeout=10).json()
+    assert answer["decision"] is False
+    ciba = answer["context"]["ask"]["ciba"]
+    assert ciba["backchannel_authentication_endpoint"] == provider.authorize_endpoint
+    # What the evaluation names is what /bc-authorize takes.
+    session = provider.session("basic-app", SECRET)
+    asked(provider.ask(session, authorization_details=json.dumps(ciba["authorization_details"])))
