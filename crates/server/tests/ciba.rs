@@ -689,3 +689,52 @@ async fn a_used_assertion_stays_used_after_a_restart() {
         .await;
     assert_eq!(status, 200, "{answer}");
 }
+
+#[tokio::test]
+async fn a_login_hint_may_name_one_approver() {
+    let front = start().await;
+    let auth_req_id = front
+        .ask("deploy", json!({}), &[("login_hint", "bob")])
+        .await;
+    let mut admin = front.agent().await;
+    let approval = admin
+        .get_approval(pb::GetApprovalRequest {
+            approval_id: approval_id(&auth_req_id).into(),
+        })
+        .await
+        .expect("GetApproval")
+        .into_inner();
+    assert_eq!(approval.approver_groups[0].group, "bob");
+    assert_eq!(approval.approver_groups[0].members, ["bob"]);
+
+    // Alice is not the one named.
+    let refused = admin
+        .decide(common::decide(
+            &approval.id,
+            pb::Verdict::Approve,
+            "1001",
+            "alice",
+        ))
+        .await
+        .expect_err("alice may not decide");
+    assert!(
+        refused.message().contains("not a member of bob"),
+        "{refused:?}"
+    );
+    admin
+        .decide(common::decide(
+            &approval.id,
+            pb::Verdict::Approve,
+            "1002",
+            "bob",
+        ))
+        .await
+        .expect("bob decides");
+    let (status, tokens) = front
+        .poll(Auth::Basic("app", CLIENT_SECRET), &auth_req_id)
+        .await;
+    assert_eq!(status, 200, "{tokens}");
+    let keys = KeySet::from_jwks(&front.get("/.well-known/jwks.json").await.to_string()).unwrap();
+    let access = verify_jws(tokens["access_token"].as_str().unwrap(), "at+jwt", &keys).unwrap();
+    assert_eq!(access["sub"], "bob");
+}
