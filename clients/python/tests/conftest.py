@@ -40,6 +40,28 @@ def server_binary() -> Path:
     return binary
 
 
+@pytest.fixture(scope="session")
+def postgres_url(server_binary: Path) -> str:
+    """A database of a private PostgreSQL cluster (the Rust tests' countersign-test-postgres,
+    beside the server binary or in target/debug), stopped once this test process ends."""
+    named = os.environ.get("COUNTERSIGN_TEST_POSTGRES_BIN")
+    candidates = [Path(named)] if named else []
+    target = REPO / os.environ.get("CARGO_TARGET_DIR", "target")
+    candidates += [
+        server_binary.parent / "countersign-test-postgres",
+        target / "debug" / "countersign-test-postgres",
+    ]
+    binary = next((c for c in candidates if c.exists()), None)
+    if binary is None:
+        pytest.fail(f"no countersign-test-postgres among {[str(c) for c in candidates]}: build the workspace")
+    started = subprocess.run(
+        [str(binary), "--until", str(os.getpid())], capture_output=True, text=True, check=False, timeout=120
+    )
+    if started.returncode != 0:
+        pytest.fail(f"countersign-test-postgres failed: {started.stderr}")
+    return f"postgres://postgres@127.0.0.1:{started.stdout.strip()}/postgres"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -49,12 +71,15 @@ def free_port() -> int:
 class Server:
     """One countersign-server process; ``restart`` keeps its port and database."""
 
-    def __init__(self, binary: Path, workdir: Path, config: str, env: dict[str, str]) -> None:
+    def __init__(
+        self, binary: Path, workdir: Path, config: str, env: dict[str, str], database: str | None = None
+    ) -> None:
         self.binary = binary
         self.workdir = workdir
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.database = workdir / "countersign.db"
+        # A SQLite file in the work directory, or the PostgreSQL URL given.
+        self.database = database or workdir / "countersign.db"
         self.config = workdir / "countersign.toml"
         self.config.write_text(config)
         self.env = {**os.environ, "RUST_LOG": "warn,countersign_server=info", **env}
@@ -130,10 +155,15 @@ def start_server(
     ``extra`` TOML (arrays of tables); all are stopped at the end."""
     servers: list[Server] = []
 
-    def start(extra: str = "", env: dict[str, str] | None = None, **sections: dict[str, object]) -> Server:
+    def start(
+        extra: str = "",
+        env: dict[str, str] | None = None,
+        database: str | None = None,
+        **sections: dict[str, object],
+    ) -> Server:
         workdir = tmp_path_factory.mktemp("server")
         merged = {t: {**BASE_SETTINGS.get(t, {}), **sections.get(t, {})} for t in {*BASE_SETTINGS, *sections}}
-        server = Server(server_binary, workdir, render(merged) + extra, env or {})
+        server = Server(server_binary, workdir, render(merged) + extra, env or {}, database)
         servers.append(server)
         return server
 

@@ -28,10 +28,14 @@ pub struct GroupSpec {
     pub destinations: Vec<Route>,
 }
 
-/// The configured groups, checked against the approver registry.
+/// The configured groups, checked against the approver registry; and, for a name that is
+/// no configured group but a registered approver's id, that approver alone (an OpenID CIBA
+/// `login_hint` names who decides so).
 #[derive(Debug, Clone, Default)]
 pub struct Groups {
     groups: Vec<GroupQuorum>,
+    /// One group per registered approver, named by the approver's id, of the approver only.
+    personal: Vec<GroupQuorum>,
 }
 
 impl Groups {
@@ -49,7 +53,17 @@ impl Groups {
             }
             groups.push(group);
         }
-        Ok(Groups { groups })
+        let personal = approvers
+            .summaries()
+            .map(|(id, _, _)| GroupQuorum {
+                group: id.to_owned(),
+                required: 1,
+                members: vec![id.to_owned()],
+                destinations: Vec::new(),
+                contacts: approvers.identities_of(id),
+            })
+            .collect();
+        Ok(Groups { groups, personal })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -68,15 +82,19 @@ impl Groups {
             .map(|g| g.members.len())
     }
 
+    /// The group `name` as configured, else the approver of that id alone.
     fn snapshot(&self, field: &str, name: &str) -> Result<GroupQuorum, Error> {
         self.groups
             .iter()
             .find(|g| g.group == name)
+            .or_else(|| self.personal.iter().find(|g| g.group == name))
             .cloned()
             .ok_or_else(|| {
                 Error::invalid(
                     field,
-                    format!("no group {name:?} is configured (see [[groups]])"),
+                    format!(
+                        "no group {name:?} is configured (see [[groups]]), nor an approver of that id"
+                    ),
                 )
             })
     }

@@ -409,6 +409,31 @@ pub struct HttpConfig {
     /// The base URL callers reach the listener at, as published in the metadata documents
     /// (behind a proxy: the proxy's URL). Unset: `http://` and the listen address.
     pub public_url: Option<String>,
+    /// OpenID CIBA: the seconds a client waits between polls of the token endpoint (the
+    /// `interval` of `/bc-authorize`'s answer). Unset: 5.
+    pub poll_interval_seconds: Option<u32>,
+    /// OpenID CIBA clients; none: `/bc-authorize` and `/token` refuse every client.
+    pub clients: Vec<CibaClientConfig>,
+}
+
+/// One `[[http.clients]]` entry: an OpenID CIBA client, which acts for one agent with the
+/// rights of an agent token bound to it. It authenticates with a secret
+/// (`client_secret_basic`: `secret_env` or `secret_file`) or with a JWT signed by one of its
+/// keys (`private_key_jwt`: `jwks` or `jwks_file`), or either.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CibaClientConfig {
+    pub client_id: String,
+    /// The agent id the client's approvals are asked for.
+    pub agent: String,
+    /// Environment variable that holds the client secret.
+    pub secret_env: Option<String>,
+    /// File that holds the client secret (surrounding whitespace is ignored).
+    pub secret_file: Option<PathBuf>,
+    /// The client's public keys as JSON: one JWK or a JWKS (`{"keys": [...]}`).
+    pub jwks: Option<String>,
+    /// File that holds the client's public keys, as `jwks`.
+    pub jwks_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -539,6 +564,11 @@ impl Config {
                     "http.public_url {url:?} must start with https:// or http://"
                 )));
             }
+        }
+        if self.http.poll_interval_seconds == Some(0) {
+            return Err(ConfigError::Invalid(
+                "http.poll_interval_seconds must be at least 1".into(),
+            ));
         }
         let s = &self.serving;
         if s.handshake_timeout_ms == 0
@@ -674,6 +704,21 @@ mod tests {
         );
         let err = Config::parse("[storage]\nwal_checkpoints = \"litestream\"\n").unwrap_err();
         assert!(err.contains("wal_checkpoints"), "{err}");
+    }
+
+    #[test]
+    fn ciba_clients_are_read_and_a_zero_poll_interval_refused() {
+        let config = Config::parse(
+            "[http]\npoll_interval_seconds = 2\n[[http.clients]]\nclient_id = \"app\"\nagent = \"a\"\nsecret_env = \"S\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.http.poll_interval_seconds, Some(2));
+        assert_eq!(config.http.clients[0].client_id, "app");
+        let zero = Config::parse("[http]\npoll_interval_seconds = 0\n").unwrap();
+        let err = zero.validate().unwrap_err().to_string();
+        assert!(err.contains("http.poll_interval_seconds"), "{err}");
+        let err = Config::parse("[[http.clients]]\nclient = \"x\"\n").unwrap_err();
+        assert!(err.contains("client"), "{err}");
     }
 
     #[test]

@@ -96,6 +96,8 @@ pub async fn serve_with_metrics(
         .await
         .map_err(ServeError::HttpListen)?;
     let security = Arc::new(Security::from_config(&config, listen)?);
+    let ciba_clients =
+        standards::Clients::from_config(&config.http.clients, |v| std::env::var(v).ok())?;
     let tls = config.tls.as_ref().map(security::server_tls).transpose()?;
     let config = Arc::new(config);
     let hub = Hub::new(config.watch.buffer_events.max(1024));
@@ -177,8 +179,15 @@ pub async fn serve_with_metrics(
         security.clone(),
         stop_rx,
     ));
-    let standards_task =
-        http_listener.map(|listener| spawn_standards(app.clone(), auth.clone(), &config, listener));
+    let standards_task = http_listener.map(|listener| {
+        let ciba = Arc::new(standards::Ciba::new(
+            ciba_clients,
+            keys.clone(),
+            config.http.poll_interval_seconds,
+            config.receipts.ttl_seconds,
+        ));
+        spawn_standards(app.clone(), auth.clone(), &config, ciba, listener)
+    });
     let api = ApprovalServiceServer::new(ApprovalApi::new(app.clone(), keys))
         .max_decoding_message_size(config.limits.max_message_bytes);
     let admin = AdminServiceServer::new(AdminApi::new(app))
@@ -335,6 +344,7 @@ fn spawn_standards(
     app: Arc<App>,
     auth: Authenticator,
     config: &Config,
+    ciba: Arc<standards::Ciba>,
     listener: TcpListener,
 ) -> tokio::task::JoinHandle<()> {
     let address = listener
@@ -348,7 +358,7 @@ fn spawn_standards(
     let stop = app.shutdown();
     tracing::info!(listen = %address, base_url = %base_url, "standards endpoints listening");
     tokio::spawn(async move {
-        if let Err(e) = standards::serve(app, auth, base_url, listener, stop).await {
+        if let Err(e) = standards::serve(app, auth, base_url, ciba, listener, stop).await {
             tracing::error!(error = %e, "the standards endpoints stopped");
         }
     })

@@ -19,6 +19,7 @@ use countersign_core::{Approval, Millis};
 use ed25519_dalek::SigningKey;
 use rand::RngCore as _;
 use serde_json::{json, Value};
+use sha2::{Digest as _, Sha256};
 
 /// The key set's file in the keys directory.
 pub const KEYS_FILE: &str = "receipt-keys.json";
@@ -105,6 +106,23 @@ impl ReceiptKeys {
     pub fn sign(&self, approval: &Approval, seq: i64) -> Option<String> {
         let claims = ReceiptClaims::of(approval, seq, self.ttl_seconds)?;
         Some(receipt::sign_receipt(&self.current, &claims))
+    }
+
+    /// A compact JWS of type `typ` over `claims`, signed with the current key (the OpenID
+    /// CIBA tokens, `crate::standards`).
+    pub fn sign_jws(&self, typ: &str, claims: &Value) -> String {
+        receipt::sign_jws(&self.current, typ, claims)
+    }
+
+    /// A 32-byte secret for `purpose`, derived from the current private key: it changes with
+    /// a rotation and is never stored.
+    pub fn derived_secret(&self, purpose: &str) -> [u8; 32] {
+        let mut hash = Sha256::new();
+        hash.update(b"countersign derived secret\0");
+        hash.update(purpose.as_bytes());
+        hash.update([0]);
+        hash.update(self.current.to_bytes());
+        hash.finalize().into()
     }
 
     /// A signed checkpoint of the audit chain's head.

@@ -4,6 +4,7 @@
 mod approvals;
 mod audit;
 mod backup;
+mod ciba;
 mod common;
 mod edits;
 mod faults;

@@ -171,3 +171,65 @@ fn a_delegate_deciding_after_the_delegator_casts_the_same_vote_again() {
         DecideOutcome::Resolved
     );
 }
+
+#[test]
+fn an_approver_id_that_is_no_group_names_that_approver_alone() {
+    use crate::groups::{GroupQuorum, GroupSpec, Groups};
+    let registry = ApproverRegistry::compile(&[
+        spec("alice", "critical", &[("cli", &["alice"])]),
+        spec("bob", "critical", &[("cli", &["bob"])]),
+    ])
+    .unwrap();
+    // A configured group of the same name as an approver wins.
+    let groups = Groups::compile(
+        &[GroupSpec {
+            name: "bob".into(),
+            members: vec!["alice".into(), "bob".into()],
+            destinations: Vec::new(),
+        }],
+        &registry,
+    )
+    .unwrap();
+    assert_eq!(groups.len(), 1, "only configured groups count as groups");
+    let resolved = |name: &str| {
+        let mut request = ApprovalRequest {
+            approver_groups: vec![GroupQuorum {
+                group: name.into(),
+                required: 1,
+                ..Default::default()
+            }],
+            ..crate::validate::validate_request(
+                crate::validate::RequestInput {
+                    agent_id: "a".into(),
+                    idempotency_key: "k".into(),
+                    tool_name: "t".into(),
+                    arguments_json: "{}".into(),
+                    risk: Some(Risk::High),
+                    ..Default::default()
+                },
+                &crate::validate::Limits::default(),
+            )
+            .unwrap()
+        };
+        groups
+            .resolve(&mut request)
+            .map(|()| request.approver_groups)
+    };
+    let alice = resolved("alice").unwrap();
+    assert_eq!(alice[0].members, ["alice"]);
+    assert_eq!(alice[0].contacts[0].target, "alice");
+    assert_eq!(resolved("bob").unwrap()[0].members, ["alice", "bob"]);
+    let unknown = resolved("carol").unwrap_err().to_string();
+    assert!(unknown.contains("no group \"carol\""), "{unknown}");
+
+    let mut approval = approval(Risk::High, "carol");
+    approval.approver_groups = alice;
+    let bob = decider("cli", "bob", "bob");
+    let refused = registry
+        .authorize(&bob, Verdict::Approve, &approval, &[])
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("not a member of alice"),
+        "{refused}"
+    );
+}

@@ -9,6 +9,7 @@
 //! This file only declares and re-exports; what the use cases share ([`App`]) is `shared.rs`.
 
 mod admin;
+mod assertions;
 mod callers;
 mod decide;
 mod error;

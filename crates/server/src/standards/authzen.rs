@@ -19,6 +19,7 @@ use countersign_core::validate::RequestInput;
 use countersign_core::{Disposition, Error as DomainError, Risk, Verdict};
 use serde_json::{json, Map, Value};
 
+use super::ciba;
 use super::http::{answer, json_object, Front, FrontState, HttpError};
 use crate::app::{AppError, Evaluation};
 use crate::caller::Caller;
@@ -153,7 +154,7 @@ fn semantic_of(request: &Map<String, Value>) -> Result<Semantic, HttpError> {
 /// The evaluation's answer, or its refusal with the request's field names.
 async fn decide(front: &Front, caller: &Caller, input: RequestInput) -> Result<Value, HttpError> {
     match front.app.evaluate(caller, input).await {
-        Ok(evaluation) => Ok(decision_of(evaluation)),
+        Ok(evaluation) => Ok(decision_of(front, evaluation)),
         Err(AppError::Domain(DomainError::InvalidArgument { field, message })) => {
             Err(HttpError::invalid(wire_field(&field), message))
         }
@@ -175,7 +176,7 @@ fn wire_field(field: &str) -> &str {
     }
 }
 
-fn decision_of(evaluation: Evaluation) -> Value {
+fn decision_of(front: &Front, evaluation: Evaluation) -> Value {
     let Evaluation {
         disposition,
         request,
@@ -201,7 +202,7 @@ fn decision_of(evaluation: Evaluation) -> Value {
                 .iter()
                 .map(|g| json!({"group": g.group, "required": g.required}))
                 .collect();
-            json!({
+            let mut answer = json!({
                 "decision": false,
                 "context": {
                     "reason": "a person must approve this call",
@@ -220,7 +221,17 @@ fn decision_of(evaluation: Evaluation) -> Value {
                         },
                     },
                 },
-            })
+            });
+            // With CIBA clients registered, a client may ask through the standard as well.
+            if front.ciba.has_clients() {
+                answer["context"]["ask"]["ciba"] = Value::Object(ciba::ask_of(
+                    &front.base_url,
+                    &request.tool_name,
+                    &arguments,
+                    request.risk,
+                ));
+            }
+            answer
         }
     }
 }

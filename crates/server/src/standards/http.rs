@@ -11,6 +11,7 @@ use axum::Json;
 use countersign_core::Error as DomainError;
 use serde_json::{json, Value};
 
+use super::ciba_state::Ciba;
 use crate::app::{App, AppError};
 use crate::auth::Authenticator;
 use crate::caller::Caller;
@@ -23,6 +24,8 @@ pub(super) struct Front {
     pub(super) auth: Authenticator,
     /// The listener's public base URL, for the metadata documents.
     pub(super) base_url: String,
+    /// OpenID CIBA: the clients, the token key, the polling pace.
+    pub(super) ciba: Arc<Ciba>,
 }
 
 /// A refusal: its HTTP status, an OAuth-style error code and a description that names the
@@ -57,9 +60,15 @@ impl IntoResponse for HttpError {
         let body = Json(json!({"error": self.error, "error_description": self.description}));
         let mut response = (self.status, body).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
+            // A CIBA client authenticates with Basic (RFC 6749 §5.2); agents with a bearer token.
+            let scheme = if self.error == "invalid_client" {
+                "Basic realm=\"countersign\""
+            } else {
+                "Bearer"
+            };
             response
                 .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(scheme));
         }
         response
     }

@@ -11,7 +11,7 @@
 //! state.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use countersign_core::groups::Delegation;
@@ -91,6 +91,13 @@ pub(crate) enum Change {
     SavePasskey {
         passkey: Passkey,
     },
+    /// The first use of an OpenID CIBA client assertion, remembered until `expires_at`
+    /// (answered `Reply::FirstUse`); rows of expired ones are deleted.
+    UseClientAssertion {
+        client_id: String,
+        jti: String,
+        expires_at: Millis,
+    },
 }
 
 /// What a batch reads before it is applied.
@@ -111,6 +118,8 @@ pub struct BatchKeys {
     pub due_at: Option<Millis>,
     /// Delegations to revoke.
     pub delegation_ids: Vec<String>,
+    /// (client id, jti) of client assertions to use.
+    pub client_assertions: Vec<(String, String)>,
 }
 
 impl BatchKeys {
@@ -149,6 +158,9 @@ impl BatchKeys {
                 Change::RevokeDelegation { delegation_id } => {
                     keys.delegation_ids.push(delegation_id.clone())
                 }
+                Change::UseClientAssertion { client_id, jti, .. } => keys
+                    .client_assertions
+                    .push((client_id.clone(), jti.clone())),
                 Change::CreateDelegation { .. }
                 | Change::PruneEvents { .. }
                 | Change::SavePasskey { .. } => {}
@@ -182,6 +194,8 @@ pub struct Loaded {
     pub pending: Vec<(String, Millis)>,
     /// The delegations named by id.
     pub delegations: Vec<Delegation>,
+    /// Of `client_assertions`, the ones already used.
+    pub used_client_assertions: Vec<(String, String)>,
 }
 
 /// One event row to append.
@@ -217,6 +231,10 @@ pub struct WriteSet {
     /// Row bodies of `approvals` encoded before the writer had them (new approvals made in
     /// their callers' tasks); an approval changed later in the batch is no longer here.
     pub encoded: HashMap<String, String>,
+    /// (client id, jti, expires at) of client assertions used for the first time.
+    pub client_assertions: Vec<(String, String, Millis)>,
+    /// Delete the used client assertions that expired by then.
+    pub forget_assertions_before: Option<Millis>,
 }
 
 impl WriteSet {
@@ -242,6 +260,8 @@ impl WriteSet {
             && self.prune_before.is_none()
             && self.delegations.is_empty()
             && self.passkeys.is_empty()
+            && self.client_assertions.is_empty()
+            && self.forget_assertions_before.is_none()
     }
 }
 
@@ -337,6 +357,8 @@ pub(crate) enum Reply {
     Count(u64),
     /// Events were pruned; how many is known once the batch is written.
     Pruned,
+    /// Whether a client assertion was used for the first time.
+    FirstUse(bool),
 }
 
 /// What one change produced in its batch.
@@ -352,6 +374,7 @@ pub(crate) struct Plan {
     grants: Vec<BoundedGrant>,
     pending: HashMap<String, Vec<Millis>>,
     delegations: HashMap<String, Delegation>,
+    used_client_assertions: HashSet<(String, String)>,
     head: ChainHead,
     redact_arguments: bool,
     receipts: Option<Arc<ReceiptKeys>>,
@@ -398,6 +421,7 @@ impl Plan {
                 .into_iter()
                 .map(|d| (d.id.clone(), d))
                 .collect(),
+            used_client_assertions: loaded.used_client_assertions.into_iter().collect(),
             head,
             redact_arguments,
             receipts,
@@ -774,6 +798,25 @@ impl Plan {
                     events: Vec::new(),
                 })
             }
+            Change::UseClientAssertion {
+                client_id,
+                jti,
+                expires_at,
+            } => {
+                let first = self
+                    .used_client_assertions
+                    .insert((client_id.clone(), jti.clone()));
+                if first {
+                    self.writes
+                        .client_assertions
+                        .push((client_id, jti, expires_at));
+                }
+                self.writes.forget_assertions_before = Some(now);
+                Ok(Applied {
+                    reply: Reply::FirstUse(first),
+                    events: Vec::new(),
+                })
+            }
         }
     }
 
@@ -968,7 +1011,11 @@ impl Plan {
             let reply_approval = match &mut applied.reply {
                 Reply::Requested(requested) => Some(&mut requested.approval),
                 Reply::Decided(_, approval) | Reply::Approval(approval) => Some(approval),
-                Reply::Grant(_) | Reply::Delegation(_) | Reply::Count(_) | Reply::Pruned => None,
+                Reply::Grant(_)
+                | Reply::Delegation(_)
+                | Reply::Count(_)
+                | Reply::Pruned
+                | Reply::FirstUse(_) => None,
             };
             for approval in applied
                 .events
@@ -995,7 +1042,11 @@ impl Plan {
         let reply_approval = match &mut applied.reply {
             Reply::Requested(requested) => Some(&mut requested.approval),
             Reply::Decided(_, approval) | Reply::Approval(approval) => Some(approval),
-            Reply::Grant(_) | Reply::Delegation(_) | Reply::Count(_) | Reply::Pruned => None,
+            Reply::Grant(_)
+            | Reply::Delegation(_)
+            | Reply::Count(_)
+            | Reply::Pruned
+            | Reply::FirstUse(_) => None,
         };
         let mut resolved: Vec<String> = Vec::new();
         for approval in applied

@@ -350,6 +350,26 @@ impl Store {
         }
     }
 
+    /// Uses the OpenID CIBA client assertion `jti` of `client_id`, remembered until
+    /// `expires_at`: false when it was used before (a replay).
+    pub(crate) async fn use_client_assertion(
+        &self,
+        client_id: &str,
+        jti: &str,
+        expires_at: Millis,
+        now: Millis,
+    ) -> Result<bool, StoreError> {
+        let change = Change::UseClientAssertion {
+            client_id: client_id.to_owned(),
+            jti: jti.to_owned(),
+            expires_at,
+        };
+        match self.submit(change, now).await? {
+            Reply::FirstUse(first) => Ok(first),
+            _ => Err(unexpected_reply()),
+        }
+    }
+
     /// Expires, escalates and reminds the pending approvals whose next due time passed (at
     /// most [`batch::EXPIRY_SWEEP_LIMIT`] at a time); returns how many changed.
     pub(crate) async fn sweep_due(&self, now: Millis) -> Result<u64, StoreError> {

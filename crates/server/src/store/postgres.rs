@@ -208,6 +208,14 @@ const REVOKE_GRANTS: &str = "
 UPDATE grants SET revoked_at_ms = revoked.at
   FROM unnest($1::text[], $2::bigint[]) AS revoked (id, at) WHERE grants.id = revoked.id";
 
+const USED_CLIENT_ASSERTIONS: &str = "
+SELECT client_id, jti FROM used_client_assertions
+ WHERE (client_id, jti) IN (SELECT * FROM unnest($1::text[], $2::text[]))";
+
+const INSERT_CLIENT_ASSERTIONS: &str = "
+INSERT INTO used_client_assertions (client_id, jti, expires_at_ms)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])";
+
 const REDACT_EVENTS: &str = "
 UPDATE events SET body = jsonb_set(body::jsonb, '{approval,arguments_json}', '\"\"')::text
  WHERE approval_id = ANY($1) AND body::jsonb #>> '{approval,arguments_json}' <> ''";
@@ -294,6 +302,18 @@ impl WriterConnection for PgWriter {
                 .iter()
                 .map(delegation_from_row)
                 .collect::<Result<_, _>>()?;
+        }
+        if !keys.client_assertions.is_empty() {
+            let (clients, jtis): (Vec<&str>, Vec<&str>) = keys
+                .client_assertions
+                .iter()
+                .map(|(client, jti)| (client.as_str(), jti.as_str()))
+                .unzip();
+            loaded.used_client_assertions = sqlx::query_as(USED_CLIENT_ASSERTIONS)
+                .bind(clients)
+                .bind(jtis)
+                .fetch_all(&mut self.conn)
+                .await?;
         }
         if !keys.pending_agents.is_empty() {
             loaded.pending = sqlx::query_as(LOAD_PENDING)
@@ -384,6 +404,21 @@ impl WriterConnection for PgWriter {
                 .bind(p.algorithm)
                 .bind(p.sign_count)
                 .bind(p.created_at)
+                .execute(&mut self.conn)
+                .await?;
+        }
+        if let Some(before) = writes.forget_assertions_before {
+            sqlx::query("DELETE FROM used_client_assertions WHERE expires_at_ms <= $1")
+                .bind(before)
+                .execute(&mut self.conn)
+                .await?;
+        }
+        if !writes.client_assertions.is_empty() {
+            let assertions = &writes.client_assertions;
+            sqlx::query(INSERT_CLIENT_ASSERTIONS)
+                .bind(column(assertions, |(client, _, _)| client.as_str()))
+                .bind(column(assertions, |(_, jti, _)| jti.as_str()))
+                .bind(column(assertions, |(_, _, expires_at)| *expires_at))
                 .execute(&mut self.conn)
                 .await?;
         }

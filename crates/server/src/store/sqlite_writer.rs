@@ -69,6 +69,12 @@ const UPSERT_PASSKEY: &str = "INSERT INTO passkeys (credential_id, approver, nam
  algorithm, sign_count, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
  ON CONFLICT (credential_id) DO UPDATE SET sign_count = excluded.sign_count
  WHERE passkeys.approver = excluded.approver";
+const USED_CLIENT_ASSERTION: &str =
+    "SELECT 1 FROM used_client_assertions WHERE client_id = ?1 AND jti = ?2";
+const INSERT_CLIENT_ASSERTION: &str =
+    "INSERT INTO used_client_assertions (client_id, jti, expires_at_ms) VALUES (?1, ?2, ?3)";
+const FORGET_CLIENT_ASSERTIONS: &str =
+    "DELETE FROM used_client_assertions WHERE expires_at_ms <= ?1";
 const PROBE: &str = "INSERT INTO storage_probe (id, at_ms) VALUES (1, ?1)
  ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms";
 
@@ -277,6 +283,17 @@ impl SqliteWriter {
                 ])?;
             }
         }
+        if let Some(before) = writes.forget_assertions_before {
+            self.conn
+                .prepare_cached(FORGET_CLIENT_ASSERTIONS)?
+                .execute([before])?;
+        }
+        if !writes.client_assertions.is_empty() {
+            let mut insert = self.conn.prepare_cached(INSERT_CLIENT_ASSERTION)?;
+            for (client_id, jti, expires_at) in &writes.client_assertions {
+                insert.execute(params![client_id, jti, expires_at])?;
+            }
+        }
         Ok(())
     }
 
@@ -394,6 +411,16 @@ impl WriterConnection for SqliteWriter {
             for id in &keys.delegation_ids {
                 if let Some(found) = by_id.query_row([id], delegation).optional()? {
                     loaded.delegations.push(found);
+                }
+            }
+        }
+        if !keys.client_assertions.is_empty() {
+            let mut used = self.conn.prepare_cached(USED_CLIENT_ASSERTION)?;
+            for (client_id, jti) in &keys.client_assertions {
+                if used.exists([client_id, jti])? {
+                    loaded
+                        .used_client_assertions
+                        .push((client_id.clone(), jti.clone()));
                 }
             }
         }

@@ -3,6 +3,7 @@
 //! serving the real response shapes, and the client SDK on the agent side.
 
 mod binary;
+mod ciba;
 mod common;
 mod cursor;
 mod fake_bot_api;
