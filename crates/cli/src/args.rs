@@ -94,7 +94,9 @@ pub struct Cli<C: Subcommand> {
         global = true,
         help_heading = "Global options",
         env = "COUNTERSIGN_RECEIPT_PIN",
-        value_name = "FINGERPRINT"
+        value_name = "FINGERPRINT",
+        // A fingerprint is base64url: one in 64 starts with '-'.
+        allow_hyphen_values = true
     )]
     pub receipt_pin: Option<String>,
     /// Output format

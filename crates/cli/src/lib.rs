@@ -154,6 +154,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_receipt_pin_that_starts_with_a_hyphen_is_a_value() {
+        let pin = "-XbsKDG3nS0ZrqVLV6NY3MkQ1WxdCo-HT7bQx1lpU5g";
+        for line in [
+            vec!["countersign", "hook", "claude-code", "--receipt-pin", pin],
+            vec!["countersign", "--receipt-pin", pin, "hook", "claude-code"],
+        ] {
+            let cli = FullCli::try_parse_from(&line).unwrap();
+            assert_eq!(cli.receipt_pin.as_deref(), Some(pin), "{line:?}");
+        }
+        let hook = Cli::<HookCommand>::try_parse_from([
+            "countersign",
+            "hook",
+            "codex",
+            "--receipt-pin",
+            pin,
+        ])
+        .unwrap();
+        assert_eq!(hook.receipt_pin.as_deref(), Some(pin));
+    }
+
+    #[test]
     fn hook_is_recognised_after_global_options_and_their_values() {
         fn line(words: &[&str]) -> impl Iterator<Item = String> {
             let words: Vec<String> = std::iter::once("countersign")
