@@ -21,7 +21,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use tracing_subscriber::EnvFilter;
 
 use crate::args::{Cli, FullCli, HookCommand};
@@ -54,7 +54,14 @@ pub fn hook_main() -> ExitCode {
         .into_iter()
         .chain(std::iter::once("hook".into()))
         .chain(words);
-    match Cli::<HookCommand>::try_parse_from(line) {
+    // Its help and errors show the line as typed: `countersign-hook [OPTIONS] <HOST>`.
+    let parser = Cli::<HookCommand>::command().mut_subcommand("hook", |hook| {
+        hook.override_usage("countersign-hook [OPTIONS] <HOST>")
+    });
+    match parser
+        .try_get_matches_from(line)
+        .and_then(|matches| Cli::<HookCommand>::from_arg_matches(&matches))
+    {
         Ok(cli) => run_to_exit(true, false, commands::run_hook(cli)),
         Err(error) => parse_failure(&error, true),
     }

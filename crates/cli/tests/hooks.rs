@@ -797,6 +797,34 @@ async fn a_hook_command_line_the_host_cannot_use_blocks_the_call() {
         .await
         .unwrap();
     assert_exit(&output, 64);
+    // `countersign-hook ARGS` is `countersign hook ARGS`: the same block, and the same help.
+    for args in [&["claude-code", "--bogus"][..], &["nobody"]] {
+        let output = countersign_hook("http://127.0.0.1:1")
+            .args(args)
+            .output()
+            .await
+            .unwrap();
+        assert_exit(&output, 2);
+        assert!(stdout(&output).is_empty());
+    }
+    let help = countersign_hook("http://127.0.0.1:1")
+        .arg("--help")
+        .output()
+        .await
+        .unwrap();
+    assert_exit(&help, 0);
+    let hook_help = countersign("http://127.0.0.1:1")
+        .args(["hook", "--help"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        stdout(&help),
+        stdout(&hook_help).replace(
+            "Usage: countersign hook [OPTIONS]",
+            "Usage: countersign-hook [OPTIONS]"
+        )
+    );
 }
 
 /// The rest of a child's stderr, kept open while the child runs (a hook whose stderr is closed

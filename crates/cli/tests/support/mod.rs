@@ -39,7 +39,19 @@ pub fn cache_home() -> PathBuf {
 
 /// `countersign` talking to `server`, as user `tester`, with no settings from the machine.
 pub fn countersign(server: &str) -> Command {
-    let mut command = Command::new(countersign_binary());
+    client_command(countersign_binary(), server)
+}
+
+/// `countersign-hook` (beside `countersign`), like [`countersign`].
+pub fn countersign_hook(server: &str) -> Command {
+    client_command(
+        countersign_binary().with_file_name("countersign-hook"),
+        server,
+    )
+}
+
+fn client_command(program: PathBuf, server: &str) -> Command {
+    let mut command = Command::new(program);
     command
         .env("COUNTERSIGN_SERVER", server)
         .env("XDG_CACHE_HOME", cache_home())
