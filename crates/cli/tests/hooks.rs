@@ -776,37 +776,28 @@ async fn a_retried_call_gets_the_same_approval_and_identical_digest_calls_share_
 
 #[tokio::test]
 async fn a_hook_command_line_the_host_cannot_use_blocks_the_call() {
-    // Exit 2 is "block" in all three hosts; any other failure would let the call run.
-    for args in [
-        &["hook", "claude-code", "--bogus"][..],
-        &["hook", "nobody"],
-        &["--server", "http://x", "hook", "codex", "--timeout", "soon"],
+    // Exit 2 is "block" in all three hosts; any other failure would let the call run. And
+    // `countersign-hook ARGS` is `countersign hook ARGS`: the same block.
+    let server = "http://127.0.0.1:1";
+    for mut command in [
+        countersign(server).args(["hook", "claude-code", "--bogus"]),
+        countersign(server).args(["hook", "nobody"]),
+        countersign(server).args(["--server", "http://x", "hook", "codex", "--timeout", "soon"]),
+        countersign_hook(server).args(["claude-code", "--bogus"]),
+        countersign_hook(server).args(["nobody"]),
     ] {
-        let output = countersign("http://127.0.0.1:1")
-            .args(args)
-            .output()
-            .await
-            .unwrap();
+        let output = command.output().await.unwrap();
         assert_exit(&output, 2);
         assert!(stdout(&output).is_empty());
     }
     // Other commands keep their usage exit code.
-    let output = countersign("http://127.0.0.1:1")
+    let output = countersign(server)
         .args(["list", "--bogus"])
         .output()
         .await
         .unwrap();
     assert_exit(&output, 64);
-    // `countersign-hook ARGS` is `countersign hook ARGS`: the same block, and the same help.
-    for args in [&["claude-code", "--bogus"][..], &["nobody"]] {
-        let output = countersign_hook("http://127.0.0.1:1")
-            .args(args)
-            .output()
-            .await
-            .unwrap();
-        assert_exit(&output, 2);
-        assert!(stdout(&output).is_empty());
-    }
+    // And the same help, with its own usage line.
     let help = countersign_hook("http://127.0.0.1:1")
         .arg("--help")
         .output()
