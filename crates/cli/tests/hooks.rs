@@ -779,7 +779,7 @@ async fn a_hook_command_line_the_host_cannot_use_blocks_the_call() {
     // Exit 2 is "block" in all three hosts; any other failure would let the call run. And
     // `countersign-hook ARGS` is `countersign hook ARGS`: the same block.
     let server = "http://127.0.0.1:1";
-    for mut command in [
+    for command in [
         countersign(server).args(["hook", "claude-code", "--bogus"]),
         countersign(server).args(["hook", "nobody"]),
         countersign(server).args(["--server", "http://x", "hook", "codex", "--timeout", "soon"]),
