@@ -107,6 +107,18 @@ pub enum Owner<'a> {
     TheOnlyOne { else_new: bool },
 }
 
+impl Owner<'_> {
+    /// The owner of an identity paired by a code: the only approver on a first pairing (a
+    /// person alone who set up another channel first), a new person with `--add`.
+    pub fn pairing(add: bool) -> Self {
+        if add {
+            Owner::NewPerson
+        } else {
+            Owner::TheOnlyOne { else_new: true }
+        }
+    }
+}
+
 /// What [`register_identity`] did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Registered {
@@ -116,6 +128,21 @@ pub enum Registered {
     Joined(String),
     /// An approver (this id) had the identity already; nothing changed.
     Already(String),
+}
+
+impl Registered {
+    /// Tells the person what pairing `name` did; `goes_to`: where their approvals go.
+    pub fn announce(&self, name: &str, goes_to: &str, instance: &Instance) {
+        match self {
+            Registered::Added(id) | Registered::Joined(id) => println!(
+                "Paired {name} as approver {id}; approvals go to {goes_to}.\nWritten to {}. Next: countersign up (restart it if it is running).",
+                instance.config_file.display()
+            ),
+            Registered::Already(id) => {
+                println!("{name} ({id}) was already an approver; nothing changed.")
+            }
+        }
+    }
 }
 
 /// Registers `approver`'s identity: on the approver `owner` names, or in a new entry (who may

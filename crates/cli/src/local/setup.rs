@@ -84,18 +84,7 @@ pub async fn telegram(instance: &Instance, args: SetupTelegramArgs) -> Result<Ex
         }
     };
     reply_in_chat(&bot, &paired.message, &reply).await;
-    match &registered {
-        Registered::Added(id) | Registered::Joined(id) => println!(
-            "Paired {} as approver {id}; approvals go to chat {}.\nWritten to {}. Next: countersign up (restart it if it is running).",
-            paired.name,
-            paired.chat_id,
-            instance.config_file.display()
-        ),
-        Registered::Already(id) => println!(
-            "{} ({id}) was already an approver; nothing changed.",
-            paired.name
-        ),
-    }
+    registered.announce(&paired.name, &format!("chat {}", paired.chat_id), instance);
     crate::rules_file::offer_preset(instance, args.preset.name.as_deref())?;
     Ok(Exit::Success)
 }
@@ -403,14 +392,8 @@ fn register(
         channel: "telegram",
         identity: &user_id,
     };
-    // A first pairing joins the only approver (a person alone who set up another channel
-    // first); `--add` pairs another person.
-    let owner = if add {
-        Owner::NewPerson
-    } else {
-        Owner::TheOnlyOne { else_new: true }
-    };
-    let registered = config_file::register_identity(&mut doc, instance, &approver, owner)?;
+    let registered =
+        config_file::register_identity(&mut doc, instance, &approver, Owner::pairing(add))?;
     if let Registered::Already(_) = registered {
         return Ok(registered);
     }

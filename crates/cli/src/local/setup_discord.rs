@@ -67,18 +67,11 @@ pub async fn discord(instance: &Instance, args: SetupDiscordArgs) -> Result<Exit
     })?;
     instance.write_secret(Secret::DiscordBotToken, &token)?;
     let urls = [("api_url", Some(api_url)), ("gateway_url", gateway_url)];
-    match register(instance, existing, &paired, &urls, args.add)? {
-        Registered::Added(id) | Registered::Joined(id) => println!(
-            "Paired {} as approver {id}; approvals go to the direct-message channel {}.\nWritten to {}. Next: countersign up (restart it if it is running).",
-            paired.name,
-            paired.channel_id,
-            instance.config_file.display()
-        ),
-        Registered::Already(id) => println!(
-            "{} ({id}) was already an approver; nothing changed.",
-            paired.name
-        ),
-    }
+    register(instance, existing, &paired, &urls, args.add)?.announce(
+        &paired.name,
+        &format!("the direct-message channel {}", paired.channel_id),
+        instance,
+    );
     crate::rules_file::offer_preset(instance, args.preset.name.as_deref())?;
     Ok(Exit::Success)
 }
@@ -161,12 +154,8 @@ fn register(
         channel: countersign_discord::CHANNEL,
         identity: &paired.user_id,
     };
-    let owner = if add {
-        Owner::NewPerson
-    } else {
-        Owner::TheOnlyOne { else_new: true }
-    };
-    let registered = config_file::register_identity(&mut doc, instance, &approver, owner)?;
+    let registered =
+        config_file::register_identity(&mut doc, instance, &approver, Owner::pairing(add))?;
     if let Registered::Already(_) = registered {
         return Ok(registered);
     }
