@@ -7,7 +7,7 @@
 
 use countersign_client::{decider, pb, version, withdrawal};
 use countersign_worker::agent_text::{self, Measure};
-use countersign_worker::approval::{outcome_word, prefix};
+use countersign_worker::approval::{first_deciders, outcome_word, prefix};
 use countersign_worker::facts::{ApprovalFacts, Resolver};
 use pb::ApprovalState;
 use serde_json::{json, Value};
@@ -204,21 +204,13 @@ fn resolver(facts: &ApprovalFacts) -> String {
 
 /// Deciders as people know them: the display name (else the user id) and the channel.
 fn names(deciders: &[&pb::Decider]) -> String {
-    let mut names: Vec<String> = deciders
-        .iter()
-        .take(NAMED_APPROVERS)
-        .map(|d| {
-            format!(
-                "{} ({})",
-                code(decider::name(d), NAME_LIMIT),
-                code(&d.channel, 20)
-            )
-        })
-        .collect();
-    if deciders.len() > NAMED_APPROVERS {
-        names.push(format!("{} more", deciders.len() - NAMED_APPROVERS));
-    }
-    names.join(", ")
+    first_deciders(deciders, NAMED_APPROVERS, |d| {
+        format!(
+            "{} ({})",
+            code(decider::name(d), NAME_LIMIT),
+            code(&d.channel, 20)
+        )
+    })
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use countersign_client::{decider, pb, version, withdrawal};
 use countersign_worker::agent_text::{self, Measure};
-use countersign_worker::approval::{decide_elsewhere, outcome_word, prefix};
+use countersign_worker::approval::{decide_elsewhere, first_deciders, outcome_word, prefix};
 use countersign_worker::facts::{ApprovalFacts, Resolver};
 use pb::ApprovalState;
 use slack_morphism::prelude::*;
@@ -258,24 +258,16 @@ fn resolver(facts: &ApprovalFacts) -> String {
 
 /// Deciders as people know them: the display name (else the user id) and the channel.
 fn names(deciders: &[&pb::Decider]) -> String {
-    let mut names: Vec<String> = deciders
-        .iter()
-        .take(NAMED_APPROVERS)
-        .map(|decider| {
-            format!(
-                "{} ({})",
-                code(decider::name(decider), NAME_LIMIT),
-                escape_within(
-                    &agent_text::one_line(&decider.channel, NAME_LIMIT),
-                    NAME_LIMIT
-                )
+    first_deciders(deciders, NAMED_APPROVERS, |decider| {
+        format!(
+            "{} ({})",
+            code(decider::name(decider), NAME_LIMIT),
+            escape_within(
+                &agent_text::one_line(&decider.channel, NAME_LIMIT),
+                NAME_LIMIT
             )
-        })
-        .collect();
-    if deciders.len() > NAMED_APPROVERS {
-        names.push(format!("{} more", deciders.len() - NAMED_APPROVERS));
-    }
-    names.join(", ")
+        )
+    })
 }
 
 #[cfg(test)]

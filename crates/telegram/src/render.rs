@@ -9,7 +9,9 @@ use countersign_client::{decider, groups, pb, version};
 use pb::{ApprovalState, Risk, Scope, Verdict};
 
 use countersign_worker::agent_text::{self, Measure};
-use countersign_worker::approval::{decide_elsewhere, format_time, reminder_detail, short_id};
+use countersign_worker::approval::{
+    decide_elsewhere, first_deciders, format_time, reminder_detail, short_id,
+};
 use countersign_worker::facts::{ApprovalFacts, Resolver};
 
 use crate::callback::{ButtonAction, CallbackData};
@@ -357,15 +359,9 @@ fn resolver_html(facts: &ApprovalFacts) -> String {
 }
 
 fn names_html(deciders: &[&pb::Decider]) -> String {
-    let mut names: Vec<String> = deciders
-        .iter()
-        .take(NAMED_APPROVERS)
-        .map(|decider| agent_html(&decider_name(decider), NAME_LIMIT))
-        .collect();
-    if deciders.len() > NAMED_APPROVERS {
-        names.push(format!("{} more", deciders.len() - NAMED_APPROVERS));
-    }
-    names.join(", ")
+    first_deciders(deciders, NAMED_APPROVERS, |decider| {
+        agent_html(&decider_name(decider), NAME_LIMIT)
+    })
 }
 
 fn at_html(facts: &ApprovalFacts) -> String {

@@ -87,6 +87,20 @@ pub fn progress(approval: &pb::Approval) -> Progress<'_> {
     }
 }
 
+/// The deciders as a channel lists them: the first `shown`, each as `name` writes it in the
+/// channel's markup, then how many more.
+pub fn first_deciders(
+    deciders: &[&pb::Decider],
+    shown: usize,
+    name: impl Fn(&pb::Decider) -> String,
+) -> String {
+    let mut names: Vec<String> = deciders.iter().take(shown).map(|d| name(d)).collect();
+    if deciders.len() > shown {
+        names.push(format!("{} more", deciders.len() - shown));
+    }
+    names.join(", ")
+}
+
 /// `-` for an empty identifier (an agent or session the request did not name).
 pub fn or_dash(text: &str) -> &str {
     if text.is_empty() {
