@@ -2,8 +2,6 @@
 //! secret and by signed assertion, `/bc-authorize` making an approval, and the token
 //! endpoint's answers to each state of it, over real HTTP against the server.
 
-use std::time::{Duration, Instant};
-
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use countersign_core::receipt::{verify_jws, KeySet};
@@ -113,7 +111,6 @@ async fn start() -> Front {
         p256,
         _secrets: secrets,
     };
-    front.ready().await;
     front
 }
 
@@ -130,15 +127,6 @@ fn tool_call(tool: &str, arguments: Value) -> String {
 }
 
 impl Front {
-    async fn ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let url = format!("{}/.well-known/openid-configuration", self.base);
-        while self.http.get(&url).send().await.is_err() {
-            assert!(Instant::now() < deadline, "{url} never answered");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
     async fn get(&self, path: &str) -> Value {
         let response = self
             .http
@@ -670,7 +658,6 @@ async fn a_used_assertion_stays_used_after_a_restart() {
     assert_eq!(status, 200, "{answer}");
 
     front.server.restart().await;
-    front.ready().await;
     let (status, _, replayed) = front
         .post("/bc-authorize", Auth::Assertion(assertion), &params)
         .await;

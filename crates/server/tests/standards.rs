@@ -1,8 +1,6 @@
 //! The open-standards front door on the `[http]` listener: the AuthZEN Access Evaluation API
 //! called over HTTP with an agent's bearer token, answered by the server's policy rules.
 
-use std::time::{Duration, Instant};
-
 use countersign_proto::v1 as pb;
 use countersign_server::config::{Config, Role};
 use countersign_testkit::http::free_addr;
@@ -63,21 +61,10 @@ async fn start() -> Front {
         base: format!("http://{listen}"),
         http: reqwest::Client::new(),
     };
-    front.ready().await;
     front
 }
 
 impl Front {
-    /// Waits until the listener, bound as the server starts in its task, answers.
-    async fn ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let url = format!("{}/.well-known/authzen-configuration", self.base);
-        while self.http.get(&url).send().await.is_err() {
-            assert!(Instant::now() < deadline, "{url} never answered");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
     async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         let response = self
             .http

@@ -79,11 +79,14 @@ impl TestServer {
             running: None,
             reserved: None,
         };
-        server.launch(listener);
+        server.launch(listener).await;
         server
     }
 
-    fn launch(&mut self, listener: TcpListener) {
+    /// Runs the server in a task; returns once its `[http]` and `[metrics]` listeners, where
+    /// configured, take connections (the server binds them as it starts, after the gRPC
+    /// listener the test bound).
+    async fn launch(&mut self, listener: TcpListener) {
         let (stop, stopped) = oneshot::channel::<()>();
         let config = self.config.clone();
         let task = tokio::spawn(async move {
@@ -94,7 +97,30 @@ impl TestServer {
                 panic!("test server failed: {e}");
             }
         });
+        let own_listeners = [self.config.http.listen, self.config.metrics.listen];
         self.running = Some((stop, task));
+        for addr in own_listeners.into_iter().flatten() {
+            self.wait_for_listener(addr).await;
+        }
+    }
+
+    async fn wait_for_listener(&self, addr: SocketAddr) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(addr).await.is_err() {
+            let ended = self
+                .running
+                .as_ref()
+                .is_none_or(|(_, task)| task.is_finished());
+            assert!(
+                !ended,
+                "the test server stopped before its listener on {addr} took a connection"
+            );
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the test server's listener on {addr} took no connection in 30 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
     }
 
     pub fn url(&self) -> String {
@@ -161,7 +187,7 @@ impl TestServer {
             None => reserve(self.addr).await,
         };
         let listener = socket.listen(1024).expect("listen on the port again");
-        self.launch(listener);
+        self.launch(listener).await;
     }
 }
 
