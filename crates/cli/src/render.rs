@@ -140,6 +140,7 @@ pub fn approval_json(approval: &pb::Approval) -> Value {
         "resolved_at": timestamp_json(approval.resolved_at.as_ref()),
         "consumption": consumption,
         "policy_rule": approval.policy_rule,
+        "step_up": (!approval.step_up.is_empty()).then_some(&approval.step_up),
         "edited_arguments": parsed_or_null(&approval.edited_arguments_json),
         "edited_args_digest": approval.edited_args_digest,
         "editor": decider_json(approval.editor.as_ref()),
@@ -241,6 +242,7 @@ pub fn approval_text(approval: &pb::Approval) -> String {
     line("action:", &approval.action);
     line("reason:", &approval.reason);
     line("risk:", risk(approval));
+    line("step-up:", &approval.step_up);
     line("arguments:", &approval.arguments_json);
     line("digest:", &approval.args_digest);
     if version::is_edited(approval) {

@@ -984,6 +984,48 @@ async fn approve_with_args_digest_approves_only_the_version_named() {
     );
 }
 
+/// An approval a rule marks `step_up = "passkey"`: `get` shows it, and `approve` from the CLI
+/// is refused with where to approve instead (the inbox page), deciding nothing.
+#[tokio::test]
+async fn get_shows_a_passkey_step_up_and_approve_says_where_to_give_it() {
+    let server = TestServer::start_with_toml(
+        "[passkeys]\ninbox_url = \"http://localhost:8080\"\n\n[[rules]]\nname = \"deploys need a passkey\"\naction = \"require\"\nstep_up = \"passkey\"\n[rules.match]\ntool = \"deploy\"\n",
+    )
+    .await;
+    let url = server.url();
+    let id = request_id(&url, &[]).await;
+    let shown = json(&run(&url, &["get", &id, "-o", "json"]).await);
+    assert_eq!(shown["step_up"], "passkey", "{shown}");
+    let text = run(&url, &["get", &id]).await;
+    assert!(
+        stdout(&text).contains("\nstep-up:      passkey\n"),
+        "{}",
+        stdout(&text)
+    );
+
+    let refused = run(&url, &["approve", &id]).await;
+    assert_exit(&refused, 77);
+    assert!(
+        stderr(&refused).contains(&format!(
+            "approve it in the web inbox, http://localhost:8080/approvals/{id}"
+        )),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(
+        json(&run(&url, &["get", &id, "-o", "json"]).await)["state"],
+        "PENDING"
+    );
+    // Without a step-up rule the field stays out of the text and is null in JSON.
+    let plain = TestServer::start().await;
+    let id = request_id(&plain.url(), &[]).await;
+    assert_eq!(
+        json(&run(&plain.url(), &["get", &id, "-o", "json"]).await)["step_up"],
+        Value::Null
+    );
+    assert!(!stdout(&run(&plain.url(), &["get", &id]).await).contains("step-up"));
+}
+
 #[tokio::test]
 async fn delegate_then_approve_on_behalf_and_show_group_progress() {
     let server = TestServer::start_with_toml(countersign_testkit::docs::groups_example()).await;

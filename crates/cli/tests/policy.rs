@@ -402,3 +402,39 @@ async fn policy_test_in_observe_mode_says_the_call_is_asked_and_what_the_rules_w
         (Some("enforce"), Some("deny"))
     );
 }
+
+/// A `require` rule with `step_up = "passkey"`: `policy test` says the call is asked and
+/// approved only with a passkey, in the table and in JSON; a call no step-up rule matches says
+/// nothing of it.
+#[tokio::test]
+async fn policy_test_says_when_the_deciding_rule_asks_for_a_passkey() {
+    let home = home();
+    let config = home.config_file();
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(
+        &config,
+        "[passkeys]\ninbox_url = \"http://localhost:8080\"\n\n[[rules]]\nname = \"deploys need a passkey\"\naction = \"require\"\nstep_up = \"passkey\"\n[rules.match]\ntool = \"deploy\"\n",
+    )
+    .unwrap();
+    let deploy = r#"{"tool_name":"deploy","tool_input":{"env":"prod"}}"#;
+
+    let table = run(&home, &["policy", "test", deploy]).await;
+    assert_exit(&table, 0);
+    let out = stdout(&table);
+    assert!(out.starts_with("decision: ask\n"), "{out}");
+    assert!(
+        out.contains("\nstep-up: passkey (approved only with the approver's passkey, in the web inbox; rejecting needs none)\n"),
+        "{out}"
+    );
+    let json = run(&home, &["-o", "json", "policy", "test", deploy]).await;
+    let answer: Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert_eq!(answer["step_up"], "passkey", "{answer}");
+    assert_eq!(answer["rule"], "deploys need a passkey", "{answer}");
+
+    let read = r#"{"tool_name":"Read","tool_input":{"file_path":"/etc/hosts"}}"#;
+    let table = run(&home, &["policy", "test", read]).await;
+    assert!(!stdout(&table).contains("step-up"), "{}", stdout(&table));
+    let json = run(&home, &["-o", "json", "policy", "test", read]).await;
+    let answer: Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert_eq!(answer["step_up"], Value::Null, "{answer}");
+}

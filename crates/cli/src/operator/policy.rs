@@ -6,7 +6,7 @@ use std::io::Read as _;
 use countersign_client::pb;
 use countersign_core::policy::inspect::{Finding, FindingKind, Outcome};
 use countersign_core::policy::Policy;
-use countersign_core::{ApprovalRequest, Risk};
+use countersign_core::{ApprovalRequest, Risk, StepUp};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -191,6 +191,7 @@ fn test(
                 "rule": explanation.rule,
                 "line": rule_line.and_then(|r| lines.get(r.index).copied().flatten()),
                 "reason": explanation.reason,
+                "step_up": explanation.step_up.map(StepUp::as_str),
             });
             let mut answer = if observed {
                 json!({
@@ -199,6 +200,7 @@ fn test(
                     "rule": null,
                     "line": null,
                     "reason": "",
+                    "step_up": null,
                     "observed": verdict,
                 })
             } else {
@@ -229,6 +231,9 @@ fn test(
             }
             if !explanation.reason.is_empty() {
                 println!("reason: {:?}", explanation.reason);
+            }
+            if let (false, Some(StepUp::Passkey)) = (observed, explanation.step_up) {
+                println!("step-up: passkey (approved only with the approver's passkey, in the web inbox; rejecting needs none)");
             }
             for rule in &explanation.rules {
                 let (outcome, why) = outcome_words(&rule.outcome);

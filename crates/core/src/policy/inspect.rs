@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::{Action, Policy, Rule};
-use crate::{ApprovalRequest, Disposition, Risk, Verdict};
+use crate::{ApprovalRequest, Disposition, Risk, StepUp, Verdict};
 
 /// What one rule made of a call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +42,8 @@ pub struct Explanation {
     pub rule: Option<String>,
     /// The rule's reason (allow and deny).
     pub reason: String,
+    /// The second factor the deciding `require` rule asks for.
+    pub step_up: Option<StepUp>,
     pub rules: Vec<RuleOutcome>,
 }
 
@@ -207,6 +209,7 @@ impl Policy {
             risk: shaped.risk,
             rule: shaped.policy_rule,
             reason,
+            step_up: shaped.step_up,
             rules: rules
                 .into_iter()
                 .map(|(index, rule, outcome)| RuleOutcome {
