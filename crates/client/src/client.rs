@@ -287,6 +287,19 @@ impl Client {
         Ok(self.rpc.clone().list_passkeys(request).await?.into_inner())
     }
 
+    /// Removes one of the decider's approver's passkeys (its credential id, base64url).
+    pub async fn delete_passkey(
+        &self,
+        decider: pb::Decider,
+        credential_id: &str,
+    ) -> Result<pb::Passkey, ClientError> {
+        let request = pb::DeletePasskeyRequest {
+            decider: Some(decider),
+            credential_id: credential_id.to_owned(),
+        };
+        Ok(self.rpc.clone().delete_passkey(request).await?.into_inner())
+    }
+
     /// Stores the platform message a worker created for an approval (one per approval,
     /// channel and target; a repeat replaces it).
     pub async fn record_delivery(

@@ -215,6 +215,20 @@ impl ApprovalService for ApprovalApi {
         }))
     }
 
+    async fn delete_passkey(
+        &self,
+        request: Request<pb::DeletePasskeyRequest>,
+    ) -> Result<Response<pb::Passkey>, Status> {
+        let caller = caller_of(&request)?;
+        let request = request.into_inner();
+        let decider = decider_from_pb(request.decider);
+        let passkey = self
+            .app
+            .delete_passkey(&caller, &decider, &request.credential_id)
+            .await?;
+        Ok(Response::new(passkey_to_pb(&passkey)))
+    }
+
     async fn record_delivery(
         &self,
         request: Request<pb::RecordDeliveryRequest>,

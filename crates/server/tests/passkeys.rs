@@ -364,3 +364,89 @@ arguments = [{ pointer = "/environment", glob = "prod" }]
         refused.message()
     );
 }
+
+/// An approver removes a passkey (a lost device): from then on it approves nothing, and
+/// another approver cannot remove it, nor can it be removed twice.
+#[tokio::test]
+async fn a_removed_passkey_approves_nothing_and_only_its_approver_removes_it() {
+    let server = TestServer::start_with_toml(CONFIG).await;
+    let mut client = connect(&server).await;
+    let mut authenticator = Authenticator::new(5);
+    let registered = client
+        .register_passkey(authenticator.register("alice"))
+        .await
+        .expect("register a passkey")
+        .into_inner();
+    let approval = create(&mut client, deploy("deploy-removed")).await;
+    // Used once (its sign counter stored), so that removing follows a counted use.
+    let other = create(&mut client, deploy("deploy-before")).await;
+    client
+        .decide_with_passkey(pb::DecideWithPasskeyRequest {
+            decision: Some(approve_on_web(&other.id, "alice", "before")),
+            passkey: Some(authenticator.assert(&other.id, &other.args_digest, "n-0")),
+        })
+        .await
+        .expect("approved with the passkey before its removal");
+    let remove = |user: &str| pb::DeletePasskeyRequest {
+        decider: Some(web(user)),
+        credential_id: registered.credential_id.clone(),
+    };
+
+    let by_mallory = client
+        .delete_passkey(remove("mallory"))
+        .await
+        .expect_err("another approver's passkey is not hers to remove");
+    assert_eq!(by_mallory.code(), tonic::Code::NotFound);
+    let removed = client
+        .delete_passkey(remove("alice"))
+        .await
+        .expect("alice removes her passkey")
+        .into_inner();
+    assert_eq!(removed.credential_id, registered.credential_id);
+    assert_eq!(removed.name, "laptop");
+    let listed = client
+        .list_passkeys(pb::ListPasskeysRequest {
+            decider: Some(web("alice")),
+        })
+        .await
+        .expect("list passkeys")
+        .into_inner();
+    assert_eq!(listed.passkeys, vec![]);
+    let again = client
+        .delete_passkey(remove("alice"))
+        .await
+        .expect_err("removed already");
+    assert_eq!(again.code(), tonic::Code::NotFound);
+    assert!(
+        again.message().contains(&registered.credential_id),
+        "{}",
+        again.message()
+    );
+
+    let refused = client
+        .decide_with_passkey(pb::DecideWithPasskeyRequest {
+            decision: Some(approve_on_web(&approval.id, "alice", "after")),
+            passkey: Some(authenticator.assert(&approval.id, &approval.args_digest, "n-1")),
+        })
+        .await
+        .expect_err("a removed passkey approves nothing");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    assert!(
+        refused.message().contains("not one web:alice registered"),
+        "{}",
+        refused.message()
+    );
+    let unnamed = client
+        .delete_passkey(pb::DeletePasskeyRequest {
+            decider: Some(web("alice")),
+            credential_id: String::new(),
+        })
+        .await
+        .expect_err("a removal names the passkey");
+    assert_eq!(unnamed.code(), tonic::Code::InvalidArgument);
+    assert!(
+        unnamed.message().contains("credential_id"),
+        "{}",
+        unnamed.message()
+    );
+}

@@ -145,6 +145,7 @@ pub fn router(app: Arc<App>) -> Router {
             "/passkeys",
             get(passkeys::passkeys).post(passkeys::register),
         )
+        .route("/passkeys/remove", post(passkeys::remove))
         .route("/grants/{id}/revoke", post(pages::revoke_grant))
         .route("/login/{token}", get(pages::login_page))
         .route("/login", post(pages::login))

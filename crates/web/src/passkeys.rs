@@ -1,5 +1,6 @@
 //! Passkeys (docs/security.md#passkey-step-up): approvers register them on `/passkeys` (the
-//! browser's WebAuthn `create()` response goes to the server, which verifies and stores it)
+//! browser's WebAuthn `create()` response goes to the server, which verifies and stores it),
+//! remove them there
 //! and approve step-up approvals with them (the approval page's form carries the challenge,
 //! `assets/app.js` asks the browser for an assertion, the decision goes with it). The server
 //! checks both; the inbox only relays.
@@ -193,7 +194,36 @@ pub async fn register(
     }
 }
 
-/// The page again with why nothing was registered.
+/// Removes one of the viewer's passkeys (a lost or replaced device); it approves nothing
+/// from then on.
+pub async fn remove(
+    State(app): State<Arc<App>>,
+    SignedForm { viewer, form }: SignedForm,
+) -> Result<Response, Refusal> {
+    let credential_id = form.get("credential_id").unwrap_or("").trim();
+    match app
+        .client
+        .delete_passkey(decider(&viewer), credential_id)
+        .await
+    {
+        Ok(passkey) => {
+            tracing::info!(approver = %viewer.approver.id, credential_id = %passkey.credential_id, "passkey removed");
+            page(
+                &app,
+                &viewer,
+                format!("Passkey {:?} removed.", passkey.name),
+                String::new(),
+            )
+            .await
+        }
+        Err(ClientError::NotFound(why) | ClientError::InvalidArgument(why)) => {
+            refused(&app, &viewer, format!("No passkey was removed: {why}")).await
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// The page again with why nothing was registered or removed.
 async fn refused(app: &App, viewer: &Viewer, why: String) -> Result<Response, Refusal> {
     let page = page(app, viewer, String::new(), why).await?;
     Ok((StatusCode::BAD_REQUEST, page).into_response())

@@ -15,7 +15,7 @@ use super::shared::App;
 use crate::app::AppError;
 use crate::caller::Caller;
 use crate::config::Role;
-use crate::store::Passkey;
+use crate::store::{Passkey, PasskeyWrite};
 
 /// The most passkeys one approver may register.
 const MAX_PASSKEYS: usize = 20;
@@ -82,7 +82,7 @@ impl App {
             created_at: crate::store::now_millis(),
         };
         self.store
-            .save_passkey(passkey.clone(), passkey.created_at)
+            .write_passkey(PasskeyWrite::Register(passkey.clone()), passkey.created_at)
             .await?;
         // A credential id another approver registered keeps its row (the write leaves it).
         let stored = self.store.list_passkeys(&approver).await?;
@@ -122,6 +122,43 @@ impl App {
             .list_passkeys(&self.passkey_owner(decider))
             .await?;
         Ok((passkeys, rp_id))
+    }
+
+    /// Removes one of the decider's approver's passkeys (a lost or replaced device): it
+    /// approves nothing from then on. The passkey removed; NotFound when they have none of
+    /// that id (another approver's included).
+    pub async fn delete_passkey(
+        &self,
+        caller: &Caller,
+        decider: &Decider,
+        credential_id: &str,
+    ) -> Result<Passkey, AppError> {
+        caller.allow("DeletePasskey", &[Role::Worker])?;
+        validate_decider(decider, "", "removal")?;
+        caller.for_channel(&decider.channel)?;
+        required("credential_id", credential_id, 1024)?;
+        let approver = self.passkey_owner(decider);
+        let Some(passkey) = self
+            .store
+            .list_passkeys(&approver)
+            .await?
+            .into_iter()
+            .find(|p| p.credential_id == credential_id)
+        else {
+            return Err(DomainError::NotFound(format!(
+                "{approver} has no passkey {credential_id:?}"
+            ))
+            .into());
+        };
+        let remove = PasskeyWrite::Remove {
+            credential_id: passkey.credential_id.clone(),
+            approver: approver.clone(),
+        };
+        self.store
+            .write_passkey(remove, crate::store::now_millis())
+            .await?;
+        tracing::info!(approver = %approver, credential_id = %passkey.credential_id, token = %caller.name, "passkey removed");
+        Ok(passkey)
     }
 
     /// The second factor of an approval of a step-up approval: the proof to record, a
@@ -194,12 +231,13 @@ impl App {
             }
         };
         if sign_count != 0 {
-            let credential_id = passkey.credential_id.clone();
-            let counted = Passkey {
+            let credential_id = passkey.credential_id;
+            let count = PasskeyWrite::Count {
+                credential_id: credential_id.clone(),
+                approver: passkey.approver,
                 sign_count: i64::from(sign_count),
-                ..passkey
             };
-            self.store.save_passkey(counted, now).await?;
+            self.store.write_passkey(count, now).await?;
             tracing::debug!(%credential_id, sign_count, "passkey sign counter stored");
         }
         Ok(Ok(StepUpProof {

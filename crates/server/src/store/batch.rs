@@ -22,7 +22,7 @@ use countersign_core::{
 
 use super::error::StoreError;
 use super::event::{EventBody, StoredEvent};
-use super::records::{ChainHead, Grant, Passkey, Requested};
+use super::records::{ChainHead, Grant, PasskeyWrite, Requested};
 use crate::audit::{chain_hash_at, content_before_seq_of, Columns};
 use crate::receipts::ReceiptKeys;
 
@@ -87,10 +87,8 @@ pub(crate) enum Change {
     PruneEvents {
         before: Millis,
     },
-    /// A new passkey, or a known one's sign counter (only its own approver's).
-    SavePasskey {
-        passkey: Passkey,
-    },
+    /// A passkey registered, its sign counter advanced, or it removed.
+    WritePasskey(PasskeyWrite),
     /// The first use of an OpenID CIBA client assertion, remembered until `expires_at`
     /// (answered `Reply::FirstUse`); rows of expired ones are deleted.
     UseClientAssertion {
@@ -163,7 +161,7 @@ impl BatchKeys {
                     .push((client_id.clone(), jti.clone())),
                 Change::CreateDelegation { .. }
                 | Change::PruneEvents { .. }
-                | Change::SavePasskey { .. } => {}
+                | Change::WritePasskey(_) => {}
             }
         }
         keys.grant_scopes.sort_unstable();
@@ -226,8 +224,8 @@ pub struct WriteSet {
     pub prune_before: Option<Millis>,
     /// New or revoked delegations, as they are at the end of the batch.
     pub delegations: BTreeMap<String, Delegation>,
-    /// New passkeys and sign counters, in order.
-    pub passkeys: Vec<Passkey>,
+    /// Passkeys registered, counted and removed, in order.
+    pub passkeys: Vec<PasskeyWrite>,
     /// Row bodies of `approvals` encoded before the writer had them (new approvals made in
     /// their callers' tasks); an approval changed later in the batch is no longer here.
     pub encoded: HashMap<String, String>,
@@ -783,8 +781,8 @@ impl Plan {
                 delegation.revoked_at = Some(now);
                 Ok(self.save_delegation(delegation))
             }
-            Change::SavePasskey { passkey } => {
-                self.writes.passkeys.push(passkey);
+            Change::WritePasskey(write) => {
+                self.writes.passkeys.push(write);
                 Ok(Applied {
                     reply: Reply::Count(1),
                     events: Vec::new(),

@@ -62,7 +62,9 @@ pub use error::StoreError;
 pub(crate) use event::{AuditedEvent, EventFilter, StoredEvent};
 use hub::Hub;
 use records::Snapshot;
-pub(crate) use records::{now_millis, Grant, GrantFilter, ListFilter, Passkey, Requested};
+pub(crate) use records::{
+    now_millis, Grant, GrantFilter, ListFilter, Passkey, PasskeyWrite, Requested,
+};
 pub use writer::CommitObserver;
 use writer::{follow, Job, Writer};
 
@@ -409,14 +411,13 @@ impl Store {
         }
     }
 
-    /// Stores a new passkey, or a known one's sign counter (a credential id registered to
-    /// another approver is left as it is).
-    pub(crate) async fn save_passkey(
+    /// Registers, counts or removes a passkey (see [`PasskeyWrite`]).
+    pub(crate) async fn write_passkey(
         &self,
-        passkey: Passkey,
+        write: PasskeyWrite,
         now: Millis,
     ) -> Result<(), StoreError> {
-        self.submit(Change::SavePasskey { passkey }, now).await?;
+        self.submit(Change::WritePasskey(write), now).await?;
         Ok(())
     }
 

@@ -29,7 +29,8 @@ use super::error::StoreError;
 use super::event::{AuditedEvent, EventBody, EventFilter, StoredEvent};
 use super::reads::readable_approvals;
 use super::records::{
-    channels_column, ChainHead, Grant, GrantFilter, ListFilter, Passkey, Snapshot, GRANT_COLUMNS,
+    channels_column, ChainHead, Grant, GrantFilter, ListFilter, Passkey, PasskeyWrite, Snapshot,
+    GRANT_COLUMNS,
 };
 use crate::audit::AuditReport;
 use crate::config::StorageConfig;
@@ -191,12 +192,14 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigin
                      $6::bigint[], $7::text[], $8::text[])
     ON CONFLICT (id) DO UPDATE SET revoked_at_ms = excluded.revoked_at_ms";
 
-/// A known credential's row changes only its sign counter, and only for its own approver.
-const WRITE_PASSKEY: &str = "
+/// A credential id already stored keeps its row, whoever registered it.
+const INSERT_PASSKEY: &str = "
 INSERT INTO passkeys (credential_id, approver, name, cose_key, algorithm, sign_count,
                       created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)
-    ON CONFLICT (credential_id) DO UPDATE SET sign_count = excluded.sign_count
-    WHERE passkeys.approver = excluded.approver";
+    ON CONFLICT (credential_id) DO NOTHING";
+const COUNT_PASSKEY: &str = "
+UPDATE passkeys SET sign_count = $3 WHERE credential_id = $1 AND approver = $2 AND sign_count < $3";
+const REMOVE_PASSKEY: &str = "DELETE FROM passkeys WHERE credential_id = $1 AND approver = $2";
 
 const WRITE_GRANTS: &str = "
 INSERT INTO grants (id, agent_id, session_id, tool_name, approval_id, granted_by, created_at_ms,
@@ -395,17 +398,32 @@ impl WriterConnection for PgWriter {
                 .execute(&mut self.conn)
                 .await?;
         }
-        for p in &writes.passkeys {
-            sqlx::query(WRITE_PASSKEY)
-                .bind(&p.credential_id)
-                .bind(&p.approver)
-                .bind(&p.name)
-                .bind(&p.cose_key)
-                .bind(p.algorithm)
-                .bind(p.sign_count)
-                .bind(p.created_at)
-                .execute(&mut self.conn)
-                .await?;
+        for write in &writes.passkeys {
+            let query = match write {
+                PasskeyWrite::Register(p) => sqlx::query(INSERT_PASSKEY)
+                    .bind(&p.credential_id)
+                    .bind(&p.approver)
+                    .bind(&p.name)
+                    .bind(&p.cose_key)
+                    .bind(p.algorithm)
+                    .bind(p.sign_count)
+                    .bind(p.created_at),
+                PasskeyWrite::Count {
+                    credential_id,
+                    approver,
+                    sign_count,
+                } => sqlx::query(COUNT_PASSKEY)
+                    .bind(credential_id)
+                    .bind(approver)
+                    .bind(sign_count),
+                PasskeyWrite::Remove {
+                    credential_id,
+                    approver,
+                } => sqlx::query(REMOVE_PASSKEY)
+                    .bind(credential_id)
+                    .bind(approver),
+            };
+            query.execute(&mut self.conn).await?;
         }
         if let Some(before) = writes.forget_assertions_before {
             sqlx::query("DELETE FROM used_client_assertions WHERE expires_at_ms <= $1")

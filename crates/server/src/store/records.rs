@@ -43,6 +43,26 @@ pub struct Passkey {
     pub created_at: Millis,
 }
 
+/// A change to the stored passkeys. Kept in one list in the order made, so that a removal
+/// and a registration or a sign counter of the same credential in one batch apply in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PasskeyWrite {
+    /// A new passkey; a credential id already stored (for anyone) is left as it is.
+    Register(Passkey),
+    /// A newer sign counter for an approver's credential (never a lower one; nothing when
+    /// the credential was removed meanwhile).
+    Count {
+        credential_id: String,
+        approver: String,
+        sign_count: i64,
+    },
+    /// The approver's credential removed.
+    Remove {
+        credential_id: String,
+        approver: String,
+    },
+}
+
 /// A session grant as stored.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Grant {

@@ -23,7 +23,7 @@ use super::backend::WriterConnection;
 use super::batch::{BatchKeys, BoundedGrant, Loaded, WriteSet, EXPIRY_SWEEP_LIMIT};
 use super::error::StoreError;
 use super::reads::readable_approvals;
-use super::records::{channels_column, ChainHead, Grant, GRANT_COLUMNS};
+use super::records::{channels_column, ChainHead, Grant, PasskeyWrite, GRANT_COLUMNS};
 use crate::config::{Durability, WalCheckpoints};
 
 /// Statements kept prepared on the connection (every one below fits).
@@ -64,11 +64,13 @@ const REDACT_EVENTS: &str =
 const UPSERT_DELEGATION: &str = "INSERT INTO delegations (id, delegator, delegate, created_at_ms,
  until_ms, revoked_at_ms, reason, created_by) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
  ON CONFLICT (id) DO UPDATE SET revoked_at_ms = excluded.revoked_at_ms";
-/// A known credential's row changes only its sign counter, and only for its own approver.
-const UPSERT_PASSKEY: &str = "INSERT INTO passkeys (credential_id, approver, name, cose_key,
+/// A credential id already stored keeps its row, whoever registered it.
+const INSERT_PASSKEY: &str = "INSERT INTO passkeys (credential_id, approver, name, cose_key,
  algorithm, sign_count, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
- ON CONFLICT (credential_id) DO UPDATE SET sign_count = excluded.sign_count
- WHERE passkeys.approver = excluded.approver";
+ ON CONFLICT (credential_id) DO NOTHING";
+const COUNT_PASSKEY: &str = "UPDATE passkeys SET sign_count = ?3
+ WHERE credential_id = ?1 AND approver = ?2 AND sign_count < ?3";
+const REMOVE_PASSKEY: &str = "DELETE FROM passkeys WHERE credential_id = ?1 AND approver = ?2";
 const USED_CLIENT_ASSERTION: &str =
     "SELECT 1 FROM used_client_assertions WHERE client_id = ?1 AND jti = ?2";
 const INSERT_CLIENT_ASSERTION: &str =
@@ -269,19 +271,36 @@ impl SqliteWriter {
                 ])?;
             }
         }
-        if !writes.passkeys.is_empty() {
-            let mut upsert = self.conn.prepare_cached(UPSERT_PASSKEY)?;
-            for p in &writes.passkeys {
-                upsert.execute(params![
-                    p.credential_id,
-                    p.approver,
-                    p.name,
-                    p.cose_key,
-                    p.algorithm,
-                    p.sign_count,
-                    p.created_at,
-                ])?;
-            }
+        for write in &writes.passkeys {
+            match write {
+                PasskeyWrite::Register(p) => {
+                    self.conn.prepare_cached(INSERT_PASSKEY)?.execute(params![
+                        p.credential_id,
+                        p.approver,
+                        p.name,
+                        p.cose_key,
+                        p.algorithm,
+                        p.sign_count,
+                        p.created_at,
+                    ])?
+                }
+                PasskeyWrite::Count {
+                    credential_id,
+                    approver,
+                    sign_count,
+                } => self.conn.prepare_cached(COUNT_PASSKEY)?.execute(params![
+                    credential_id,
+                    approver,
+                    sign_count
+                ])?,
+                PasskeyWrite::Remove {
+                    credential_id,
+                    approver,
+                } => self
+                    .conn
+                    .prepare_cached(REMOVE_PASSKEY)?
+                    .execute(params![credential_id, approver])?,
+            };
         }
         if let Some(before) = writes.forget_assertions_before {
             self.conn

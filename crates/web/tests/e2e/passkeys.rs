@@ -1,8 +1,8 @@
 //! Passkey step-up in headless Chromium with the browser's virtual authenticator (WebDriver's
 //! WebAuthn extension): an approver registers a passkey and approves a step-up approval with
 //! it; a Telegram tap on the same kind of approval approves nothing; an assertion made for
-//! another approval's challenge is refused. The server verifies every step
-//! (docs/security.md#passkey-step-up).
+//! another approval's challenge is refused; the approver removes the passkey. The server
+//! verifies every step (docs/security.md#passkey-step-up).
 
 use countersign_client::{pb, ClientError};
 use countersign_core::webauthn::from_base64url;
@@ -132,5 +132,19 @@ async fn an_approver_registers_a_passkey_and_approves_a_step_up_approval_with_it
         state_of(&setup, &second.id).await,
         pb::ApprovalState::Pending
     );
+
+    // A lost laptop: Alice removes its passkey on the same page; it is listed no more.
+    browser
+        .goto(&format!("{}/passkeys", setup.web.url))
+        .await
+        .unwrap();
+    click(browser, "#passkeys tbody button").await;
+    text_becomes(browser, "#passkey-message", "\"laptop\" removed").await;
+    let rows = script(
+        browser,
+        "return document.querySelectorAll('#passkeys tbody tr').length;",
+    )
+    .await;
+    assert_eq!(rows, serde_json::json!(0));
     chromium.stop().await;
 }

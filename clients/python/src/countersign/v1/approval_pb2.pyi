@@ -519,6 +519,14 @@ class ListPasskeysRequest(_message.Message):
     decider: Decider
     def __init__(self, decider: _Optional[_Union[Decider, _Mapping]] = ...) -> None: ...
 
+class DeletePasskeyRequest(_message.Message):
+    __slots__ = ("decider", "credential_id")
+    DECIDER_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_ID_FIELD_NUMBER: _ClassVar[int]
+    decider: Decider
+    credential_id: str
+    def __init__(self, decider: _Optional[_Union[Decider, _Mapping]] = ..., credential_id: _Optional[str] = ...) -> None: ...
+
 class ListPasskeysResponse(_message.Message):
     __slots__ = ("passkeys", "rp_id")
     PASSKEYS_FIELD_NUMBER: _ClassVar[int]

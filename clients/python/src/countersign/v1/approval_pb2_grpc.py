@@ -99,6 +99,11 @@ class ApprovalServiceStub:
                 request_serializer=countersign_dot_v1_dot_approval__pb2.ListPasskeysRequest.SerializeToString,
                 response_deserializer=countersign_dot_v1_dot_approval__pb2.ListPasskeysResponse.FromString,
                 _registered_method=True)
+        self.DeletePasskey = channel.unary_unary(
+                '/countersign.v1.ApprovalService/DeletePasskey',
+                request_serializer=countersign_dot_v1_dot_approval__pb2.DeletePasskeyRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_approval__pb2.Passkey.FromString,
+                _registered_method=True)
 
 
 class ApprovalServiceServicer:
@@ -176,8 +181,8 @@ class ApprovalServiceServicer:
 
     def RegisterPasskey(self, request, context):
         """Passkey step-up (docs/security.md#passkey-step-up): the web inbox registers an approver's
-        passkey (a WebAuthn create() response, attestation "none") and lists them. Worker role,
-        for the decider's channel.
+        passkey (a WebAuthn create() response, attestation "none"), lists them and removes one.
+        Worker role, for the decider's channel.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -191,6 +196,13 @@ class ApprovalServiceServicer:
 
     def ListPasskeys(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeletePasskey(self, request, context):
+        """The passkey removed; NOT_FOUND when the decider's approver has no passkey of that id.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -262,6 +274,11 @@ def add_ApprovalServiceServicer_to_server(servicer, server):
                     servicer.ListPasskeys,
                     request_deserializer=countersign_dot_v1_dot_approval__pb2.ListPasskeysRequest.FromString,
                     response_serializer=countersign_dot_v1_dot_approval__pb2.ListPasskeysResponse.SerializeToString,
+            ),
+            'DeletePasskey': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeletePasskey,
+                    request_deserializer=countersign_dot_v1_dot_approval__pb2.DeletePasskeyRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_approval__pb2.Passkey.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -615,6 +632,33 @@ class ApprovalService:
             '/countersign.v1.ApprovalService/ListPasskeys',
             countersign_dot_v1_dot_approval__pb2.ListPasskeysRequest.SerializeToString,
             countersign_dot_v1_dot_approval__pb2.ListPasskeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeletePasskey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.ApprovalService/DeletePasskey',
+            countersign_dot_v1_dot_approval__pb2.DeletePasskeyRequest.SerializeToString,
+            countersign_dot_v1_dot_approval__pb2.Passkey.FromString,
             options,
             channel_credentials,
             insecure,
