@@ -481,8 +481,8 @@ async fn doctor_with(home: &Home, config: &str, lines: &[&str]) -> String {
     shown
 }
 
-/// `doctor` names the channels that are not set up and the command for each, and what a
-/// channel that is set up still lacks.
+/// `doctor` names the channels that are not set up and the command for each, what a
+/// channel that is set up still lacks, and server settings `up` would refuse.
 #[tokio::test]
 async fn doctor_names_missing_channels_and_their_setup_commands() {
     let home = Home::new("http://127.0.0.1:9");
@@ -510,4 +510,23 @@ async fn doctor_names_missing_channels_and_their_setup_commands() {
         ],
     )
     .await;
+
+    // Server settings `up` would refuse: said before `up` is run, naming the rule and the fix.
+    let shown = doctor_with(
+        &home,
+        &format!("{approver}[[rules]]\nname = \"deploys need a passkey\"\naction = \"require\"\nstep_up = \"passkey\"\n[rules.match]\ntool = \"deploy\"\n"),
+        &["FAIL  config: rule \"deploys need a passkey\" sets step_up: set passkeys.inbox_url"],
+    )
+    .await;
+    assert!(
+        shown.contains("countersign up refuses to start (fix it in "),
+        "{shown}"
+    );
+    let shown = doctor_with(
+        &home,
+        &format!("{approver}[passkeys]\ninbox_url = \"http://localhost:8080\"\n[[rules]]\nname = \"deploys need a passkey\"\naction = \"require\"\nstep_up = \"passkey\"\n[rules.match]\ntool = \"deploy\"\n"),
+        &["ok    config file"],
+    )
+    .await;
+    assert!(!shown.contains("refuses to start"), "{shown}");
 }

@@ -2,6 +2,7 @@
 //! the ones it could), the approvers and the secret files. Prints what is fine and what is
 //! optional; returns what is missing, each with the command that fixes it. Never a secret.
 
+use super::up::token_config;
 use crate::instance::{open_to_others, Instance, InstanceConfig, Secret, Token};
 use countersign_telegram::config::BOT_TOKEN_ENV;
 
@@ -22,6 +23,7 @@ pub fn check_instance(instance: &Instance) -> Vec<String> {
         )),
         Ok(config) => {
             println!("ok    config file {}", instance.config_file.display());
+            check_server_settings(instance, &config, &mut problems);
             check_channels(instance, &config, &mut problems);
             match config.server.approvers.len() {
                 0 => problems.push(format!(
@@ -55,6 +57,21 @@ pub fn check_instance(instance: &Instance) -> Vec<String> {
         problems.push("countersign up never started (run countersign up)".to_owned());
     }
     problems
+}
+
+/// What `up` would refuse in the server's settings (a step-up rule without `[passkeys]`, a
+/// TTL outside its bounds, ...), with the tokens `up` adds counted as set.
+fn check_server_settings(instance: &Instance, config: &InstanceConfig, problems: &mut Vec<String>) {
+    let mut server = config.server.clone();
+    for token in Token::ALL {
+        server.tokens.push(token_config(token, "doctor"));
+    }
+    if let Err(error) = server.validate() {
+        problems.push(format!(
+            "{error}: countersign up refuses to start (fix it in {})",
+            instance.config_file.display()
+        ));
+    }
 }
 
 /// A secret is set: in its environment variable, its file, or the config file.

@@ -125,7 +125,7 @@ pub async fn up(instance: &Instance, args: UpArgs) -> Result<Exit, CliError> {
 }
 
 /// The server's entry for a generated token: its digest, never its value.
-fn token_config(token: Token, value: &str) -> TokenConfig {
+pub(crate) fn token_config(token: Token, value: &str) -> TokenConfig {
     let (role, agents, channels) = match token {
         Token::Agent => (Role::Agent, vec!["*".to_owned()], Vec::new()),
         Token::Worker => (Role::Worker, Vec::new(), vec!["*".to_owned()]),
