@@ -103,6 +103,10 @@ struct Args {
     /// thread kind. Takes minutes (callgrind runs code about 50x slower); needs valgrind.
     #[arg(long, value_name = "CALLS")]
     instructions: Option<u64>,
+    /// With --instructions: keep callgrind's files (one per thread, for callgrind_annotate)
+    /// and the programs' logs in this directory instead of a temporary one.
+    #[arg(long, value_name = "DIR", requires = "instructions")]
+    profiles: Option<PathBuf>,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -236,10 +240,26 @@ async fn count_instructions(
     calls: u64,
 ) -> Result<instructions::Instructions, BenchError> {
     let binary = process::server_binary(args.server_binary.clone())?;
-    let scratch = tempfile::Builder::new()
-        .prefix("countersign-bench-")
-        .tempdir()
-        .map_err(|e| BenchError::Setup(format!("cannot create a temporary directory: {e}")))?;
+    let temporary;
+    let scratch = match &args.profiles {
+        // Every callgrind file in the directory is counted: it must hold no earlier run's.
+        Some(dir) if std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some()) => {
+            return Err(BenchError::Setup(format!(
+                "--profiles {}: not empty; name a new or empty directory",
+                dir.display()
+            )))
+        }
+        Some(dir) => dir.as_path(),
+        None => {
+            temporary = tempfile::Builder::new()
+                .prefix("countersign-bench-")
+                .tempdir()
+                .map_err(|e| {
+                    BenchError::Setup(format!("cannot create a temporary directory: {e}"))
+                })?;
+            temporary.path()
+        }
+    };
     let load = Load {
         concurrency: args.concurrency.max(1),
         connections: args.connections.max(1),
@@ -247,14 +267,7 @@ async fn count_instructions(
         duration: args.duration,
         calls: None,
     };
-    instructions::count(
-        &binary,
-        scratch.path(),
-        &args.server_log_level,
-        calls,
-        &load,
-    )
-    .await
+    instructions::count(&binary, scratch, &args.server_log_level, calls, &load).await
 }
 
 async fn run(args: &Args) -> Result<Report, BenchError> {

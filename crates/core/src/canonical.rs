@@ -3,14 +3,15 @@
 //! without building that value (every string, map and number of it allocated, then walked
 //! again). The server hashes every event's content this way on the calls' threads.
 //!
-//! Objects are written once their entries are: each entry's value goes into the object's own
-//! buffer, then the entries are written in key order (a key given twice keeps its last value,
-//! as `serde_json::Value`'s map does). Numbers, strings and non-finite floats (`null`) are
+//! Each object's entries are written to the output as they come; when they came out of key
+//! order (or a key came twice: the last value is kept, as `serde_json::Value`'s map does),
+//! the object's text is put in key order once it is closed. Numbers, strings and non-finite floats (`null`) are
 //! written as `serde_json::to_value` then `canonical_json` write them; what `to_value` refuses
 //! (integers beyond 64 bits, map keys that are not strings, integers, booleans or chars) is
 //! refused too.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::fmt::Write as _;
 use std::ops::Range;
 
@@ -32,7 +33,52 @@ pub fn to_canonical_json_without<T: Serialize + ?Sized>(
     value: &T,
     omit: &[&str],
 ) -> Result<String, Error> {
-    let mut out = String::new();
+    serialize_canonical(
+        value,
+        Omit {
+            path: omit,
+            marker: None,
+        },
+    )
+}
+
+/// Both [`to_canonical_json`] and [`to_canonical_json_without`] of `value`, written once: the
+/// entry `omit` names is written and its place noted, then cut out of a copy.
+pub fn to_canonical_json_with_and_without<T: Serialize + ?Sized>(
+    value: &T,
+    omit: &[&str],
+) -> Result<(String, String), Error> {
+    let marker = Cell::new(None);
+    let full = serialize_canonical(
+        value,
+        Omit {
+            path: omit,
+            marker: Some(&marker),
+        },
+    )?;
+    let without = match marker.get() {
+        None => full.clone(),
+        // With the comma that separates it from its neighbour, if it has one.
+        Some((start, end)) => {
+            let cut = if start > 0 && full.as_bytes()[start - 1] == b',' {
+                start - 1..end
+            } else if full.as_bytes().get(end) == Some(&b',') {
+                start..end + 1
+            } else {
+                start..end
+            };
+            let mut without = String::with_capacity(full.len() - cut.len());
+            without.push_str(&full[..cut.start]);
+            without.push_str(&full[cut.end..]);
+            without
+        }
+    };
+    Ok((full, without))
+}
+
+fn serialize_canonical<T: Serialize + ?Sized>(value: &T, omit: Omit<'_>) -> Result<String, Error> {
+    // Room for an event's body: most need no growing.
+    let mut out = String::with_capacity(2048);
     value.serialize(Canonical {
         out: &mut out,
         omit,
@@ -40,10 +86,25 @@ pub fn to_canonical_json_without<T: Serialize + ?Sized>(
     Ok(out)
 }
 
+/// The entry to leave out, by its keys from the value being written; and, when it is to be
+/// written after all, where its place in the output is noted.
+#[derive(Clone, Copy)]
+struct Omit<'p> {
+    path: &'p [&'p str],
+    /// The entry's range in the output, kept up to date as objects around it are reordered.
+    marker: Option<&'p Cell<Option<(usize, usize)>>>,
+}
+
+impl Omit<'_> {
+    const NOTHING: Omit<'static> = Omit {
+        path: &[],
+        marker: None,
+    };
+}
+
 struct Canonical<'o, 'p> {
     out: &'o mut String,
-    /// The path of the entry to leave out, from this value.
-    omit: &'p [&'p str],
+    omit: Omit<'p>,
 }
 
 impl<'o, 'p> Canonical<'o, 'p> {
@@ -53,12 +114,13 @@ impl<'o, 'p> Canonical<'o, 'p> {
         Ok(())
     }
 
-    fn object(self) -> Object<'o, 'p> {
+    fn object(self, len: usize) -> Object<'o, 'p> {
+        self.out.push('{');
         Object {
+            start: self.out.len(),
             out: self.out,
             omit: self.omit,
-            buffer: String::new(),
-            entries: Vec::new(),
+            entries: Vec::with_capacity(len),
             key: None,
             in_variant: false,
         }
@@ -71,7 +133,7 @@ impl<'o, 'p> Canonical<'o, 'p> {
         self.out.push(':');
         Canonical {
             out: self.out,
-            omit: &[],
+            omit: Omit::NOTHING,
         }
     }
 }
@@ -215,7 +277,7 @@ impl<'o, 'p> ser::Serializer for Canonical<'o, 'p> {
         let Canonical { out, .. } = self.variant(variant);
         value.serialize(Canonical {
             out: &mut *out,
-            omit: &[],
+            omit: Omit::NOTHING,
         })?;
         out.push('}');
         Ok(())
@@ -254,12 +316,12 @@ impl<'o, 'p> ser::Serializer for Canonical<'o, 'p> {
         })
     }
 
-    fn serialize_map(self, _len: Option<usize>) -> Result<Object<'o, 'p>, Error> {
-        Ok(self.object())
+    fn serialize_map(self, len: Option<usize>) -> Result<Object<'o, 'p>, Error> {
+        Ok(self.object(len.unwrap_or(0)))
     }
 
-    fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<Object<'o, 'p>, Error> {
-        Ok(self.object())
+    fn serialize_struct(self, _name: &'static str, len: usize) -> Result<Object<'o, 'p>, Error> {
+        Ok(self.object(len))
     }
 
     fn serialize_struct_variant(
@@ -267,9 +329,9 @@ impl<'o, 'p> ser::Serializer for Canonical<'o, 'p> {
         _name: &'static str,
         _index: u32,
         variant: &'static str,
-        _len: usize,
+        len: usize,
     ) -> Result<Object<'o, 'p>, Error> {
-        let mut object = self.variant(variant).object();
+        let mut object = self.variant(variant).object(len);
         object.in_variant = true;
         Ok(object)
     }
@@ -290,7 +352,7 @@ impl Array<'_> {
         self.first = false;
         value.serialize(Canonical {
             out: self.out,
-            omit: &[],
+            omit: Omit::NOTHING,
         })
     }
 
@@ -326,13 +388,14 @@ array_impl!(
     SerializeTupleVariant::serialize_field
 );
 
-/// An object being written: entries gather in `buffer` and are written in key order at the
-/// end.
+/// An object being written: each entry (`"key":value`) goes to the output as it comes, and
+/// the entries are put in key order when the object closes, where they are not.
 struct Object<'o, 'p> {
     out: &'o mut String,
-    omit: &'p [&'p str],
-    buffer: String,
-    /// Each entry's key and where its value is in `buffer`.
+    omit: Omit<'p>,
+    /// Where the entries start in `out` (after the object's `{`).
+    start: usize,
+    /// Each entry's key and where the entry is in `out`.
     entries: Vec<(Cow<'static, str>, Range<usize>)>,
     /// The key of a map entry whose value comes next.
     key: Option<String>,
@@ -346,21 +409,28 @@ impl Object<'_, '_> {
         key: Cow<'static, str>,
         value: &T,
     ) -> Result<(), Error> {
-        let omit = match self.omit.split_first() {
-            Some((first, rest)) if *first == key => {
-                if rest.is_empty() {
-                    return Ok(());
-                }
-                rest
-            }
-            _ => &[],
+        let (omit, mark) = match self.omit.path.split_first() {
+            Some((first, rest)) if *first == key => match (rest, self.omit.marker) {
+                ([], None) => return Ok(()),
+                ([], Some(marker)) => (Omit::NOTHING, Some(marker)),
+                (rest, marker) => (Omit { path: rest, marker }, None),
+            },
+            _ => (Omit::NOTHING, None),
         };
-        let start = self.buffer.len();
+        if !self.entries.is_empty() {
+            self.out.push(',');
+        }
+        let start = self.out.len();
+        write_string(&key, self.out);
+        self.out.push(':');
         value.serialize(Canonical {
-            out: &mut self.buffer,
+            out: &mut *self.out,
             omit,
         })?;
-        let end = self.buffer.len();
+        let end = self.out.len();
+        if let Some(marker) = mark {
+            marker.set(Some((start, end)));
+        }
         self.entries.push((key, start..end));
         Ok(())
     }
@@ -368,26 +438,48 @@ impl Object<'_, '_> {
     fn close(self) -> Result<(), Error> {
         let Object {
             out,
-            buffer,
+            omit,
+            start,
             mut entries,
             in_variant,
             ..
         } = self;
-        // Stable: of equal keys the last written stays last, and is the one kept.
-        entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-        out.push('{');
-        let mut first = true;
-        for (i, (key, range)) in entries.iter().enumerate() {
-            if entries.get(i + 1).is_some_and(|(next, _)| next == key) {
-                continue;
+        let in_order = entries
+            .windows(2)
+            .all(|pair| pair[0].0.as_bytes() < pair[1].0.as_bytes());
+        if !in_order {
+            let written = out.split_off(start);
+            // A noted entry inside this object moves with the entry that holds it.
+            let marked = omit
+                .marker
+                .and_then(|marker| Some((marker, marker.get().filter(|noted| noted.0 >= start)?)));
+            // Noted again below unless its entry is a repeated key's dropped value.
+            if let Some((marker, _)) = marked {
+                marker.set(None);
             }
-            if !first {
-                out.push(',');
+            // Of equal keys the last written (the later start) comes last, and is kept.
+            entries.sort_unstable_by(|a, b| {
+                a.0.as_bytes()
+                    .cmp(b.0.as_bytes())
+                    .then(a.1.start.cmp(&b.1.start))
+            });
+            let mut first = true;
+            for (i, (key, range)) in entries.iter().enumerate() {
+                if entries.get(i + 1).is_some_and(|(next, _)| next == key) {
+                    continue;
+                }
+                if !first {
+                    out.push(',');
+                }
+                first = false;
+                if let Some((marker, (noted_start, noted_end))) = marked {
+                    if range.start <= noted_start && noted_end <= range.end {
+                        let moved_to = out.len() + (noted_start - range.start);
+                        marker.set(Some((moved_to, moved_to + noted_end - noted_start)));
+                    }
+                }
+                out.push_str(&written[range.start - start..range.end - start]);
             }
-            first = false;
-            write_string(key, out);
-            out.push(':');
-            out.push_str(&buffer[range.clone()]);
         }
         out.push('}');
         if in_variant {

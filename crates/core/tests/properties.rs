@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use countersign_core::canonical::{to_canonical_json, to_canonical_json_without};
+use countersign_core::canonical::{
+    to_canonical_json, to_canonical_json_with_and_without, to_canonical_json_without,
+};
 use countersign_core::digest::{args_digest, canonical_json};
 use countersign_core::validate::{validate_request, Limits, RequestInput};
 use countersign_core::{
@@ -465,6 +467,21 @@ enum Shape {
 #[derive(Debug, serde::Serialize)]
 struct Wrapped(char);
 
+/// An event body as the server writes it: its keys in another order than sorted.
+#[derive(serde::Serialize)]
+struct StoredLike<'a> {
+    detail: &'a str,
+    approval: &'a Approval,
+}
+
+/// A key written twice (through `flatten`): the second value is the one kept.
+#[derive(serde::Serialize)]
+struct Repeated {
+    x: Value,
+    #[serde(flatten)]
+    again: BTreeMap<String, Value>,
+}
+
 /// Strings that need every kind of escape, and none.
 fn text() -> impl Strategy<Value = String> {
     "(?s)\\PC{0,12}|[\\x00-\\x7f]{0,12}"
@@ -509,6 +526,45 @@ proptest! {
         prop_assert_eq!(
             to_canonical_json_without(&body, &["approval", "arguments_json"]).expect("serializes"),
             canonical_json(&removed)
+        );
+        // Both at once: the full text, and the same without the entry.
+        let path = ["approval", "arguments_json"];
+        prop_assert_eq!(
+            to_canonical_json_with_and_without(&body, &path).expect("serializes"),
+            (canonical_json(&body), canonical_json(&removed))
+        );
+        // Written from the types, the approval's fields reordered around the entry; the entry
+        // first, last or alone in its object; a path that names nothing; a key repeated (the
+        // last value kept, the entry only in the first).
+        let typed = StoredLike { approval: &approval, detail: &reason };
+        prop_assert_eq!(
+            to_canonical_json_with_and_without(&typed, &path).expect("serializes"),
+            (canonical_json(&body), canonical_json(&removed))
+        );
+        for (key, object) in [
+            ("a", serde_json::json!({"a": reason.clone(), "b": 1})),
+            ("b", serde_json::json!({"a": 1, "b": reason.clone()})),
+            ("a", serde_json::json!({"a": reason.clone()})),
+            ("zz", serde_json::json!({"a": 1})),
+        ] {
+            let outer = serde_json::json!({"x": object, "y": [1]});
+            let mut cut = outer.clone();
+            if let Some(object) = cut["x"].as_object_mut() {
+                object.remove(key);
+            }
+            prop_assert_eq!(
+                to_canonical_json_with_and_without(&outer, &["x", key]).expect("serializes"),
+                (canonical_json(&outer), canonical_json(&cut))
+            );
+        }
+        let repeated = Repeated {
+            x: serde_json::json!({"a": reason.clone(), "b": 2}),
+            again: BTreeMap::from([("x".to_owned(), serde_json::json!({"b": 3}))]),
+        };
+        let as_value = serde_json::to_value(&repeated).expect("serializes");
+        prop_assert_eq!(
+            to_canonical_json_with_and_without(&repeated, &["x", "a"]).expect("serializes"),
+            (canonical_json(&as_value), canonical_json(&as_value))
         );
 
         let shapes = Shapes {

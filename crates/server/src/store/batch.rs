@@ -319,11 +319,15 @@ impl PreparedRequest {
             disposition.clone(),
             now,
         );
-        let requested = SealedEvent::of(
-            EventKind::Requested,
-            now,
-            &event_body(&approval, None, None),
-        )?;
+        // The body owns the approval while the event is sealed, then gives it back (no copy).
+        let body = EventBody {
+            approval,
+            decision: None,
+            delivery: None,
+            detail: None,
+        };
+        let requested = SealedEvent::of(EventKind::Requested, now, &body)?;
+        let approval = body.approval;
         Ok(Some(PreparedRequest {
             row_body: serde_json::to_string(&approval)?,
             approval,

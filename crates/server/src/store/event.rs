@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::StoreError;
 use crate::audit::{Columns, ARGUMENT_VALUES};
-use countersign_core::canonical::{to_canonical_json, to_canonical_json_without};
+use countersign_core::canonical::to_canonical_json_with_and_without;
 
 /// One committed entry of the event log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,9 +122,10 @@ impl EventBody {
     /// objects in order, no floats among its numbers).
     pub(super) fn stored_form(&self, kind: EventKind) -> Result<StoredForm, StoreError> {
         let stored = self.stored(kind);
+        let (text, hashed) = to_canonical_json_with_and_without(&stored, &ARGUMENT_VALUES)?;
         Ok(StoredForm {
-            text: to_canonical_json(&stored)?,
-            hashed: to_canonical_json_without(&stored, &ARGUMENT_VALUES)?,
+            text,
+            hashed,
             columns: stored.columns(),
         })
     }
