@@ -5,10 +5,10 @@
 //!
 //! Each object's entries are written to the output as they come; when they came out of key
 //! order (or a key came twice: the last value is kept, as `serde_json::Value`'s map does),
-//! the object's text is put in key order once it is closed. Numbers, strings and non-finite floats (`null`) are
-//! written as `serde_json::to_value` then `canonical_json` write them; what `to_value` refuses
-//! (integers beyond 64 bits, map keys that are not strings, integers, booleans or chars) is
-//! refused too.
+//! the object's text is put in key order once it is closed. Numbers, strings and non-finite
+//! floats (`null`) are written as `serde_json::to_value` then `canonical_json` write them;
+//! what `to_value` refuses (integers beyond 64 bits, map keys that are not strings, integers,
+//! booleans or chars) is refused too.
 
 use std::borrow::Cow;
 use std::cell::Cell;

@@ -22,7 +22,10 @@ struct Escaping<'a, W: std::fmt::Write>(&'a mut W);
 impl<W: std::fmt::Write> std::fmt::Write for Escaping<'_, W> {
     fn write_str(&mut self, text: &str) -> std::fmt::Result {
         // Most values are printable ASCII: nothing to escape, nothing to decode.
-        if text.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'\\') {
+        if text
+            .bytes()
+            .all(|b| (b' '..=b'~').contains(&b) && b != b'\\')
+        {
             return self.0.write_str(text);
         }
         let mut plain = 0;
