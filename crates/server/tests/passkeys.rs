@@ -159,16 +159,23 @@ fn approve_on_web(id: &str, user: &str, key: &str) -> pb::DecideRequest {
     }
 }
 
-#[tokio::test]
-async fn a_step_up_approval_is_approved_only_with_a_passkey_assertion_made_for_it() {
+/// A server with [`CONFIG`], a client of it, and Alice's authenticator (key `seed`) with its
+/// passkey registered.
+async fn alices_passkey(seed: u8) -> (TestServer, Client, Authenticator, pb::Passkey) {
     let server = TestServer::start_with_toml(CONFIG).await;
     let mut client = connect(&server).await;
-    let mut authenticator = Authenticator::new(3);
+    let authenticator = Authenticator::new(seed);
     let registered = client
         .register_passkey(authenticator.register("alice"))
         .await
         .expect("register a passkey")
         .into_inner();
+    (server, client, authenticator, registered)
+}
+
+#[tokio::test]
+async fn a_step_up_approval_is_approved_only_with_a_passkey_assertion_made_for_it() {
+    let (_server, mut client, mut authenticator, registered) = alices_passkey(3).await;
     assert_eq!(registered.credential_id, authenticator.credential_id());
     assert_eq!(
         (registered.approver.as_str(), registered.algorithm),
@@ -369,14 +376,7 @@ arguments = [{ pointer = "/environment", glob = "prod" }]
 /// another approver cannot remove it, nor can it be removed twice.
 #[tokio::test]
 async fn a_removed_passkey_approves_nothing_and_only_its_approver_removes_it() {
-    let server = TestServer::start_with_toml(CONFIG).await;
-    let mut client = connect(&server).await;
-    let mut authenticator = Authenticator::new(5);
-    let registered = client
-        .register_passkey(authenticator.register("alice"))
-        .await
-        .expect("register a passkey")
-        .into_inner();
+    let (_server, mut client, mut authenticator, registered) = alices_passkey(5).await;
     let approval = create(&mut client, deploy("deploy-removed")).await;
     // Used once (its sign counter stored), so that removing follows a counted use.
     let other = create(&mut client, deploy("deploy-before")).await;

@@ -173,16 +173,7 @@ pub async fn register(
         Err(e) => return refused(&app, &viewer, format!("No passkey was registered: {e}.")).await,
     };
     match app.client.register_passkey(request).await {
-        Ok(passkey) => {
-            tracing::info!(approver = %viewer.approver.id, credential_id = %passkey.credential_id, "passkey registered");
-            page(
-                &app,
-                &viewer,
-                format!("Passkey {:?} registered.", passkey.name),
-                String::new(),
-            )
-            .await
-        }
+        Ok(passkey) => done(&app, &viewer, &passkey, "registered").await,
         Err(
             ClientError::InvalidArgument(why)
             | ClientError::AlreadyExists(why)
@@ -206,21 +197,24 @@ pub async fn remove(
         .delete_passkey(decider(&viewer), credential_id)
         .await
     {
-        Ok(passkey) => {
-            tracing::info!(approver = %viewer.approver.id, credential_id = %passkey.credential_id, "passkey removed");
-            page(
-                &app,
-                &viewer,
-                format!("Passkey {:?} removed.", passkey.name),
-                String::new(),
-            )
-            .await
-        }
+        Ok(passkey) => done(&app, &viewer, &passkey, "removed").await,
         Err(ClientError::NotFound(why) | ClientError::InvalidArgument(why)) => {
             refused(&app, &viewer, format!("No passkey was removed: {why}")).await
         }
         Err(error) => Err(error.into()),
     }
+}
+
+/// The page again, saying what was done with `passkey` (`registered`, `removed`).
+async fn done(
+    app: &App,
+    viewer: &Viewer,
+    passkey: &pb::Passkey,
+    done: &str,
+) -> Result<Response, Refusal> {
+    tracing::info!(approver = %viewer.approver.id, credential_id = %passkey.credential_id, done, "passkey changed");
+    let message = format!("Passkey {:?} {done}.", passkey.name);
+    page(app, viewer, message, String::new()).await
 }
 
 /// The page again with why nothing was registered or removed.
