@@ -173,6 +173,16 @@ async fn alices_passkey(seed: u8) -> (TestServer, Client, Authenticator, pb::Pas
     (server, client, authenticator, registered)
 }
 
+async fn alices_passkeys(client: &mut Client) -> pb::ListPasskeysResponse {
+    client
+        .list_passkeys(pb::ListPasskeysRequest {
+            decider: Some(web("alice")),
+        })
+        .await
+        .expect("list passkeys")
+        .into_inner()
+}
+
 #[tokio::test]
 async fn a_step_up_approval_is_approved_only_with_a_passkey_assertion_made_for_it() {
     let (_server, mut client, mut authenticator, registered) = alices_passkey(3).await;
@@ -181,13 +191,7 @@ async fn a_step_up_approval_is_approved_only_with_a_passkey_assertion_made_for_i
         (registered.approver.as_str(), registered.algorithm),
         ("web:alice", -8)
     );
-    let listed = client
-        .list_passkeys(pb::ListPasskeysRequest {
-            decider: Some(web("alice")),
-        })
-        .await
-        .expect("list passkeys")
-        .into_inner();
+    let listed = alices_passkeys(&mut client).await;
     assert_eq!(listed.rp_id, "localhost");
     assert_eq!(listed.passkeys, vec![registered.clone()]);
 
@@ -404,13 +408,7 @@ async fn a_removed_passkey_approves_nothing_and_only_its_approver_removes_it() {
         .into_inner();
     assert_eq!(removed.credential_id, registered.credential_id);
     assert_eq!(removed.name, "laptop");
-    let listed = client
-        .list_passkeys(pb::ListPasskeysRequest {
-            decider: Some(web("alice")),
-        })
-        .await
-        .expect("list passkeys")
-        .into_inner();
+    let listed = alices_passkeys(&mut client).await;
     assert_eq!(listed.passkeys, vec![]);
     let again = client
         .delete_passkey(remove("alice"))
