@@ -698,36 +698,40 @@ async fn approvals_resolved_while_the_worker_was_down_are_shown_resolved_after_a
     let mut harness = Harness::start().await;
     let decided_elsewhere = harness.request("call-1", "{}").await;
     let cancelled = harness.request("call-2", "{}").await;
-    // Still pending when the worker is stopped, expired soon after.
-    let expiring = harness
-        .request_with(pb::RequestApprovalRequest {
-            ttl_seconds: 3,
-            ..request("call-3")
-        })
-        .await;
     let decided_before = harness.request("call-4", "{}").await;
-    let approvals = [&decided_elsewhere, &cancelled, &expiring, &decided_before];
     let mut messages = Vec::new();
-    for nth in 0..approvals.len() {
+    for (nth, approval) in [&decided_elsewhere, &cancelled, &decided_before]
+        .into_iter()
+        .enumerate()
+    {
         messages.push(harness.request_message(nth).await);
-    }
-    let message_of = |approval: &pb::Approval| message_id_of(&messages, approval);
-    for approval in approvals {
         harness.wait_for_delivery(&approval.id).await;
     }
     // One approval is decided, and its message made final, while the worker runs.
+    let decided_before_message = message_id_of(&messages, &decided_before);
     harness.telegram.tap_button(
         &alice(),
         CHAT,
-        message_of(&decided_before),
+        decided_before_message,
         &format!("cs1:r:{}", decided_before.id),
     );
     let final_before = harness
         .telegram
-        .wait_for_message("the rejection", CHAT, message_of(&decided_before), |m| {
+        .wait_for_message("the rejection", CHAT, decided_before_message, |m| {
             m.reply_markup.is_none()
         })
         .await;
+    // Still pending when the worker is stopped, expired soon after: asked last, just before
+    // the stop, so that a slow machine cannot let it expire while the worker still runs.
+    let expiring = harness
+        .request_with(pb::RequestApprovalRequest {
+            ttl_seconds: 5,
+            ..request("call-3")
+        })
+        .await;
+    messages.push(harness.request_message(3).await);
+    harness.wait_for_delivery(&expiring.id).await;
+    let message_of = |approval: &pb::Approval| message_id_of(&messages, approval);
 
     harness.kill_worker().await;
     harness
@@ -848,7 +852,7 @@ async fn approvals_resolved_while_the_worker_was_down_are_shown_resolved_after_a
                 .iter()
                 .filter(|r| r.method == "editMessageText")
                 .count()
-                >= edits_before + approvals.len()
+                >= edits_before + messages.len()
         })
         .await;
     let re_edits: Vec<&RecordedRequest> = requests
