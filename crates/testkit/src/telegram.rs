@@ -529,6 +529,21 @@ impl FakeTelegram {
         }
     }
 
+    /// Waits until every call received (but long polls) has been answered and recorded: what
+    /// the messages show and what `requests` holds then agree. Fails the test after 30 s.
+    pub async fn settled(&self) {
+        let mut changed = self.shared.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+        while self.shared.lock().answering > 0 {
+            if tokio::time::timeout_at(deadline, changed.changed())
+                .await
+                .is_err()
+            {
+                panic!("fake Telegram: calls still unanswered after 30 s");
+            }
+        }
+    }
+
     /// Waits until a message satisfies `condition`; fails the test after 30 s.
     pub async fn wait_for_message(
         &self,
@@ -603,6 +618,9 @@ struct FakeState {
     chat_errors: HashMap<(String, i64), VecDeque<(InjectedError, Duration)>>,
     /// Methods whose answers are held back after the call was applied.
     held_answers: HashMap<String, Duration>,
+    /// Calls (other than `getUpdates`, which waits by design) received and not yet recorded:
+    /// the state a call changed shows before the call is in `requests`.
+    answering: usize,
 }
 
 impl FakeState {
@@ -672,6 +690,24 @@ impl IntoResponse for ApiReply {
     }
 }
 
+/// A call being answered, from its arrival until it is recorded (or dropped: a client that
+/// went away).
+struct Answering(Arc<Shared>);
+
+impl Answering {
+    fn start(shared: &Arc<Shared>) -> Answering {
+        shared.lock().answering += 1;
+        Answering(shared.clone())
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.lock().answering -= 1;
+        self.0.notify();
+    }
+}
+
 async fn handle_call(
     State(shared): State<Arc<Shared>>,
     Path((bot_token, method)): Path<(String, String)>,
@@ -680,6 +716,7 @@ async fn handle_call(
     body: Bytes,
 ) -> ApiReply {
     let method = canonical_method(&method);
+    let _answering = (method != "getUpdates").then(|| Answering::start(&shared));
     let params = request_params(query.as_deref(), &headers, &body);
     let received_at = Instant::now();
     let latency = shared.lock().latency;

@@ -771,6 +771,8 @@ async fn approvals_resolved_while_the_worker_was_down_are_shown_resolved_after_a
         );
     }
 
+    // The fake shows an edit a moment before it records it: count once all are recorded.
+    harness.telegram.settled().await;
     let sent_before = harness.sent_count();
     let edits_before = harness.telegram.requests_of("editMessageText").len();
     // Without its watch cursor (lost, or older than the server retains) the worker takes a
@@ -839,6 +841,7 @@ async fn approvals_resolved_while_the_worker_was_down_are_shown_resolved_after_a
     // Restarted once more, with a message Telegram no longer lets the bot edit: the worker
     // cannot know whether an earlier run replied already, so it does not reply at each start.
     harness.kill_worker().await;
+    harness.telegram.settled().await;
     let edits_before = harness.telegram.requests_of("editMessageText").len();
     harness
         .telegram
@@ -871,12 +874,24 @@ async fn approvals_resolved_while_the_worker_was_down_are_shown_resolved_after_a
         });
     assert_eq!(refused.len(), 1, "{re_edits:#?}");
     for re_edit in unchanged {
+        let message_id = re_edit.param_i64("message_id").unwrap_or_default();
+        // Every edit of that message, to tell which run wrote the text this one changed.
+        let history: Vec<(u16, String, String)> = harness
+            .telegram
+            .requests_of("editMessageText")
+            .into_iter()
+            .filter(|r| r.param_i64("message_id") == Some(message_id))
+            .map(|r| {
+                let text = r.params["text"].as_str().unwrap_or_default().to_owned();
+                (r.status, text, r.error().unwrap_or_default().to_owned())
+            })
+            .collect();
         assert!(
             re_edit
                 .error()
                 .unwrap_or_default()
                 .contains("message is not modified"),
-            "{re_edit:#?}"
+            "{re_edit:#?}\nevery edit of message {message_id} (status, text, error), {edits_before} edits before this start: {history:#?}"
         );
     }
     // A reply would have gone out right after the refused edit, before the next one.
