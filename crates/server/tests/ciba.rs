@@ -227,6 +227,18 @@ impl Front {
     async fn agent(&self) -> common::TokenClient {
         common::with_token(&common::channel(&self.server).await, Some(ADMIN_SECRET))
     }
+
+    /// The approval `auth_req_id` names, as the server has it now.
+    async fn approval(&self, auth_req_id: &str) -> pb::Approval {
+        self.agent()
+            .await
+            .get_approval(pb::GetApprovalRequest {
+                approval_id: approval_id(auth_req_id).into(),
+            })
+            .await
+            .expect("GetApproval")
+            .into_inner()
+    }
 }
 
 fn now_seconds() -> i64 {
@@ -310,14 +322,7 @@ async fn an_approval_is_redeemed_once_for_tokens_that_carry_the_edited_call() {
         .await;
 
     // The approval, as every channel sees it: the binding message, the group, the client.
-    let mut admin = front.agent().await;
-    let approval = admin
-        .get_approval(pb::GetApprovalRequest {
-            approval_id: approval_id(&auth_req_id).into(),
-        })
-        .await
-        .expect("GetApproval")
-        .into_inner();
+    let approval = front.approval(&auth_req_id).await;
     assert_eq!(approval.agent_id, "agent-1");
     assert_eq!(approval.tool_name, "deploy");
     assert_eq!(approval.action, "Deploy W4SCT");
@@ -684,13 +689,7 @@ async fn a_login_hint_may_name_one_approver() {
         .ask("deploy", json!({}), &[("login_hint", "bob")])
         .await;
     let mut admin = front.agent().await;
-    let approval = admin
-        .get_approval(pb::GetApprovalRequest {
-            approval_id: approval_id(&auth_req_id).into(),
-        })
-        .await
-        .expect("GetApproval")
-        .into_inner();
+    let approval = front.approval(&auth_req_id).await;
     assert_eq!(approval.approver_groups[0].group, "bob");
     assert_eq!(approval.approver_groups[0].members, ["bob"]);
 

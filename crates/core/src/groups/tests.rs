@@ -4,6 +4,29 @@ use crate::approvers::tests::{approval, decider, spec};
 use crate::approvers::*;
 use crate::{Approval, ApprovalRequest, Decider, Risk, Verdict};
 
+/// A valid high-risk request that names `group`, `required` of whose members must approve.
+fn request_naming(group: &str, required: u32) -> ApprovalRequest {
+    ApprovalRequest {
+        approver_groups: vec![crate::groups::GroupQuorum {
+            group: group.into(),
+            required,
+            ..Default::default()
+        }],
+        ..crate::validate::validate_request(
+            crate::validate::RequestInput {
+                agent_id: "a".into(),
+                idempotency_key: "k".into(),
+                tool_name: "t".into(),
+                arguments_json: "{}".into(),
+                risk: Some(Risk::High),
+                ..Default::default()
+            },
+            &crate::validate::Limits::default(),
+        )
+        .unwrap()
+    }
+}
+
 #[test]
 fn groups_admit_members_and_delegates_of_members_only() {
     use crate::groups::{Delegation, GroupSpec, Groups};
@@ -23,25 +46,7 @@ fn groups_admit_members_and_delegates_of_members_only() {
     )
     .unwrap();
     let mut approval = approval(Risk::High, "carol");
-    let mut request = ApprovalRequest {
-        approver_groups: vec![crate::groups::GroupQuorum {
-            group: "security".into(),
-            required: 2,
-            ..Default::default()
-        }],
-        ..crate::validate::validate_request(
-            crate::validate::RequestInput {
-                agent_id: "a".into(),
-                idempotency_key: "k".into(),
-                tool_name: "t".into(),
-                arguments_json: "{}".into(),
-                risk: Some(Risk::High),
-                ..Default::default()
-            },
-            &crate::validate::Limits::default(),
-        )
-        .unwrap()
-    };
+    let mut request = request_naming("security", 2);
     groups.resolve(&mut request).unwrap();
     approval.approver_groups = request.approver_groups;
     assert_eq!(approval.approver_groups[0].members, ["alice", "bob"]);
@@ -174,7 +179,7 @@ fn a_delegate_deciding_after_the_delegator_casts_the_same_vote_again() {
 
 #[test]
 fn an_approver_id_that_is_no_group_names_that_approver_alone() {
-    use crate::groups::{GroupQuorum, GroupSpec, Groups};
+    use crate::groups::{GroupSpec, Groups};
     let registry = ApproverRegistry::compile(&[
         spec("alice", "critical", &[("cli", &["alice"])]),
         spec("bob", "critical", &[("cli", &["bob"])]),
@@ -192,25 +197,7 @@ fn an_approver_id_that_is_no_group_names_that_approver_alone() {
     .unwrap();
     assert_eq!(groups.len(), 1, "only configured groups count as groups");
     let resolved = |name: &str| {
-        let mut request = ApprovalRequest {
-            approver_groups: vec![GroupQuorum {
-                group: name.into(),
-                required: 1,
-                ..Default::default()
-            }],
-            ..crate::validate::validate_request(
-                crate::validate::RequestInput {
-                    agent_id: "a".into(),
-                    idempotency_key: "k".into(),
-                    tool_name: "t".into(),
-                    arguments_json: "{}".into(),
-                    risk: Some(Risk::High),
-                    ..Default::default()
-                },
-                &crate::validate::Limits::default(),
-            )
-            .unwrap()
-        };
+        let mut request = request_naming(name, 1);
         groups
             .resolve(&mut request)
             .map(|()| request.approver_groups)
